@@ -1,0 +1,124 @@
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { ServiceError, type ErrorKind, type FieldError } from '../errors.js';
+
+/**
+ * RFC 9457 problem documents. Every error the service answers goes through `problemResponse`,
+ * so clients meet one shape: type, title, status, detail, code (stable, machine-readable),
+ * request_id, and for validation errors a list of field errors.
+ */
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+const STATUS_BY_KIND: Record<ErrorKind, ContentfulStatusCode> = {
+  invalid_input: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  refused: 422,
+  rate_limited: 429,
+  unavailable: 503,
+  internal: 500,
+};
+
+const TITLE_BY_STATUS: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  416: 'Range Not Satisfiable',
+  422: 'Unprocessable Content',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+export interface ProblemDocument {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  request_id?: string;
+  errors?: FieldError[];
+  [extra: string]: unknown;
+}
+
+export function statusOf(err: ServiceError): ContentfulStatusCode {
+  return STATUS_BY_KIND[err.kind];
+}
+
+export function problemDocument(
+  status: number,
+  code: string,
+  detail: string,
+  extra: { requestId?: string; fieldErrors?: FieldError[]; fields?: Record<string, unknown> } = {},
+): ProblemDocument {
+  return {
+    ...extra.fields,
+    type: `urn:source-fetch:problem:${code}`,
+    title: TITLE_BY_STATUS[status] ?? 'Error',
+    status,
+    detail,
+    code,
+    ...(extra.requestId ? { request_id: extra.requestId } : {}),
+    ...(extra.fieldErrors?.length ? { errors: extra.fieldErrors } : {}),
+  };
+}
+
+export function problemResponse(
+  status: number,
+  code: string,
+  detail: string,
+  extra: {
+    requestId?: string;
+    fieldErrors?: FieldError[];
+    fields?: Record<string, unknown>;
+    headers?: Record<string, string>;
+  } = {},
+): Response {
+  return new Response(JSON.stringify(problemDocument(status, code, detail, extra)), {
+    status,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE, ...extra.headers },
+  });
+}
+
+/** The response for a ServiceError, wherever it was thrown. */
+export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
+  const headers: Record<string, string> = {};
+  if (err.extra.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.extra.retryAfterSeconds);
+  return problemResponse(statusOf(err), err.code, err.message, {
+    requestId,
+    fieldErrors: err.extra.fieldErrors,
+    fields: err.extra.fields,
+    headers,
+  });
+}
+
+export interface ErrorLogger {
+  error(obj: object, msg: string): void;
+}
+
+/**
+ * Hono's onError, in three tiers: our ServiceError (mapped by kind), Hono's HTTPException
+ * (its status, a generic code), anything else (logged with its stack, answered as a bare 500).
+ */
+export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
+  return (err: Error, c: Context): Response => {
+    const requestId = c.get('requestId' as never) as string | undefined;
+    if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
+    if (err instanceof HTTPException) {
+      const status = err.status;
+      return problemResponse(status, status === 401 ? 'unauthorized' : `http_${status}`, err.message || TITLE_BY_STATUS[status] || 'Error', { requestId });
+    }
+    getLogger(c).error({ err }, 'unhandled error');
+    return problemResponse(500, 'internal_error', 'The server failed to handle this request.', { requestId });
+  };
+}
