@@ -94,6 +94,7 @@ export function problemResponse(
 export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
   const headers: Record<string, string> = {};
   if (err.extra.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.extra.retryAfterSeconds);
+  if (err.kind === 'unauthorized') headers['www-authenticate'] = 'Bearer';
   return problemResponse(statusOf(err), err.code, err.message, {
     requestId,
     fieldErrors: err.extra.fieldErrors,

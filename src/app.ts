@@ -1,0 +1,72 @@
+import { OpenAPIHono } from '@hono/zod-openapi';
+import type { Handler } from 'hono';
+import type { JobRow } from './db/schema.js';
+import type { KeyChecker } from './http/api-key.js';
+import type { AppEnv } from './http/env.js';
+import { accessLog } from './http/middleware/access-log.js';
+import { requestId } from './http/middleware/request-id.js';
+import { requireApiKey } from './http/middleware/require-api-key.js';
+import { createErrorHandler, problemResponse } from './http/problem.js';
+import { registerArtifactRoutes } from './http/routes/artifacts.js';
+import { registerHealthRoute } from './http/routes/health.js';
+import { registerJobRoutes } from './http/routes/jobs.js';
+import { registerSourceRoutes } from './http/routes/sources.js';
+import type { HealthReport, JobRecord } from './http/schemas.js';
+import type { Logger } from './logger.js';
+
+/**
+ * The HTTP application: middleware, the error handler and the routes. It does no I/O of its
+ * own at construction; everything it touches arrives in `deps`.
+ */
+export interface AppDeps {
+  log: Logger;
+  checkKey: KeyChecker;
+  submitSource: (url: string) => Promise<JobRow>;
+  getJob: (id: string) => JobRow;
+  cancelJob: (id: string) => JobRow;
+  renderJob: (job: JobRow) => JobRecord;
+  serveArtifact: Handler<AppEnv>;
+  checkHealth: () => Promise<HealthReport>;
+}
+
+export const OPENAPI_INFO = {
+  openapi: '3.1.0',
+  info: {
+    title: 'Source fetch service',
+    version: '1.0.0',
+    description: 'Fetches the best audio of a URL as an asynchronous job, stores it as a content-addressed 44.1 kHz WAV, and serves it.',
+  },
+} as const;
+
+export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
+  const app = new OpenAPIHono<AppEnv>({
+    defaultHook: (result, c) => {
+      if (result.success) return;
+      const fieldErrors = result.error.issues.map((issue) => ({ path: issue.path.join('.') || '(body)', message: issue.message }));
+      return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId: c.get('requestId'), fieldErrors });
+    },
+  });
+
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', { type: 'http', scheme: 'bearer' });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'apiKeyHeader', { type: 'apiKey', in: 'header', name: 'X-API-Key' });
+
+  app.use('*', requestId({ log: deps.log }));
+  app.use('*', accessLog());
+  app.onError(createErrorHandler((c) => c.get('log') ?? deps.log));
+  app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('requestId') }));
+
+  // Open: the health check (for probes) and the interface description.
+  registerHealthRoute(app, { check: deps.checkHealth });
+  app.doc31('/openapi.json', OPENAPI_INFO);
+
+  // Artifacts accept a key or a signed URL; the delivery handler checks both.
+  registerArtifactRoutes(app, { serve: deps.serveArtifact });
+
+  const keyed = requireApiKey({ checkKey: deps.checkKey });
+  app.use('/sources', keyed);
+  app.use('/jobs/*', keyed);
+  registerSourceRoutes(app, { submit: deps.submitSource, render: deps.renderJob });
+  registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob });
+
+  return app;
+}

@@ -1,0 +1,109 @@
+import path from 'node:path';
+import { z } from 'zod';
+
+/**
+ * The service's configuration: the only module that reads the environment. Everything else
+ * receives a Config. A bad value stops start-up with a message naming the variable.
+ */
+
+const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
+const commaList = z
+  .string()
+  .default('')
+  .transform((value) =>
+    value
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter((entry) => entry !== ''),
+  );
+const optionalString = z
+  .string()
+  .optional()
+  .transform((value) => (value === undefined || value.trim() === '' ? undefined : value.trim()));
+
+const envSchema = z.object({
+  HOST: z.string().min(1).default('127.0.0.1'),
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  DATA_DIR: z.string().min(1).default('./data'),
+  ARTIFACT_ROOT: optionalString,
+  API_KEYS: commaList.refine((keys) => keys.every((key) => key.length >= 16 && !/\s/.test(key)), {
+    message: 'each key must be at least 16 characters with no whitespace',
+  }),
+  YTDLP_PATH: z.string().min(1).default('yt-dlp'),
+  FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
+  FFPROBE_PATH: z.string().min(1).default('ffprobe'),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
+  FETCH_TIMEOUT_S: positiveInt(1800),
+  MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
+  MAX_DURATION_S: positiveInt(3 * 3600),
+  MAX_ATTEMPTS: positiveInt(3),
+  FETCH_ALLOW_HOSTS: commaList,
+  ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
+    message: 'must be a path that starts and ends with "/", for example /_artifacts/',
+  }),
+  URL_SIGNING_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
+    message: 'must be at least 32 characters',
+  }),
+  SIGNED_URL_TTL_S: positiveInt(24 * 3600),
+  SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  databasePath: string;
+  artifactRoot: string;
+  /** Per-job working folders; on the data dir, never served. */
+  workDir: string;
+  /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
+  apiKeys: string[];
+  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  workerConcurrency: number;
+  fetchTimeoutMs: number;
+  maxDownloadBytes: number;
+  maxDurationS: number;
+  maxAttempts: number;
+  fetchAllowHosts: string[];
+  accelRedirectPrefix: string | null;
+  urlSigningSecret: string | undefined;
+  signedUrlTtlS: number;
+  shutdownGraceMs: number;
+  logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const parsed = envSchema.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(environment)'}: ${issue.message}`);
+    throw new ConfigError(`Invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  const e = parsed.data;
+  const dataDir = path.resolve(e.DATA_DIR);
+  return {
+    host: e.HOST,
+    port: e.PORT,
+    dataDir,
+    databasePath: path.join(dataDir, 'source-fetch.sqlite'),
+    artifactRoot: path.resolve(e.ARTIFACT_ROOT ?? path.join(dataDir, 'artifacts')),
+    workDir: path.join(dataDir, 'work'),
+    apiKeys: e.API_KEYS,
+    tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
+    workerConcurrency: e.WORKER_CONCURRENCY,
+    fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
+    maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
+    maxDurationS: e.MAX_DURATION_S,
+    maxAttempts: e.MAX_ATTEMPTS,
+    fetchAllowHosts: e.FETCH_ALLOW_HOSTS,
+    accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
+    urlSigningSecret: e.URL_SIGNING_SECRET,
+    signedUrlTtlS: e.SIGNED_URL_TTL_S,
+    shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
+    logLevel: e.LOG_LEVEL,
+  };
+}

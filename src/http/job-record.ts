@@ -1,0 +1,68 @@
+import type { CacheEntryRow, JobRow } from '../db/schema.js';
+import { artifactUrlPath } from '../store/layout.js';
+import type { JobRecord } from './schemas.js';
+
+/** Renders a job row as the API's job record (job_id first). */
+export interface SignArtifact {
+  (cid: string, name: string): { query: string; expiresAt: number };
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+export function toJobRecord(
+  job: JobRow,
+  context: {
+    /** The job this one waits for, whose state it shows while it waits. */
+    leader?: JobRow;
+    artifacts: CacheEntryRow[];
+    sign: SignArtifact;
+  },
+): JobRecord {
+  const shown = job.status === 'queued' && context.leader ? context.leader : job;
+  const progress =
+    shown.status === 'running' && shown.progressBytes !== null
+      ? {
+          bytes_done: shown.progressBytes,
+          bytes_total: shown.progressTotalBytes,
+          percent:
+            shown.progressTotalBytes && shown.progressTotalBytes > 0
+              ? Math.min(100, Math.round((shown.progressBytes / shown.progressTotalBytes) * 1000) / 10)
+              : null,
+        }
+      : null;
+  const result =
+    job.status === 'done' && job.contentId
+      ? {
+          content_id: job.contentId,
+          artifacts: context.artifacts.map((artifact) => {
+            const path = artifactUrlPath(artifact.contentId, artifact.name);
+            const signed = context.sign(artifact.contentId, artifact.name);
+            return {
+              name: artifact.name,
+              path,
+              signed_url: `${path}?${signed.query}`,
+              signed_url_expires_at: new Date(signed.expiresAt).toISOString(),
+              bytes: artifact.bytes,
+              content_type: artifact.contentType,
+              sample_rate: artifact.sampleRate,
+              channels: artifact.channels,
+              duration: artifact.durationS,
+            };
+          }),
+        }
+      : null;
+  return {
+    job_id: job.id,
+    status: shown === job ? job.status : shown.status,
+    url: job.url,
+    born_done: job.bornDone,
+    created_at: new Date(job.createdAt).toISOString(),
+    started_at: iso(shown.startedAt),
+    finished_at: iso(job.finishedAt),
+    attempts: job.attempts,
+    progress,
+    media: job.extractor && job.mediaId ? { extractor: job.extractor, id: job.mediaId } : null,
+    result,
+    error: job.status === 'failed' && job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
+  };
+}

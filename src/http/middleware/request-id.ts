@@ -1,0 +1,22 @@
+import { randomUUID } from 'node:crypto';
+import type { MiddlewareHandler } from 'hono';
+import type { Logger } from '../../logger.js';
+import type { AppEnv } from '../env.js';
+
+const WELL_FORMED_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * Takes a well-formed X-Request-Id from the client (or a proxy in front), makes one otherwise,
+ * returns it, and gives the request a logger that stamps it on every line.
+ */
+export function requestId(options: { log: Logger; header?: string }): MiddlewareHandler<AppEnv> {
+  const header = options.header ?? 'x-request-id';
+  return async (c, next) => {
+    const offered = c.req.header(header);
+    const id = offered && WELL_FORMED_ID.test(offered) ? offered : randomUUID();
+    c.set('requestId', id);
+    c.set('log', options.log.child({ request_id: id }));
+    c.header('X-Request-Id', id);
+    await next();
+  };
+}

@@ -1,0 +1,83 @@
+import { z } from '@hono/zod-openapi';
+import { JOB_STATUSES } from '../db/schema.js';
+
+/** The zod schemas of the API: they validate requests and generate openapi.json. */
+
+export const MAX_URL_LENGTH = 2048;
+
+export const ProblemSchema = z
+  .object({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string().openapi({ description: 'Stable machine-readable error code.' }),
+    request_id: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .openapi('Problem');
+
+export const SubmitSourceBody = z
+  .object({
+    url: z
+      .string()
+      .max(MAX_URL_LENGTH)
+      .openapi({ description: 'http or https URL of the media to fetch.', example: 'https://media.example.org/talk.m4a' }),
+  })
+  .strict()
+  .openapi('SubmitSource');
+
+export const JobIdParam = z.object({
+  id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' }, example: 'c5b2b0d4-2f5e-4c43-9a3e-5f2d1b8f2a11' }),
+});
+
+export const ArtifactSchema = z
+  .object({
+    name: z.string(),
+    path: z.string().openapi({ description: 'Path of getArtifact; needs the API key.' }),
+    signed_url: z.string().openapi({ description: 'Path with an expiring signature, usable without a key (e.g. <audio src>).' }),
+    signed_url_expires_at: z.string(),
+    bytes: z.number().int(),
+    content_type: z.string(),
+    sample_rate: z.number().int().nullable(),
+    channels: z.number().int().nullable(),
+    duration: z.number().nullable().openapi({ description: 'Seconds.' }),
+  })
+  .openapi('Artifact');
+
+export const JobSchema = z
+  .object({
+    job_id: z.string(),
+    status: z.enum(JOB_STATUSES),
+    url: z.string(),
+    born_done: z.boolean().openapi({ description: 'True when the URL was already stored and nothing was downloaded.' }),
+    created_at: z.string(),
+    started_at: z.string().nullable(),
+    finished_at: z.string().nullable(),
+    attempts: z.number().int(),
+    progress: z
+      .object({
+        bytes_done: z.number().int(),
+        bytes_total: z.number().int().nullable(),
+        percent: z.number().nullable(),
+      })
+      .nullable(),
+    media: z.object({ extractor: z.string(), id: z.string() }).nullable(),
+    result: z.object({ content_id: z.string(), artifacts: z.array(ArtifactSchema) }).nullable(),
+    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+  })
+  .openapi('Job');
+
+export const HealthSchema = z
+  .object({
+    status: z.enum(['ok', 'degraded', 'unavailable']),
+    can_fetch: z.boolean(),
+    downloader: z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() }),
+    ffmpeg: z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() }),
+    database: z.object({ ok: z.boolean() }),
+    artifact_root: z.object({ writable: z.boolean(), free_bytes: z.number().nullable() }),
+  })
+  .openapi('Health');
+
+export type JobRecord = z.infer<typeof JobSchema>;
+export type HealthReport = z.infer<typeof HealthSchema>;

@@ -1,0 +1,269 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Db } from '../db/client.js';
+import type { JobRow } from '../db/schema.js';
+import { mediaAliasKey, resolveAlias, setAlias } from '../store/aliases.js';
+import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../store/cache-entries.js';
+import type { ContentStore } from '../store/content-store.js';
+import { AUDIO_ARTIFACT_NAME } from '../store/layout.js';
+import * as ffmpeg from '../tools/ffmpeg.js';
+import type { runProcess } from '../tools/process.js';
+import { parseWavHeader } from '../tools/wav.js';
+import * as ytdlp from '../tools/ytdlp.js';
+import { markDone, markFailed, recordMediaIdentity, recordProgress, type JobError } from './queue.js';
+import type { JobContext } from './worker-pool.js';
+
+/**
+ * The fetch task: one job from URL to stored WAV.
+ *   1. yt-dlp metadata step (no media): extractor and media id. A media identity that is
+ *      already stored (another URL of the same video) ends the job here.
+ *   2. yt-dlp download of the best audio, from the info JSON of step 1 (no second extraction).
+ *   3. ffprobe: the download must hold an audio stream.
+ *   4. ffmpeg: PCM 16-bit WAV at 44.1 kHz, mono stays mono, more channels become stereo.
+ *   5. content store (atomic, content-addressed), cache row, aliases, job done: one transaction.
+ * Everything happens in a per-job folder under the work dir, removed at the end whatever happens.
+ */
+export interface EgressSession {
+  proxyUrl: string;
+  refusals(): Array<{ host: string; port: number; code: string; message: string }>;
+  close(): void;
+}
+
+export interface FetchTaskDeps {
+  db: Db;
+  store: ContentStore;
+  now: () => number;
+  run: typeof runProcess;
+  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  workDir: string;
+  limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
+  /** Every connection the downloader makes goes through this guard, when present. */
+  openEgressSession?: (label: string) => EgressSession;
+  /** Told about each newly stored content (the store's size cap hooks in here). */
+  onStored?: (contentId: string, bytes: number) => void;
+}
+
+class JobFailure extends Error {
+  constructor(readonly error: JobError) {
+    super(error.message);
+  }
+}
+
+const PROGRESS_WRITE_INTERVAL_MS = 500;
+
+export function createFetchTask(deps: FetchTaskDeps) {
+  return async function runFetchJob(job: JobRow, ctx: JobContext): Promise<void> {
+    const workDir = path.join(deps.workDir, job.id);
+    const egress = deps.openEgressSession?.(job.id);
+    const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
+    const signal = AbortSignal.any([ctx.signal, deadline]);
+    const hide = [workDir, deps.workDir, deps.store.root, ...(egress ? [egress.proxyUrl] : [])];
+    try {
+      await fs.rm(workDir, { recursive: true, force: true });
+      await fs.mkdir(workDir, { recursive: true });
+      const outcome = await fetchToStore();
+      if (outcome && !signal.aborted) finishDone(outcome.contentId);
+    } catch (err) {
+      if (ctx.signal.aborted) {
+        ctx.log.info({ reason: ctx.signal.reason }, 'job aborted');
+      } else {
+        const error = toJobError(err);
+        ctx.log.warn({ code: error.code }, 'job failed');
+        markFailed(deps.db, job.id, error, deps.now());
+      }
+    } finally {
+      egress?.close();
+      await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    }
+
+    function toJobError(err: unknown): JobError {
+      const refusal = egress?.refusals()[0];
+      if (refusal) return { code: 'destination_refused', message: refusal.message };
+      if (deadline.aborted) {
+        return { code: 'fetch_timeout', message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.` };
+      }
+      if (err instanceof JobFailure) return err.error;
+      const errno = (err as NodeJS.ErrnoException).code;
+      if (errno === 'ENOSPC' || errno === 'EDQUOT') {
+        return { code: 'storage_full', message: 'The artifact store has no space left.' };
+      }
+      ctx.log.error({ err }, 'unexpected error in fetch task');
+      return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
+    }
+
+    function finishDone(contentId: string): void {
+      const done = markDone(deps.db, job.id, contentId, deps.now());
+      if (done) ctx.log.info({ content_id: contentId }, 'job done');
+    }
+
+    async function runTool(name: 'ytdlp' | 'ffmpeg' | 'ffprobe', args: string[], onStdoutLine?: (line: string) => void) {
+      const result = await deps.run({ command: deps.tools[name], args, cwd: workDir, signal, onStdoutLine });
+      if (result.notFound) {
+        throw new JobFailure(
+          name === 'ytdlp'
+            ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
+            : { code: 'converter_missing', message: `The converter (${name}) is not installed or not executable.` },
+        );
+      }
+      if (signal.aborted) throw new Error('aborted');
+      return result;
+    }
+
+    async function fetchToStore(): Promise<{ contentId: string } | undefined> {
+      // 1. Metadata, no media.
+      const infoLines: string[] = [];
+      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, proxyUrl: egress?.proxyUrl }), (line) => infoLines.push(line));
+      if (probe.exitCode !== 0) {
+        throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(probe.stderrTail), message: ytdlp.cleanToolMessage(probe.stderrTail, hide) });
+      }
+      let info: ReturnType<typeof ytdlp.parseInfoJson>;
+      const infoText = infoLines.join('\n');
+      try {
+        info = ytdlp.parseInfoJson(infoText);
+      } catch {
+        throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
+      }
+      if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
+      if (info.durationS !== undefined && info.durationS > deps.limits.maxDurationS) {
+        throw new JobFailure({
+          code: 'duration_exceeded',
+          message: `The media lasts ${Math.round(info.durationS)} s, more than the limit of ${deps.limits.maxDurationS} s.`,
+        });
+      }
+      recordMediaIdentity(deps.db, job.id, info.extractorKey, info.mediaId);
+      const mediaKey = info.extractorKey.toLowerCase() === 'generic' ? undefined : mediaAliasKey(info.extractorKey, info.mediaId);
+      if (mediaKey) {
+        const known = resolveAlias(deps.db, 'media', mediaKey);
+        if (known && (await deps.store.has(known, AUDIO_ARTIFACT_NAME))) {
+          deps.db.transaction(() => {
+            setAlias(deps.db, 'url', job.urlKey, known, deps.now());
+          });
+          ctx.log.info({ content_id: known, media: mediaKey }, 'media already stored under another URL');
+          return { contentId: known };
+        }
+      }
+
+      // 2. Download the best audio.
+      const infoJsonPath = path.join(workDir, 'info.json');
+      await fs.writeFile(infoJsonPath, infoText);
+      const downloadDir = path.join(workDir, 'download');
+      await fs.mkdir(downloadDir);
+      let downloadedPath: string | undefined;
+      let lastProgressWrite = 0;
+      const download = await runTool(
+        'ytdlp',
+        ytdlp.buildDownloadArgs({
+          infoJsonPath,
+          url: job.url,
+          outputDir: downloadDir,
+          proxyUrl: egress?.proxyUrl,
+          maxBytes: deps.limits.maxDownloadBytes,
+        }),
+        (line) => {
+          const progress = ytdlp.parseProgressLine(line);
+          if (progress) {
+            const now = Date.now();
+            if (now - lastProgressWrite >= PROGRESS_WRITE_INTERVAL_MS) {
+              lastProgressWrite = now;
+              recordProgress(deps.db, job.id, progress.downloadedBytes, progress.totalBytes);
+            }
+          } else if (path.isAbsolute(line.trim())) {
+            downloadedPath = line.trim();
+          }
+        },
+      );
+      if (download.exitCode !== 0) {
+        throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(download.stderrTail), message: ytdlp.cleanToolMessage(download.stderrTail, hide) });
+      }
+      const downloaded = downloadedPath ? await fs.stat(downloadedPath).catch(() => null) : null;
+      if (!downloadedPath || !downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
+        throw new JobFailure({ code: 'download_failed', message: 'The downloader reported success but produced no file.' });
+      }
+      if (downloaded.size > deps.limits.maxDownloadBytes) {
+        throw new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${deps.limits.maxDownloadBytes} bytes.` });
+      }
+      recordProgress(deps.db, job.id, downloaded.size, downloaded.size);
+
+      // 3. It must be audio.
+      const probeLines: string[] = [];
+      const ffprobeRun = await runTool('ffprobe', ffmpeg.buildProbeArgs(downloadedPath), (line) => probeLines.push(line));
+      const media = ffprobeRun.exitCode === 0 ? safeParseProbe(probeLines.join('\n')) : undefined;
+      if (!media || media.audioStreams === 0) {
+        throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
+      }
+      if (media.durationS !== null && media.durationS > deps.limits.maxDurationS) {
+        throw new JobFailure({
+          code: 'duration_exceeded',
+          message: `The media lasts ${Math.round(media.durationS)} s, more than the limit of ${deps.limits.maxDurationS} s.`,
+        });
+      }
+
+      // 4. Convert under our own control.
+      const wavPath = path.join(workDir, `${randomUUID()}.wav`);
+      const convert = await runTool(
+        'ffmpeg',
+        ffmpeg.buildConvertArgs({ input: downloadedPath, output: wavPath, inputChannels: media.channels ?? 2, maxDurationS: deps.limits.maxDurationS }),
+      );
+      if (convert.exitCode !== 0) {
+        throw new JobFailure({ code: 'conversion_failed', message: ytdlp.cleanToolMessage(convert.stderrTail, hide) || 'The conversion to WAV failed.' });
+      }
+      const header = await readWavHeader(wavPath);
+
+      // 5. Store, then record everything in one transaction.
+      if (signal.aborted) return undefined;
+      const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);
+      const now = deps.now();
+      const committed = deps.db.transaction(() => {
+        // A job canceled meanwhile is no longer running: then nothing is recorded.
+        if (!markDone(deps.db, job.id, stored.contentId, now)) return false;
+        recordCacheEntry(
+          deps.db,
+          {
+            contentId: stored.contentId,
+            name: AUDIO_ARTIFACT_NAME,
+            kind: SOURCE_WAV_KIND,
+            bytes: stored.bytes,
+            contentType: 'audio/wav',
+            sampleRate: header.sampleRate,
+            channels: header.channels,
+            durationS: header.durationS,
+          },
+          now,
+        );
+        setAlias(deps.db, 'url', job.urlKey, stored.contentId, now);
+        if (mediaKey) setAlias(deps.db, 'media', mediaKey, stored.contentId, now);
+        return true;
+      });
+      if (committed) {
+        ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
+        if (!stored.reused) deps.onStored?.(stored.contentId, stored.bytes);
+      } else if (!stored.reused && !cacheEntryFor(deps.db, stored.contentId, AUDIO_ARTIFACT_NAME)) {
+        // Canceled while storing: nothing refers to the new file, so it goes.
+        await deps.store.remove(stored.contentId);
+      }
+      return undefined;
+    }
+  };
+}
+
+function safeParseProbe(text: string): ReturnType<typeof ffmpeg.parseProbe> | undefined {
+  try {
+    return ffmpeg.parseProbe(text);
+  } catch {
+    return undefined;
+  }
+}
+
+async function readWavHeader(file: string) {
+  const handle = await fs.open(file, 'r');
+  try {
+    const buf = Buffer.alloc(64 * 1024);
+    const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
+    return parseWavHeader(buf.subarray(0, bytesRead));
+  } catch (err) {
+    throw new JobFailure({ code: 'conversion_failed', message: 'The converter produced no valid WAV file.' });
+  } finally {
+    await handle.close();
+  }
+}

@@ -1,0 +1,59 @@
+import type { Db } from '../db/client.js';
+import type { JobRow } from '../db/schema.js';
+import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
+import { resolveAlias } from '../store/aliases.js';
+import { activeLeaderFor, insertJob } from './queue.js';
+
+/**
+ * submitSource: URL policy, then one of three outcomes:
+ *  - the URL has an alias to content still stored → a job born done, nothing downloaded;
+ *  - a job for the same URL is already queued or running → a job that follows it;
+ *  - otherwise → a queued job, and the workers are woken.
+ */
+export interface SubmitDeps {
+  db: Db;
+  now: () => number;
+  newJobId: () => string;
+  /** Throws a ServiceError('refused', ...) when the URL's destination is not allowed. */
+  checkDestination: (url: URL) => Promise<void>;
+  contentPresent: (contentId: string) => Promise<boolean>;
+  admitJob: () => void;
+  wakeWorkers: () => void;
+}
+
+export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string } }): Promise<JobRow> {
+  const url = parseSourceUrl(input.url);
+  await deps.checkDestination(url);
+  const urlKey = aliasKey(url);
+  const id = deps.newJobId();
+  const now = deps.now();
+
+  const aliased = resolveAlias(deps.db, 'url', urlKey);
+  if (aliased !== undefined && (await deps.contentPresent(aliased))) {
+    return insertJob(deps.db, {
+      id,
+      url: url.href,
+      urlKey,
+      status: 'done',
+      bornDone: true,
+      contentId: aliased,
+      createdAt: now,
+      startedAt: now,
+      finishedAt: now,
+    });
+  }
+
+  deps.admitJob();
+  // better-sqlite3 is synchronous: nothing can interleave between the look-up and the insert.
+  const leader = activeLeaderFor(deps.db, urlKey);
+  const job = insertJob(deps.db, {
+    id,
+    url: url.href,
+    urlKey,
+    status: 'queued',
+    followsJobId: leader?.id ?? null,
+    createdAt: now,
+  });
+  if (!leader) deps.wakeWorkers();
+  return job;
+}
