@@ -37,6 +37,7 @@ const envSchema = z.object({
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
   MAX_DURATION_S: positiveInt(3 * 3600),
   MAX_ATTEMPTS: positiveInt(3),
+  MAX_QUEUED_JOBS: positiveInt(1000),
   FETCH_ALLOW_HOSTS: commaList,
   ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
     message: 'must be a path that starts and ends with "/", for example /_artifacts/',
@@ -65,6 +66,7 @@ export interface Config {
   maxDownloadBytes: number;
   maxDurationS: number;
   maxAttempts: number;
+  maxQueuedJobs: number;
   fetchAllowHosts: string[];
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
@@ -99,6 +101,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
     maxDurationS: e.MAX_DURATION_S,
     maxAttempts: e.MAX_ATTEMPTS,
+    maxQueuedJobs: e.MAX_QUEUED_JOBS,
     fetchAllowHosts: e.FETCH_ALLOW_HOSTS,
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,

@@ -1,1 +1,174 @@
-export {};
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import { serve } from '@hono/node-server';
+import { createApp } from './app.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { openDatabase } from './db/client.js';
+import { createArtifactHandler } from './delivery/handler.js';
+import { createUrlSigner } from './delivery/signed-url.js';
+import { createTcpDialer, startEgressGuard } from './egress/guard.js';
+import { ServiceError } from './errors.js';
+import { createHealthCheck } from './health.js';
+import { createKeyChecker } from './http/api-key.js';
+import { toJobRecord } from './http/job-record.js';
+import { cancelJob } from './jobs/cancel.js';
+import { createFetchTask } from './jobs/fetch-task.js';
+import { countQueued, getJobRow, recoverAbandonedJobs } from './jobs/queue.js';
+import { killOrphanedTools } from './jobs/orphaned-tools.js';
+import { submitSource } from './jobs/submit.js';
+import { createWorkerPool } from './jobs/worker-pool.js';
+import { createLogger } from './logger.js';
+import { checkDestination, createSystemResolver, parseAllowHosts } from './policy/destination.js';
+import { destinationOf } from './policy/source-url.js';
+import { loadOrCreateSecret } from './secrets.js';
+import { cacheEntriesFor } from './store/cache-entries.js';
+import { createContentStore } from './store/content-store.js';
+import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
+import { locateTool, toolVersion } from './tools/locate.js';
+import { runProcess } from './tools/process.js';
+
+/**
+ * The composition root: configuration → database (migrations, recovery) → dependencies →
+ * app and workers → serve. The real clock, spawner, resolver and file system are wired here
+ * and nowhere else. SIGTERM and SIGINT drain both the server and the workers.
+ */
+async function main(): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (err instanceof ConfigError || err instanceof Error) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger(config.logLevel);
+  const now = () => Date.now();
+
+  await fs.mkdir(config.dataDir, { recursive: true });
+  await fs.mkdir(config.artifactRoot, { recursive: true });
+  const orphansKilled = await killOrphanedTools(config.workDir);
+  await fs.rm(config.workDir, { recursive: true, force: true });
+  await fs.mkdir(config.workDir, { recursive: true });
+
+  let apiKeys = config.apiKeys;
+  if (apiKeys.length === 0) {
+    const generated = loadOrCreateSecret(config.dataDir, 'api-key');
+    apiKeys = [generated.value];
+    log.warn({ file: generated.file, created: generated.created }, 'API_KEYS is not set: using the generated key kept in this file');
+  }
+  const signingSecret = config.urlSigningSecret ?? loadOrCreateSecret(config.dataDir, 'url-signing-secret').value;
+
+  let allowHosts;
+  try {
+    allowHosts = parseAllowHosts(config.fetchAllowHosts);
+  } catch (err) {
+    process.stderr.write(`Invalid configuration:\n  FETCH_ALLOW_HOSTS: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  if (allowHosts.length > 0) {
+    log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
+  }
+
+  const db = openDatabase(config.databasePath);
+  const recovered = recoverAbandonedJobs(db, config.maxAttempts, now());
+  const store = createContentStore(config.artifactRoot);
+  const leftovers = await store.clearIncoming();
+  log.info({ ...recovered, incoming_removed: leftovers, orphaned_tools_killed: orphansKilled }, 'start-up recovery');
+
+  const resolve = createSystemResolver();
+  const guard = await startEgressGuard({ resolve, dial: createTcpDialer(), allowHosts, logger: log });
+  const runJob = createFetchTask({
+    db,
+    store,
+    now,
+    run: runProcess,
+    tools: config.tools,
+    workDir: config.workDir,
+    limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
+    openEgressSession: (label) => guard.openSession(label),
+  });
+  const pool = createWorkerPool({ db, concurrency: config.workerConcurrency, now, log, runJob });
+
+  const signer = createUrlSigner(signingSecret, { now });
+  const checkKey = createKeyChecker(apiKeys);
+  const notFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+  const envPath = process.env.PATH ?? '';
+
+  const app = createApp({
+    log,
+    checkKey,
+    submitSource: (url) =>
+      submitSource({
+        deps: {
+          db,
+          now,
+          newJobId: randomUUID,
+          checkDestination: async (target) => {
+            const { host, port } = destinationOf(target);
+            await checkDestination(host, port, { resolve, allowHosts });
+          },
+          contentPresent: (cid) => store.has(cid, AUDIO_ARTIFACT_NAME),
+          admitJob: () => {
+            if (countQueued(db) >= config.maxQueuedJobs) {
+              throw new ServiceError('rate_limited', 'queue_full', 'Too many jobs are waiting; try again later.', { retryAfterSeconds: 30 });
+            }
+          },
+          wakeWorkers: () => pool.wake(),
+        },
+        input: { url },
+      }),
+    getJob: (id) => getJobRow(db, id) ?? throwError(notFound()),
+    cancelJob: (id) => cancelJob({ deps: { db, now, abortRunningJob: (jobId) => pool.abort(jobId, 'canceled') }, input: { jobId: id } }),
+    renderJob: (job) =>
+      toJobRecord(job, {
+        leader: job.followsJobId ? getJobRow(db, job.followsJobId) : undefined,
+        artifacts: job.contentId ? cacheEntriesFor(db, job.contentId) : [],
+        sign: (cid, name) => {
+          const signed = signer.sign(cid, name, config.signedUrlTtlS);
+          return { query: signed.query, expiresAt: signed.expires * 1000 };
+        },
+      }),
+    serveArtifact: createArtifactHandler({
+      artifactRoot: config.artifactRoot,
+      accelRedirectPrefix: config.accelRedirectPrefix,
+      checkKey,
+      signer,
+    }),
+    checkHealth: createHealthCheck({
+      tools: config.tools,
+      locate: (tool) => locateTool(tool, envPath),
+      version: toolVersion,
+      pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
+      artifactRoot: config.artifactRoot,
+      now,
+    }),
+  });
+
+  const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, (info) => {
+    log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
+  });
+  pool.start();
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal, grace_ms: config.shutdownGraceMs }, 'shutting down: no new work, draining running jobs');
+    server.close();
+    await pool.stop(config.shutdownGraceMs);
+    await guard.close();
+    db.$client.close();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+function throwError(err: Error): never {
+  throw err;
+}
+
+await main();

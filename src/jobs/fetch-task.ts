@@ -51,10 +51,13 @@ class JobFailure extends Error {
 }
 
 const PROGRESS_WRITE_INTERVAL_MS = 500;
+/** yt-dlp's info JSON lists every format; a few MB at most for real sites. */
+const MAX_INFO_JSON_BYTES = 32 * 1024 * 1024;
 
 export function createFetchTask(deps: FetchTaskDeps) {
   return async function runFetchJob(job: JobRow, ctx: JobContext): Promise<void> {
-    const workDir = path.join(deps.workDir, job.id);
+    // One folder per attempt: nothing of an interrupted attempt can mix with this one.
+    const workDir = path.join(deps.workDir, `${job.id}.${job.attempts}`);
     const egress = deps.openEgressSession?.(job.id);
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([ctx.signal, deadline]);
@@ -97,8 +100,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (done) ctx.log.info({ content_id: contentId }, 'job done');
     }
 
-    async function runTool(name: 'ytdlp' | 'ffmpeg' | 'ffprobe', args: string[], onStdoutLine?: (line: string) => void) {
-      const result = await deps.run({ command: deps.tools[name], args, cwd: workDir, signal, onStdoutLine });
+    async function runTool(
+      name: 'ytdlp' | 'ffmpeg' | 'ffprobe',
+      args: string[],
+      output: { onStdoutLine?: (line: string) => void; stdoutCaptureBytes?: number } = {},
+    ) {
+      const result = await deps.run({ command: deps.tools[name], args, cwd: workDir, signal, ...output });
       if (result.notFound) {
         throw new JobFailure(
           name === 'ytdlp'
@@ -112,13 +119,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
 
     async function fetchToStore(): Promise<{ contentId: string } | undefined> {
       // 1. Metadata, no media.
-      const infoLines: string[] = [];
-      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, proxyUrl: egress?.proxyUrl }), (line) => infoLines.push(line));
+      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, proxyUrl: egress?.proxyUrl }), {
+        stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
+      });
       if (probe.exitCode !== 0) {
         throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(probe.stderrTail), message: ytdlp.cleanToolMessage(probe.stderrTail, hide) });
       }
       let info: ReturnType<typeof ytdlp.parseInfoJson>;
-      const infoText = infoLines.join('\n');
+      const infoText = probe.stdout;
       try {
         info = ytdlp.parseInfoJson(infoText);
       } catch {
@@ -160,7 +168,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
           proxyUrl: egress?.proxyUrl,
           maxBytes: deps.limits.maxDownloadBytes,
         }),
-        (line) => {
+        {
+          onStdoutLine: (line) => {
           const progress = ytdlp.parseProgressLine(line);
           if (progress) {
             const now = Date.now();
@@ -171,6 +180,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
           } else if (path.isAbsolute(line.trim())) {
             downloadedPath = line.trim();
           }
+          },
         },
       );
       if (download.exitCode !== 0) {
@@ -186,9 +196,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
       recordProgress(deps.db, job.id, downloaded.size, downloaded.size);
 
       // 3. It must be audio.
-      const probeLines: string[] = [];
-      const ffprobeRun = await runTool('ffprobe', ffmpeg.buildProbeArgs(downloadedPath), (line) => probeLines.push(line));
-      const media = ffprobeRun.exitCode === 0 ? safeParseProbe(probeLines.join('\n')) : undefined;
+      const ffprobeRun = await runTool('ffprobe', ffmpeg.buildProbeArgs(downloadedPath), { stdoutCaptureBytes: 1024 * 1024 });
+      const media = ffprobeRun.exitCode === 0 ? safeParseProbe(ffprobeRun.stdout) : undefined;
       if (!media || media.audioStreams === 0) {
         throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
       }

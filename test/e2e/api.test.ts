@@ -1,0 +1,142 @@
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+
+/** The HTTP contract: authentication, input validation, problem documents, the address policy at submission. */
+let svc: ServiceHandle;
+
+beforeAll(async () => {
+  svc = await startService();
+});
+afterAll(async () => {
+  await svc?.stop();
+});
+
+async function problem(res: Response): Promise<{ status: number; code: string; detail: string; [k: string]: unknown }> {
+  expect(res.headers.get('content-type')).toContain('application/problem+json');
+  return (await res.json()) as { status: number; code: string; detail: string };
+}
+
+function post(body: string, headers: Record<string, string> = { 'content-type': 'application/json' }) {
+  return svc.request('/sources', { method: 'POST', headers, body });
+}
+
+describe('authentication', () => {
+  it('refuses requests without a key, with a wrong key, and accepts both header forms', async () => {
+    const none = await svc.request('/jobs/x', { auth: false });
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toBe('Bearer');
+    const noneBody = await problem(none);
+    expect(noneBody.code).toBe('unauthorized');
+
+    const wrong = await svc.request('/jobs/x', { headers: { authorization: `Bearer ${svc.apiKey}x` } });
+    expect(wrong.status).toBe(401);
+    const wrongBody = await problem(wrong);
+    expect(wrongBody.detail).toBe(noneBody.detail);
+
+    const wrongHeader = await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': 'not-the-key-at-all-123' } });
+    expect(wrongHeader.status).toBe(401);
+
+    const viaHeader = await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': svc.apiKey } });
+    expect(viaHeader.status).toBe(404);
+    const viaBearer = await svc.request('/jobs/x');
+    expect(viaBearer.status).toBe(404);
+    expect((await problem(viaBearer)).code).toBe('job_not_found');
+  });
+
+  it('accepts several keys at once (rotation)', async () => {
+    const rotating = await startService({ apiKey: 'first-key-0123456789,second-key-0123456789' });
+    try {
+      for (const key of ['first-key-0123456789', 'second-key-0123456789']) {
+        const res = await rotating.request('/jobs/x', { headers: { authorization: `Bearer ${key}` } });
+        expect(res.status).toBe(404);
+      }
+    } finally {
+      await rotating.stop();
+    }
+  });
+
+  it('never writes a key to the log', async () => {
+    await svc.request('/jobs/x', { headers: { authorization: 'Bearer wrong-key-that-must-not-be-logged' } });
+    expect(svc.output()).not.toContain(svc.apiKey);
+    expect(svc.output()).not.toContain('wrong-key-that-must-not-be-logged');
+  });
+
+  it('leaves the health check open', async () => {
+    const res = await svc.request('/healthz', { auth: false });
+    expect([200, 503]).toContain(res.status);
+  });
+});
+
+describe('submitSource input', () => {
+  it('answers 415 for a body that is not JSON', async () => {
+    const res = await post('url=http://example.org/', { 'content-type': 'application/x-www-form-urlencoded' });
+    expect(res.status).toBe(415);
+    expect((await problem(res)).code).toBe('unsupported_media_type');
+  });
+
+  it('answers 400 for malformed JSON and for a missing or mistyped url', async () => {
+    expect((await problem(await post('{"url": '))).code).toBe('invalid_json');
+    const missing = await problem(await post('{}'));
+    expect(missing.code).toBe('validation_failed');
+    expect(missing.errors).toEqual([expect.objectContaining({ path: 'url' })]);
+    expect((await problem(await post('{"url": 42}'))).code).toBe('validation_failed');
+    expect((await problem(await post('{"url": "http://example.org/", "extra": 1}'))).code).toBe('validation_failed');
+  });
+
+  it('answers 413 for a body over 8 KiB', async () => {
+    const res = await post(JSON.stringify({ url: `http://example.org/${'a'.repeat(9000)}` }));
+    expect(res.status).toBe(413);
+    expect((await problem(res)).code).toBe('body_too_large');
+  });
+
+  it('refuses URLs over 2048 characters', async () => {
+    const res = await post(JSON.stringify({ url: `http://example.org/${'a'.repeat(2100)}` }));
+    expect(res.status).toBe(400);
+  });
+
+  it.each([
+    ['ftp://example.org/a.mp3', 400, 'url_scheme_not_allowed'],
+    ['file:///etc/passwd', 400, 'url_scheme_not_allowed'],
+    ['not a url', 400, 'url_invalid'],
+    ['http://user:pass@example.org/a.mp3', 400, 'url_credentials_not_allowed'],
+    ['http://localhost/a.mp3', 422, 'host_localhost'],
+    ['http://media.localhost/a.mp3', 422, 'host_localhost'],
+    ['http://127.0.0.1:9/a.mp3', 422, 'address_loopback'],
+    ['http://[::1]/a.mp3', 422, 'address_loopback'],
+    ['http://169.254.169.254/latest/meta-data/', 422, 'address_link_local'],
+    ['http://10.0.0.1/a.mp3', 422, 'address_private'],
+    ['http://192.168.1.1/a.mp3', 422, 'address_private'],
+    ['http://0x7f000001/a.mp3', 422, 'address_loopback'],
+    ['http://[::ffff:169.254.169.254]/', 422, 'address_link_local'],
+  ])('refuses %s with %i %s, before any job exists', async (url, status, code) => {
+    const res = await post(JSON.stringify({ url }));
+    expect(res.status).toBe(status);
+    const body = await problem(res);
+    expect(body.code).toBe(code);
+    expect(body.status).toBe(status);
+  });
+});
+
+describe('the interface description', () => {
+  it('is served at /openapi.json and equals the generated file in the repository', async () => {
+    const res = await svc.request('/openapi.json', { auth: false });
+    expect(res.status).toBe(200);
+    const served = await res.json();
+    const committed = JSON.parse(await readFile(path.join(ROOT, 'openapi.json'), 'utf8'));
+    expect(served).toEqual(committed);
+    const operations = Object.values(served.paths as Record<string, Record<string, { operationId?: string }>>)
+      .flatMap((item) => Object.values(item).map((op) => op.operationId))
+      .sort();
+    expect(operations).toEqual(['cancelJob', 'getArtifact', 'getHealth', 'getJob', 'submitSource']);
+  });
+});
+
+describe('unknown routes', () => {
+  it('answer a 404 problem document', async () => {
+    const res = await svc.request('/nope');
+    expect(res.status).toBe(404);
+    expect((await problem(res)).code).toBe('route_not_found');
+  });
+});

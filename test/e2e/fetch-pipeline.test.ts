@@ -1,0 +1,146 @@
+import { createHash } from 'node:crypto';
+import { readFile, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseWavHeader } from '../../src/tools/wav.js';
+import { generateMediaFixtures, type MediaFixture, type MediaFixtureName } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+/**
+ * The fetch pipeline end to end: the real service, the real yt-dlp and ffmpeg, a media server
+ * on 127.0.0.1 (allowed through FETCH_ALLOW_HOSTS) and a real SQLite file.
+ */
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+
+let media: MediaServer;
+let svc: ServiceHandle;
+let fixtures: Record<MediaFixtureName, MediaFixture>;
+
+beforeAll(async () => {
+  fixtures = await generateMediaFixtures(FIXTURE_DIR);
+  media = await startMediaServer();
+  for (const [name, fixture] of Object.entries(fixtures)) {
+    media.serveFile(`/${name}${path.extname(fixture.path)}`, fixture.path, { contentType: fixture.contentType });
+  }
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+});
+
+afterAll(async () => {
+  await svc?.stop();
+  await media?.close();
+});
+
+function storedPath(cid: string): string {
+  return path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav');
+}
+
+const cases: Array<{ name: MediaFixtureName; channels: number }> = [
+  { name: 'opus_webm', channels: 2 },
+  { name: 'aac_m4a', channels: 2 },
+  { name: 'mp3_mono', channels: 1 },
+  { name: 'flac_mono', channels: 1 },
+  { name: 'wav_mono_22k', channels: 1 },
+  { name: 'flac_51', channels: 2 },
+];
+
+describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
+  it.each(cases)('$name → PCM 16-bit 44.1 kHz, $channels channel(s), content id = SHA-256', async ({ name, channels }) => {
+    const fixture = fixtures[name];
+    const url = media.url(`/${name}${path.extname(fixture.path)}`);
+    const submitted = await svc.submit(url);
+    expect(Object.keys(submitted)[0]).toBe('job_id');
+    expect(['queued', 'running']).toContain(submitted.status);
+
+    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
+    expect(job.error).toBeNull();
+    expect(job.status).toBe('done');
+    expect(job.born_done).toBe(false);
+    const cid = job.result!.content_id;
+    expect(cid).toMatch(/^[0-9a-f]{64}$/);
+
+    const bytes = await readFile(storedPath(cid));
+    expect(createHash('sha256').update(bytes).digest('hex')).toBe(cid);
+    const header = parseWavHeader(bytes);
+    expect(header).toMatchObject({ audioFormat: 1, sampleRate: 44100, bitsPerSample: 16, channels });
+    expect(header.durationS).toBeGreaterThan(fixture.durationS - 0.1);
+    expect(header.durationS).toBeLessThan(fixture.durationS + 0.2);
+
+    const [artifact] = job.result!.artifacts;
+    expect(artifact).toMatchObject({
+      name: 'audio.wav',
+      path: `/artifacts/${cid}/audio.wav`,
+      bytes: bytes.length,
+      content_type: 'audio/wav',
+      sample_rate: 44100,
+      channels,
+    });
+    expect(artifact!.duration).toBeCloseTo(header.durationS, 3);
+  });
+
+  it('a URL already stored gives a job born done, and nothing is downloaded again', async () => {
+    const url = media.url('/aac_m4a.m4a');
+    const first = await svc.waitForJob((await svc.submit(url)).job_id, ['done', 'failed']);
+    expect(first.status).toBe('done');
+    const seen = media.requestsFor('/aac_m4a.m4a').length;
+
+    const again = await svc.submit(url);
+    expect(again.status).toBe('done');
+    expect(again.born_done).toBe(true);
+    expect(again.result!.content_id).toBe(first.result!.content_id);
+    // Another spelling of the same URL (default port, fragment) is the same alias.
+    const respelled = await svc.submit(`${url.replace('127.0.0.1', '127.0.0.1')}#t=3`);
+    expect(respelled.born_done).toBe(true);
+    expect(media.requestsFor('/aac_m4a.m4a').length).toBe(seen);
+  });
+
+  it('concurrent submissions of one URL download once and all end done with the same content', async () => {
+    const fixture = fixtures.flac_mono;
+    media.serveFile('/concurrent.flac', fixture.path, { contentType: fixture.contentType, throttleBytesPerSec: 256 * 1024 });
+    media.serveFile('/single.flac', fixture.path, { contentType: fixture.contentType });
+    const single = await svc.waitForJob((await svc.submit(media.url('/single.flac'))).job_id, ['done', 'failed']);
+    const requestsForOneFetch = media.requestsFor('/single.flac').length;
+
+    const url = media.url('/concurrent.flac');
+    const submitted = await Promise.all([svc.submit(url), svc.submit(url), svc.submit(url)]);
+    const jobs = await Promise.all(submitted.map((job) => svc.waitForJob(job.job_id, ['done', 'failed'])));
+    expect(new Set(jobs.map((job) => job.job_id)).size).toBe(3);
+    for (const job of jobs) {
+      expect(job.status).toBe('done');
+      expect(job.result!.content_id).toBe(single.result!.content_id);
+    }
+    expect(media.requestsFor('/concurrent.flac').length).toBe(requestsForOneFetch);
+  });
+
+  it('identical audio from another URL reuses the stored file', async () => {
+    const fixture = fixtures.mp3_mono;
+    media.serveFile('/copy-of-mp3.mp3', fixture.path, { contentType: fixture.contentType });
+    const original = await svc.waitForJob((await svc.submit(media.url('/mp3_mono.mp3'))).job_id, ['done']);
+    const copy = await svc.waitForJob((await svc.submit(media.url('/copy-of-mp3.mp3'))).job_id, ['done']);
+    expect(copy.born_done).toBe(false);
+    expect(copy.result!.content_id).toBe(original.result!.content_id);
+  });
+
+  it('a download that is not audio fails with not_audio, and nothing is stored', async () => {
+    media.route('/page.html', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body>no media here</body></html>');
+    });
+    const job = await svc.waitForJob((await svc.submit(media.url('/page.html'))).job_id, ['done', 'failed']);
+    expect(job.status).toBe('failed');
+    expect(job.error!.code).toMatch(/^(not_audio|unsupported_url)$/);
+    expect(job.error!.message).not.toMatch(/\/tmp\/|\/work\/|sf-data-/);
+  });
+
+  it('an HTTP error at the origin fails the job with a code and a message free of server paths', async () => {
+    const job = await svc.waitForJob((await svc.submit(media.url('/missing.mp3'))).job_id, ['done', 'failed']);
+    expect(job.status).toBe('failed');
+    expect(job.error!.code).toBe('http_error');
+    expect(job.error!.message).toContain('404');
+    expect(job.error!.message).not.toContain(svc.dataDir);
+  });
+
+  it('leaves no working folders behind', async () => {
+    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+  });
+});

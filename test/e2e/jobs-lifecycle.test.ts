@@ -1,0 +1,156 @@
+import { readdir, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeTone, type MediaFixture } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { processesMatching } from '../support/processes.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+/** Cancel, restart recovery and a missing downloader, with the real service and tools. */
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+
+let media: MediaServer;
+let long: MediaFixture;
+
+beforeAll(async () => {
+  long = await makeTone(FIXTURE_DIR, { seconds: 30, channels: 2, sampleRate: 44100, format: 'wav' });
+  media = await startMediaServer();
+});
+
+afterAll(async () => {
+  await media?.close();
+});
+
+async function contentDirs(dataDir: string): Promise<string[]> {
+  const root = path.join(dataDir, 'artifacts');
+  const shards = (await readdir(root).catch(() => [] as string[])).filter((entry) => /^[0-9a-f]{2}$/.test(entry));
+  const all = await Promise.all(shards.map((shard) => readdir(path.join(root, shard))));
+  return all.flat();
+}
+
+describe('cancelJob', () => {
+  let svc: ServiceHandle;
+  beforeAll(async () => {
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('kills a throttled download and every process it started, removes its folder, stores nothing', async () => {
+    // ~5.3 MB at 128 KiB/s: about 40 s, far longer than the test waits.
+    media.serveFile('/slow-cancel.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024 });
+    const submitted = await svc.submit(media.url('/slow-cancel.wav'));
+    const deadline = Date.now() + 30_000;
+    let running = await svc.getJob(submitted.job_id);
+    while (!(running.status === 'running' && (running.progress?.bytes_done ?? 0) > 0) && Date.now() < deadline) {
+      await sleep(100);
+      running = await svc.getJob(submitted.job_id);
+    }
+    expect(running.status).toBe('running');
+    expect(running.progress!.bytes_done).toBeGreaterThan(0);
+    expect(running.progress!.bytes_total).toBe((await stat(long.path)).size);
+    expect((await processesMatching(submitted.job_id)).length).toBeGreaterThan(0);
+
+    const res = await svc.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { status: string }).status).toBe('canceled');
+
+    const settle = Date.now() + 10_000;
+    while ((await processesMatching(submitted.job_id)).length > 0 && Date.now() < settle) await sleep(100);
+    expect(await processesMatching(submitted.job_id)).toEqual([]);
+    while ((await readdir(path.join(svc.dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(100);
+    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await contentDirs(svc.dataDir)).toEqual([]);
+    expect((await svc.getJob(submitted.job_id)).status).toBe('canceled');
+
+    // Canceling again answers the same record; an unknown id is 404.
+    const again = await svc.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+    expect(again.status).toBe(200);
+    expect(((await again.json()) as { status: string }).status).toBe('canceled');
+    const unknown = await svc.request('/jobs/no-such-job/cancel', { method: 'POST' });
+    expect(unknown.status).toBe(404);
+    expect(((await unknown.json()) as { code: string }).code).toBe('job_not_found');
+  });
+
+  it('cancels a queued job at once, and refuses to cancel a finished one with 409', async () => {
+    const short = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' });
+    media.serveFile('/short-done.flac', short.path, { contentType: 'audio/flac' });
+    const done = await svc.waitForJob((await svc.submit(media.url('/short-done.flac'))).job_id, ['done', 'failed']);
+    expect(done.status).toBe('done');
+    const conflict = await svc.request(`/jobs/${done.job_id}/cancel`, { method: 'POST' });
+    expect(conflict.status).toBe(409);
+    expect(conflict.headers.get('content-type')).toContain('application/problem+json');
+    expect(((await conflict.json()) as { code: string }).code).toBe('job_already_finished');
+  });
+});
+
+describe('restart', () => {
+  it('queues again jobs a crash left running, finishes them, and leaves no temporary files', async () => {
+    const dataDir = path.join(tmpdir(), `sf-restart-${process.pid}-${Date.now()}`);
+    media.serveFile('/restart.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 });
+    const first = await startService({ dataDir, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+    const submitted = await first.submit(media.url('/restart.wav'));
+    const deadline = Date.now() + 30_000;
+    while ((await first.getJob(submitted.job_id)).status !== 'running' && Date.now() < deadline) await sleep(50);
+    await sleep(500);
+    expect((await processesMatching(submitted.job_id)).length).toBeGreaterThan(0);
+    await first.kill();
+
+    const second = await startService({ dataDir, apiKey: first.apiKey, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+    try {
+      const job = await second.waitForJob(submitted.job_id, ['done', 'failed'], 90_000);
+      expect(job.status).toBe('done');
+      expect(job.attempts).toBe(2);
+      expect(second.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({ requeued: 1 });
+      // Tools the crash orphaned are gone (killed at start-up if they had not died of the broken pipe).
+      expect(await processesMatching(`${submitted.job_id}.1`)).toEqual([]);
+      expect(await readdir(path.join(dataDir, 'work'))).toEqual([]);
+      expect(await readdir(path.join(dataDir, 'artifacts', '.incoming')).catch(() => [])).toEqual([]);
+    } finally {
+      await second.stop();
+    }
+    const db = new Database(path.join(dataDir, 'source-fetch.sqlite'), { readonly: true });
+    expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    db.close();
+  });
+});
+
+describe('a missing downloader', () => {
+  it('makes health 503 and fails jobs at once with downloader_missing', async () => {
+    const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, YTDLP_PATH: '/nonexistent/yt-dlp' } });
+    try {
+      const health = await svc.request('/healthz', { auth: false });
+      expect(health.status).toBe(503);
+      const body = (await health.json()) as { can_fetch: boolean; downloader: { present: boolean } };
+      expect(body.can_fetch).toBe(false);
+      expect(body.downloader.present).toBe(false);
+
+      media.serveFile('/nodownloader.wav', long.path, { contentType: 'audio/wav' });
+      const job = await svc.waitForJob((await svc.submit(media.url('/nodownloader.wav'))).job_id, ['done', 'failed'], 10_000);
+      expect(job.status).toBe('failed');
+      expect(job.error).toEqual({ code: 'downloader_missing', message: expect.any(String) });
+      expect(media.requestsFor('/nodownloader.wav')).toEqual([]);
+    } finally {
+      await svc.stop();
+    }
+  });
+
+  it('with the real tools present, health is 200 and names their versions', async () => {
+    const svc = await startService();
+    try {
+      const health = await svc.request('/healthz', { auth: false });
+      expect(health.status).toBe(200);
+      const body = (await health.json()) as Record<string, { present?: boolean; version?: string; writable?: boolean; ok?: boolean }>;
+      expect(body.downloader).toMatchObject({ present: true, version: expect.stringMatching(/^\d{4}\.\d{2}\.\d{2}/) });
+      expect(body.ffmpeg).toMatchObject({ present: true, version: expect.stringContaining('ffmpeg') });
+      expect(body.database).toEqual({ ok: true });
+      expect(body.artifact_root).toMatchObject({ writable: true });
+    } finally {
+      await svc.stop();
+    }
+  });
+});

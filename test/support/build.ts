@@ -1,0 +1,7 @@
+import { execFileSync } from 'node:child_process';
+import { ROOT } from './service.js';
+
+/** Global setup of the e2e project: the tests start the built service, so build it once. */
+export default function setup(): void {
+  execFileSync(process.execPath, [`${ROOT}/node_modules/typescript/bin/tsc`, '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
+}
