@@ -1,0 +1,270 @@
+/**
+ * yt-dlp argument builders and output parsers. Nothing here runs a process.
+ *
+ * Written against Debian's yt-dlp 2023.03.04 (checked with the real binary, see
+ * test/unit/tools-integration.test.ts):
+ * - A job is two runs. The probe (`buildProbeArgs`) prints the info JSON on stdout as one line
+ *   and downloads no media. The worker stores that text in a file and the download
+ *   (`buildDownloadArgs`) replays it with --load-info-json, so the page is not extracted twice.
+ *   With --load-info-json yt-dlp ignores any URL on the command line, so none is passed. If
+ *   downloading from the loaded info fails, 2023.03 warns and retries once by re-extracting
+ *   `webpage_url`; that goes through the same --proxy.
+ * - Download stdout carries two kinds of lines: progress lines (`parseProgressLine`) and, once
+ *   the file is in place, its absolute path (--print after_move:filepath). Any stdout line that
+ *   is not a progress line is that path; the worker must check it lies inside its outputDir.
+ * - --print implies --quiet, and quiet turns progress off unless --progress is given. An
+ *   after_move print does not imply --simulate; --no-simulate is passed anyway so that stays
+ *   true whatever the print stage.
+ * - --max-filesize only works when the size is announced (Content-Length). A refusal is silent
+ *   under --quiet: yt-dlp exits 0 and prints no path. So "exit 0 without a path while maxBytes
+ *   was set" means file_too_large; and for unannounced sizes the worker must enforce its byte
+ *   cap itself from the progress lines (abort when downloadedBytes passes it).
+ * - For a direct media link the 'generic' extractor answers: extractor 'generic', extractor_key
+ *   'Generic', id and title = the file name without extension, `direct: true`, no duration, one
+ *   format whose protocol is 'http'. The id is not a stable media identity across sites.
+ * - HLS: fragments come through yt-dlp's own downloader (progress has only an estimate until the
+ *   end). With --fixup never the file is named source.mp4 but holds MPEG-TS; ffmpeg goes by
+ *   content, not by name.
+ * - A proxy refusing CONNECT (https) gives "Tunnel connection failed: 403 Forbidden"; a proxy
+ *   refusing a plain-http request gives "HTTP Error 403: Forbidden", like an origin would.
+ * - A failed probe prints "null" on stdout (parseInfoJson throws on it).
+ */
+
+/**
+ * Prints e.g. "PROGRESS 15360 37764 NA" (downloaded, total, estimate). %(...)d prints integers
+ * (total_bytes_estimate is a float) and NA for a missing value.
+ */
+const PROGRESS_TEMPLATE =
+  'download:PROGRESS %(progress.downloaded_bytes)d %(progress.total_bytes)d %(progress.total_bytes_estimate)d';
+
+/** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
+export const DOWNLOAD_BASENAME = 'source';
+
+/** Options every run gets: no config files, no cache, no colours, one item only. */
+const COMMON_ARGS = ['--ignore-config', '--no-playlist', '--no-cache-dir', '--no-colors'];
+
+export interface YtDlpNetworkOptions {
+  /** Egress proxy, e.g. http://token@127.0.0.1:8899; all of yt-dlp's HTTP goes through it. */
+  proxyUrl?: string;
+  socketTimeoutS?: number;
+}
+
+function networkArgs({ proxyUrl, socketTimeoutS }: YtDlpNetworkOptions): string[] {
+  const args: string[] = [];
+  if (proxyUrl !== undefined) args.push('--proxy', proxyUrl);
+  if (socketTimeoutS !== undefined) args.push('--socket-timeout', String(socketTimeoutS));
+  return args;
+}
+
+/** Metadata only: prints the info JSON on stdout, downloads no media. */
+export function buildProbeArgs(opts: { url: string } & YtDlpNetworkOptions): string[] {
+  return [
+    ...COMMON_ARGS,
+    '--skip-download',
+    '--dump-single-json',
+    '--no-warnings',
+    '--no-progress',
+    ...networkArgs(opts),
+    // "--" so a URL starting with "-" cannot be read as an option.
+    '--',
+    opts.url,
+  ];
+}
+
+export interface DownloadArgsOptions extends YtDlpNetworkOptions {
+  /** Info JSON written from the probe's stdout; when given the URL is not used. */
+  infoJsonPath?: string;
+  url: string;
+  /** A folder the job owns; the file lands at <outputDir>/source.<ext>. */
+  outputDir: string;
+  maxBytes?: number;
+}
+
+export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
+  // -o is an output template: a literal % in the folder must be doubled.
+  const outputTemplate = `${opts.outputDir.replaceAll('%', '%%')}/${DOWNLOAD_BASENAME}.%(ext)s`;
+  const args = [
+    ...COMMON_ARGS,
+    '-f',
+    'bestaudio/best',
+    '--newline',
+    '--progress',
+    '--progress-template',
+    PROGRESS_TEMPLATE,
+    '--print',
+    'after_move:filepath',
+    '--no-simulate',
+    '-o',
+    outputTemplate,
+    // A fresh folder per job: nothing to resume, and one predictable file name while downloading.
+    '--no-part',
+    '--no-mtime',
+    '--restrict-filenames',
+    // HLS through yt-dlp's own downloader, hence through --proxy (not through an ffmpeg child).
+    '--hls-prefer-native',
+    // Container fix-ups would run ffmpeg inside yt-dlp; our own conversion reads any container.
+    '--fixup',
+    'never',
+    ...networkArgs(opts),
+  ];
+  if (opts.maxBytes !== undefined) args.push('--max-filesize', String(opts.maxBytes));
+  if (opts.infoJsonPath !== undefined) args.push('--load-info-json', opts.infoJsonPath);
+  else args.push('--', opts.url);
+  return args;
+}
+
+export interface DownloadProgress {
+  downloadedBytes: number;
+  /** Exact size when announced, else yt-dlp's estimate (fragmented downloads), else null. */
+  totalBytes: number | null;
+}
+
+const PROGRESS_LINE = /^PROGRESS (\d+|NA) (\d+|NA) (\d+|NA)$/;
+
+/** Parses one line printed through the progress template; null for any other line. */
+export function parseProgressLine(line: string): DownloadProgress | null {
+  const m = PROGRESS_LINE.exec(line.trim());
+  if (!m) return null;
+  const [, downloaded, total, estimate] = m;
+  if (downloaded === 'NA') return null;
+  const toNumber = (v: string | undefined) => (v === undefined || v === 'NA' ? null : Number(v));
+  return { downloadedBytes: Number(downloaded), totalBytes: toNumber(total) ?? toNumber(estimate) };
+}
+
+export interface MediaInfo {
+  extractor: string;
+  extractorKey: string;
+  mediaId: string;
+  title?: string;
+  durationS?: number;
+  isLive?: boolean;
+  /** A playlist (or multi-video) instead of one item; the worker refuses it. */
+  isPlaylist: boolean;
+}
+
+/** Reads the fields the service needs from --dump-single-json output; throws on anything malformed. */
+export function parseInfoJson(text: string): MediaInfo {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    throw new Error('yt-dlp info JSON is not valid JSON');
+  }
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+    throw new Error('yt-dlp info JSON is not an object');
+  }
+  const info = data as Record<string, unknown>;
+  const requireString = (key: string): string => {
+    const value = info[key];
+    if (typeof value === 'string' && value !== '') return value;
+    if (typeof value === 'number') return String(value);
+    throw new Error(`yt-dlp info JSON lacks "${key}"`);
+  };
+  const result: MediaInfo = {
+    extractor: requireString('extractor'),
+    extractorKey: requireString('extractor_key'),
+    mediaId: requireString('id'),
+    isPlaylist: info._type === 'playlist' || info._type === 'multi_video',
+  };
+  if (typeof info.title === 'string') result.title = info.title;
+  if (typeof info.duration === 'number' && Number.isFinite(info.duration)) result.durationS = info.duration;
+  if (typeof info.is_live === 'boolean') result.isLive = info.is_live;
+  if (info.live_status === 'is_live' || info.live_status === 'is_upcoming') result.isLive = true;
+  return result;
+}
+
+const MAX_MESSAGE_CHARS = 500;
+const MESSAGE_LINES = 3;
+/** CSI sequences (colours, cursor moves) and OSC sequences (console title). */
+const ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]/g;
+/** file:// URLs name server paths outright. */
+const FILE_URL = /file:\/\/[^\s'"`()<>,;]*/gi;
+/**
+ * An absolute path with at least two segments ("file:/tmp/x/y" included), but not "://" nor the
+ * path of a URL, which follows its host ("127.0.0.1:8080/a/b", "[::1]/a/b") or another "/".
+ */
+const ABSOLUTE_PATH = /(?<![\w.%\]/-])\/(?!\/)(?:[^\s/'"`()<>,;]+\/)+[^\s'"`()<>,;]*/g;
+/** yt-dlp's "please report this issue" trailer adds nothing for a client. */
+const REPORT_TRAILER = /;?\s*please report this issue on\s.*$/i;
+/** Progress redraws are noise in an error message. */
+const PROGRESS_NOISE = /^(?:\[download\]\s+\d|PROGRESS )/;
+
+/**
+ * A short message for the job record: the last meaningful stderr lines (ERROR: lines preferred),
+ * with the given secrets and paths, every absolute path and ANSI escapes removed, at most ~500
+ * characters. `secretsAndPaths` takes the proxy URL (its user and password are removed too,
+ * raw and percent-decoded), the job's temp folder, the data dir...
+ */
+export function cleanToolMessage(stderrTail: string, secretsAndPaths: string[]): string {
+  let text = stderrTail.replace(ANSI, '');
+  for (const secret of expandSecrets(secretsAndPaths)) {
+    text = text.replaceAll(secret, '[redacted]');
+  }
+  text = text.replace(FILE_URL, '[path]').replace(ABSOLUTE_PATH, '[path]');
+
+  const lines = text
+    .split(/\r\n|\r|\n/)
+    .map((line) => line.replace(REPORT_TRAILER, '').trim())
+    .filter((line) => line !== '' && !PROGRESS_NOISE.test(line));
+  const errors = lines.filter((line) => line.startsWith('ERROR:'));
+  const chosen = (errors.length > 0 ? errors : lines).slice(-MESSAGE_LINES).join('\n');
+  return chosen.length > MAX_MESSAGE_CHARS ? `${chosen.slice(0, MAX_MESSAGE_CHARS - 1)}…` : chosen;
+}
+
+/** Each secret, plus the user and password of any that is a URL; longest first so none is half-replaced. */
+function expandSecrets(secrets: string[]): string[] {
+  const all = new Set<string>();
+  for (const secret of secrets) {
+    if (secret === '') continue;
+    all.add(secret);
+    let url: URL | null = null;
+    try {
+      url = new URL(secret);
+    } catch {
+      // Not a URL: a path or a bare token.
+    }
+    for (const part of [url?.username, url?.password]) {
+      if (!part) continue;
+      all.add(part);
+      all.add(safeDecode(part));
+    }
+  }
+  return [...all].sort((a, b) => b.length - a.length);
+}
+
+function safeDecode(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return value;
+  }
+}
+
+export type YtDlpFailureCode =
+  | 'destination_refused'
+  | 'file_too_large'
+  | 'unsupported_url'
+  | 'http_error'
+  | 'network_error'
+  | 'download_failed';
+
+const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
+  // The egress proxy refuses a CONNECT (https) with 403. A plain-http 403 from the proxy looks
+  // like the origin's own 403 (http_error); the worker checks the guard's refusal list for that.
+  ['destination_refused', /Tunnel connection failed: 403/i],
+  ['file_too_large', /larger than max-filesize/i],
+  ['unsupported_url', /ERROR: Unsupported URL/i],
+  ['http_error', /HTTP Error \d{3}/i],
+  [
+    'network_error',
+    /Connection refused|Connection reset|timed out|Name or service not known|Temporary failure in name resolution|No route to host|Network is unreachable|Tunnel connection failed/i,
+  ],
+];
+
+/** Maps yt-dlp's stderr to a stable code; 'download_failed' when nothing is recognised. */
+export function classifyYtDlpFailure(stderrTail: string): YtDlpFailureCode {
+  for (const [code, pattern] of FAILURE_PATTERNS) {
+    if (pattern.test(stderrTail)) return code;
+  }
+  return 'download_failed';
+}

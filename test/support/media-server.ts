@@ -1,0 +1,205 @@
+/**
+ * A tiny HTTP origin on 127.0.0.1 for end-to-end tests: serves files (with Range and optional
+ * throttling), redirects and custom handlers, and logs every request.
+ *
+ *   const server = await startMediaServer();
+ *   server.serveFile('/a.m4a', fixtures.aac_m4a.path, { contentType: 'audio/mp4' });
+ *   server.serveFile('/slow.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
+ *   server.redirect('/r', '/a.m4a');
+ *   server.route('/live.m3u8', (req, res) => res.end('#EXTM3U...'));
+ *   server.url('/a.m4a')              // 'http://127.0.0.1:<port>/a.m4a' (the URL to submit)
+ *   server.hostPort                   // '127.0.0.1:<port>' (for FETCH_ALLOW_HOSTS)
+ *   server.requestsFor('/a.m4a')      // [{ method, path, headers, at }, ...]
+ *   await server.close()              // also cuts in-flight (throttled) responses
+ *
+ * Routes match the path without its query string; a later registration replaces an earlier
+ * one. Unknown paths get 404. Served files answer GET and HEAD; a single `bytes=` range gets
+ * 206 (an unsatisfiable one 416), several ranges get the whole file (allowed by RFC 9110).
+ * Throttled files are sent in chunks of a tenth of the rate, one every 100 ms, the first at once.
+ */
+import { once } from 'node:events';
+import { open, stat } from 'node:fs/promises';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface RecordedRequest {
+  method: string;
+  /** Path and query string as received. */
+  path: string;
+  headers: IncomingHttpHeaders;
+  /** Date.now() when the request arrived. */
+  at: number;
+}
+
+export interface ServeFileOptions {
+  contentType: string;
+  /** Send at most this many bytes per second. */
+  throttleBytesPerSec?: number;
+  /** Answer with this status (and the file as body) instead of 200/206; Range is then ignored. */
+  status?: number;
+  /** Omit Content-Length (chunked transfer): the client cannot know the size up front. Range is then ignored. */
+  unknownLength?: boolean;
+}
+
+export type RouteHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
+
+export interface MediaServer {
+  /** '127.0.0.1:<port>' */
+  readonly hostPort: string;
+  /** Every request so far, oldest first. */
+  readonly requests: RecordedRequest[];
+  url(path: string): string;
+  serveFile(urlPath: string, filePath: string, opts: ServeFileOptions): void;
+  redirect(urlPath: string, location: string, status?: number): void;
+  route(urlPath: string, handler: RouteHandler): void;
+  /** Requests whose path (query string ignored) is `path`. */
+  requestsFor(path: string): RecordedRequest[];
+  /** Stops listening and destroys open sockets; safe to call twice. */
+  close(): Promise<void>;
+}
+
+const THROTTLE_TICK_MS = 100;
+const CHUNK_BYTES = 64 * 1024;
+
+export async function startMediaServer(opts: { host?: '127.0.0.1' } = {}): Promise<MediaServer> {
+  const host = opts.host ?? '127.0.0.1';
+  const routes = new Map<string, RouteHandler>();
+  const requests: RecordedRequest[] = [];
+  // Cancels pending throttle timers when the server closes.
+  const closing = new AbortController();
+  let closed: Promise<void> | undefined;
+
+  const server = createServer((req, res) => {
+    const path = req.url ?? '/';
+    requests.push({ method: req.method ?? 'GET', path, headers: req.headers, at: Date.now() });
+    const handler = routes.get(pathOnly(path));
+    if (!handler) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
+      return;
+    }
+    Promise.resolve()
+      .then(() => handler(req, res))
+      .catch(() => {
+        // A client that went away, or the server closing; a handler bug shows up as a 500.
+        if (!res.headersSent) res.writeHead(500).end();
+        else res.destroy();
+      });
+  });
+  server.listen(0, host);
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  const hostPort = `${host}:${port}`;
+
+  const sendFile = async (req: IncomingMessage, res: ServerResponse, filePath: string, o: ServeFileOptions) => {
+    const size = (await stat(filePath)).size;
+    const headers: Record<string, string | number> = { 'content-type': o.contentType };
+    let status = o.status ?? 200;
+    let start = 0;
+    let end = size - 1;
+    const plain = o.status === undefined && !o.unknownLength;
+    if (plain) {
+      headers['accept-ranges'] = 'bytes';
+      const range = parseRange(req.headers.range, size);
+      if (range === 'unsatisfiable') {
+        res.writeHead(416, { 'content-range': `bytes */${size}` }).end();
+        return;
+      }
+      if (range) {
+        [start, end] = range;
+        status = 206;
+        headers['content-range'] = `bytes ${start}-${end}/${size}`;
+      }
+    }
+    if (!o.unknownLength) headers['content-length'] = end - start + 1;
+    res.writeHead(status, headers);
+    if (req.method === 'HEAD') {
+      res.end();
+      return;
+    }
+    await sendBytes(res, filePath, start, end, o.throttleBytesPerSec, closing.signal);
+  };
+
+  return {
+    hostPort,
+    requests,
+    url: (path) => `http://${hostPort}${path}`,
+    serveFile(urlPath, filePath, o) {
+      routes.set(urlPath, (req, res) => sendFile(req, res, filePath, o));
+    },
+    redirect(urlPath, location, status = 302) {
+      routes.set(urlPath, (_req, res) => {
+        res.writeHead(status, { location }).end();
+      });
+    },
+    route(urlPath, handler) {
+      routes.set(urlPath, handler);
+    },
+    requestsFor: (path) => requests.filter((r) => pathOnly(r.path) === path),
+    close() {
+      if (!closed) {
+        closing.abort();
+        closed = once(server, 'close').then(() => undefined);
+        server.close();
+        server.closeAllConnections();
+      }
+      return closed;
+    },
+  };
+}
+
+function pathOnly(path: string): string {
+  const q = path.indexOf('?');
+  return q === -1 ? path : path.slice(0, q);
+}
+
+/** One `bytes=a-b`, `bytes=a-` or `bytes=-n` range; null when absent or multiple (whole file). */
+function parseRange(header: string | undefined, size: number): [number, number] | 'unsatisfiable' | null {
+  const m = header ? /^bytes=(\d*)-(\d*)$/.exec(header.trim()) : null;
+  if (!m) return null;
+  const [, first = '', last = ''] = m;
+  if (first === '' && last === '') return null;
+  let start: number;
+  let end: number;
+  if (first === '') {
+    const suffix = Number(last);
+    if (suffix === 0) return 'unsatisfiable';
+    start = Math.max(0, size - suffix);
+    end = size - 1;
+  } else {
+    start = Number(first);
+    end = last === '' ? size - 1 : Math.min(Number(last), size - 1);
+  }
+  if (start >= size || start > end) return 'unsatisfiable';
+  return [start, end];
+}
+
+/** Writes bytes start..end (inclusive) of a file, honouring backpressure and the throttle. */
+async function sendBytes(
+  res: ServerResponse,
+  filePath: string,
+  start: number,
+  end: number,
+  bytesPerSec: number | undefined,
+  signal: AbortSignal,
+): Promise<void> {
+  const chunkSize = bytesPerSec ? Math.max(1, Math.floor((bytesPerSec * THROTTLE_TICK_MS) / 1000)) : CHUNK_BYTES;
+  const file = await open(filePath);
+  try {
+    let pos = start;
+    while (pos <= end) {
+      if (res.destroyed || signal.aborted) return;
+      const n = Math.min(chunkSize, end - pos + 1);
+      const { buffer, bytesRead } = await file.read(Buffer.alloc(n), 0, n, pos);
+      if (bytesRead === 0) break;
+      pos += bytesRead;
+      if (!res.write(buffer.subarray(0, bytesRead))) {
+        await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      }
+      if (bytesPerSec && pos <= end) await sleep((bytesRead / bytesPerSec) * 1000, undefined, { signal });
+    }
+    res.end();
+  } finally {
+    await file.close();
+  }
+}

@@ -1,0 +1,212 @@
+import { describe, expect, it } from 'vitest';
+import {
+  buildDownloadArgs,
+  buildProbeArgs,
+  classifyYtDlpFailure,
+  cleanToolMessage,
+  parseInfoJson,
+  parseProgressLine,
+} from '../../src/tools/ytdlp.js';
+
+describe('buildProbeArgs', () => {
+  it('asks for metadata only, with the URL last after --', () => {
+    expect(buildProbeArgs({ url: 'https://example.com/a.mp3' })).toEqual([
+      '--ignore-config',
+      '--no-playlist',
+      '--no-cache-dir',
+      '--no-colors',
+      '--skip-download',
+      '--dump-single-json',
+      '--no-warnings',
+      '--no-progress',
+      '--',
+      'https://example.com/a.mp3',
+    ]);
+  });
+
+  it('adds the proxy and socket timeout before the URL', () => {
+    const args = buildProbeArgs({ url: '-x', proxyUrl: 'http://t0k@127.0.0.1:9', socketTimeoutS: 15 });
+    expect(args.slice(-6)).toEqual(['--proxy', 'http://t0k@127.0.0.1:9', '--socket-timeout', '15', '--', '-x']);
+  });
+});
+
+describe('buildDownloadArgs', () => {
+  it('downloads from the info JSON, without passing the URL', () => {
+    const args = buildDownloadArgs({
+      infoJsonPath: '/w/job/info.json',
+      url: 'https://example.com/a.mp3',
+      outputDir: '/w/job/download',
+      proxyUrl: 'http://t@127.0.0.1:9',
+      maxBytes: 1000,
+      socketTimeoutS: 20,
+    });
+    expect(args).toEqual([
+      '--ignore-config',
+      '--no-playlist',
+      '--no-cache-dir',
+      '--no-colors',
+      '-f',
+      'bestaudio/best',
+      '--newline',
+      '--progress',
+      '--progress-template',
+      'download:PROGRESS %(progress.downloaded_bytes)d %(progress.total_bytes)d %(progress.total_bytes_estimate)d',
+      '--print',
+      'after_move:filepath',
+      '--no-simulate',
+      '-o',
+      '/w/job/download/source.%(ext)s',
+      '--no-part',
+      '--no-mtime',
+      '--restrict-filenames',
+      '--hls-prefer-native',
+      '--fixup',
+      'never',
+      '--proxy',
+      'http://t@127.0.0.1:9',
+      '--socket-timeout',
+      '20',
+      '--max-filesize',
+      '1000',
+      '--load-info-json',
+      '/w/job/info.json',
+    ]);
+    expect(args).not.toContain('https://example.com/a.mp3');
+    expect(args).not.toContain('--exec');
+  });
+
+  it('passes the URL after -- when there is no info JSON', () => {
+    const args = buildDownloadArgs({ url: 'https://example.com/a.mp3', outputDir: '/w/d' });
+    expect(args.slice(-2)).toEqual(['--', 'https://example.com/a.mp3']);
+    expect(args).not.toContain('--max-filesize');
+    expect(args).not.toContain('--proxy');
+  });
+
+  it('escapes % in the output folder, which is a template', () => {
+    const args = buildDownloadArgs({ url: 'u', outputDir: '/w/100%(id)s' });
+    expect(args[args.indexOf('-o') + 1]).toBe('/w/100%%(id)s/source.%(ext)s');
+  });
+});
+
+describe('parseProgressLine', () => {
+  it('reads downloaded and total bytes', () => {
+    expect(parseProgressLine('PROGRESS 1024 37764 NA')).toEqual({ downloadedBytes: 1024, totalBytes: 37764 });
+  });
+
+  it('falls back to the estimate, then to null', () => {
+    expect(parseProgressLine('PROGRESS 500 NA 9000')).toEqual({ downloadedBytes: 500, totalBytes: 9000 });
+    expect(parseProgressLine('PROGRESS 500 NA NA')).toEqual({ downloadedBytes: 500, totalBytes: null });
+  });
+
+  it('ignores other lines', () => {
+    expect(parseProgressLine('/w/job/download/source.m4a')).toBeNull();
+    expect(parseProgressLine('PROGRESS NA NA NA')).toBeNull();
+    expect(parseProgressLine('[download]  12.0% of 3.00MiB')).toBeNull();
+    expect(parseProgressLine('PROGRESS 1 2')).toBeNull();
+  });
+});
+
+describe('parseInfoJson', () => {
+  // As yt-dlp 2023.03.04 prints it for a direct link (trimmed).
+  const generic = JSON.stringify({
+    id: 'a',
+    title: 'a',
+    direct: true,
+    extractor: 'generic',
+    extractor_key: 'Generic',
+    webpage_url: 'http://127.0.0.1:8000/a.m4a',
+    _type: 'video',
+  });
+
+  it('reads a generic direct link', () => {
+    expect(parseInfoJson(generic)).toEqual({
+      extractor: 'generic',
+      extractorKey: 'Generic',
+      mediaId: 'a',
+      title: 'a',
+      isPlaylist: false,
+    });
+  });
+
+  it('reads duration and live state', () => {
+    const info = parseInfoJson(
+      JSON.stringify({ id: 123, extractor: 'youtube', extractor_key: 'Youtube', duration: 212.5, is_live: false, live_status: 'is_live' }),
+    );
+    expect(info).toMatchObject({ mediaId: '123', durationS: 212.5, isLive: true });
+  });
+
+  it('flags playlists', () => {
+    expect(parseInfoJson(JSON.stringify({ id: 'p', extractor: 'x', extractor_key: 'X', _type: 'playlist' })).isPlaylist).toBe(true);
+  });
+
+  it('throws on malformed input', () => {
+    expect(() => parseInfoJson('not json')).toThrow(/not valid JSON/);
+    expect(() => parseInfoJson('[1]')).toThrow(/not an object/);
+    expect(() => parseInfoJson('null')).toThrow(/not an object/);
+    expect(() => parseInfoJson(JSON.stringify({ extractor: 'generic', extractor_key: 'Generic' }))).toThrow(/"id"/);
+    expect(() => parseInfoJson(JSON.stringify({ id: 'a', extractor: '', extractor_key: 'G' }))).toThrow(/"extractor"/);
+  });
+});
+
+describe('cleanToolMessage', () => {
+  it('keeps the ERROR lines and removes paths, proxy credentials and ANSI escapes', () => {
+    const tail = [
+      '[generic] Extracting URL: http://example.com/a.mp3',
+      'WARNING: something at /usr/lib/python3/dist-packages/yt_dlp/x.py',
+      '\x1b[0;31mERROR:\x1b[0m unable to open for writing: [Errno 13] Permission denied: \'/tmp/job-1/download/source.m4a\'',
+      'ERROR: Unable to download webpage: <urlopen error Tunnel connection failed: 403 via http://us%3Aer:s3cr%40t@127.0.0.1:8899>',
+      'ERROR: ffmpeg failed on file:/work/main/data/x.wav; please report this issue on  https://github.com/yt-dlp/yt-dlp/issues?q= , filling out the template',
+    ].join('\n');
+    const message = cleanToolMessage(tail, ['/tmp/job-1', 'http://us%3Aer:s3cr%40t@127.0.0.1:8899']);
+    expect(message).toBe(
+      [
+        "ERROR: unable to open for writing: [Errno 13] Permission denied: '[redacted]/download/source.m4a'",
+        'ERROR: Unable to download webpage: <urlopen error Tunnel connection failed: 403 via [redacted]>',
+        'ERROR: ffmpeg failed on file:[path]',
+      ].join('\n'),
+    );
+  });
+
+  it('redacts the proxy user and password even when printed apart from the URL', () => {
+    const message = cleanToolMessage('ERROR: proxy auth for us:er with s3cr@t failed', ['http://us%3Aer:s3cr%40t@127.0.0.1:8899']);
+    expect(message).toBe('ERROR: proxy auth for [redacted] with [redacted] failed');
+  });
+
+  it('replaces absolute paths it was not told about, but keeps URLs', () => {
+    const message = cleanToolMessage(
+      'ERROR: cannot read /srv/data/ab/abcd/audio.wav or file:///etc/passwd from http://example.com/a/b.mp3 or http://[::1]:80/x/y',
+      [],
+    );
+    expect(message).toBe('ERROR: cannot read [path] or [path] from http://example.com/a/b.mp3 or http://[::1]:80/x/y');
+    expect(message).not.toMatch(/\/srv|\/etc/);
+  });
+
+  it('uses the last lines when there is no ERROR line, without progress noise', () => {
+    const tail = 'one\ntwo\n[download]  50.0% of 1.00MiB\r[download] 100.0% of 1.00MiB\nthree\nfour\n';
+    expect(cleanToolMessage(tail, [])).toBe('two\nthree\nfour');
+  });
+
+  it('stays short', () => {
+    const message = cleanToolMessage(`ERROR: ${'x'.repeat(2000)}`, []);
+    expect(message.length).toBeLessThanOrEqual(500);
+    expect(message.endsWith('…')).toBe(true);
+  });
+});
+
+describe('classifyYtDlpFailure', () => {
+  it.each([
+    ['ERROR: Unsupported URL: http://127.0.0.1:1/page.html', 'unsupported_url'],
+    ['ERROR: [generic] None: Unable to download webpage: HTTP Error 404: File not found', 'http_error'],
+    ['[download] File is larger than max-filesize (37764 bytes > 1000 bytes). Aborting.', 'file_too_large'],
+    [
+      "ERROR: [generic] None: Unable to download webpage: <urlopen error Tunnel connection failed: 403 Forbidden> (caused by URLError(OSError('Tunnel connection failed: 403 Forbidden')))",
+      'destination_refused',
+    ],
+    ['ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused>', 'network_error'],
+    ['ERROR: The read operation timed out', 'network_error'],
+    ['ERROR: something new', 'download_failed'],
+    ['', 'download_failed'],
+  ])('%s → %s', (tail, code) => {
+    expect(classifyYtDlpFailure(tail)).toBe(code);
+  });
+});
