@@ -1,0 +1,391 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { pipeline, type Duplex } from 'node:stream';
+import { ServiceError } from '../errors.js';
+import { classifyAddress } from '../policy/address.js';
+import { checkDestination, splitHostPort, type AllowList, type Resolver } from '../policy/destination.js';
+
+/**
+ * The egress guard: an HTTP forward proxy on loopback that the worker hands to the downloader
+ * (`yt-dlp --proxy`). Checking the submitted URL is not enough: the downloader follows redirects,
+ * fetches manifests, segments and thumbnails from hosts nobody checked. Every one of those
+ * connections goes through here and gets the same destination policy as submission.
+ *
+ * Per request (CONNECT host:port, or an absolute-URI request): the host is resolved once, every
+ * address is checked, and the connection is made to a checked address, never to the name. HTTP
+ * redirects are passed back untouched, so the client's next hop comes through here and is checked
+ * in turn. Only holders of a live session's credentials are served, so nothing else on the
+ * machine can use the guard to reach what the policy refuses.
+ */
+
+/** Opens a TCP connection to a numeric address. Injected so tests never touch the network. */
+export type Dialer = (address: string, port: number, signal?: AbortSignal) => Promise<Duplex>;
+
+export interface GuardLogger {
+  warn(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
+}
+
+export interface EgressGuardOptions {
+  resolve: Resolver;
+  dial: Dialer;
+  allowHosts: AllowList;
+  /** A loopback address; default 127.0.0.1. */
+  host?: string;
+  /** Default 0: any free port. */
+  port?: number;
+  logger?: GuardLogger;
+  /** Per address tried; default 10 s. */
+  connectTimeoutMs?: number;
+  /** A connection with no traffic either way for this long is closed; default 120 s. */
+  idleTimeoutMs?: number;
+}
+
+export interface Refusal {
+  host: string;
+  port: number;
+  code: 'destination_refused';
+  message: string;
+}
+
+export interface GuardSession {
+  /** `http://<label>:<token>@127.0.0.1:<port>`: give it to the downloader, never log it. */
+  readonly proxyUrl: string;
+  refusals(): Refusal[];
+  /** Revokes the credentials and destroys the session's connections. */
+  close(): void;
+}
+
+export interface EgressGuard {
+  readonly port: number;
+  openSession(label: string): GuardSession;
+  close(): Promise<void>;
+}
+
+/** Dials with net.connect to the numeric address only: a name here would mean a second lookup. */
+export function createTcpDialer(): Dialer {
+  return (address, port, signal) =>
+    new Promise((resolve, reject) => {
+      if (net.isIP(address) === 0) {
+        reject(new Error('the dialer only connects to IP addresses'));
+        return;
+      }
+      if (signal?.aborted) {
+        reject(new Error('connect aborted'));
+        return;
+      }
+      const socket = net.connect({ host: address, port });
+      const onAbort = (): void => {
+        socket.destroy();
+        reject(new Error('connect aborted'));
+      };
+      const onError = (err: Error): void => {
+        signal?.removeEventListener('abort', onAbort);
+        reject(err);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      socket.once('error', onError);
+      socket.once('connect', () => {
+        signal?.removeEventListener('abort', onAbort);
+        socket.removeListener('error', onError);
+        resolve(socket);
+      });
+    });
+}
+
+const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+const DEFAULT_IDLE_TIMEOUT_MS = 120_000;
+/** Bounds memory if a downloader hammers refused hosts; the first ones say what went wrong. */
+const MAX_REFUSALS_PER_SESSION = 100;
+const LABEL = /^[A-Za-z0-9._~-]{1,64}$/;
+const REALM = 'Basic realm="egress-guard"';
+
+/** RFC 9110 §7.6.1 plus the proxy-specific ones; never forwarded in either direction. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+const NO_LOGGER: GuardLogger = { warn: () => {}, info: () => {} };
+
+interface SessionState {
+  label: string;
+  tokenDigest: Buffer;
+  refusals: Refusal[];
+  sockets: Set<Duplex>;
+  aborter: AbortController;
+}
+
+type Upstream = { ok: true; socket: Duplex } | { ok: false; status: number; reason: string };
+
+export async function startEgressGuard(opts: EgressGuardOptions): Promise<EgressGuard> {
+  const bindHost = opts.host ?? '127.0.0.1';
+  if (classifyAddress(bindHost).range !== 'loopback') {
+    throw new Error(`the egress guard must listen on a loopback address, not ${bindHost}`);
+  }
+  const logger = opts.logger ?? NO_LOGGER;
+  const connectTimeoutMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  const idleTimeoutMs = opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  const policy = { resolve: opts.resolve, allowHosts: opts.allowHosts };
+  const sessions = new Set<SessionState>();
+  const allSockets = new Set<Duplex>();
+
+  /** Remembers a socket so closing its session, or the guard, can destroy it. */
+  const watch = (socket: Duplex, session?: SessionState): void => {
+    if (!allSockets.has(socket)) {
+      allSockets.add(socket);
+      socket.once('close', () => allSockets.delete(socket));
+    }
+    if (session && !session.sockets.has(socket)) {
+      session.sockets.add(socket);
+      socket.once('close', () => session.sockets.delete(socket));
+    }
+  };
+
+  /** Compares against every live session in constant time per comparison. */
+  const authenticate = (header: string | undefined): SessionState | null => {
+    const m = /^basic\s+([A-Za-z0-9+/]+={0,2})\s*$/i.exec(header ?? '');
+    if (!m) return null;
+    const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon < 0) return null;
+    const label = decoded.slice(0, colon);
+    const digest = sha256(decoded.slice(colon + 1));
+    let found: SessionState | null = null;
+    for (const s of sessions) {
+      if (timingSafeEqual(digest, s.tokenDigest) && s.label === label) found = s;
+    }
+    return found;
+  };
+
+  const refuse = (session: SessionState, host: string, port: number, err: ServiceError): Upstream => {
+    if (session.refusals.length < MAX_REFUSALS_PER_SESSION) {
+      session.refusals.push({ host, port, code: 'destination_refused', message: err.message });
+    }
+    const fields = { session: session.label, host, port, reason: err.code };
+    logger.warn(fields, 'egress guard refused a destination');
+    return { ok: false, status: 403, reason: err.message };
+  };
+
+  /** Checks host:port and connects to the first checked address that answers. */
+  const openUpstream = async (session: SessionState, host: string, port: number): Promise<Upstream> => {
+    let addresses: string[];
+    try {
+      ({ addresses } = await checkDestination(host, port, policy));
+    } catch (err) {
+      if (!(err instanceof ServiceError)) throw err;
+      if (err.code === 'host_unresolvable') {
+        logger.info({ session: session.label, host, port }, 'egress guard could not resolve a host');
+        return { ok: false, status: 502, reason: err.message };
+      }
+      if (err.kind === 'invalid_input') return { ok: false, status: 400, reason: err.message };
+      return refuse(session, host, port, err);
+    }
+    // Every address passed the check, so falling back to the next one (an AAAA the host cannot
+    // route, say) never reaches anything unchecked.
+    for (const address of addresses) {
+      if (session.aborter.signal.aborted) break;
+      try {
+        const signal = AbortSignal.any([session.aborter.signal, AbortSignal.timeout(connectTimeoutMs)]);
+        const socket = await opts.dial(address, port, signal);
+        watch(socket, session);
+        if (session.aborter.signal.aborted) socket.destroy();
+        else return { ok: true, socket };
+      } catch (err) {
+        const fields = { session: session.label, host, address, port, err: String(err) };
+        logger.info(fields, 'egress guard dial failed');
+      }
+    }
+    return { ok: false, status: 502, reason: `Could not connect to ${host}:${port}.` };
+  };
+
+  const handleRequest = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+    const session = authenticate(req.headers['proxy-authorization']);
+    if (!session) {
+      res.writeHead(407, { 'proxy-authenticate': REALM, 'content-type': 'text/plain; charset=utf-8' });
+      res.end('Proxy authentication required.\n');
+      return;
+    }
+    watch(req.socket, session);
+    let target: URL;
+    try {
+      target = new URL(req.url ?? '');
+    } catch {
+      return plainText(res, 400, 'An absolute http:// URI is required.');
+    }
+    if (target.protocol !== 'http:') {
+      return plainText(res, 400, 'Only http:// URIs are forwarded; use CONNECT for https.');
+    }
+    const port = target.port === '' ? 80 : Number(target.port);
+    const upstream = await openUpstream(session, target.hostname, port);
+    if (!upstream.ok) return plainText(res, upstream.status, upstream.reason);
+    if (req.socket.destroyed) return void upstream.socket.destroy();
+    forward(req, res, target, upstream.socket);
+  };
+
+  const handleConnect = async (req: http.IncomingMessage, client: Duplex, head: Buffer): Promise<void> => {
+    watch(client);
+    client.on('error', () => client.destroy());
+    const session = authenticate(req.headers['proxy-authorization']);
+    if (!session) {
+      client.end(rawResponse(407, 'Proxy authentication required.', `Proxy-Authenticate: ${REALM}\r\n`));
+      return;
+    }
+    watch(client, session);
+    const target = splitHostPort(req.url ?? '');
+    if (target === null || target.port === null) {
+      client.end(rawResponse(400, 'CONNECT needs host:port.'));
+      return;
+    }
+    const upstream = await openUpstream(session, target.host, target.port);
+    if (!upstream.ok) {
+      client.end(rawResponse(upstream.status, upstream.reason));
+      return;
+    }
+    const remote = upstream.socket;
+    const teardown = (): void => {
+      client.destroy();
+      remote.destroy();
+    };
+    remote.on('error', teardown);
+    remote.once('close', teardown);
+    client.once('close', teardown);
+    if (client.destroyed) return teardown();
+    (client as net.Socket).setTimeout(idleTimeoutMs, teardown);
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) remote.write(head);
+    remote.pipe(client);
+    client.pipe(remote);
+  };
+
+  const server = http.createServer();
+  // Idle client connections (and, through them, stalled upstream responses) are closed.
+  server.setTimeout(idleTimeoutMs);
+  server.on('connection', (socket) => watch(socket));
+  server.on('request', (req, res) => {
+    handleRequest(req, res).catch((err: unknown) => {
+      logger.warn({ err: String(err) }, 'egress guard request failed');
+      if (res.headersSent) res.destroy();
+      else plainText(res, 500, 'Internal proxy error.');
+    });
+  });
+  server.on('connect', (req: http.IncomingMessage, client: Duplex, head: Buffer) => {
+    handleConnect(req, client, head).catch((err: unknown) => {
+      logger.warn({ err: String(err) }, 'egress guard CONNECT failed');
+      client.destroy();
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, bindHost, () => {
+      server.removeListener('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = bindHost.includes(':') ? `[${bindHost}]` : bindHost;
+
+  const closeSession = (state: SessionState): void => {
+    sessions.delete(state);
+    state.aborter.abort();
+    for (const socket of state.sockets) socket.destroy();
+    state.sockets.clear();
+  };
+
+  return {
+    port,
+    openSession(label: string): GuardSession {
+      if (!LABEL.test(label)) throw new Error(`session label must match ${LABEL}`);
+      const token = randomBytes(24).toString('base64url');
+      const state: SessionState = {
+        label,
+        tokenDigest: sha256(token),
+        refusals: [],
+        sockets: new Set(),
+        aborter: new AbortController(),
+      };
+      sessions.add(state);
+      return {
+        proxyUrl: `http://${label}:${token}@${urlHost}:${port}`,
+        refusals: () => state.refusals.map((x) => ({ ...x })),
+        close: () => closeSession(state),
+      };
+    },
+    async close(): Promise<void> {
+      for (const state of [...sessions]) closeSession(state);
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of allSockets) socket.destroy();
+      await closed;
+    },
+  };
+}
+
+/** Sends the request on over the checked socket and streams the answer back, both bodies piped. */
+function forward(req: http.IncomingMessage, res: http.ServerResponse, target: URL, upstream: Duplex): void {
+  const outgoing = http.request({
+    method: req.method,
+    path: `${target.pathname}${target.search}`,
+    // The absolute URI, not the client's Host header, names the origin (RFC 9112 §3.2.2).
+    headers: [...endToEnd(req.rawHeaders, 'host'), 'Host', target.host],
+    createConnection: () => upstream,
+  });
+  outgoing.on('response', (answer) => {
+    res.writeHead(answer.statusCode ?? 502, answer.statusMessage, endToEnd(answer.rawHeaders));
+    // pipeline destroys both ends on error or premature close: an upstream that dies mid-body
+    // must not leave the client waiting for the rest.
+    pipeline(answer, res, () => {});
+  });
+  outgoing.on('error', () => {
+    if (res.headersSent) res.destroy();
+    else plainText(res, 502, 'The upstream connection failed.');
+  });
+  res.once('close', () => upstream.destroy());
+  pipeline(req, outgoing, () => {});
+}
+
+/** Raw header list without hop-by-hop headers (and those the Connection header names) or `also`. */
+function endToEnd(raw: string[], ...also: string[]): string[] {
+  const drop = new Set([...HOP_BY_HOP, ...also]);
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() === 'connection') {
+      for (const token of raw[i + 1]!.split(',')) drop.add(token.trim().toLowerCase());
+    }
+  }
+  const kept: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    if (!drop.has(raw[i]!.toLowerCase())) kept.push(raw[i]!, raw[i + 1]!);
+  }
+  return kept;
+}
+
+function plainText(res: http.ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', connection: 'close' });
+  res.end(`${oneLine(text)}\n`);
+}
+
+function rawResponse(status: number, text: string, extraHeaders = ''): string {
+  const body = `${oneLine(text)}\n`;
+  return (
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\n` +
+    `Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+    `Connection: close\r\n${extraHeaders}\r\n${body}`
+  );
+}
+
+/** Messages name a host taken from the request; keep them to one printable line. */
+function oneLine(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f]/g, ' ');
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
