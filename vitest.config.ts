@@ -20,7 +20,6 @@ export default defineConfig({
           hookTimeout: 120_000,
           // Two cores: end-to-end files each start a service, a media server and tools.
           maxWorkers: 2,
-          minWorkers: 1,
         },
       },
     ],

@@ -7,6 +7,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createApp, OPENAPI_INFO } from '../src/app.js';
 import { createLogger } from '../src/logger.js';
+import { createMetrics } from '../src/metrics.js';
 
 const unused = () => {
   throw new Error('not used while generating the document');
@@ -21,6 +22,7 @@ const app = createApp({
   renderJob: unused,
   serveArtifact: unused,
   checkHealth: unused,
+  metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused }),
 });
 
 const file = path.resolve(import.meta.dirname, '../openapi.json');

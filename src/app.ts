@@ -13,6 +13,8 @@ import { registerJobRoutes } from './http/routes/jobs.js';
 import { registerSourceRoutes } from './http/routes/sources.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
+import { requestMetrics } from './http/middleware/request-metrics.js';
 
 /**
  * The HTTP application: middleware, the error handler and the routes. It does no I/O of its
@@ -27,6 +29,7 @@ export interface AppDeps {
   renderJob: (job: JobRow) => JobRecord;
   serveArtifact: Handler<AppEnv>;
   checkHealth: () => Promise<HealthReport>;
+  metrics: Metrics;
 }
 
 export const OPENAPI_INFO = {
@@ -52,6 +55,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   app.use('*', requestId({ log: deps.log }));
   app.use('*', accessLog());
+  app.use('*', requestMetrics({ metrics: deps.metrics }));
   app.onError(createErrorHandler((c) => c.get('log') ?? deps.log));
   app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('requestId') }));
 
@@ -65,6 +69,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const keyed = requireApiKey({ checkKey: deps.checkKey });
   app.use('/sources', keyed);
   app.use('/jobs/*', keyed);
+  // Prometheus scrapes with the API key (a bearer token in its scrape config).
+  app.get('/metrics', keyed, async (c) => {
+    c.header('Content-Type', deps.metrics.registry.contentType);
+    return c.body(await deps.metrics.registry.metrics());
+  });
   registerSourceRoutes(app, { submit: deps.submitSource, render: deps.renderJob });
   registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob });
 

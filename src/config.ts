@@ -38,6 +38,8 @@ const envSchema = z.object({
   MAX_DURATION_S: positiveInt(3 * 3600),
   MAX_ATTEMPTS: positiveInt(3),
   MAX_QUEUED_JOBS: positiveInt(1000),
+  ARTIFACT_CAP_BYTES: positiveInt(50 * 1024 ** 3),
+  EVICTION_INTERVAL_S: positiveInt(60),
   FETCH_ALLOW_HOSTS: commaList,
   ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
     message: 'must be a path that starts and ends with "/", for example /_artifacts/',
@@ -67,6 +69,8 @@ export interface Config {
   maxDurationS: number;
   maxAttempts: number;
   maxQueuedJobs: number;
+  artifactCapBytes: number;
+  evictionIntervalMs: number;
   fetchAllowHosts: string[];
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
@@ -102,6 +106,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxDurationS: e.MAX_DURATION_S,
     maxAttempts: e.MAX_ATTEMPTS,
     maxQueuedJobs: e.MAX_QUEUED_JOBS,
+    artifactCapBytes: e.ARTIFACT_CAP_BYTES,
+    evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
     fetchAllowHosts: e.FETCH_ALLOW_HOSTS,
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,

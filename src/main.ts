@@ -13,16 +13,21 @@ import { createKeyChecker } from './http/api-key.js';
 import { toJobRecord } from './http/job-record.js';
 import { cancelJob } from './jobs/cancel.js';
 import { createFetchTask } from './jobs/fetch-task.js';
-import { countQueued, getJobRow, recoverAbandonedJobs } from './jobs/queue.js';
+import { countQueued, FINAL_STATUSES, followersOf, getJobRow, recoverAbandonedJobs } from './jobs/queue.js';
 import { killOrphanedTools } from './jobs/orphaned-tools.js';
 import { submitSource } from './jobs/submit.js';
-import { createWorkerPool } from './jobs/worker-pool.js';
+import { createWorkerPool, type WorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
+import { createMetrics } from './metrics.js';
 import { checkDestination, createSystemResolver, parseAllowHosts } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { cacheEntriesFor } from './store/cache-entries.js';
 import { createContentStore } from './store/content-store.js';
+import { readStoreTotals } from './store/eviction.js';
+import { reconcileStore } from './store/reconcile.js';
+import { createSizeCap } from './store/size-cap.js';
+import { createUsageRecorder } from './store/usage.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
@@ -75,7 +80,45 @@ async function main(): Promise<void> {
   const recovered = recoverAbandonedJobs(db, config.maxAttempts, now());
   const store = createContentStore(config.artifactRoot);
   const leftovers = await store.clearIncoming();
-  log.info({ ...recovered, incoming_removed: leftovers, orphaned_tools_killed: orphansKilled }, 'start-up recovery');
+  const reconciled = await reconcileStore({ db, store, now });
+  log.info(
+    { ...recovered, incoming_removed: leftovers, orphaned_tools_killed: orphansKilled, ...reconciled },
+    'start-up recovery',
+  );
+
+  const envPath = process.env.PATH ?? '';
+  const checkHealth = createHealthCheck({
+    tools: config.tools,
+    locate: (tool) => locateTool(tool, envPath),
+    version: toolVersion,
+    pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
+    artifactRoot: config.artifactRoot,
+    now,
+  });
+  let pool: WorkerPool | undefined;
+  const metrics = createMetrics({
+    queueDepth: () => countQueued(db),
+    busyWorkers: () => pool?.busyCount() ?? 0,
+    storeTotals: () => readStoreTotals(db),
+    downloaderPresent: async () => (await checkHealth()).downloader.present,
+  });
+  const observeJobEnd = (jobId: string) => {
+    const job = getJobRow(db, jobId);
+    if (!job || !FINAL_STATUSES.has(job.status)) return;
+    metrics.observeJobEnd(job);
+    for (const follower of followersOf(db, jobId)) {
+      if (FINAL_STATUSES.has(follower.status)) metrics.observeJobEnd(follower);
+    }
+  };
+  const usage = createUsageRecorder({ db, now });
+  const sizeCap = createSizeCap({
+    db,
+    store,
+    capBytes: config.artifactCapBytes,
+    log,
+    intervalMs: config.evictionIntervalMs,
+    onEvicted: (result) => metrics.observeEviction(result.evictedArtifacts, result.evictedBytes),
+  });
 
   const resolve = createSystemResolver();
   const guard = await startEgressGuard({ resolve, dial: createTcpDialer(), allowHosts, logger: log });
@@ -88,19 +131,30 @@ async function main(): Promise<void> {
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
     openEgressSession: (label) => guard.openSession(label),
+    onStored: () => sizeCap.request(),
+    onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });
-  const pool = createWorkerPool({ db, concurrency: config.workerConcurrency, now, log, runJob });
+  pool = createWorkerPool({
+    db,
+    concurrency: config.workerConcurrency,
+    now,
+    log,
+    runJob: async (job, ctx) => {
+      await runJob(job, ctx);
+      observeJobEnd(job.id);
+    },
+  });
+  const workers = pool;
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
   const notFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
-  const envPath = process.env.PATH ?? '';
 
   const app = createApp({
     log,
     checkKey,
-    submitSource: (url) =>
-      submitSource({
+    submitSource: async (url) => {
+      const job = await submitSource({
         deps: {
           db,
           now,
@@ -115,12 +169,24 @@ async function main(): Promise<void> {
               throw new ServiceError('rate_limited', 'queue_full', 'Too many jobs are waiting; try again later.', { retryAfterSeconds: 30 });
             }
           },
-          wakeWorkers: () => pool.wake(),
+          wakeWorkers: () => workers.wake(),
         },
         input: { url },
-      }),
+      });
+      if (job.bornDone) {
+        metrics.observeJobEnd(job);
+        usage.touch(job.contentId!);
+      }
+      return job;
+    },
     getJob: (id) => getJobRow(db, id) ?? throwError(notFound()),
-    cancelJob: (id) => cancelJob({ deps: { db, now, abortRunningJob: (jobId) => pool.abort(jobId, 'canceled') }, input: { jobId: id } }),
+    cancelJob: (id) => {
+      const before = getJobRow(db, id);
+      const job = cancelJob({ deps: { db, now, abortRunningJob: (jobId) => workers.abort(jobId, 'canceled') }, input: { jobId: id } });
+      // A running job is counted when its worker ends; a queued one never reaches a worker.
+      if (before?.status === 'queued') metrics.observeJobEnd(job);
+      return job;
+    },
     renderJob: (job) =>
       toJobRecord(job, {
         leader: job.followsJobId ? getJobRow(db, job.followsJobId) : undefined,
@@ -135,21 +201,18 @@ async function main(): Promise<void> {
       accelRedirectPrefix: config.accelRedirectPrefix,
       checkKey,
       signer,
+      onServed: (cid) => usage.touch(cid),
     }),
-    checkHealth: createHealthCheck({
-      tools: config.tools,
-      locate: (tool) => locateTool(tool, envPath),
-      version: toolVersion,
-      pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
-      artifactRoot: config.artifactRoot,
-      now,
-    }),
+    checkHealth,
+    metrics,
   });
 
   const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, (info) => {
     log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
   });
-  pool.start();
+  workers.start();
+  usage.start();
+  sizeCap.start();
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -157,7 +220,9 @@ async function main(): Promise<void> {
     stopping = true;
     log.info({ signal, grace_ms: config.shutdownGraceMs }, 'shutting down: no new work, draining running jobs');
     server.close();
-    await pool.stop(config.shutdownGraceMs);
+    await workers.stop(config.shutdownGraceMs);
+    await sizeCap.stop();
+    usage.stop();
     await guard.close();
     db.$client.close();
     log.info('stopped');

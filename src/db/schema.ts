@@ -80,3 +80,14 @@ export const aliases = sqliteTable(
 
 export type JobRow = typeof jobs.$inferSelect;
 export type CacheEntryRow = typeof cacheEntries.$inferSelect;
+
+/**
+ * One row (id 1) with the store's exact byte and artifact counts, kept by triggers on
+ * cache_entries in the same transaction as every insert, delete and size change, so the cap
+ * check never sums the whole table.
+ */
+export const storeTotals = sqliteTable('store_totals', {
+  id: integer('id').primaryKey(),
+  bytes: integer('bytes').notNull(),
+  artifacts: integer('artifacts').notNull(),
+});

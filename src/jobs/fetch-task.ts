@@ -40,8 +40,9 @@ export interface FetchTaskDeps {
   limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
   /** Every connection the downloader makes goes through this guard, when present. */
   openEgressSession?: (label: string) => EgressSession;
-  /** Told about each newly stored content (the store's size cap hooks in here). */
+  /** Told about each stored content (the store's size cap hooks in here). */
   onStored?: (contentId: string, bytes: number) => void;
+  onDownloaded?: (bytes: number) => void;
 }
 
 class JobFailure extends Error {
@@ -65,8 +66,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
     try {
       await fs.rm(workDir, { recursive: true, force: true });
       await fs.mkdir(workDir, { recursive: true });
-      const outcome = await fetchToStore();
-      if (outcome && !signal.aborted) finishDone(outcome.contentId);
+      await fetchToStore();
     } catch (err) {
       if (ctx.signal.aborted) {
         ctx.log.info({ reason: ctx.signal.reason }, 'job aborted');
@@ -95,11 +95,6 @@ export function createFetchTask(deps: FetchTaskDeps) {
       return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
     }
 
-    function finishDone(contentId: string): void {
-      const done = markDone(deps.db, job.id, contentId, deps.now());
-      if (done) ctx.log.info({ content_id: contentId }, 'job done');
-    }
-
     async function runTool(
       name: 'ytdlp' | 'ffmpeg' | 'ffprobe',
       args: string[],
@@ -117,7 +112,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       return result;
     }
 
-    async function fetchToStore(): Promise<{ contentId: string } | undefined> {
+    async function fetchToStore(): Promise<void> {
       // 1. Metadata, no media.
       const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, proxyUrl: egress?.proxyUrl }), {
         stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
@@ -143,12 +138,17 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const mediaKey = info.extractorKey.toLowerCase() === 'generic' ? undefined : mediaAliasKey(info.extractorKey, info.mediaId);
       if (mediaKey) {
         const known = resolveAlias(deps.db, 'media', mediaKey);
-        if (known && (await deps.store.has(known, AUDIO_ARTIFACT_NAME))) {
+        const reused =
+          known !== undefined &&
           deps.db.transaction(() => {
+            if (!deps.store.hasSync(known, AUDIO_ARTIFACT_NAME)) return false;
+            if (!markDone(deps.db, job.id, known, deps.now())) return false;
             setAlias(deps.db, 'url', job.urlKey, known, deps.now());
+            return true;
           });
-          ctx.log.info({ content_id: known, media: mediaKey }, 'media already stored under another URL');
-          return { contentId: known };
+        if (reused) {
+          ctx.log.info({ content_id: known, media: mediaKey }, 'media already stored under another URL: job done');
+          return;
         }
       }
 
@@ -219,39 +219,47 @@ export function createFetchTask(deps: FetchTaskDeps) {
       }
       const header = await readWavHeader(wavPath);
 
-      // 5. Store, then record everything in one transaction.
-      if (signal.aborted) return undefined;
-      const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);
-      const now = deps.now();
-      const committed = deps.db.transaction(() => {
-        // A job canceled meanwhile is no longer running: then nothing is recorded.
-        if (!markDone(deps.db, job.id, stored.contentId, now)) return false;
-        recordCacheEntry(
-          deps.db,
-          {
-            contentId: stored.contentId,
-            name: AUDIO_ARTIFACT_NAME,
-            kind: SOURCE_WAV_KIND,
-            bytes: stored.bytes,
-            contentType: 'audio/wav',
-            sampleRate: header.sampleRate,
-            channels: header.channels,
-            durationS: header.durationS,
-          },
-          now,
-        );
-        setAlias(deps.db, 'url', job.urlKey, stored.contentId, now);
-        if (mediaKey) setAlias(deps.db, 'media', mediaKey, stored.contentId, now);
-        return true;
-      });
-      if (committed) {
-        ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
-        if (!stored.reused) deps.onStored?.(stored.contentId, stored.bytes);
-      } else if (!stored.reused && !cacheEntryFor(deps.db, stored.contentId, AUDIO_ARTIFACT_NAME)) {
-        // Canceled while storing: nothing refers to the new file, so it goes.
-        await deps.store.remove(stored.contentId);
+      // 5. Store, then record everything in one transaction. The transaction checks that the
+      // file is still there: eviction may have removed an identical stored copy meanwhile.
+      if (signal.aborted) return;
+      deps.onDownloaded?.(downloaded.size);
+      for (let attempt = 1; ; attempt++) {
+        const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);
+        const now = deps.now();
+        const outcome = deps.db.transaction(() => {
+          if (!deps.store.hasSync(stored.contentId, AUDIO_ARTIFACT_NAME)) return 'vanished' as const;
+          // A job canceled meanwhile is no longer running: then nothing is recorded.
+          if (!markDone(deps.db, job.id, stored.contentId, now)) return 'canceled' as const;
+          recordCacheEntry(
+            deps.db,
+            {
+              contentId: stored.contentId,
+              name: AUDIO_ARTIFACT_NAME,
+              kind: SOURCE_WAV_KIND,
+              bytes: stored.bytes,
+              contentType: 'audio/wav',
+              sampleRate: header.sampleRate,
+              channels: header.channels,
+              durationS: header.durationS,
+            },
+            now,
+          );
+          setAlias(deps.db, 'url', job.urlKey, stored.contentId, now);
+          if (mediaKey) setAlias(deps.db, 'media', mediaKey, stored.contentId, now);
+          return 'committed' as const;
+        });
+        if (outcome === 'vanished' && attempt < 3) continue;
+        if (outcome === 'committed') {
+          ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
+          deps.onStored?.(stored.contentId, stored.bytes);
+        } else if (outcome === 'canceled' && !stored.reused && !cacheEntryFor(deps.db, stored.contentId, AUDIO_ARTIFACT_NAME)) {
+          // Canceled while storing: nothing refers to the new file, so it goes.
+          await deps.store.remove(stored.contentId);
+        } else if (outcome === 'vanished') {
+          throw new Error('stored content vanished repeatedly while being recorded');
+        }
+        return;
       }
-      return undefined;
     }
   };
 }

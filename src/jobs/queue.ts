@@ -28,6 +28,10 @@ export function getJobRow(db: Db, id: string): JobRow | undefined {
   return db.select().from(jobs).where(eq(jobs.id, id)).get();
 }
 
+export function followersOf(db: Db, leaderId: string): JobRow[] {
+  return db.select().from(jobs).where(eq(jobs.followsJobId, leaderId)).all();
+}
+
 /** The job that currently leads work on a URL, if any. */
 export function activeLeaderFor(db: Db, urlKey: string): JobRow | undefined {
   return db

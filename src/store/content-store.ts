@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createReadStream, existsSync, rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -22,11 +22,20 @@ export interface StoredContent {
 
 export interface ContentStore {
   readonly root: string;
-  /** Moves (or copies across file systems) `sourceFile` into the store under its content id. */
+  /**
+   * Moves (or copies across file systems) `sourceFile` into the store under its content id.
+   * When the same bytes are already stored, the source is left in place.
+   */
   put(sourceFile: string, name: string): Promise<StoredContent>;
   has(contentId: string, name: string): Promise<boolean>;
+  /** Synchronous check, for use inside a database transaction. */
+  hasSync(contentId: string, name: string): boolean;
   /** Removes a content id's folder; a reader that has a file open keeps reading it. */
   remove(contentId: string): Promise<void>;
+  /** Synchronous remove: eviction checks "no row refers to it" and removes with nothing in between. */
+  removeSync(contentId: string): void;
+  /** Removes one file of a content id. */
+  removeArtifact(contentId: string, name: string): Promise<void>;
   pathOf(contentId: string, name: string): string;
   /** Removes leftovers of interrupted writes; called at start-up, before any job runs. */
   clearIncoming(): Promise<number>;
@@ -79,10 +88,9 @@ export function createContentStore(root: string): ContentStore {
       const { hex: contentId, bytes } = await sha256File(sourceFile);
       const target = pathOf(contentId, name);
       const existing = await fs.stat(target).catch(() => null);
-      if (existing?.isFile() && existing.size === bytes) {
-        await fs.rm(sourceFile, { force: true });
-        return { contentId, bytes, reused: true };
-      }
+      // Already stored: the source stays where it is (its owner removes it), so a caller that
+      // finds the stored copy evicted before it could record it can put the source again.
+      if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true };
       const staged = await stageFile(sourceFile);
       try {
         await fsyncPath(staged, 'r');
@@ -103,8 +111,20 @@ export function createContentStore(root: string): ContentStore {
       return stat?.isFile() ?? false;
     },
 
+    hasSync(contentId, name) {
+      return existsSync(pathOf(contentId, name));
+    },
+
     async remove(contentId) {
       await fs.rm(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
+    },
+
+    removeSync(contentId) {
+      rmSync(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
+    },
+
+    async removeArtifact(contentId, name) {
+      await fs.rm(pathOf(contentId, name), { force: true });
     },
 
     async clearIncoming() {

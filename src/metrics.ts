@@ -1,0 +1,128 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/**
+ * Prometheus metrics. HTTP series are labelled by route template only (never a concrete path),
+ * so their number stays bounded whatever ids clients send. Gauges that mirror state (queue depth,
+ * store size, ...) are read at scrape time through the callbacks given here.
+ */
+export interface MetricsSources {
+  queueDepth: () => number;
+  busyWorkers: () => number;
+  storeTotals: () => { bytes: number; artifacts: number };
+  downloaderPresent: () => Promise<boolean>;
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;
+
+export function createMetrics(sources: MetricsSources) {
+  const registry = new Registry();
+  const httpRequests = new Counter({
+    name: 'http_requests_total',
+    help: 'HTTP requests by method, route template and status.',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers: [registry],
+  });
+  const httpDuration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'HTTP request latency by method and route template.',
+    labelNames: ['method', 'route'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [registry],
+  });
+  const jobsFinished = new Counter({
+    name: 'jobs_finished_total',
+    help: 'Jobs by final status (born_done: done without a download).',
+    labelNames: ['status', 'born_done'] as const,
+    registers: [registry],
+  });
+  const jobFailures = new Counter({
+    name: 'job_failures_total',
+    help: 'Failed jobs by error code.',
+    labelNames: ['code'] as const,
+    registers: [registry],
+  });
+  const jobDuration = new Histogram({
+    name: 'job_duration_seconds',
+    help: 'Time from a job starting to run to its end, by final status.',
+    labelNames: ['status'] as const,
+    buckets: [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800],
+    registers: [registry],
+  });
+  const downloadedBytes = new Counter({
+    name: 'downloaded_bytes_total',
+    help: 'Bytes downloaded by the downloader.',
+    registers: [registry],
+  });
+  const evictions = new Counter({
+    name: 'store_evictions_total',
+    help: 'Artifacts evicted by the size cap.',
+    registers: [registry],
+  });
+  const evictedBytes = new Counter({
+    name: 'store_evicted_bytes_total',
+    help: 'Bytes evicted by the size cap.',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'store_bytes',
+    help: 'Bytes of all stored artifacts.',
+    registers: [registry],
+    collect() {
+      this.set(sources.storeTotals().bytes);
+    },
+  });
+  new Gauge({
+    name: 'store_artifacts',
+    help: 'Number of stored artifacts.',
+    registers: [registry],
+    collect() {
+      this.set(sources.storeTotals().artifacts);
+    },
+  });
+  new Gauge({
+    name: 'jobs_queued',
+    help: 'Jobs waiting for a worker.',
+    registers: [registry],
+    collect() {
+      this.set(sources.queueDepth());
+    },
+  });
+  new Gauge({
+    name: 'workers_busy',
+    help: 'Workers running a job.',
+    registers: [registry],
+    collect() {
+      this.set(sources.busyWorkers());
+    },
+  });
+  new Gauge({
+    name: 'downloader_present',
+    help: '1 when the downloader is installed and answers, else 0.',
+    registers: [registry],
+    async collect() {
+      this.set((await sources.downloaderPresent()) ? 1 : 0);
+    },
+  });
+
+  return {
+    registry,
+    observeRequest(method: string, route: string, status: number, seconds: number) {
+      httpRequests.inc({ method, route, status: String(status) });
+      httpDuration.observe({ method, route }, seconds);
+    },
+    observeJobEnd(job: { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null }) {
+      jobsFinished.inc({ status: job.status, born_done: String(job.bornDone) });
+      if (job.status === 'failed' && job.errorCode) jobFailures.inc({ code: job.errorCode });
+      if (job.startedAt !== null && job.finishedAt !== null && !job.bornDone) {
+        jobDuration.observe({ status: job.status }, (job.finishedAt - job.startedAt) / 1000);
+      }
+    },
+    addDownloadedBytes(bytes: number) {
+      downloadedBytes.inc(bytes);
+    },
+    observeEviction(artifacts: number, bytes: number) {
+      evictions.inc(artifacts);
+      evictedBytes.inc(bytes);
+    },
+  };
+}

@@ -1,0 +1,98 @@
+import { and, asc, eq, gt, inArray, or } from 'drizzle-orm';
+import type { Db } from '../db/client.js';
+import { aliases, cacheEntries, storeTotals } from '../db/schema.js';
+import type { ContentStore } from './content-store.js';
+
+/**
+ * Least-recently-used garbage collection: while the store holds more than its cap, the coldest
+ * cache rows go, with their files and the aliases that pointed at them. Rows are read in
+ * last-use order through the index, a batch at a time, so the cost grows with what is evicted,
+ * not with the size of the store. Database first, files after: a crash in between leaves files
+ * without rows, which start-up reconciliation removes; never a row without its file.
+ *
+ * Nothing needs pinning: content a running job is writing has no row until the job's commit
+ * (and is then the most recently used), and a job that reuses stored content checks the file
+ * and records its use in one synchronous transaction, which eviction cannot interleave with.
+ */
+export interface StoreTotals {
+  bytes: number;
+  artifacts: number;
+}
+
+export function readStoreTotals(db: Db): StoreTotals {
+  return db.select({ bytes: storeTotals.bytes, artifacts: storeTotals.artifacts }).from(storeTotals).where(eq(storeTotals.id, 1)).get() ?? { bytes: 0, artifacts: 0 };
+}
+
+export interface EvictionResult {
+  evictedArtifacts: number;
+  evictedBytes: number;
+  evictedContentIds: string[];
+}
+
+export async function evictToCap(deps: {
+  db: Db;
+  store: ContentStore;
+  capBytes: number;
+  batchSize?: number;
+}): Promise<EvictionResult> {
+  const batchSize = deps.batchSize ?? 200;
+  const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
+  let cursor: { lastUsedAt: number; contentId: string; name: string } | undefined;
+
+  while (readStoreTotals(deps.db).bytes > deps.capBytes) {
+    const rows = deps.db
+      .select({ contentId: cacheEntries.contentId, name: cacheEntries.name, bytes: cacheEntries.bytes, lastUsedAt: cacheEntries.lastUsedAt })
+      .from(cacheEntries)
+      .where(
+        cursor
+          ? or(
+              gt(cacheEntries.lastUsedAt, cursor.lastUsedAt),
+              and(eq(cacheEntries.lastUsedAt, cursor.lastUsedAt), gt(cacheEntries.contentId, cursor.contentId)),
+              and(eq(cacheEntries.lastUsedAt, cursor.lastUsedAt), eq(cacheEntries.contentId, cursor.contentId), gt(cacheEntries.name, cursor.name)),
+            )
+          : undefined,
+      )
+      .orderBy(asc(cacheEntries.lastUsedAt), asc(cacheEntries.contentId), asc(cacheEntries.name))
+      .limit(batchSize)
+      .all();
+    if (rows.length === 0) break;
+
+    let excess = readStoreTotals(deps.db).bytes - deps.capBytes;
+    const victims: typeof rows = [];
+    for (const row of rows) {
+      cursor = row;
+      if (excess <= 0) break;
+      victims.push(row);
+      excess -= row.bytes;
+    }
+    if (victims.length === 0) break;
+
+    const goneContentIds = deps.db.transaction((tx) => {
+      for (const victim of victims) {
+        tx.delete(cacheEntries).where(and(eq(cacheEntries.contentId, victim.contentId), eq(cacheEntries.name, victim.name))).run();
+      }
+      const touched = [...new Set(victims.map((victim) => victim.contentId))];
+      const stillThere = new Set(
+        tx.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(inArray(cacheEntries.contentId, touched)).all().map((row) => row.contentId),
+      );
+      const gone = touched.filter((contentId) => !stillThere.has(contentId));
+      if (gone.length > 0) tx.delete(aliases).where(inArray(aliases.contentId, gone)).run();
+      return gone;
+    });
+    // A reader that has a file open keeps reading it: unlinking does not cut a download short.
+    // Check and removal are synchronous together, so a job that recorded the same content again
+    // meanwhile (its transaction checks the file exists) is never left with a row and no file.
+    for (const contentId of goneContentIds) {
+      const recorded = deps.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(eq(cacheEntries.contentId, contentId)).get();
+      if (!recorded) deps.store.removeSync(contentId);
+    }
+    const gone = new Set(goneContentIds);
+    await Promise.all(
+      victims.filter((victim) => !gone.has(victim.contentId)).map((victim) => deps.store.removeArtifact(victim.contentId, victim.name)),
+    );
+    result.evictedArtifacts += victims.length;
+    result.evictedBytes += victims.reduce((sum, victim) => sum + victim.bytes, 0);
+    result.evictedContentIds.push(...goneContentIds);
+  }
+  return result;
+}

@@ -1,0 +1,116 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { and, eq, notInArray } from 'drizzle-orm';
+import type { Db } from '../db/client.js';
+import { aliases, cacheEntries } from '../db/schema.js';
+import { parseWavHeader } from '../tools/wav.js';
+import { SOURCE_WAV_KIND } from './cache-entries.js';
+import { sha256File, type ContentStore } from './content-store.js';
+import { AUDIO_ARTIFACT_NAME, isContentId } from './layout.js';
+
+/**
+ * Start-up reconciliation of the store with its cache rows, before any job runs:
+ *  - a file with no row is adopted when its bytes hash to its content id and it is a WAV the
+ *    service made (a crash between store and commit), else removed;
+ *  - a row whose file is gone is dropped;
+ *  - aliases to content that has no row are cleared.
+ */
+export interface ReconcileCounts {
+  adopted: number;
+  filesRemoved: number;
+  rowsDropped: number;
+  aliasesCleared: number;
+}
+
+export async function reconcileStore(deps: { db: Db; store: ContentStore; now: () => number }): Promise<ReconcileCounts> {
+  const counts: ReconcileCounts = { adopted: 0, filesRemoved: 0, rowsDropped: 0, aliasesCleared: 0 };
+  const rows = new Set(
+    deps.db
+      .select({ contentId: cacheEntries.contentId, name: cacheEntries.name })
+      .from(cacheEntries)
+      .all()
+      .map((row) => `${row.contentId}/${row.name}`),
+  );
+  const seen = new Set<string>();
+
+  for (const shard of await fs.readdir(deps.store.root).catch(() => [] as string[])) {
+    if (!/^[0-9a-f]{2}$/.test(shard)) continue;
+    const shardDir = path.join(deps.store.root, shard);
+    for (const contentId of await fs.readdir(shardDir).catch(() => [] as string[])) {
+      const contentDir = path.join(shardDir, contentId);
+      if (!isContentId(contentId) || !contentId.startsWith(shard)) {
+        await fs.rm(contentDir, { recursive: true, force: true });
+        counts.filesRemoved++;
+        continue;
+      }
+      for (const name of await fs.readdir(contentDir).catch(() => [] as string[])) {
+        const key = `${contentId}/${name}`;
+        if (rows.has(key)) {
+          seen.add(key);
+        } else if (await adopt(deps, contentId, name)) {
+          seen.add(key);
+          counts.adopted++;
+        } else {
+          await fs.rm(path.join(contentDir, name), { recursive: true, force: true });
+          counts.filesRemoved++;
+        }
+      }
+      await fs.rmdir(contentDir).catch(() => {}); // only if now empty
+    }
+  }
+
+  const missing = [...rows].filter((key) => !seen.has(key));
+  if (missing.length > 0) {
+    deps.db.transaction((tx) => {
+      for (const key of missing) {
+        const [contentId, name] = key.split('/') as [string, string];
+        tx.delete(cacheEntries).where(and(eq(cacheEntries.contentId, contentId), eq(cacheEntries.name, name))).run();
+      }
+    });
+    counts.rowsDropped = missing.length;
+  }
+  counts.aliasesCleared = deps.db
+    .delete(aliases)
+    .where(notInArray(aliases.contentId, deps.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries)))
+    .run().changes;
+  return counts;
+}
+
+async function adopt(deps: { db: Db; store: ContentStore; now: () => number }, contentId: string, name: string): Promise<boolean> {
+  if (name !== AUDIO_ARTIFACT_NAME) return false;
+  const file = deps.store.pathOf(contentId, name);
+  try {
+    const { hex, bytes } = await sha256File(file);
+    if (hex !== contentId) return false;
+    const handle = await fs.open(file, 'r');
+    let header;
+    try {
+      const buf = Buffer.alloc(64 * 1024);
+      const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
+      header = parseWavHeader(buf.subarray(0, bytesRead));
+    } finally {
+      await handle.close();
+    }
+    const at = deps.now();
+    deps.db
+      .insert(cacheEntries)
+      .values({
+        contentId,
+        name,
+        kind: SOURCE_WAV_KIND,
+        bytes,
+        contentType: 'audio/wav',
+        sampleRate: header.sampleRate,
+        channels: header.channels,
+        durationS: header.durationS,
+        createdAt: at,
+        // Adopted content is the coldest: it was never served under this row.
+        lastUsedAt: 0,
+      })
+      .onConflictDoNothing()
+      .run();
+    return true;
+  } catch {
+    return false;
+  }
+}
