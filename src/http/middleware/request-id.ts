@@ -16,7 +16,8 @@ export function requestId(options: { log: Logger; header?: string }): Middleware
     const id = offered && WELL_FORMED_ID.test(offered) ? offered : randomUUID();
     c.set('requestId', id);
     c.set('log', options.log.child({ request_id: id }));
-    c.header('X-Request-Id', id);
     await next();
+    // Set on the final response, so error responses made by the error handler carry it too.
+    c.res.headers.set('X-Request-Id', id);
   };
 }

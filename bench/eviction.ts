@@ -1,0 +1,49 @@
+/**
+ * Eviction cost against store size (run by hand: npx tsx bench/eviction.ts). For stores of
+ * 1,000, 10,000 and 100,000 cache rows (real SQLite file, real files of 1 KiB), evicts the
+ * coldest 1% and 10 rows, and prints the time per run and per evicted row. The cost should grow
+ * with what is evicted, not with the store's size.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { openDatabase } from '../src/db/client.js';
+import { createContentStore } from '../src/store/content-store.js';
+import { evictToCap, readStoreTotals } from '../src/store/eviction.js';
+import { AUDIO_ARTIFACT_NAME } from '../src/store/layout.js';
+
+const SIZES = [1_000, 10_000, 100_000];
+const FILE_BYTES = 1024;
+
+for (const rows of SIZES) {
+  const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-evict-'));
+  const db = openDatabase(path.join(dir, 'db.sqlite'));
+  const store = createContentStore(path.join(dir, 'artifacts'));
+  const insert = db.$client.prepare(
+    'insert into cache_entries (content_id, name, kind, bytes, content_type, created_at, last_used_at) values (?, ?, ?, ?, ?, ?, ?)',
+  );
+  db.$client.transaction(() => {
+    for (let i = 0; i < rows; i++) {
+      const contentId = createHash('sha256').update(String(i)).digest('hex');
+      const file = store.pathOf(contentId, AUDIO_ARTIFACT_NAME);
+      mkdirSync(path.dirname(file), { recursive: true });
+      writeFileSync(file, Buffer.alloc(FILE_BYTES));
+      insert.run(contentId, AUDIO_ARTIFACT_NAME, 'source_wav', FILE_BYTES, 'audio/wav', i, i);
+    }
+  })();
+
+  for (const evict of [10, Math.round(rows / 100)]) {
+    const before = readStoreTotals(db).bytes;
+    const started = performance.now();
+    const result = await evictToCap({ db, store, capBytes: before - evict * FILE_BYTES });
+    const ms = performance.now() - started;
+    process.stdout.write(
+      `rows=${String(rows).padStart(6)}  evicted=${String(result.evictedArtifacts).padStart(5)}  ` +
+        `time=${ms.toFixed(1).padStart(7)} ms  per evicted row=${(ms / result.evictedArtifacts).toFixed(3)} ms\n`,
+    );
+  }
+  db.$client.close();
+  await rm(dir, { recursive: true, force: true });
+}

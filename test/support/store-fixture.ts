@@ -1,0 +1,71 @@
+/**
+ * A real SQLite file and a real artifact root in a temp folder, for unit tests of the store:
+ * `addArtifact` writes a file at its content address and records its cache row, the way a
+ * finished job does.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readdir, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { openDatabase, type Db } from '../../src/db/client.js';
+import { setAlias } from '../../src/store/aliases.js';
+import { recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
+import { createContentStore, type ContentStore } from '../../src/store/content-store.js';
+import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+
+export interface StoreFixture {
+  dir: string;
+  db: Db;
+  store: ContentStore;
+  /** Writes `bytes` random bytes as a stored artifact used at `usedAt`, with a URL alias. */
+  addArtifact(bytes: number, usedAt: number, url?: string): Promise<string>;
+  /** Sum of the sizes of the files under the artifact root's content folders. */
+  bytesOnDisk(): Promise<number>;
+  contentIdsOnDisk(): Promise<string[]>;
+}
+
+export async function createStoreFixture(): Promise<StoreFixture> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
+  const db = openDatabase(path.join(dir, 'db.sqlite'));
+  const store = createContentStore(path.join(dir, 'artifacts'));
+  await mkdir(store.root, { recursive: true });
+
+  async function walk(): Promise<Array<{ contentId: string; size: number }>> {
+    const found: Array<{ contentId: string; size: number }> = [];
+    for (const shard of await readdir(store.root)) {
+      if (!/^[0-9a-f]{2}$/.test(shard)) continue;
+      for (const contentId of await readdir(path.join(store.root, shard))) {
+        for (const name of await readdir(path.join(store.root, shard, contentId))) {
+          found.push({ contentId, size: (await stat(path.join(store.root, shard, contentId, name))).size });
+        }
+      }
+    }
+    return found;
+  }
+
+  return {
+    dir,
+    db,
+    store,
+    async addArtifact(bytes, usedAt, url) {
+      const data = randomBytes(bytes);
+      const contentId = createHash('sha256').update(data).digest('hex');
+      const file = store.pathOf(contentId, AUDIO_ARTIFACT_NAME);
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, data);
+      recordCacheEntry(
+        db,
+        { contentId, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 },
+        usedAt,
+      );
+      if (url) setAlias(db, 'url', url, contentId, usedAt);
+      return contentId;
+    },
+    async bytesOnDisk() {
+      return (await walk()).reduce((sum, file) => sum + file.size, 0);
+    },
+    async contentIdsOnDisk() {
+      return (await walk()).map((file) => file.contentId).sort();
+    },
+  };
+}

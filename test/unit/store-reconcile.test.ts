@@ -1,0 +1,47 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { aliases } from '../../src/db/schema.js';
+import { setAlias } from '../../src/store/aliases.js';
+import { cacheEntriesFor } from '../../src/store/cache-entries.js';
+import { readStoreTotals } from '../../src/store/eviction.js';
+import { reconcileStore } from '../../src/store/reconcile.js';
+import { createStoreFixture } from '../support/store-fixture.js';
+
+describe('start-up reconciliation', () => {
+  it('drops rows without files, removes stray files, adopts valid WAVs, clears dangling aliases', async () => {
+    const fx = await createStoreFixture();
+    const kept = await fx.addArtifact(500, 1, 'https://media.example/kept');
+    const lost = await fx.addArtifact(700, 2, 'https://media.example/lost');
+    await fx.store.remove(lost); // a row whose file is gone
+
+    // A file with no row whose bytes do not match its address: removed.
+    const bogus = 'ab'.padEnd(64, '0');
+    await mkdir(path.join(fx.store.root, 'ab', bogus), { recursive: true });
+    await writeFile(path.join(fx.store.root, 'ab', bogus, 'audio.wav'), 'not what the address says');
+
+    // A real WAV with no row at its right address (a crash between store and commit): adopted.
+    const wav = path.join(fx.dir, 'tone.wav');
+    const made = spawnSync('ffmpeg', ['-v', 'error', '-f', 'lavfi', '-i', 'sine=duration=0.5', '-ar', '44100', '-c:a', 'pcm_s16le', '-bitexact', '-map_metadata', '-1', wav]);
+    expect(made.status).toBe(0);
+    const wavBytes = readFileSync(wav);
+    const adoptedId = createHash('sha256').update(wavBytes).digest('hex');
+    await mkdir(path.dirname(fx.store.pathOf(adoptedId, 'audio.wav')), { recursive: true });
+    await writeFile(fx.store.pathOf(adoptedId, 'audio.wav'), wavBytes);
+
+    setAlias(fx.db, 'url', 'https://media.example/dangling', 'f'.repeat(64), 3);
+
+    const counts = await reconcileStore({ db: fx.db, store: fx.store, now: () => 10 });
+    expect(counts).toEqual({ adopted: 1, filesRemoved: 1, rowsDropped: 1, aliasesCleared: 2 });
+    expect((await fx.contentIdsOnDisk()).sort()).toEqual([kept, adoptedId].sort());
+    expect(cacheEntriesFor(fx.db, adoptedId)).toEqual([
+      expect.objectContaining({ bytes: wavBytes.length, sampleRate: 44100, channels: 1, lastUsedAt: 0 }),
+    ]);
+    expect(readStoreTotals(fx.db)).toEqual({ bytes: 500 + wavBytes.length, artifacts: 2 });
+    expect(await fx.bytesOnDisk()).toBe(500 + wavBytes.length);
+    expect(fx.db.select().from(aliases).all().map((row) => row.key)).toEqual(['https://media.example/kept']);
+  });
+});
