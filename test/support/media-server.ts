@@ -174,6 +174,19 @@ function parseRange(header: string | undefined, size: number): [number, number] 
   return [start, end];
 }
 
+/** Waits for 'drain' or 'close', removing both listeners after (events.once would leave one behind per wait). */
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
 /** Writes bytes start..end (inclusive) of a file, honouring backpressure and the throttle. */
 async function sendBytes(
   res: ServerResponse,
@@ -193,9 +206,7 @@ async function sendBytes(
       const { buffer, bytesRead } = await file.read(Buffer.alloc(n), 0, n, pos);
       if (bytesRead === 0) break;
       pos += bytesRead;
-      if (!res.write(buffer.subarray(0, bytesRead))) {
-        await Promise.race([once(res, 'drain'), once(res, 'close')]);
-      }
+      if (!res.write(buffer.subarray(0, bytesRead))) await drainedOrClosed(res);
       if (bytesPerSec && pos <= end) await sleep((bytesRead / bytesPerSec) * 1000, undefined, { signal });
     }
     res.end();

@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -65,6 +65,8 @@ export interface JobBody {
 }
 
 export async function startService(opts: { env?: Record<string, string>; dataDir?: string; apiKey?: string } = {}): Promise<ServiceHandle> {
+  // A data dir made here is removed when the service stops; one passed in belongs to the caller.
+  const ownsDataDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'sf-data-')));
   const apiKey = opts.apiKey ?? randomBytes(24).toString('base64url');
   const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
@@ -161,9 +163,9 @@ export async function startService(opts: { env?: Record<string, string>; dataDir
       throw new Error(`job ${id} did not reach ${statuses.join('/')}: ${JSON.stringify(last)}`);
     },
     async stop(signal = 'SIGTERM') {
-      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-      child.kill(signal);
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const [code] = (await exited) as [number | null];
+      if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
       return code;
     },
     async kill() {
