@@ -1,0 +1,41 @@
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.js';
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      host: '127.0.0.1',
+      port: 8080,
+      dataDir: path.resolve('data'),
+      artifactRoot: path.resolve('data/artifacts'),
+      apiKeys: [],
+      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+      workerConcurrency: 2,
+      fetchAllowHosts: [],
+      accelRedirectPrefix: null,
+    });
+  });
+
+  it('parses lists and numbers', () => {
+    const config = loadConfig({ API_KEYS: ' key-one-0123456789 , key-two-0123456789 ', FETCH_ALLOW_HOSTS: '127.0.0.1:8000,media.internal', PORT: '9000' });
+    expect(config.apiKeys).toEqual(['key-one-0123456789', 'key-two-0123456789']);
+    expect(config.fetchAllowHosts).toEqual(['127.0.0.1:8000', 'media.internal']);
+    expect(config.port).toBe(9000);
+  });
+
+  it.each([
+    ['PORT', 'eighty'],
+    ['PORT', '70000'],
+    ['WORKER_CONCURRENCY', '0'],
+    ['API_KEYS', 'short'],
+    ['ACCEL_REDIRECT_PREFIX', '_artifacts'],
+    ['URL_SIGNING_SECRET', 'too-short'],
+    ['LOG_LEVEL', 'loud'],
+    ['MAX_DOWNLOAD_BYTES', '-1'],
+  ])('refuses %s=%s with a message naming the variable', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));
+  });
+});
