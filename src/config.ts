@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parseAllowHosts, type AllowList } from './policy/destination.js';
 
 /**
  * The service's configuration: the only module that reads the environment. Everything else
@@ -40,7 +41,14 @@ const envSchema = z.object({
   MAX_QUEUED_JOBS: positiveInt(1000),
   ARTIFACT_CAP_BYTES: positiveInt(50 * 1024 ** 3),
   EVICTION_INTERVAL_S: positiveInt(60),
-  FETCH_ALLOW_HOSTS: commaList,
+  FETCH_ALLOW_HOSTS: commaList.transform((entries, ctx) => {
+    try {
+      return { entries, list: parseAllowHosts(entries) };
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      return z.NEVER;
+    }
+  }),
   ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
     message: 'must be a path that starts and ends with "/", for example /_artifacts/',
   }),
@@ -50,6 +58,8 @@ const envSchema = z.object({
   SIGNED_URL_TTL_S: positiveInt(24 * 3600),
   SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
+  PATH: z.string().default(''),
 });
 
 export interface Config {
@@ -71,7 +81,10 @@ export interface Config {
   maxQueuedJobs: number;
   artifactCapBytes: number;
   evictionIntervalMs: number;
+  /** FETCH_ALLOW_HOSTS as written (for the start-up warning) and parsed. */
   fetchAllowHosts: string[];
+  allowHosts: AllowList;
+  searchPath: string;
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
@@ -108,7 +121,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxQueuedJobs: e.MAX_QUEUED_JOBS,
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,
     evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
-    fetchAllowHosts: e.FETCH_ALLOW_HOSTS,
+    fetchAllowHosts: e.FETCH_ALLOW_HOSTS.entries,
+    allowHosts: e.FETCH_ALLOW_HOSTS.list,
+    searchPath: e.PATH,
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,

@@ -19,7 +19,7 @@ import { submitSource } from './jobs/submit.js';
 import { createWorkerPool, type WorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
-import { checkDestination, createSystemResolver, parseAllowHosts } from './policy/destination.js';
+import { checkDestination, createSystemResolver } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
 import { loadOrCreateSecret } from './secrets.js';
 import { cacheEntriesFor } from './store/cache-entries.js';
@@ -42,11 +42,9 @@ async function main(): Promise<void> {
   try {
     config = loadConfig(process.env);
   } catch (err) {
-    if (err instanceof ConfigError || err instanceof Error) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(2);
-    }
-    throw err;
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    process.exit(2);
   }
   const log = createLogger(config.logLevel);
   const now = () => Date.now();
@@ -65,13 +63,7 @@ async function main(): Promise<void> {
   }
   const signingSecret = config.urlSigningSecret ?? loadOrCreateSecret(config.dataDir, 'url-signing-secret').value;
 
-  let allowHosts;
-  try {
-    allowHosts = parseAllowHosts(config.fetchAllowHosts);
-  } catch (err) {
-    process.stderr.write(`Invalid configuration:\n  FETCH_ALLOW_HOSTS: ${(err as Error).message}\n`);
-    process.exit(2);
-  }
+  const allowHosts = config.allowHosts;
   if (allowHosts.length > 0) {
     log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
   }
@@ -82,14 +74,21 @@ async function main(): Promise<void> {
   const leftovers = await store.clearIncoming();
   const reconciled = await reconcileStore({ db, store, now });
   log.info(
-    { ...recovered, incoming_removed: leftovers, orphaned_tools_killed: orphansKilled, ...reconciled },
+    {
+      ...recovered,
+      incoming_removed: leftovers,
+      orphaned_tools_killed: orphansKilled,
+      files_adopted: reconciled.adopted,
+      files_removed: reconciled.filesRemoved,
+      rows_dropped: reconciled.rowsDropped,
+      aliases_cleared: reconciled.aliasesCleared,
+    },
     'start-up recovery',
   );
 
-  const envPath = process.env.PATH ?? '';
   const checkHealth = createHealthCheck({
     tools: config.tools,
-    locate: (tool) => locateTool(tool, envPath),
+    locate: (tool) => locateTool(tool, config.searchPath),
     version: toolVersion,
     pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
     artifactRoot: config.artifactRoot,

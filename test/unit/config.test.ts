@@ -34,6 +34,7 @@ describe('configuration', () => {
     ['URL_SIGNING_SECRET', 'too-short'],
     ['LOG_LEVEL', 'loud'],
     ['MAX_DOWNLOAD_BYTES', '-1'],
+    ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));
