@@ -1,0 +1,104 @@
+import type { Context } from 'hono';
+import { ServiceError } from '../errors.js';
+import { presentedKey, type KeyChecker } from '../http/api-key.js';
+import { problemResponse } from '../http/problem.js';
+import { artifactNotFound, invalidArtifactPath, resolveArtifactPath, type ResolvedArtifact } from './artifact-path.js';
+import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
+import { fileBody } from './file-body.js';
+import { parseRange } from './range.js';
+import { representationHeaders } from './representation.js';
+import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js';
+
+/**
+ * getArtifact, `GET|HEAD /artifacts/:cid/:name`. The app decides who may read what and answers
+ * conditional requests itself; the bytes then come from nginx (internal redirect, when
+ * `accelRedirectPrefix` is set) or from the app's own streaming fallback.
+ */
+export interface ArtifactHandlerDeps {
+  artifactRoot: string;
+  /** e.g. '/_artifacts/': answer with X-Accel-Redirect instead of the bytes. */
+  accelRedirectPrefix: string | null;
+  checkKey: KeyChecker;
+  signer: UrlSigner;
+  /** Called after each 200, 206 or 304; the caller batches these into store touches. */
+  onServed?: (cid: string) => void;
+}
+
+export type ArtifactHandler = (c: Context) => Promise<Response>;
+
+export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandler {
+  const served = deps.onServed ?? (() => undefined);
+  return async (c) => {
+    const cid = c.req.param('cid');
+    const name = c.req.param('name');
+    if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
+    authorize(c, deps, cid, name);
+    const file = await resolveArtifactPath(deps.artifactRoot, cid, name);
+
+    const headers = representationHeaders(cid, name);
+    headers['last-modified'] = httpDate(file.mtimeMs);
+    const validators = { etag: headers.etag!, mtimeMs: file.mtimeMs };
+    if (isNotModified(c.req.raw.headers, validators)) {
+      served(cid);
+      return new Response(null, { status: 304, headers });
+    }
+
+    if (deps.accelRedirectPrefix !== null) {
+      // nginx answers Range and HEAD itself from the internal location.
+      headers['x-accel-redirect'] = deps.accelRedirectPrefix + encodePath(file.relativePath);
+      served(cid);
+      return new Response(null, { status: 200, headers });
+    }
+
+    const response = await streamFile(c, file, headers, validators);
+    if (response.status !== 416) served(cid);
+    return response;
+  };
+}
+
+/** A valid API key, or else a valid signature for exactly this cid and name. */
+function authorize(c: Context, deps: ArtifactHandlerDeps, cid: string, name: string): void {
+  if (deps.checkKey(presentedKey(c.req.raw.headers))) return;
+  const verdict = deps.signer.verify(cid, name, c.req.query(EXPIRES_PARAM), c.req.query(SIGNATURE_PARAM));
+  if (verdict === 'ok') return;
+  if (verdict === 'expired') throw new ServiceError('forbidden', 'signature_expired', 'This signed URL has expired.');
+  if (verdict === 'invalid') throw new ServiceError('forbidden', 'signature_invalid', 'This signed URL is not valid.');
+  throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
+}
+
+async function streamFile(
+  c: Context,
+  file: ResolvedArtifact,
+  headers: Record<string, string>,
+  validators: { etag: string; mtimeMs: number },
+): Promise<Response> {
+  headers['accept-ranges'] = 'bytes';
+  const range = ifRangeAllows(c.req.header('if-range') ?? null, validators) ? parseRange(c.req.header('range'), file.size) : { kind: 'none' as const };
+  if (range.kind === 'unsatisfiable') {
+    return problemResponse(416, 'range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
+      requestId: c.get('requestId' as never) as string | undefined,
+      headers: { 'content-range': `bytes */${file.size}`, 'accept-ranges': 'bytes' },
+    });
+  }
+  const status = range.kind === 'range' ? 206 : 200;
+  const start = range.kind === 'range' ? range.start : 0;
+  const end = range.kind === 'range' ? range.end : file.size - 1;
+  headers['content-length'] = String(end - start + 1);
+  if (range.kind === 'range') headers['content-range'] = `bytes ${start}-${end}/${file.size}`;
+  // Hono answers HEAD by running the GET route and dropping the body: never open the file for it.
+  if (c.req.method === 'HEAD') return new Response(null, { status, headers });
+  let body;
+  try {
+    body = await fileBody(file.absolutePath, start, end);
+  } catch (err) {
+    // Evicted between resolution and open.
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw artifactNotFound();
+    throw err;
+  }
+  return new Response(body, { status, headers });
+}
+
+/** Percent-encodes each segment, so that nginx maps the redirect back to exactly this file. */
+function encodePath(relativePath: string): string {
+  return relativePath.split('/').map(encodeURIComponent).join('/');
+}
