@@ -1,0 +1,133 @@
+import { readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ipv6LoopbackAvailable, startCountingListener, type CountingListener } from '../support/counting-listener.js';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { processesMatching } from '../support/processes.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+/**
+ * The egress guard end to end, on loopback only: the media server is allowed (exactly
+ * 127.0.0.1:<its port>), but the places it sends the downloader to are not. The refused targets
+ * are listeners run here that count connections: each must see none, and each job must fail
+ * with destination_refused naming the host. Off-machine destinations (169.254.169.254, private
+ * ranges) are covered by the unit tests with an injected resolver and dialer only.
+ */
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+
+let media: MediaServer;
+let svc: ServiceHandle;
+let v4: CountingListener;
+let v6: CountingListener | undefined;
+
+beforeAll(async () => {
+  media = await startMediaServer();
+  v4 = await startCountingListener('127.0.0.1');
+  if (await ipv6LoopbackAvailable()) v6 = await startCountingListener('::1');
+  const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });
+  media.serveFile('/ok.mp3', tone.path, { contentType: 'audio/mpeg' });
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+});
+
+afterAll(async () => {
+  await svc?.stop();
+  await media?.close();
+  await v4?.close();
+  await v6?.close();
+});
+
+async function expectRefused(url: string, host: string) {
+  const job = await svc.waitForJob((await svc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
+  expect(job.status).toBe('failed');
+  expect(job.error?.code).toBe('destination_refused');
+  expect(job.error?.message).toContain(host);
+  // The per-job proxy credentials never reach the job record.
+  expect(JSON.stringify(job)).not.toMatch(/@127\.0\.0\.1:\d+/);
+  return job;
+}
+
+describe('egress guard, end to end', () => {
+  it('lets the allowed media server through (the guard is in the path and works)', async () => {
+    const job = await svc.waitForJob((await svc.submit(media.url('/ok.mp3'))).job_id, ['done', 'failed']);
+    expect(job.error).toBeNull();
+    expect(job.status).toBe('done');
+  });
+
+  it('refuses a redirect to 127.0.0.1 on another port; the target sees no connection', async () => {
+    media.redirect('/to-other-port', `http://${v4.authority}/x.mp3`);
+    await expectRefused(media.url('/to-other-port'), '127.0.0.1');
+    expect(media.requestsFor('/to-other-port').length).toBeGreaterThan(0);
+    expect(v4.connections).toBe(0);
+  });
+
+  it('refuses a redirect to [::1]; the target sees no connection', async (ctx) => {
+    if (!v6) ctx.skip('no IPv6 loopback on this machine');
+    media.redirect('/to-v6', `http://${v6!.authority}/`);
+    await expectRefused(media.url('/to-v6'), '::1');
+    expect(v6!.connections).toBe(0);
+  });
+
+  it('refuses a redirect to localhost by name', async () => {
+    media.redirect('/to-localhost', `http://localhost:${v4.port}/x.mp3`);
+    await expectRefused(media.url('/to-localhost'), 'localhost');
+    expect(v4.connections).toBe(0);
+  });
+
+  it('refuses HLS segments on a refused loopback port; no segment request arrives', async () => {
+    const segments = [0, 1, 2].map((i) => `#EXTINF:2.0,\nhttp://${v4.authority}/seg${i}.ts`).join('\n');
+    media.route('/list.m3u8', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
+      res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n${segments}\n#EXT-X-ENDLIST\n`);
+    });
+    await expectRefused(media.url('/list.m3u8'), '127.0.0.1');
+    expect(media.requestsFor('/list.m3u8').length).toBeGreaterThan(0);
+    expect(v4.connections).toBe(0);
+  });
+
+  it('refuses an HLS variant playlist on a refused loopback port', async () => {
+    media.route('/master.m3u8', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
+      res.end(`#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=64000,CODECS="mp4a.40.2"\nhttp://${v4.authority}/audio.m3u8\n`);
+    });
+    await expectRefused(media.url('/master.m3u8'), '127.0.0.1');
+    expect(v4.connections).toBe(0);
+  });
+
+  it('runs yt-dlp with --proxy and the native HLS downloader, so segments cannot bypass the guard', async () => {
+    // A slow allowed HLS stream keeps yt-dlp running long enough to read its command line.
+    const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });
+    const bytes = await readFile(tone.path);
+    media.route('/slow.m3u8', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
+      res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\n${media.url('/slow-seg.mp3')}\n#EXT-X-ENDLIST\n`);
+    });
+    media.route('/slow-seg.mp3', async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': bytes.length });
+      res.write(bytes.subarray(0, 100));
+      await sleep(1500);
+      res.end(bytes.subarray(100));
+    });
+    const submitted = await svc.submit(media.url('/slow.m3u8'));
+    let cmdline = '';
+    const deadline = Date.now() + 20_000;
+    while (!cmdline.includes('--load-info-json') && Date.now() < deadline) {
+      for (const pid of await processesMatching(submitted.job_id)) {
+        const text = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+        if (text.includes('--load-info-json')) cmdline = text.join(' ');
+      }
+      await sleep(50);
+    }
+    expect(cmdline).toContain('--hls-prefer-native');
+    expect(cmdline).toMatch(/--proxy http:\/\/[^ ]+@127\.0\.0\.1:\d+/);
+    expect(cmdline).toContain('--no-playlist');
+    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
+    expect(job.error).toBeNull();
+    expect(job.status).toBe('done');
+    // The proxy credentials are in no log line.
+    const proxy = /--proxy (\S+)/.exec(cmdline)![1]!;
+    expect(svc.output()).not.toContain(new URL(proxy).password);
+  });
+});
