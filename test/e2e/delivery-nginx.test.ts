@@ -1,0 +1,287 @@
+/**
+ * getArtifact end to end, one table run against both delivery modes: a real nginx (Debian's)
+ * rendering nginx/templates in front of the app in X-Accel-Redirect mode, and the app's own
+ * streaming fallback. Malformed paths go over a raw socket so that no client library
+ * normalises them first.
+ */
+import { createHash } from 'node:crypto';
+import { mkdir, symlink } from 'node:fs/promises';
+import { connect } from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUrlSigner } from '../../src/delivery/signed-url.js';
+import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
+import {
+  API_KEY,
+  createArtifactStore,
+  SECRET_MARKER,
+  SIGNING_SECRET,
+  startDeliveryApp,
+  type ArtifactStore,
+  type DeliveryApp,
+} from '../../bench/delivery/stack.js';
+import { startNginx, type RunningNginx } from '../support/nginx.js';
+
+const LINK_CID = 'e'.repeat(64);
+
+let store: ArtifactStore;
+let wav: { cid: string; bytes: Buffer };
+let accelApp: DeliveryApp;
+let fallbackApp: DeliveryApp;
+let nginx: RunningNginx;
+
+beforeAll(async () => {
+  store = await createArtifactStore();
+  wav = await store.addWav(5);
+  // A symlink inside the root, at a valid content address, pointing at the secret outside it.
+  const link = path.join(store.root, artifactRelativePath(LINK_CID, 'audio.wav'));
+  await mkdir(path.dirname(link), { recursive: true });
+  await symlink(store.secretPath, link);
+  accelApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/' });
+  fallbackApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
+  nginx = await startNginx({ appPort: accelApp.port, artifactRoot: store.root });
+});
+
+afterAll(async () => {
+  await nginx?.stop();
+  await accelApp?.close();
+  await fallbackApp?.close();
+  await store?.remove();
+});
+
+interface RawResponse {
+  status: number;
+  headers: Map<string, string>;
+  raw: Buffer;
+}
+
+/** One request written byte for byte; the whole answer read until the server closes. */
+function rawGet(port: number, target: string, headers: Record<string, string> = {}): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      const lines = [`GET ${target} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      socket.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'));
+    });
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const raw = Buffer.concat(chunks);
+      const head = raw.subarray(0, Math.max(0, raw.indexOf('\r\n\r\n'))).toString('latin1').split('\r\n');
+      const headers = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers, raw });
+    });
+  });
+}
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) => {
+  const base = () => (mode === 'nginx' ? nginx.url('') : `http://127.0.0.1:${fallbackApp.port}`);
+  const port = () => (mode === 'nginx' ? nginx.port : fallbackApp.port);
+  const app = () => (mode === 'nginx' ? accelApp : fallbackApp);
+  const signed = () => base() + app().signedPath(wav.cid);
+  const keyed = { authorization: `Bearer ${API_KEY}` };
+
+  function expectRepresentationHeaders(res: Response) {
+    expect(res.headers.get('content-type')).toBe('audio/wav');
+    expect(res.headers.get('content-disposition')).toBe(`inline; filename="audio.wav"; filename*=UTF-8''audio.wav`);
+    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+  }
+
+  it('GET with a signed URL answers the whole file, byte-identical, with the right headers', async () => {
+    const res = await fetch(signed());
+    expect(res.status).toBe(200);
+    const body = new Uint8Array(await res.arrayBuffer());
+    expect(sha256(body)).toBe(wav.cid);
+    expectRepresentationHeaders(res);
+    expect(res.headers.get('content-length')).toBe(String(wav.bytes.length));
+    expect(res.headers.get('accept-ranges')).toBe('bytes');
+    expect(Date.parse(res.headers.get('last-modified') ?? '')).not.toBeNaN();
+    expect(res.headers.get('x-accel-redirect')).toBeNull();
+    expect(app().served).toContain(wav.cid);
+  });
+
+  it('GET with the API key, as a bearer token or X-API-Key', async () => {
+    const url = base() + artifactUrlPath(wav.cid, 'audio.wav');
+    for (const headers of [keyed, { 'x-api-key': API_KEY }]) {
+      const res = await fetch(url, { headers });
+      expect(res.status).toBe(200);
+      expect(sha256(new Uint8Array(await res.arrayBuffer()))).toBe(wav.cid);
+    }
+  });
+
+  it.each([
+    ['bytes=1000-1999', 1000, 1999],
+    ['bytes=-500', -500, -1],
+    ['bytes=44-', 44, -1],
+  ])('Range %s answers 206 with exactly those bytes', async (range, from, to) => {
+    const size = wav.bytes.length;
+    const start = from < 0 ? size + from : from;
+    const end = to < 0 ? size + to : to;
+    const res = await fetch(signed(), { headers: { range } });
+    expect(res.status).toBe(206);
+    expect(res.headers.get('content-range')).toBe(`bytes ${start}-${end}/${size}`);
+    expect(res.headers.get('content-length')).toBe(String(end - start + 1));
+    expectRepresentationHeaders(res);
+    expect(Buffer.from(await res.arrayBuffer()).equals(wav.bytes.subarray(start, end + 1))).toBe(true);
+  });
+
+  it('an unsatisfiable Range answers 416 with Content-Range bytes */size', async () => {
+    const res = await fetch(signed(), { headers: { range: `bytes=${wav.bytes.length}-` } });
+    expect(res.status).toBe(416);
+    expect(res.headers.get('content-range')).toBe(`bytes */${wav.bytes.length}`);
+    await res.arrayBuffer();
+  });
+
+  it('If-Range with the ETag keeps the Range; with another validator the whole file comes', async () => {
+    const ok = await fetch(signed(), { headers: { range: 'bytes=0-9', 'if-range': `"${wav.cid}"` } });
+    expect(ok.status).toBe(206);
+    expect((await ok.arrayBuffer()).byteLength).toBe(10);
+    const stale = await fetch(signed(), { headers: { range: 'bytes=0-9', 'if-range': '"something-else"' } });
+    expect(stale.status).toBe(200);
+    expect(sha256(new Uint8Array(await stale.arrayBuffer()))).toBe(wav.cid);
+  });
+
+  it('HEAD answers the headers of a GET and no body', async () => {
+    const res = await rawHead(port(), app().signedPath(wav.cid));
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-length')).toBe(String(wav.bytes.length));
+    expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
+    expect(res.headers.get('content-type')).toBe('audio/wav');
+    expect(res.bodyBytes).toBe(0);
+  });
+
+  it('If-None-Match with the ETag (or W/ or *) answers 304 without a body; another tag gets 200', async () => {
+    for (const tag of [`"${wav.cid}"`, `W/"${wav.cid}"`, `"x", "${wav.cid}"`, '*']) {
+      const res = await fetch(signed(), { headers: { 'if-none-match': tag } });
+      expect(res.status).toBe(304);
+      expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
+      expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+      expect((await res.arrayBuffer()).byteLength).toBe(0);
+    }
+    const changed = await fetch(signed(), { headers: { 'if-none-match': '"other"' } });
+    expect(changed.status).toBe(200);
+    await changed.arrayBuffer();
+  });
+
+  it('refuses missing, wrong, altered and expired credentials with problem+json', async () => {
+    const plain = base() + artifactUrlPath(wav.cid, 'audio.wav');
+    const none = await fetch(plain);
+    expect(none.status).toBe(401);
+    expect(none.headers.get('content-type')).toBe('application/problem+json');
+    expect((await none.json()).code).toBe('unauthorized');
+    expect((await fetch(plain, { headers: { 'x-api-key': 'wrong' } })).status).toBe(401);
+
+    const good = app().signer.sign(wav.cid, 'audio.wav', 600);
+    const tampered = `${plain}?expires=${good.expires + 1}&sig=${good.signature}`;
+    const forged = await fetch(tampered);
+    expect(forged.status).toBe(403);
+    expect((await forged.json()).code).toBe('signature_invalid');
+    const otherCid = await fetch(`${base()}${artifactUrlPath('0'.repeat(64), 'audio.wav')}?${good.query}`);
+    expect(otherCid.status).toBe(403);
+    await otherCid.arrayBuffer();
+
+    const past = createUrlSigner(SIGNING_SECRET, { now: () => Date.now() - 3_600_000 }).sign(wav.cid, 'audio.wav', 60);
+    const expired = await fetch(`${plain}?${past.query}`);
+    expect(expired.status).toBe(403);
+    expect((await expired.json()).code).toBe('signature_expired');
+  });
+
+  it('unknown content answers 404 problem+json', async () => {
+    const res = await fetch(base() + artifactUrlPath('d'.repeat(64), 'audio.wav'), { headers: keyed });
+    expect(res.status).toBe(404);
+    expect((await res.json()).code).toBe('artifact_not_found');
+  });
+
+  it.each([
+    '/artifacts/{cid}/../../secret.txt',
+    '/artifacts/{cid}/../../../secret.txt',
+    '/artifacts/{cid}/audio.wav/../../../../secret.txt',
+    '/artifacts/{cid}/..%2f..%2f..%2fsecret.txt',
+    '/artifacts/{cid}/..%2F..%2F..%2Fsecret.txt',
+    '/artifacts/{cid}/%2e%2e%2f%2e%2e%2f%2e%2e%2fsecret.txt',
+    '/artifacts/{cid}/%252e%252e%252f%252e%252e%252f%252e%252e%252fsecret.txt',
+    '/artifacts/{cid}/%2e%2e',
+    '/artifacts/{cid}/%2e',
+    '/artifacts/{cid}/..%5c..%5c..%5csecret.txt',
+    '/artifacts/{cid}/..\\..\\..\\secret.txt',
+    '/artifacts/{cid}/audio.wav%00.txt',
+    '/artifacts/{cid}/%00',
+    '/artifacts/{cid}/audio.wav\0',
+    '/artifacts/{cid}/%2fetc%2fpasswd',
+    '/artifacts/{cid}//etc/passwd',
+    '/artifacts/{cid}/{long}',
+    '/artifacts/{cid}/.hidden',
+    '/artifacts/{CID}/audio.wav',
+    '/artifacts/..%2f..%2fsecret.txt/audio.wav',
+    '/artifacts/%2e%2e/secret.txt',
+    '/artifacts/{link}/audio.wav',
+    '/artifacts/{link2}/../../secret.txt',
+    '/_artifacts/../secret.txt',
+    '/_artifacts/%2e%2e/secret.txt',
+    '/secret.txt',
+  ])('refuses %j and never serves a byte outside the root', async (pattern) => {
+    const target = pattern
+      .replaceAll('{cid}', wav.cid)
+      .replaceAll('{CID}', wav.cid.toUpperCase())
+      .replaceAll('{link}', LINK_CID)
+      .replaceAll('{link2}', LINK_CID.slice(0, 2))
+      .replaceAll('{long}', 'a'.repeat(300));
+    const res = await rawGet(port(), target, keyed);
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+    expect(res.raw.toString('latin1')).not.toContain(SECRET_MARKER);
+  });
+});
+
+describe('nginx in front', () => {
+  it('answers 404 for /_artifacts/ asked for directly, in any spelling', async () => {
+    const rel = artifactRelativePath(wav.cid, 'audio.wav');
+    for (const target of [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`, `/_ARTIFACTS/${rel}`]) {
+      const res = await rawGet(nginx.port, target, { authorization: `Bearer ${API_KEY}` });
+      expect(res.status, target).toBeGreaterThanOrEqual(400);
+      expect(res.raw.includes(wav.bytes.subarray(0, 4096))).toBe(false);
+    }
+  });
+
+  it('the app answered with X-Accel-Redirect and nginx, not the app, sent the bytes', async () => {
+    const res = await fetch(`http://127.0.0.1:${accelApp.port}${accelApp.signedPath(wav.cid)}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-accel-redirect')).toBe(`/_artifacts/${artifactRelativePath(wav.cid, 'audio.wav')}`);
+    expect((await res.arrayBuffer()).byteLength).toBe(0);
+    expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+  });
+
+  it('percent-encodes the redirect so that nginx finds names with spaces and non-ASCII letters', async () => {
+    const name = 'my song é #1.json';
+    const bytes = Buffer.from('{"hello":"world"}');
+    const cid = await store.add(bytes, name);
+    const res = await fetch(nginx.url(artifactUrlPath(cid, name)), { headers: { 'x-api-key': API_KEY } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('application/json');
+    expect(res.headers.get('content-disposition')).toBe(`inline; filename="my song _ #1.json"; filename*=UTF-8''my%20song%20%C3%A9%20%231.json`);
+    expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
+  });
+});
+
+/** HEAD over a raw socket: fetch() would not show a body sent by mistake. */
+function rawHead(port: number, target: string): Promise<{ status: number; headers: Map<string, string>; bodyBytes: number }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      socket.write(`HEAD ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    });
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const raw = Buffer.concat(chunks);
+      const split = raw.indexOf('\r\n\r\n');
+      const head = raw.subarray(0, split).toString('latin1').split('\r\n');
+      const headers = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers, bodyBytes: raw.length - split - 4 });
+    });
+  });
+}

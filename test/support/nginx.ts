@@ -1,0 +1,145 @@
+/**
+ * A real nginx (Debian's /usr/sbin/nginx) on 127.0.0.1 in front of an app under test, with the
+ * very template from nginx/templates rendered the way the official image's envsubst step does,
+ * inside a minimal main config whose paths all live in a temp folder.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { connect, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const NGINX_BINARY = '/usr/sbin/nginx';
+export const TEMPLATE_PATH = fileURLToPath(new URL('../../nginx/templates/default.conf.template', import.meta.url));
+
+export interface NginxOptions {
+  appPort: number;
+  artifactRoot: string;
+  /** Extra directives inside http {} (the benchmark adds a static server this way). */
+  extraHttpConfig?: string;
+}
+
+export interface RunningNginx {
+  port: number;
+  url(pathAndQuery: string): string;
+  stop(): Promise<void>;
+  errorLog(): string;
+  accessLog(): string;
+}
+
+/** envsubst limited to the named variables; any other `${...}` left in the template is an error. */
+export function renderTemplate(template: string, vars: Record<string, string>): string {
+  const rendered = template.replace(/\$\{([A-Z_][A-Z0-9_]*)\}/g, (whole, name: string) => vars[name] ?? whole);
+  const left = /\$\{[A-Za-z_][A-Za-z0-9_]*\}/.exec(rendered);
+  if (left) throw new Error(`nginx template variable ${left[0]} has no value`);
+  return rendered;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
+  const prefix = await mkdtemp(path.join(tmpdir(), 'sf-nginx-'));
+  const port = await freePort();
+  const site = renderTemplate(await readFile(TEMPLATE_PATH, 'utf8'), {
+    APP_UPSTREAM: `127.0.0.1:${options.appPort}`,
+    ARTIFACT_ROOT: options.artifactRoot.replace(/\/+$/, ''),
+    NGINX_PORT: `127.0.0.1:${port}`,
+  });
+  await mkdir(path.join(prefix, 'conf.d'));
+  await writeFile(path.join(prefix, 'conf.d', 'default.conf'), site);
+  const errorLogPath = path.join(prefix, 'error.log');
+  const accessLogPath = path.join(prefix, 'access.log');
+  const temp = (name: string) => path.join(prefix, name);
+  // Mirrors the official image's /etc/nginx/nginx.conf, with every path in the temp folder.
+  const main = `
+${process.getuid?.() === 0 ? 'user root;' : ''}
+daemon off;
+worker_processes 1;
+pid ${temp('nginx.pid')};
+error_log ${errorLogPath} info;
+events { worker_connections 1024; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log ${accessLogPath};
+    client_body_temp_path ${temp('client_body')};
+    proxy_temp_path ${temp('proxy')};
+    fastcgi_temp_path ${temp('fastcgi')};
+    uwsgi_temp_path ${temp('uwsgi')};
+    scgi_temp_path ${temp('scgi')};
+    sendfile on;
+    keepalive_timeout 65;
+    include ${path.join(prefix, 'conf.d', 'default.conf')};
+${options.extraHttpConfig ?? ''}
+}
+`;
+  const configPath = path.join(prefix, 'nginx.conf');
+  await writeFile(configPath, main);
+
+  const child = spawn(NGINX_BINARY, ['-p', prefix, '-e', errorLogPath, '-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+
+  try {
+    await waitUntilListening(port, child, () => stderr + safeRead(errorLogPath));
+  } catch (err) {
+    child.kill('SIGKILL');
+    await exited;
+    await rm(prefix, { recursive: true, force: true });
+    throw err;
+  }
+
+  return {
+    port,
+    url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
+    errorLog: () => safeRead(errorLogPath),
+    accessLog: () => safeRead(accessLogPath),
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM'); // fast shutdown: master and worker exit
+        await exited;
+      }
+      await rm(prefix, { recursive: true, force: true });
+    },
+  };
+}
+
+async function waitUntilListening(port: number, child: ChildProcess, diagnostics: () => string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`nginx exited at start:\n${diagnostics()}`);
+    if (await canConnect(port)) return;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`nginx did not listen on ${port} within 10 s:\n${diagnostics()}`);
+}
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+function safeRead(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
