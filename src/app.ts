@@ -1,9 +1,10 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Handler } from 'hono';
 import type { JobRow } from './db/schema.js';
-import type { KeyChecker } from './http/api-key.js';
+import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
 import { accessLog } from './http/middleware/access-log.js';
+import { keyIdentity, rateLimit, type RateLimiter } from './http/middleware/rate-limit.js';
 import { requestId } from './http/middleware/request-id.js';
 import { requireApiKey } from './http/middleware/require-api-key.js';
 import { createErrorHandler, problemResponse } from './http/problem.js';
@@ -30,6 +31,8 @@ export interface AppDeps {
   serveArtifact: Handler<AppEnv>;
   checkHealth: () => Promise<HealthReport>;
   metrics: Metrics;
+  /** Per-API-key request rate limit (RATE_LIMIT_PER_MINUTE); absent: no limit. */
+  rateLimiter?: RateLimiter;
 }
 
 export const OPENAPI_INFO = {
@@ -57,6 +60,21 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('*', accessLog());
   app.use('*', requestMetrics({ metrics: deps.metrics }));
   app.onError(createErrorHandler((c) => c.get('log') ?? deps.log));
+  if (deps.rateLimiter) {
+    // Counted per valid key, on every route but the health check; requests without a valid key
+    // are not counted here (authentication answers them 401).
+    app.use(
+      '*',
+      rateLimit({
+        limiter: deps.rateLimiter,
+        identify: (c) => {
+          if (c.req.path === '/healthz') return undefined;
+          const key = presentedKey(c.req.raw.headers);
+          return key !== undefined && deps.checkKey(key) ? keyIdentity(key) : undefined;
+        },
+      }),
+    );
+  }
   app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('requestId') }));
 
   // Open: the health check (for probes) and the interface description.

@@ -39,6 +39,8 @@ const envSchema = z.object({
   MAX_DURATION_S: positiveInt(3 * 3600),
   MAX_ATTEMPTS: positiveInt(3),
   MAX_QUEUED_JOBS: positiveInt(1000),
+  RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(0).default(1200),
+  RATE_LIMIT_BURST: z.coerce.number().int().positive().optional(),
   ARTIFACT_CAP_BYTES: positiveInt(50 * 1024 ** 3),
   EVICTION_INTERVAL_S: positiveInt(60),
   FETCH_ALLOW_HOSTS: commaList.transform((entries, ctx) => {
@@ -79,6 +81,10 @@ export interface Config {
   maxDurationS: number;
   maxAttempts: number;
   maxQueuedJobs: number;
+  /** Requests a minute per API key; 0: no limit. */
+  rateLimitPerMinute: number;
+  /** Token bucket size per key. */
+  rateLimitBurst: number;
   artifactCapBytes: number;
   evictionIntervalMs: number;
   /** FETCH_ALLOW_HOSTS as written (for the start-up warning) and parsed. */
@@ -119,6 +125,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxDurationS: e.MAX_DURATION_S,
     maxAttempts: e.MAX_ATTEMPTS,
     maxQueuedJobs: e.MAX_QUEUED_JOBS,
+    rateLimitPerMinute: e.RATE_LIMIT_PER_MINUTE,
+    rateLimitBurst: e.RATE_LIMIT_BURST ?? e.RATE_LIMIT_PER_MINUTE,
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,
     evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
     fetchAllowHosts: e.FETCH_ALLOW_HOSTS.entries,

@@ -10,6 +10,8 @@ import { createTcpDialer, startEgressGuard } from './egress/guard.js';
 import { ServiceError } from './errors.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
+import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
+import { problemResponse } from './http/problem.js';
 import { toJobRecord } from './http/job-record.js';
 import { cancelJob } from './jobs/cancel.js';
 import { createFetchTask } from './jobs/fetch-task.js';
@@ -204,21 +206,31 @@ async function main(): Promise<void> {
     }),
     checkHealth,
     metrics,
+    rateLimiter:
+      config.rateLimitPerMinute > 0
+        ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now })
+        : undefined,
   });
 
-  const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, (info) => {
+  let stopping = false;
+  // Once shutting down, requests still arriving on open keep-alive connections get 503.
+  const fetch: typeof app.fetch = (req, ...rest) =>
+    stopping
+      ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
+      : app.fetch(req, ...rest);
+  const server = serve({ fetch, hostname: config.host, port: config.port }, (info) => {
     log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
   });
   workers.start();
   usage.start();
   sizeCap.start();
 
-  let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal, grace_ms: config.shutdownGraceMs }, 'shutting down: no new work, draining running jobs');
     server.close();
+    (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
     await workers.stop(config.shutdownGraceMs);
     await sizeCap.stop();
     usage.stop();

@@ -52,6 +52,7 @@ class JobFailure extends Error {
 }
 
 const PROGRESS_WRITE_INTERVAL_MS = 500;
+const STORAGE_FULL: JobError = { code: 'storage_full', message: 'The service has no storage space left for this file.' };
 /** yt-dlp's info JSON lists every format; a few MB at most for real sites. */
 const MAX_INFO_JSON_BYTES = 32 * 1024 * 1024;
 
@@ -88,9 +89,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       }
       if (err instanceof JobFailure) return err.error;
       const errno = (err as NodeJS.ErrnoException).code;
-      if (errno === 'ENOSPC' || errno === 'EDQUOT') {
-        return { code: 'storage_full', message: 'The artifact store has no space left.' };
-      }
+      if (errno === 'ENOSPC' || errno === 'EDQUOT') return STORAGE_FULL;
       ctx.log.error({ err }, 'unexpected error in fetch task');
       return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
     }
@@ -127,6 +126,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       } catch {
         throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
       }
+      if (info.isPlaylist) {
+        throw new JobFailure({ code: 'playlist_not_supported', message: 'The URL is a playlist; submit the URL of one item.' });
+      }
       if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
       if (info.durationS !== undefined && info.durationS > deps.limits.maxDurationS) {
         throw new JobFailure({
@@ -159,6 +161,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       await fs.mkdir(downloadDir);
       let downloadedPath: string | undefined;
       let lastProgressWrite = 0;
+      const maxBytes = deps.limits.maxDownloadBytes;
+      const tooLarge = () =>
+        new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.` });
       const download = await runTool(
         'ytdlp',
         ytdlp.buildDownloadArgs({
@@ -172,6 +177,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
           onStdoutLine: (line) => {
           const progress = ytdlp.parseProgressLine(line);
           if (progress) {
+            // Enforced while downloading, whatever the origin announced (chunked responses have no
+            // size for --max-filesize to check): throwing here kills yt-dlp's process group.
+            if (progress.downloadedBytes > maxBytes) throw tooLarge();
             const now = Date.now();
             if (now - lastProgressWrite >= PROGRESS_WRITE_INTERVAL_MS) {
               lastProgressWrite = now;
@@ -186,13 +194,18 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (download.exitCode !== 0) {
         throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(download.stderrTail), message: ytdlp.cleanToolMessage(download.stderrTail, hide) });
       }
+      // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
+      // carried on without it (it skips unavailable HLS fragments).
+      if (egress && egress.refusals().length > 0) throw new Error('destination refused during download');
       const downloaded = downloadedPath ? await fs.stat(downloadedPath).catch(() => null) : null;
-      if (!downloadedPath || !downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
+      if (!downloadedPath) {
+        // Under --quiet, a --max-filesize refusal (announced size too large) is silent: exit 0, no file.
+        throw new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes.` });
+      }
+      if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
         throw new JobFailure({ code: 'download_failed', message: 'The downloader reported success but produced no file.' });
       }
-      if (downloaded.size > deps.limits.maxDownloadBytes) {
-        throw new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${deps.limits.maxDownloadBytes} bytes.` });
-      }
+      if (downloaded.size > maxBytes) throw tooLarge();
       recordProgress(deps.db, job.id, downloaded.size, downloaded.size);
 
       // 3. It must be audio.
@@ -215,13 +228,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
         ffmpeg.buildConvertArgs({ input: downloadedPath, output: wavPath, inputChannels: media.channels ?? 2, maxDurationS: deps.limits.maxDurationS }),
       );
       if (convert.exitCode !== 0) {
+        if (/No space left on device/i.test(convert.stderrTail)) throw new JobFailure(STORAGE_FULL);
         throw new JobFailure({ code: 'conversion_failed', message: ytdlp.cleanToolMessage(convert.stderrTail, hide) || 'The conversion to WAV failed.' });
       }
       const header = await readWavHeader(wavPath);
 
       // 5. Store, then record everything in one transaction. The transaction checks that the
       // file is still there: eviction may have removed an identical stored copy meanwhile.
-      if (signal.aborted) return;
+      if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.size);
       for (let attempt = 1; ; attempt++) {
         const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);

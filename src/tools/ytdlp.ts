@@ -246,6 +246,7 @@ export type YtDlpFailureCode =
   | 'unsupported_url'
   | 'http_error'
   | 'network_error'
+  | 'storage_full'
   | 'download_failed';
 
 const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
@@ -253,6 +254,8 @@ const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
   // like the origin's own 403 (http_error); the worker checks the guard's refusal list for that.
   ['destination_refused', /Tunnel connection failed: 403/i],
   ['file_too_large', /larger than max-filesize/i],
+  // The job's working folder (DATA_DIR) is full.
+  ['storage_full', /No space left on device|Disk quota exceeded/i],
   ['unsupported_url', /ERROR: Unsupported URL/i],
   ['http_error', /HTTP Error \d{3}/i],
   [

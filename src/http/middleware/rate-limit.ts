@@ -1,0 +1,117 @@
+import { createHash } from 'node:crypto';
+import type { MiddlewareHandler } from 'hono';
+import { ServiceError } from '../../errors.js';
+import type { AppEnv } from '../env.js';
+
+/**
+ * A per-identity request rate limit: one token bucket per API key. A bucket holds at most
+ * `burst` tokens and refills at `perMinute` tokens a minute; each request takes one, and a
+ * request that finds less than one token is answered 429 `rate_limited` with Retry-After (the
+ * whole seconds until a token is back).
+ *
+ * Buckets are keyed by a digest of the key (`keyIdentity`), never by the key itself, so no key
+ * sits in memory twice or ever reaches a log or a heap dump of this map. Only requests whose key
+ * is valid get a bucket (the caller's `identify` decides), so the number of buckets is bounded by
+ * the number of configured keys; an attacker with made-up keys cannot grow it.
+ */
+export interface RateLimitDecision {
+  allowed: boolean;
+  /** Tokens left after this request (rounded down). */
+  remaining: number;
+  /** When refused: whole seconds until a request would be allowed again (at least 1). */
+  retryAfterSeconds: number;
+}
+
+export interface RateLimiter {
+  take(identity: string): RateLimitDecision;
+}
+
+export interface TokenBucketOptions {
+  perMinute: number;
+  /** Bucket size; default: a minute's worth (perMinute). */
+  burst?: number;
+  /** Milliseconds; injected in tests. */
+  now: () => number;
+  /** Bound on buckets kept; full (idle) buckets are dropped first. Default 10 000. */
+  maxIdentities?: number;
+}
+
+interface Bucket {
+  tokens: number;
+  updatedAt: number;
+}
+
+export function createTokenBucketLimiter(opts: TokenBucketOptions): RateLimiter {
+  if (!(opts.perMinute > 0)) throw new Error('perMinute must be positive');
+  const capacity = opts.burst ?? opts.perMinute;
+  if (!(capacity >= 1)) throw new Error('burst must be at least 1');
+  const perMs = opts.perMinute / 60_000;
+  const maxIdentities = opts.maxIdentities ?? 10_000;
+  const buckets = new Map<string, Bucket>();
+
+  const refill = (bucket: Bucket, now: number): void => {
+    // A clock that steps back gives no tokens (and takes none).
+    const elapsed = Math.max(0, now - bucket.updatedAt);
+    bucket.tokens = Math.min(capacity, bucket.tokens + elapsed * perMs);
+    bucket.updatedAt = now;
+  };
+
+  const prune = (now: number): void => {
+    for (const [identity, bucket] of buckets) {
+      refill(bucket, now);
+      if (bucket.tokens >= capacity) buckets.delete(identity);
+    }
+    // Still too many: drop the oldest (Map order is insertion order).
+    for (const identity of buckets.keys()) {
+      if (buckets.size < maxIdentities) break;
+      buckets.delete(identity);
+    }
+  };
+
+  return {
+    take(identity) {
+      const now = opts.now();
+      let bucket = buckets.get(identity);
+      if (!bucket) {
+        if (buckets.size >= maxIdentities) prune(now);
+        bucket = { tokens: capacity, updatedAt: now };
+        buckets.set(identity, bucket);
+      }
+      refill(bucket, now);
+      if (bucket.tokens >= 1) {
+        bucket.tokens -= 1;
+        return { allowed: true, remaining: Math.floor(bucket.tokens), retryAfterSeconds: 0 };
+      }
+      const waitMs = (1 - bucket.tokens) / perMs;
+      return { allowed: false, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)) };
+    },
+  };
+}
+
+/** The bucket key of an API key: a digest, so the key itself is never held or logged here. */
+export function keyIdentity(apiKey: string): string {
+  return createHash('sha256').update('rate-limit\0').update(apiKey).digest('base64url');
+}
+
+/**
+ * Hono middleware: `identify` returns the identity a request is counted against, or undefined
+ * for requests that are not limited here (the health check, requests without a valid key, which
+ * authentication refuses on its own).
+ */
+export function rateLimit(options: {
+  limiter: RateLimiter;
+  identify: (c: Parameters<MiddlewareHandler<AppEnv>>[0]) => string | undefined;
+}): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const identity = options.identify(c);
+    if (identity !== undefined) {
+      const decision = options.limiter.take(identity);
+      if (!decision.allowed) {
+        throw new ServiceError('rate_limited', 'rate_limited', 'Too many requests with this API key; slow down and try again later.', {
+          retryAfterSeconds: decision.retryAfterSeconds,
+        });
+      }
+    }
+    await next();
+  };
+}
