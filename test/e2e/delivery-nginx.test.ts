@@ -172,14 +172,14 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     const none = await fetch(plain);
     expect(none.status).toBe(401);
     expect(none.headers.get('content-type')).toBe('application/problem+json');
-    expect((await none.json()).code).toBe('unauthorized');
+    expect(((await none.json()) as { code: string }).code).toBe('unauthorized');
     expect((await fetch(plain, { headers: { 'x-api-key': 'wrong' } })).status).toBe(401);
 
     const good = app().signer.sign(wav.cid, 'audio.wav', 600);
     const tampered = `${plain}?expires=${good.expires + 1}&sig=${good.signature}`;
     const forged = await fetch(tampered);
     expect(forged.status).toBe(403);
-    expect((await forged.json()).code).toBe('signature_invalid');
+    expect(((await forged.json()) as { code: string }).code).toBe('signature_invalid');
     const otherCid = await fetch(`${base()}${artifactUrlPath('0'.repeat(64), 'audio.wav')}?${good.query}`);
     expect(otherCid.status).toBe(403);
     await otherCid.arrayBuffer();
@@ -187,13 +187,13 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     const past = createUrlSigner(SIGNING_SECRET, { now: () => Date.now() - 3_600_000 }).sign(wav.cid, 'audio.wav', 60);
     const expired = await fetch(`${plain}?${past.query}`);
     expect(expired.status).toBe(403);
-    expect((await expired.json()).code).toBe('signature_expired');
+    expect(((await expired.json()) as { code: string }).code).toBe('signature_expired');
   });
 
   it('unknown content answers 404 problem+json', async () => {
     const res = await fetch(base() + artifactUrlPath('d'.repeat(64), 'audio.wav'), { headers: keyed });
     expect(res.status).toBe(404);
-    expect((await res.json()).code).toBe('artifact_not_found');
+    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
   });
 
   it.each([
