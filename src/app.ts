@@ -15,6 +15,7 @@ import { registerSourceRoutes } from './http/routes/sources.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
+import { proxyLogHeaders } from './http/middleware/proxy-log-headers.js';
 import { requestMetrics } from './http/middleware/request-metrics.js';
 
 /**
@@ -59,6 +60,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('*', requestId({ log: deps.log }));
   app.use('*', accessLog());
   app.use('*', requestMetrics({ metrics: deps.metrics }));
+  app.use('*', proxyLogHeaders());
   app.onError(createErrorHandler((c) => c.get('log') ?? deps.log));
   if (deps.rateLimiter) {
     // Counted per valid key, on every route but the health check; requests without a valid key

@@ -123,10 +123,10 @@ describe('the interface description', () => {
   it('is served at /openapi.json and equals the generated file in the repository', async () => {
     const res = await svc.request('/openapi.json', { auth: false });
     expect(res.status).toBe(200);
-    const served = await res.json();
+    const served = (await res.json()) as { paths: Record<string, Record<string, { operationId?: string }>> };
     const committed = JSON.parse(await readFile(path.join(ROOT, 'openapi.json'), 'utf8'));
     expect(served).toEqual(committed);
-    const operations = Object.values(served.paths as Record<string, Record<string, { operationId?: string }>>)
+    const operations = Object.values(served.paths)
       .flatMap((item) => Object.values(item).map((op) => op.operationId))
       .sort();
     expect(operations).toEqual(['cancelJob', 'getArtifact', 'getHealth', 'getJob', 'submitSource']);

@@ -29,10 +29,14 @@ export interface RunningNginx {
   accessLog(): string;
 }
 
-/** envsubst limited to the named variables; any other `${...}` left in the template is an error. */
+/**
+ * envsubst limited to the named variables, as the image's `envsubst "$defined_envs"` does: other
+ * `${...}` stay (nginx's own, e.g. regex captures in a map), but an upper-case one left over is
+ * an environment variable nobody set, and an error.
+ */
 export function renderTemplate(template: string, vars: Record<string, string>): string {
-  const rendered = template.replace(/\$\{([A-Z_][A-Z0-9_]*)\}/g, (whole, name: string) => vars[name] ?? whole);
-  const left = /\$\{[A-Za-z_][A-Za-z0-9_]*\}/.exec(rendered);
+  const rendered = template.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (whole, name: string) => vars[name] ?? whole);
+  const left = /\$\{[A-Z][A-Z0-9_]*\}/.exec(rendered);
   if (left) throw new Error(`nginx template variable ${left[0]} has no value`);
   return rendered;
 }
@@ -55,11 +59,12 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
     APP_UPSTREAM: `127.0.0.1:${options.appPort}`,
     ARTIFACT_ROOT: options.artifactRoot.replace(/\/+$/, ''),
     NGINX_PORT: `127.0.0.1:${port}`,
+    NGINX_ACCESS_LOG: path.join(prefix, 'access.json'),
   });
   await mkdir(path.join(prefix, 'conf.d'));
   await writeFile(path.join(prefix, 'conf.d', 'default.conf'), site);
   const errorLogPath = path.join(prefix, 'error.log');
-  const accessLogPath = path.join(prefix, 'access.log');
+  const accessLogPath = path.join(prefix, 'access.json');
   const temp = (name: string) => path.join(prefix, name);
   // Mirrors the official image's /etc/nginx/nginx.conf, with every path in the temp folder.
   const main = `
@@ -72,7 +77,6 @@ events { worker_connections 1024; }
 http {
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
-    access_log ${accessLogPath};
     client_body_temp_path ${temp('client_body')};
     proxy_temp_path ${temp('proxy')};
     fastcgi_temp_path ${temp('fastcgi')};

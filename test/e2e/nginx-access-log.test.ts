@@ -1,0 +1,107 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+/**
+ * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
+ * command the README gives) parses the log and reports the artifact routes.
+ */
+const run = promisify(execFile);
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+const GOACCESS_LOG_FORMAT =
+  '{"date":"%d","time":"%t","remote_addr":"%h","method":"%m","uri":"%U","protocol":"%H","status":"%s","bytes_sent":"%b","request_time":"%T","route":"%v","user_agent":"%u","referer":"%R"}';
+
+let media: MediaServer;
+let svc: ServiceHandle;
+let nginx: RunningNginx;
+
+beforeAll(async () => {
+  media = await startMediaServer();
+  const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 2, sampleRate: 48000, format: 'm4a' });
+  media.serveFile('/log.m4a', tone.path, { contentType: 'audio/mp4' });
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/' } });
+  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts') });
+});
+
+afterAll(async () => {
+  await nginx?.stop();
+  await svc?.stop();
+  await media?.close();
+});
+
+interface LogLine {
+  [field: string]: string;
+}
+
+describe('nginx JSON access log', () => {
+  it('logs route template, content id and timings, redacts signatures, hides the log headers, and parses in GoAccess', async () => {
+    const auth = { authorization: `Bearer ${svc.apiKey}` };
+    const submitted = await fetch(nginx.url('/sources'), {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/log.m4a') }),
+    });
+    expect(submitted.status).toBe(202);
+    const job = await svc.waitForJob(((await submitted.json()) as { job_id: string }).job_id, ['done', 'failed']);
+    expect(job.status).toBe('done');
+    const cid = job.result!.content_id;
+    const signed = job.result!.artifacts[0]!.signed_url;
+    const signature = new URL(signed, 'http://x').searchParams.get('sig')!;
+    expect(signature.length).toBeGreaterThan(10);
+
+    const polled = await fetch(nginx.url(`/jobs/${job.job_id}`), { headers: auth });
+    expect(polled.status).toBe(200);
+    expect(polled.headers.get('x-route-template')).toBeNull();
+    const whole = await fetch(nginx.url(signed));
+    expect(whole.status).toBe(200);
+    await whole.arrayBuffer();
+    expect(whole.headers.get('x-route-template')).toBeNull();
+    expect(whole.headers.get('x-content-id')).toBeNull();
+    const ranged = await fetch(nginx.url(signed), { headers: { range: 'bytes=0-1023' } });
+    expect(ranged.status).toBe(206);
+    await ranged.arrayBuffer();
+    expect((await fetch(nginx.url(`/jobs/${'nope'}`), { headers: auth })).status).toBe(404);
+
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const text = nginx.accessLog();
+    const lines = text.trim().split('\n').map((line) => JSON.parse(line) as LogLine);
+    expect(lines.length).toBeGreaterThanOrEqual(5);
+    expect(text).not.toContain(signature);
+    expect(text).not.toContain(svc.apiKey);
+
+    const artifactLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}');
+    expect(artifactLines.length).toBe(2);
+    for (const line of artifactLines) {
+      expect(line).toMatchObject({ cid, method: 'GET', uri: expect.stringContaining('sig=redacted') });
+      expect(Number(line.request_time)).toBeGreaterThanOrEqual(0);
+      expect(Number(line.upstream_time)).toBeGreaterThanOrEqual(0);
+      expect(Number(line.bytes_sent)).toBeGreaterThan(0);
+    }
+    expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206']);
+    expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
+    expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
+
+    // GoAccess, as the README runs it.
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-'));
+    const logFile = path.join(dir, 'access.json');
+    await writeFile(logFile, text);
+    const report = path.join(dir, 'report.json');
+    await run('goaccess', [logFile, `--log-format=${GOACCESS_LOG_FORMAT}`, '--date-format=%Y-%m-%d', '--time-format=%H:%M:%S', '-o', report]);
+    const parsed = JSON.parse(await readFile(report, 'utf8')) as {
+      general: { total_requests: number; valid_requests: number; failed_requests: number };
+      vhosts: { data: Array<{ data: string; hits: { count: number } }> };
+    };
+    expect(parsed.general.total_requests).toBe(lines.length);
+    expect(parsed.general.failed_requests).toBe(0);
+    const routes = Object.fromEntries(parsed.vhosts.data.map((entry) => [entry.data, entry.hits.count]));
+    expect(routes['/artifacts/{cid}/{name}']).toBe(2);
+    expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
+  });
+});
