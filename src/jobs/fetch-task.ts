@@ -52,6 +52,8 @@ class JobFailure extends Error {
 }
 
 const PROGRESS_WRITE_INTERVAL_MS = 500;
+/** What ffmpeg (at -loglevel error) says about an input it could only partly decode. */
+const CORRUPT_INPUT = /partial file|Error while decoding stream|Invalid data found when processing input/i;
 const STORAGE_FULL: JobError = { code: 'storage_full', message: 'The service has no storage space left for this file.' };
 /** yt-dlp's info JSON lists every format; a few MB at most for real sites. */
 const MAX_INFO_JSON_BYTES = 32 * 1024 * 1024;
@@ -211,7 +213,15 @@ export function createFetchTask(deps: FetchTaskDeps) {
       // 3. It must be audio.
       const ffprobeRun = await runTool('ffprobe', ffmpeg.buildProbeArgs(downloadedPath), { stdoutCaptureBytes: 1024 * 1024 });
       const media = ffprobeRun.exitCode === 0 ? safeParseProbe(ffprobeRun.stdout) : undefined;
-      if (!media || media.audioStreams === 0) {
+      if (!media) {
+        // Not media at all, or media too damaged to open (a truncated MP4 without its index, say).
+        const reason = ytdlp.cleanToolMessage(ffprobeRun.stderrTail, hide).split('\n').pop()?.replace(/^(?:file:)?\S*\[(?:path|redacted)\]\S*:\s*/, '');
+        throw new JobFailure({
+          code: 'not_audio',
+          message: `The downloaded file could not be read as audio${reason ? ` (${reason.slice(0, 200)})` : ''}.`,
+        });
+      }
+      if (media.audioStreams === 0) {
         throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
       }
       if (media.durationS !== null && media.durationS > deps.limits.maxDurationS) {
@@ -230,6 +240,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (convert.exitCode !== 0) {
         if (/No space left on device/i.test(convert.stderrTail)) throw new JobFailure(STORAGE_FULL);
         throw new JobFailure({ code: 'conversion_failed', message: ytdlp.cleanToolMessage(convert.stderrTail, hide) || 'The conversion to WAV failed.' });
+      }
+      // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
+      // audio must not be stored as the URL's content.
+      if (CORRUPT_INPUT.test(convert.stderrTail)) {
+        throw new JobFailure({
+          code: 'media_corrupt',
+          message: `The downloaded media is damaged or incomplete: ${ytdlp.cleanToolMessage(convert.stderrTail, hide)}`.slice(0, 500),
+        });
       }
       const header = await readWavHeader(wavPath);
 

@@ -1,0 +1,53 @@
+/**
+ * Stand-ins for yt-dlp and ffmpeg that fail on purpose, for fault tests. Each is a small shell
+ * script in `dir`; they answer `--version` / `-version` like the real tool (so the health check
+ * finds them) and otherwise echo their whole command line to stderr, which carries server paths
+ * and, for yt-dlp, the per-job proxy credentials, before exiting non-zero. A job's error
+ * message must show none of that.
+ *
+ *   const ytdlp = await writeFailingYtDlp(dir);           // YTDLP_PATH
+ *   const ffmpeg = await writeFailingFfmpeg(dir);         // FFMPEG_PATH
+ *   const noExec = await writeNotExecutable(dir);         // a file without the x bit
+ */
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+
+async function script(dir: string, name: string, body: string, mode = 0o755): Promise<string> {
+  await mkdir(dir, { recursive: true });
+  const file = path.join(dir, name);
+  await writeFile(file, `#!/bin/sh\n${body}\n`);
+  await chmod(file, mode);
+  return file;
+}
+
+export function writeFailingYtDlp(dir: string): Promise<string> {
+  return script(
+    dir,
+    'yt-dlp',
+    [
+      'if [ "$1" = "--version" ]; then echo 2023.03.04; exit 0; fi',
+      'echo "WARNING: [generic] Falling back on generic information extractor" >&2',
+      'echo "ERROR: [generic] Unable to download webpage: crashed while running $*" >&2',
+      'echo "  File \\"$PWD/extractor/common.py\\", line 42" >&2',
+      'exit 1',
+    ].join('\n'),
+  );
+}
+
+export function writeFailingFfmpeg(dir: string, realFfmpeg = 'ffmpeg'): Promise<string> {
+  return script(
+    dir,
+    'ffmpeg',
+    [
+      `if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`,
+      'echo "[mp3 @ 0x55d1c0] Header missing in $*" >&2',
+      'echo "Conversion failed at $PWD/out.wav" >&2',
+      'exit 187',
+    ].join('\n'),
+  );
+}
+
+/** A regular file that is not executable: spawning it fails with EACCES. */
+export function writeNotExecutable(dir: string, name = 'yt-dlp'): Promise<string> {
+  return script(dir, name, 'exit 0', 0o644);
+}
