@@ -9,6 +9,8 @@ export default defineConfig({
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
           testTimeout: 20_000,
+          // Projects with different maxWorkers must run as separate groups: unit tests first.
+          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -20,6 +22,7 @@ export default defineConfig({
           hookTimeout: 120_000,
           // Two cores: end-to-end files each start a service, a media server and tools.
           maxWorkers: 2,
+          sequence: { groupOrder: 1 },
         },
       },
     ],
