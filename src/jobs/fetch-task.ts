@@ -132,6 +132,13 @@ export function createFetchTask(deps: FetchTaskDeps) {
         throw new JobFailure({ code: 'playlist_not_supported', message: 'The URL is a playlist; submit the URL of one item.' });
       }
       if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
+      // Formats fetched by an external program (rtmpdump, mpv...) would connect around the guard.
+      if (info.protocols.length > 0 && !info.protocols.some(ytdlp.isGuardedProtocol)) {
+        throw new JobFailure({
+          code: 'unsupported_protocol',
+          message: `The media is only offered over ${[...new Set(info.protocols)].slice(0, 5).join(', ')}; only HTTP(S), HLS and DASH are fetched.`,
+        });
+      }
       if (info.durationS !== undefined && info.durationS > deps.limits.maxDurationS) {
         throw new JobFailure({
           code: 'duration_exceeded',
@@ -174,6 +181,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
           outputDir: downloadDir,
           proxyUrl: egress?.proxyUrl,
           maxBytes: deps.limits.maxDownloadBytes,
+          // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
+          format: ytdlp.GUARDED_FORMAT,
         }),
         {
           onStdoutLine: (line) => {

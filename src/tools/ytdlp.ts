@@ -37,6 +37,29 @@
 const PROGRESS_TEMPLATE =
   'download:PROGRESS %(progress.downloaded_bytes)d %(progress.total_bytes)d %(progress.total_bytes_estimate)d';
 
+/**
+ * Protocols whose downloads yt-dlp makes itself, over HTTP(S), hence through --proxy (the egress
+ * guard): plain http/https, DASH segments and HLS (native, see --hls-prefer-native; should it fall
+ * back to ffmpeg for an HLS feature it lacks, ffmpeg gets the proxy too). Anything else is handed
+ * to an external program that ignores the proxy and connects directly: rtmp* to rtmpdump (which
+ * Debian installs with yt-dlp), rtsp/mms to mpv or mplayer, rtmp_ffmpeg to ffmpeg. Those would
+ * get around the guard, so formats are chosen among these protocols only.
+ */
+export const GUARDED_PROTOCOL_PREFIXES = ['http', 'm3u8'] as const;
+
+/** True for a format protocol the guard sees (`https`, `m3u8_native`, `http_dash_segments`...). */
+export function isGuardedProtocol(protocol: string): boolean {
+  return protocol.split('+').every((p) => GUARDED_PROTOCOL_PREFIXES.some((prefix) => p.startsWith(prefix)));
+}
+
+/**
+ * `bestaudio/best`, restricted to guarded protocols. yt-dlp's format filter `[protocol^=http]`
+ * matches http, https and http_dash_segments; `[protocol^=m3u8]` matches m3u8 and m3u8_native.
+ */
+export const GUARDED_FORMAT = ['bestaudio', 'best']
+  .flatMap((base) => GUARDED_PROTOCOL_PREFIXES.map((prefix) => `${base}[protocol^=${prefix}]`))
+  .join('/');
+
 /** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
 export const DOWNLOAD_BASENAME = 'source';
 
@@ -78,6 +101,8 @@ export interface DownloadArgsOptions extends YtDlpNetworkOptions {
   /** A folder the job owns; the file lands at <outputDir>/source.<ext>. */
   outputDir: string;
   maxBytes?: number;
+  /** Format selector; default `bestaudio/best`. The worker passes GUARDED_FORMAT. */
+  format?: string;
 }
 
 export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
@@ -86,7 +111,7 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
   const args = [
     ...COMMON_ARGS,
     '-f',
-    'bestaudio/best',
+    opts.format ?? 'bestaudio/best',
     '--newline',
     '--progress',
     '--progress-template',
@@ -140,6 +165,11 @@ export interface MediaInfo {
   isLive?: boolean;
   /** A playlist (or multi-video) instead of one item; the worker refuses it. */
   isPlaylist: boolean;
+  /**
+   * The protocol of each format (or of the item itself when it lists no formats), e.g. `https`,
+   * `m3u8_native`, `rtmp`; [] when none is named.
+   */
+  protocols: string[];
 }
 
 /** Reads the fields the service needs from --dump-single-json output; throws on anything malformed. */
@@ -165,12 +195,22 @@ export function parseInfoJson(text: string): MediaInfo {
     extractorKey: requireString('extractor_key'),
     mediaId: requireString('id'),
     isPlaylist: info._type === 'playlist' || info._type === 'multi_video',
+    protocols: formatProtocols(info),
   };
   if (typeof info.title === 'string') result.title = info.title;
   if (typeof info.duration === 'number' && Number.isFinite(info.duration)) result.durationS = info.duration;
   if (typeof info.is_live === 'boolean') result.isLive = info.is_live;
   if (info.live_status === 'is_live' || info.live_status === 'is_upcoming') result.isLive = true;
   return result;
+}
+
+function formatProtocols(info: Record<string, unknown>): string[] {
+  const protocolOf = (item: unknown): string | undefined => {
+    const value = (item as { protocol?: unknown } | null)?.protocol;
+    return typeof value === 'string' && value !== '' ? value : undefined;
+  };
+  const items = Array.isArray(info.formats) ? info.formats : [info];
+  return items.map(protocolOf).filter((p): p is string => p !== undefined);
 }
 
 const MAX_MESSAGE_CHARS = 500;
@@ -247,6 +287,7 @@ export type YtDlpFailureCode =
   | 'http_error'
   | 'network_error'
   | 'storage_full'
+  | 'unsupported_protocol'
   | 'download_failed';
 
 const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
@@ -254,6 +295,8 @@ const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
   // like the origin's own 403 (http_error); the worker checks the guard's refusal list for that.
   ['destination_refused', /Tunnel connection failed: 403/i],
   ['file_too_large', /larger than max-filesize/i],
+  // Only GUARDED_FORMAT protocols are selectable: nothing left means every format needs another one.
+  ['unsupported_protocol', /Requested format is not available/i],
   // The job's working folder (DATA_DIR) is full.
   ['storage_full', /No space left on device|Disk quota exceeded/i],
   ['unsupported_url', /ERROR: Unsupported URL/i],

@@ -96,6 +96,24 @@ describe('egress guard, end to end', () => {
     expect(v4.connections).toBe(0);
   });
 
+  it('never hands a non-HTTP format (rtmp, rtsp) to an external tool that would connect around the guard', async () => {
+    // rtmpdump (a yt-dlp recommendation, installed with it) would connect to the target directly.
+    for (const [route, src] of [
+      ['/rtmp.html', `rtmp://${v4.authority}/live/stream`],
+      ['/rtsp.html', `rtsp://${v4.authority}/stream`],
+    ] as const) {
+      media.route(route, (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/html' });
+        res.end(`<html><body><audio src="${src}"></audio></body></html>`);
+      });
+      const job = await svc.waitForJob((await svc.submit(media.url(route))).job_id, ['done', 'failed'], 60_000);
+      expect(job.status).toBe('failed');
+      expect(job.error?.code).toBe('unsupported_protocol');
+    }
+    await sleep(300);
+    expect(v4.connections).toBe(0);
+  });
+
   it('runs yt-dlp with --proxy and the native HLS downloader, so segments cannot bypass the guard', async () => {
     // A slow allowed HLS stream keeps yt-dlp running long enough to read its command line.
     const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });

@@ -4,6 +4,8 @@ import {
   buildProbeArgs,
   classifyYtDlpFailure,
   cleanToolMessage,
+  GUARDED_FORMAT,
+  isGuardedProtocol,
   parseInfoJson,
   parseProgressLine,
 } from '../../src/tools/ytdlp.js';
@@ -125,7 +127,18 @@ describe('parseInfoJson', () => {
       mediaId: 'a',
       title: 'a',
       isPlaylist: false,
+      protocols: [],
     });
+  });
+
+  it('lists the protocol of every format, or of the item itself', () => {
+    const formats = [{ protocol: 'https' }, { protocol: 'm3u8_native' }, { protocol: 'rtmp' }, { url: 'x' }];
+    expect(parseInfoJson(JSON.stringify({ id: 'v', extractor: 'x', extractor_key: 'X', formats })).protocols).toEqual([
+      'https',
+      'm3u8_native',
+      'rtmp',
+    ]);
+    expect(parseInfoJson(JSON.stringify({ id: 'v', extractor: 'x', extractor_key: 'X', protocol: 'rtsp' })).protocols).toEqual(['rtsp']);
   });
 
   it('reads duration and live state', () => {
@@ -145,6 +158,29 @@ describe('parseInfoJson', () => {
     expect(() => parseInfoJson('null')).toThrow(/not an object/);
     expect(() => parseInfoJson(JSON.stringify({ extractor: 'generic', extractor_key: 'Generic' }))).toThrow(/"id"/);
     expect(() => parseInfoJson(JSON.stringify({ id: 'a', extractor: '', extractor_key: 'G' }))).toThrow(/"extractor"/);
+  });
+});
+
+describe('guarded protocols', () => {
+  it.each([
+    ['http', true],
+    ['https', true],
+    ['http_dash_segments', true],
+    ['m3u8', true],
+    ['m3u8_native', true],
+    ['https+m3u8_native', true],
+    ['rtmp', false],
+    ['rtmpe', false],
+    ['rtmp_ffmpeg', false],
+    ['rtsp', false],
+    ['mms', false],
+    ['https+rtmp', false],
+  ])('%s → %s', (protocol, guarded) => {
+    expect(isGuardedProtocol(protocol)).toBe(guarded);
+  });
+
+  it('asks yt-dlp for bestaudio, then best, only among formats fetched over HTTP(S) or HLS', () => {
+    expect(GUARDED_FORMAT).toBe('bestaudio[protocol^=http]/bestaudio[protocol^=m3u8]/best[protocol^=http]/best[protocol^=m3u8]');
   });
 });
 
@@ -204,6 +240,7 @@ describe('classifyYtDlpFailure', () => {
     ],
     ['ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused>', 'network_error'],
     ['ERROR: The read operation timed out', 'network_error'],
+    ['ERROR: [generic] rtmp: Requested format is not available', 'unsupported_protocol'],
     ['ERROR: something new', 'download_failed'],
     ['', 'download_failed'],
   ])('%s → %s', (tail, code) => {
