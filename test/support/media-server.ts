@@ -174,9 +174,14 @@ function parseRange(header: string | undefined, size: number): [number, number] 
   return [start, end];
 }
 
-/** Waits for 'drain' or 'close', removing both listeners after (events.once would leave one behind per wait). */
+/**
+ * Waits for 'drain' or 'close', removing both listeners after (events.once would leave one behind
+ * per wait). A response already destroyed will emit neither again: waiting would hang the sender
+ * and leave its file for the garbage collector to close.
+ */
 function drainedOrClosed(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
+    if (res.destroyed) return resolve();
     const done = () => {
       res.off('drain', done);
       res.off('close', done);
