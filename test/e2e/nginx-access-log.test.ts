@@ -68,6 +68,14 @@ describe('nginx JSON access log', () => {
     expect(ranged.status).toBe(206);
     await ranged.arrayBuffer();
     expect((await fetch(nginx.url(`/jobs/${'nope'}`), { headers: auth })).status).toBe(404);
+    // The app takes the first `sig`, and decodes percent-encoded keys: neither may reach the log.
+    const [signedPath, query] = signed.split('?') as [string, string];
+    const expires = new URLSearchParams(query).get('expires')!;
+    for (const target of [`${signed}&sig=decoy`, `${signedPath}?expires=${expires}&%73ig=${signature}`]) {
+      const res = await fetch(nginx.url(target), { headers: { range: 'bytes=0-15' } });
+      expect(res.status).toBe(206);
+      await res.arrayBuffer();
+    }
 
     await new Promise((resolve) => setTimeout(resolve, 200));
     const text = nginx.accessLog();
@@ -77,14 +85,14 @@ describe('nginx JSON access log', () => {
     expect(text).not.toContain(svc.apiKey);
 
     const artifactLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}');
-    expect(artifactLines.length).toBe(2);
+    expect(artifactLines.length).toBe(4);
     for (const line of artifactLines) {
-      expect(line).toMatchObject({ cid, method: 'GET', uri: expect.stringContaining('sig=redacted') });
+      expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted` });
       expect(Number(line.request_time)).toBeGreaterThanOrEqual(0);
       expect(Number(line.upstream_time)).toBeGreaterThanOrEqual(0);
       expect(Number(line.bytes_sent)).toBeGreaterThan(0);
     }
-    expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206']);
+    expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206', '206', '206']);
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
     expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
 
@@ -101,7 +109,7 @@ describe('nginx JSON access log', () => {
     expect(parsed.general.total_requests).toBe(lines.length);
     expect(parsed.general.failed_requests).toBe(0);
     const routes = Object.fromEntries(parsed.vhosts.data.map((entry) => [entry.data, entry.hits.count]));
-    expect(routes['/artifacts/{cid}/{name}']).toBe(2);
+    expect(routes['/artifacts/{cid}/{name}']).toBe(4);
     expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
   });
 });
