@@ -75,6 +75,36 @@ export async function resolveArtifactPath(root: string, cid: string, name: strin
   };
 }
 
+export type ArtifactResolver = (cid: string, name: string) => Promise<ResolvedArtifact>;
+
+/**
+ * resolveArtifactPath with its successes remembered for a moment (default 2 s, at most 1,024
+ * addresses). Content under an address never changes, so a remembered answer can only go stale
+ * by the file's removal (eviction); then opening it (fallback) or nginx (internal redirect) finds
+ * it gone and answers 404 all the same. On hot artifacts this saves two realpath calls and a stat
+ * per request, a third of the app's time per request in the delivery benchmark. Refusals and
+ * misses are never remembered: content stored a moment later is served at once.
+ */
+export function createArtifactResolver(
+  root: string,
+  opts: { now: () => number; ttlMs?: number; maxEntries?: number },
+): ArtifactResolver {
+  const ttlMs = opts.ttlMs ?? 2000;
+  const maxEntries = opts.maxEntries ?? 1024;
+  const remembered = new Map<string, { at: number; artifact: ResolvedArtifact }>();
+  return async (cid, name) => {
+    // Only valid addresses are ever stored, so an invalid cid or name can never match a key.
+    const key = `${cid}/${name}`;
+    const hit = remembered.get(key);
+    if (hit && opts.now() - hit.at < ttlMs) return hit.artifact;
+    const artifact = await resolveArtifactPath(root, cid, name);
+    remembered.delete(key);
+    if (remembered.size >= maxEntries) remembered.delete(remembered.keys().next().value!);
+    remembered.set(key, { at: opts.now(), artifact });
+    return artifact;
+  };
+}
+
 /** File-system errors that mean "no such artifact" (missing, a loop, not readable); others are real failures. */
 function missingOr(err: unknown): unknown {
   const code = (err as NodeJS.ErrnoException).code;

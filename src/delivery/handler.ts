@@ -2,7 +2,7 @@ import type { Context } from 'hono';
 import { ServiceError } from '../errors.js';
 import { presentedKey, type KeyChecker } from '../http/api-key.js';
 import { problemResponse } from '../http/problem.js';
-import { artifactNotFound, invalidArtifactPath, resolveArtifactPath, type ResolvedArtifact } from './artifact-path.js';
+import { artifactNotFound, createArtifactResolver, invalidArtifactPath, type ResolvedArtifact } from './artifact-path.js';
 import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
 import { fileBody } from './file-body.js';
 import { parseRange } from './range.js';
@@ -22,18 +22,21 @@ export interface ArtifactHandlerDeps {
   signer: UrlSigner;
   /** Called after each 200, 206 or 304; the caller batches these into store touches. */
   onServed?: (cid: string) => void;
+  /** Milliseconds; ages remembered path resolutions. Default Date.now. */
+  now?: () => number;
 }
 
 export type ArtifactHandler = (c: Context) => Promise<Response>;
 
 export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandler {
   const served = deps.onServed ?? (() => undefined);
+  const resolve = createArtifactResolver(deps.artifactRoot, { now: deps.now ?? Date.now });
   return async (c) => {
     const cid = c.req.param('cid');
     const name = c.req.param('name');
     if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
     authorize(c, deps, cid, name);
-    const file = await resolveArtifactPath(deps.artifactRoot, cid, name);
+    const file = await resolve(cid, name);
 
     const headers = representationHeaders(cid, name);
     headers['last-modified'] = httpDate(file.mtimeMs);
@@ -46,6 +49,9 @@ export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandle
     if (deps.accelRedirectPrefix !== null) {
       // nginx answers Range and HEAD itself from the internal location.
       headers['x-accel-redirect'] = deps.accelRedirectPrefix + encodePath(file.relativePath);
+      // nginx would keep this header even on its 404 for a file evicted meanwhile, and a 404
+      // must not be cached for a year; the internal location adds it to successes only.
+      delete headers['cache-control'];
       served(cid);
       return new Response(null, { status: 200, headers });
     }

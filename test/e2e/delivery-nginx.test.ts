@@ -5,7 +5,7 @@
  * normalises them first.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, symlink } from 'node:fs/promises';
+import { mkdir, symlink, unlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -193,6 +193,19 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
   it('unknown content answers 404 problem+json', async () => {
     const res = await fetch(base() + artifactUrlPath('d'.repeat(64), 'audio.wav'), { headers: keyed });
     expect(res.status).toBe(404);
+    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+  });
+
+  it('content removed since its last serve (evicted) answers 404 problem+json that is not cached', async () => {
+    const cid = await store.add(Buffer.from(`evicted soon through ${mode}`));
+    const url = base() + artifactUrlPath(cid, 'audio.wav');
+    expect((await fetch(url, { headers: keyed })).status).toBe(200);
+    // The app still remembers where the file was; the open (fallback) or nginx finds it gone.
+    await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
+    const res = await fetch(url, { headers: keyed });
+    expect(res.status).toBe(404);
+    expect(res.headers.get('content-type')).toBe('application/problem+json');
+    expect(res.headers.get('cache-control') ?? '').not.toContain('immutable');
     expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
   });
 

@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, realpath, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveArtifactPath } from '../../src/delivery/artifact-path.js';
+import { createArtifactResolver, resolveArtifactPath } from '../../src/delivery/artifact-path.js';
 import { ServiceError } from '../../src/errors.js';
 import { artifactRelativePath } from '../../src/store/layout.js';
 
@@ -167,5 +167,53 @@ describe('resolveArtifactPath', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+});
+
+describe('createArtifactResolver', () => {
+  it('remembers a resolution for the time it is told, then looks again', async () => {
+    let now = 0;
+    const bytes = Buffer.from('remembered for a moment');
+    const memoCid = createHash('sha256').update(bytes).digest('hex');
+    const file = await place(artifactRelativePath(memoCid, 'audio.wav'), bytes);
+    const resolve = createArtifactResolver(root, { now: () => now, ttlMs: 1000 });
+    const first = await resolve(memoCid, 'audio.wav');
+    await unlink(file);
+    // Within the time: the remembered answer (the caller's open then finds the file gone).
+    now = 999;
+    expect(await resolve(memoCid, 'audio.wav')).toBe(first);
+    // After it: resolved again, and the removal shows.
+    now = 1000;
+    const err = await refusal(resolve(memoCid, 'audio.wav'));
+    expect(err.kind).toBe('not_found');
+  });
+
+  it('never remembers a miss or a refusal', async () => {
+    const bytes = Buffer.from('stored a moment after the first request');
+    const lateCid = createHash('sha256').update(bytes).digest('hex');
+    const resolve = createArtifactResolver(root, { now: () => 0 });
+    expect((await refusal(resolve(lateCid, 'audio.wav'))).kind).toBe('not_found');
+    await place(artifactRelativePath(lateCid, 'audio.wav'), bytes);
+    expect((await resolve(lateCid, 'audio.wav')).size).toBe(bytes.length);
+    // Refusals stay refusals, whatever was remembered for valid addresses.
+    expect((await refusal(resolve(linkCid, 'audio.wav'))).kind).toBe('not_found');
+    expect((await refusal(resolve(cid, '../secret.txt'))).kind).toBe('invalid_input');
+    expect((await refusal(resolve(cid.toUpperCase(), 'audio.wav'))).kind).toBe('invalid_input');
+  });
+
+  it('keeps at most maxEntries addresses, forgetting the oldest', async () => {
+    const cids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const bytes = Buffer.from(`bounded ${i}`);
+      cids.push(createHash('sha256').update(bytes).digest('hex'));
+      await place(artifactRelativePath(cids[i]!, 'audio.wav'), bytes);
+    }
+    const resolve = createArtifactResolver(root, { now: () => 0, maxEntries: 2 });
+    for (const c of cids) await resolve(c, 'audio.wav');
+    // The oldest was forgotten: its removal shows at once; the two newest are still remembered.
+    await unlink(path.join(root, artifactRelativePath(cids[0]!, 'audio.wav')));
+    await unlink(path.join(root, artifactRelativePath(cids[2]!, 'audio.wav')));
+    expect((await refusal(resolve(cids[0]!, 'audio.wav'))).kind).toBe('not_found');
+    expect((await resolve(cids[2]!, 'audio.wav')).size).toBe(9);
   });
 });
