@@ -12,6 +12,9 @@
  *   `onStdoutLine`/`onStderrLine` callback throws: the group is killed first, then the callback's
  *   error is rethrown once the child is gone.
  *
+ * - The child's environment is the parent's (or `env`) without any `*_proxy` variable, see
+ *   `toolEnvironment`: the only proxy a tool knows is the one on its command line.
+ *
  * Parent death is best effort: a detached group survives its parent, so on the service's
  * process 'exit' (normal exit, process.exit() after SIGTERM handling, uncaught exception) every
  * live group is sent SIGKILL. A SIGKILLed or OOM-killed service cannot do that; run it in a
@@ -24,6 +27,10 @@ export interface RunProcessOptions {
   command: string;
   args: string[];
   cwd?: string;
+  /**
+   * The environment to start from; default the service's own (process.env). The child never gets
+   * it as is: `toolEnvironment` removes every proxy variable first.
+   */
   env?: NodeJS.ProcessEnv;
   signal?: AbortSignal;
   timeoutMs?: number;
@@ -88,6 +95,28 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): void {
   }
 }
 
+/** http_proxy, HTTPS_PROXY, all_proxy, no_proxy, NO_PROXY, socks_proxy, No_Proxy...: any case. */
+const PROXY_VARIABLE = /_proxy$/i;
+
+/**
+ * The environment a tool is started with: `base` minus every variable whose name ends in
+ * `_proxy`, in any case; everything else (PATH, HOME, PYTHONPATH, locale...) is kept.
+ *
+ * Why: yt-dlp must reach the network only through the egress guard it gets with `--proxy`. But
+ * Python's urllib reads every `*_proxy` variable (getproxies_environment lowercases the names),
+ * and its ProxyHandler, under yt-dlp's PerRequestProxyHandler, skips the proxy for any host that
+ * `no_proxy`/`NO_PROXY` matches: with NO_PROXY=169.254.169.254 or NO_PROXY=* in the deployment,
+ * yt-dlp would connect there directly, around the guard. Other variables (https_proxy, all_proxy)
+ * could route a tool's traffic somewhere the guard never sees. Pure: it reads only `base`.
+ */
+export function toolEnvironment(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(base)) {
+    if (value !== undefined && !PROXY_VARIABLE.test(name)) env[name] = value;
+  }
+  return env;
+}
+
 export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
   const result: RunProcessResult = {
     exitCode: null,
@@ -111,7 +140,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
   try {
     child = spawn(opts.command, opts.args, {
       cwd: opts.cwd,
-      env: opts.env,
+      env: toolEnvironment(opts.env ?? process.env),
       detached: true,
       shell: false,
       stdio: ['ignore', opts.onStdoutLine || stdoutCapture ? 'pipe' : 'ignore', 'pipe'],

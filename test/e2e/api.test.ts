@@ -1,16 +1,31 @@
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { writeOfflineTools, type OfflineTools } from '../support/offline-tools.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
-/** The HTTP contract: authentication, input validation, problem documents, the address policy at submission. */
+/**
+ * The HTTP contract: authentication, input validation, problem documents, the address policy at
+ * submission. This file submits addresses off this machine (169.254.169.254, 10.0.0.1,
+ * example.org...) that must be refused before any job exists. The service therefore runs with
+ * stand-in tools that never touch the network (test/support/offline-tools.ts): were the policy to
+ * regress and let such a job run, neither the worker nor the egress guard could connect anywhere,
+ * because no downloader would ever ask the guard for anything.
+ */
 let svc: ServiceHandle;
+let toolsDir: string;
+let tools: OfflineTools;
 
 beforeAll(async () => {
-  svc = await startService();
+  toolsDir = await mkdtemp(path.join(tmpdir(), 'api-offline-tools-'));
+  tools = await writeOfflineTools(toolsDir);
+  svc = await startService({ env: { ...tools.env } });
 });
 afterAll(async () => {
   await svc?.stop();
+  if (toolsDir) await rm(toolsDir, { recursive: true, force: true });
 });
 
 async function problem(res: Response): Promise<{ status: number; code: string; detail: string; [k: string]: unknown }> {
@@ -46,7 +61,7 @@ describe('authentication', () => {
   });
 
   it('accepts several keys at once (rotation)', async () => {
-    const rotating = await startService({ apiKey: 'first-key-0123456789,second-key-0123456789' });
+    const rotating = await startService({ apiKey: 'first-key-0123456789,second-key-0123456789', env: { ...tools.env } });
     try {
       for (const key of ['first-key-0123456789', 'second-key-0123456789']) {
         const res = await rotating.request('/jobs/x', { headers: { authorization: `Bearer ${key}` } });
@@ -116,6 +131,18 @@ describe('submitSource input', () => {
     const body = await problem(res);
     expect(body.code).toBe(code);
     expect(body.status).toBe(status);
+  });
+
+  it('runs with the stand-in tools, so a job that slipped through could not connect anywhere', async () => {
+    const health = (await (await svc.request('/healthz')).json()) as Record<string, { path?: string | null }>;
+    expect(health.downloader?.path).toBe(tools.env.YTDLP_PATH);
+    expect(health.ffmpeg?.path).toBe(tools.env.FFMPEG_PATH);
+  });
+
+  it('started no tool for any of these submissions', async () => {
+    // A job that slipped through would be picked up by a worker at once; give it a moment.
+    await sleep(500);
+    expect(await tools.calls()).toEqual([]);
   });
 });
 

@@ -149,3 +149,64 @@ describe('egress guard, end to end', () => {
     expect(svc.output()).not.toContain(new URL(proxy).password);
   });
 });
+
+/**
+ * A deployment whose environment exempts hosts from proxying (NO_PROXY=169.254.169.254, NO_PROXY=*)
+ * must not open a way around the guard. Python's urllib, under yt-dlp, skips `--proxy` for every
+ * host `no_proxy`/`NO_PROXY` matches and connects directly; runProcess therefore starts every tool
+ * without any *_proxy variable. Here the service runs with both spellings naming the refused
+ * loopback target (its own listener, so a leak here is not blamed on the tests above).
+ */
+describe('egress guard, end to end, with NO_PROXY in the service environment', () => {
+  let bypassSvc: ServiceHandle;
+  let target: CountingListener;
+
+  beforeAll(async () => {
+    target = await startCountingListener('127.0.0.1');
+    bypassSvc = await startService({
+      env: {
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        NO_PROXY: `${target.authority},127.0.0.1,169.254.169.254`,
+        no_proxy: `${target.authority},127.0.0.1`,
+        No_Proxy: '*',
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await bypassSvc?.stop();
+    await target?.close();
+  });
+
+  async function expectRefusedHere(url: string) {
+    const job = await bypassSvc.waitForJob((await bypassSvc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
+    expect(job.error?.code).toBe('destination_refused');
+    expect(job.status).toBe('failed');
+    expect(job.error?.message).toContain('127.0.0.1');
+    return job;
+  }
+
+  it('refuses a redirect to the NO_PROXY target; the target sees no connection', async () => {
+    media.redirect('/no-proxy-redirect', `http://${target.authority}/x.mp3`);
+    await expectRefusedHere(media.url('/no-proxy-redirect'));
+    expect(media.requestsFor('/no-proxy-redirect').length).toBeGreaterThan(0);
+    expect(target.connections).toBe(0);
+  });
+
+  it('refuses a page whose audio is on the NO_PROXY target; the target sees no connection', async () => {
+    media.route('/no-proxy-page.html', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(`<html><body><audio src="http://${target.authority}/x.mp3"></audio></body></html>`);
+    });
+    await expectRefusedHere(media.url('/no-proxy-page.html'));
+    expect(media.requestsFor('/no-proxy-page.html').length).toBeGreaterThan(0);
+    expect(target.connections).toBe(0);
+  });
+
+  it('still fetches the allowed media server, through the guard', async () => {
+    const job = await bypassSvc.waitForJob((await bypassSvc.submit(media.url('/ok.mp3'))).job_id, ['done', 'failed']);
+    expect(job.error).toBeNull();
+    expect(job.status).toBe('done');
+    expect(target.connections).toBe(0);
+  });
+});

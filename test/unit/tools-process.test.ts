@@ -3,7 +3,7 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { LineSplitter, runProcess } from '../../src/tools/process.js';
+import { LineSplitter, runProcess, toolEnvironment } from '../../src/tools/process.js';
 
 /** True while the pid is a live process; a zombie waiting for init to reap it counts as gone. */
 async function isAlive(pid: number): Promise<boolean> {
@@ -171,6 +171,86 @@ describe('runProcess', () => {
       }),
     ).rejects.toThrow('callback broke');
     expect(Date.now() - started).toBeLessThan(5000);
+  });
+});
+
+describe('toolEnvironment', () => {
+  it('removes every variable ending in _proxy, in any case, and keeps everything else', () => {
+    const base = {
+      http_proxy: 'http://corp:3128',
+      HTTP_PROXY: 'http://corp:3128',
+      https_proxy: 'http://corp:3128',
+      HTTPS_PROXY: 'http://corp:3128',
+      all_proxy: 'socks5://corp:1080',
+      ALL_PROXY: 'socks5://corp:1080',
+      no_proxy: '169.254.169.254,localhost',
+      NO_PROXY: '*',
+      No_Proxy: '127.0.0.1',
+      socks_proxy: 'socks5://corp:1080',
+      ftp_proxy: 'http://corp:3128',
+      PATH: '/usr/local/bin:/usr/bin:/bin',
+      HOME: '/home/svc',
+      PYTHONPATH: '/opt/py',
+      LANG: 'C.UTF-8',
+      LC_ALL: 'C.UTF-8',
+      // Names that merely contain "proxy" are not proxy settings urllib reads: kept.
+      PROXY_MODE: 'strict',
+      MY_PROXY_HOST: 'x',
+      proxy: 'y',
+      EMPTY: '',
+    };
+    expect(toolEnvironment(base)).toEqual({
+      PATH: '/usr/local/bin:/usr/bin:/bin',
+      HOME: '/home/svc',
+      PYTHONPATH: '/opt/py',
+      LANG: 'C.UTF-8',
+      LC_ALL: 'C.UTF-8',
+      PROXY_MODE: 'strict',
+      MY_PROXY_HOST: 'x',
+      proxy: 'y',
+      EMPTY: '',
+    });
+  });
+
+  it('does not change its argument and drops undefined values', () => {
+    const base: NodeJS.ProcessEnv = { NO_PROXY: '*', PATH: '/bin', GONE: undefined };
+    const out = toolEnvironment(base);
+    expect(out).toEqual({ PATH: '/bin' });
+    expect('GONE' in out).toBe(false);
+    expect(base).toEqual({ NO_PROXY: '*', PATH: '/bin', GONE: undefined });
+  });
+});
+
+describe('runProcess environment', () => {
+  const printEnv = (env?: NodeJS.ProcessEnv) =>
+    runProcess({ command: 'sh', args: ['-c', 'env'], env, stdoutCaptureBytes: 1 << 20 }).then((r) =>
+      Object.fromEntries(
+        r.stdout
+          .split('\n')
+          .filter((line) => line.includes('='))
+          .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+      ),
+    );
+
+  it('a tool started with an explicit env gets it without proxy variables', async () => {
+    const seen = await printEnv({ PATH: process.env.PATH ?? '/usr/bin:/bin', NO_PROXY: '*', no_proxy: '127.0.0.1', HTTPS_PROXY: 'http://x:1', KEEP: 'me' });
+    expect(seen.KEEP).toBe('me');
+    expect(Object.keys(seen).filter((name) => /_proxy$/i.test(name))).toEqual([]);
+  });
+
+  it("by default a tool gets the service's own environment, without proxy variables", async () => {
+    vi.stubEnv('NO_PROXY', '*');
+    vi.stubEnv('no_proxy', '169.254.169.254');
+    vi.stubEnv('Socks_Proxy', 'socks5://127.0.0.1:1');
+    vi.stubEnv('TOOLS_PROCESS_TEST_MARKER', 'kept');
+    try {
+      const seen = await printEnv();
+      expect(seen.TOOLS_PROCESS_TEST_MARKER).toBe('kept');
+      expect(seen.PATH).toBe(process.env.PATH);
+      expect(Object.keys(seen).filter((name) => /_proxy$/i.test(name))).toEqual([]);
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 });
 
