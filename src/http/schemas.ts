@@ -68,12 +68,15 @@ export const JobSchema = z
   })
   .openapi('Job');
 
+const ToolHealth = z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() });
+
 export const HealthSchema = z
   .object({
     status: z.enum(['ok', 'degraded', 'unavailable']),
     can_fetch: z.boolean(),
-    downloader: z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() }),
-    ffmpeg: z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() }),
+    downloader: ToolHealth,
+    ffmpeg: ToolHealth,
+    ffprobe: ToolHealth,
     database: z.object({ ok: z.boolean() }),
     artifact_root: z.object({ writable: z.boolean(), free_bytes: z.number().nullable() }),
   })

@@ -40,6 +40,23 @@ function expectCleanMessage(job: JobBody, svc: ServiceHandle) {
   expect(message).not.toMatch(/\n\s+at /);
 }
 
+describe('the prober missing', () => {
+  it('health 503 naming ffprobe, and jobs fail with converter_missing before any conversion', async () => {
+    const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFPROBE_PATH: path.join(toolDir, 'no-ffprobe') } });
+    try {
+      const health = await svc.request('/healthz', { auth: false });
+      expect(health.status).toBe(503);
+      const report = (await health.json()) as { can_fetch: boolean; ffprobe: { present: boolean }; ffmpeg: { present: boolean } };
+      expect(report).toMatchObject({ can_fetch: false, ffprobe: { present: false }, ffmpeg: { present: true } });
+      const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?noprobe'))).job_id, ['done', 'failed'], 30_000);
+      expect(job.error?.code).toBe('converter_missing');
+      expectCleanMessage(job, svc);
+    } finally {
+      await svc.stop();
+    }
+  });
+});
+
 describe('the downloader missing or not executable', () => {
   it('a file without the execute bit: health 503, jobs fail at once with downloader_missing', async () => {
     const noExec = await writeNotExecutable(path.join(toolDir, 'noexec'));

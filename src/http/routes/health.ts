@@ -6,7 +6,7 @@ export const healthRoute = createRoute({
   operationId: 'getHealth',
   method: 'get',
   path: '/healthz',
-  summary: 'Whether the service can fetch: downloader, ffmpeg, database, artifact root. No key needed.',
+  summary: 'Whether the service can fetch: downloader, ffmpeg, ffprobe, database, artifact root. No key needed.',
   responses: {
     200: { description: 'The service can fetch.', content: { 'application/json': { schema: HealthSchema } } },
     503: { description: 'The service cannot fetch now.', content: { 'application/json': { schema: HealthSchema } } },
