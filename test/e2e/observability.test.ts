@@ -1,15 +1,29 @@
 import { randomBytes } from 'node:crypto';
+import { stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
 /** Metrics by route template, and logs with request ids and without secrets. */
 let svc: ServiceHandle;
+let media: MediaServer;
+let toneBytes: number;
 
 beforeAll(async () => {
-  svc = await startService();
+  media = await startMediaServer();
+  const tone = await makeTone(path.join(tmpdir(), 'source-fetch-fixtures'), { seconds: 3, channels: 2, sampleRate: 48000, format: 'm4a' });
+  toneBytes = (await stat(tone.path)).size;
+  media.serveFile('/metrics-tone.m4a', tone.path, { contentType: 'audio/mp4' });
+  media.serveFile('/metrics-slow.m4a', tone.path, { contentType: 'audio/mp4', throttleBytesPerSec: Math.ceil(toneBytes / 4) });
+  // The request-series test sends 2,000 requests with one key: no rate limit here.
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, RATE_LIMIT_PER_MINUTE: '0' } });
 });
 afterAll(async () => {
   await svc?.stop();
+  await media?.close();
 });
 
 async function series(prefix: string): Promise<string[]> {
@@ -33,17 +47,14 @@ describe('metrics', () => {
     const before = await series('http_requests_total{');
     const histogramBefore = await series('http_request_duration_seconds_bucket{');
 
-    for (let i = 0; i < 1000; i += 50) {
-      await Promise.all(
-        Array.from({ length: 50 }, (_, j) =>
-          (j % 3 === 0
-            ? svc.request(`/jobs/${randomBytes(8).toString('hex')}`)
-            : j % 3 === 1
-              ? svc.request(`/artifacts/${cid()}/audio.wav`)
-              : svc.request(`/nowhere/${randomBytes(8).toString('hex')}`)
-          ).then((res) => res.arrayBuffer()),
-        ),
-      );
+    // 1,000 distinct job ids, 1,000 distinct content ids and 100 unmatched paths.
+    const paths = [
+      ...Array.from({ length: 1000 }, () => `/jobs/${randomBytes(8).toString('hex')}`),
+      ...Array.from({ length: 1000 }, () => `/artifacts/${cid()}/audio.wav`),
+      ...Array.from({ length: 100 }, () => `/nowhere/${randomBytes(8).toString('hex')}`),
+    ];
+    for (let i = 0; i < paths.length; i += 50) {
+      await Promise.all(paths.slice(i, i + 50).map((p) => svc.request(p).then((res) => res.arrayBuffer())));
     }
 
     const after = await series('http_requests_total{');
@@ -55,21 +66,35 @@ describe('metrics', () => {
     expect(after.join('\n')).not.toMatch(/[0-9a-f]{64}/);
   });
 
-  it('expose the job, store and worker gauges', async () => {
-    const names = (await (await svc.request('/metrics')).text()).split('\n').filter((line) => line.startsWith('# TYPE')).map((line) => line.split(' ')[2]);
-    expect(names).toEqual(
-      expect.arrayContaining([
-        'jobs_finished_total',
-        'job_duration_seconds',
-        'downloaded_bytes_total',
-        'store_bytes',
-        'store_artifacts',
-        'store_evictions_total',
-        'jobs_queued',
-        'workers_busy',
-        'downloader_present',
-      ]),
-    );
+  it('count jobs by final status, their duration, downloaded bytes, queue depth and busy workers', async () => {
+    const value = async (line: string) => Number((await series(`${line} `))[0]?.split(' ').pop() ?? 0);
+    const doneBefore = await value('jobs_finished_total{status="done",born_done="false"}');
+    const bornDoneBefore = await value('jobs_finished_total{status="done",born_done="true"}');
+    const failedBefore = await value('job_failures_total{code="http_error"}');
+    const bytesBefore = await value('downloaded_bytes_total');
+    const durationsBefore = await value('job_duration_seconds_count{status="done"}');
+
+    // A throttled download (about 4 s) keeps one worker busy; a second job waits behind nothing.
+    const slow = await svc.submit(media.url('/metrics-slow.m4a'));
+    await svc.waitForJob(slow.job_id, ['running']);
+    expect(await value('workers_busy')).toBe(1);
+    expect(await value('jobs_queued')).toBe(0);
+    expect((await svc.waitForJob(slow.job_id, ['done', 'failed'])).status).toBe('done');
+
+    const fast = await svc.submit(media.url('/metrics-tone.m4a'));
+    expect((await svc.waitForJob(fast.job_id, ['done', 'failed'])).status).toBe('done');
+    expect((await svc.submit(media.url('/metrics-tone.m4a'))).born_done).toBe(true);
+    const missing = await svc.submit(media.url('/metrics-missing.m4a'));
+    expect((await svc.waitForJob(missing.job_id, ['done', 'failed'])).error?.code).toBe('http_error');
+
+    expect(await value('jobs_finished_total{status="done",born_done="false"}')).toBe(doneBefore + 2);
+    expect(await value('jobs_finished_total{status="done",born_done="true"}')).toBe(bornDoneBefore + 1);
+    expect(await value('job_failures_total{code="http_error"}')).toBe(failedBefore + 1);
+    expect(await value('job_duration_seconds_count{status="done"}')).toBe(durationsBefore + 2);
+    expect(await value('downloaded_bytes_total')).toBe(bytesBefore + 2 * toneBytes);
+    expect(await value('workers_busy')).toBe(0);
+    expect(await value('jobs_queued')).toBe(0);
+    expect(await value('store_artifacts')).toBeGreaterThanOrEqual(1);
     expect(await series('downloader_present ')).toEqual(['downloader_present 1']);
   });
 });
