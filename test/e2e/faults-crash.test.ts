@@ -6,27 +6,42 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
 
 /**
- * kill -9 of the service in the middle of downloads, again and again. While it is dead, and
- * after the last restart: no partial artifact is visible (every file at a content address hashes
- * to it), every cache row has its file, and the database passes integrity_check. At the end
- * every job is done or failed with a code, and no temporary file or tool process is left.
+ * kill -9 of the service in the middle of downloads, again and again. Each round submits its own
+ * jobs, kills the service while they run, checks the store while it is dead, restarts it and
+ * lets it finish the round's jobs. Then, after every restart and not only the last one: every
+ * job of the round is done or failed with a code (none still queued or running), no temporary
+ * file is left under DATA_DIR/work or ARTIFACT_ROOT/.incoming, no partial artifact is visible
+ * (every file at a content address hashes to it), every cache row has its file, no tool process
+ * is left, and the database passes integrity_check.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const KILLS = 3;
+/** Kill at different points after the first bytes: early in a download, later in it, around conversion and storing. */
+const DELAYS_MS = [400, 1000, 1600];
+/** Seconds of each round's tones: distinct audio per URL (so distinct content ids); ~0.7–1.4 MB WAVs sent at 1 MB/s. */
+const ROUND_SECONDS = [
+  [4, 5, 6],
+  [7, 4.5, 5.5],
+  [8, 6.5, 7.5],
+];
 
 let media: MediaServer;
-let tones: MediaFixture[];
+let rounds: MediaFixture[][];
 const dataDir = path.join(tmpdir(), `sf-crash-${process.pid}-${Date.now()}`);
+const artifactRoot = path.join(dataDir, 'artifacts');
 
 beforeAll(async () => {
-  // Distinct audio per URL (so distinct content ids); ~0.7–1 MB WAVs sent at 1 MB/s.
-  tones = await Promise.all([4, 5, 6, 7].map((seconds) => makeTone(FIXTURE_DIR, { seconds, channels: 2, sampleRate: 44100, format: 'wav' })));
+  rounds = await Promise.all(
+    ROUND_SECONDS.map((secs) => Promise.all(secs.map((seconds) => makeTone(FIXTURE_DIR, { seconds, channels: 2, sampleRate: 44100, format: 'wav' })))),
+  );
   media = await startMediaServer();
-  tones.forEach((tone, i) => media.serveFile(`/crash-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 }));
+  rounds.forEach((tones, r) =>
+    tones.forEach((tone, i) => media.serveFile(`/crash-${r}-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 })),
+  );
 });
 
 afterAll(async () => {
@@ -34,9 +49,9 @@ afterAll(async () => {
   await rm(dataDir, { recursive: true, force: true });
 });
 
+/** No partial artifact at a content address, every cache row and done job has its file, integrity_check ok. */
 async function expectConsistent(label: string) {
-  const root = path.join(dataDir, 'artifacts');
-  const files = await storedFiles(root);
+  const files = await storedFiles(artifactRoot);
   for (const file of files) expect(file.sha256, `${label}: ${file.contentId}/${file.name}`).toBe(file.contentId);
   const db = readDb(dataDir);
   expect(db.integrity, label).toBe('ok');
@@ -48,54 +63,75 @@ async function expectConsistent(label: string) {
   return db;
 }
 
+/** Neither an attempt's working folder nor a staged file in .incoming is left. */
+async function expectNoTemporaryFiles(label: string) {
+  // A job's record ends before its folder is removed: give the removal a moment.
+  const settle = Date.now() + 5_000;
+  while ((await readdir(path.join(dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(50);
+  expect(await readdir(path.join(dataDir, 'work')), `${label}: DATA_DIR/work`).toEqual([]);
+  expect(await readdir(path.join(artifactRoot, '.incoming')).catch(() => []), `${label}: ARTIFACT_ROOT/.incoming`).toEqual([]);
+}
+
+/** Every job ended: done with a content id, or failed with a code. Queued or running is not an end. */
+function expectEnded(label: string, jobs: JobBody[]) {
+  for (const job of jobs) {
+    expect(['done', 'failed'], `${label}: ${JSON.stringify(job)}`).toContain(job.status);
+    if (job.status === 'failed') expect(job.error?.code ?? '(no code)', `${label}: ${JSON.stringify(job)}`).toMatch(/^[a-z_]+$/);
+    else expect(job.result?.content_id, `${label}: ${JSON.stringify(job)}`).toMatch(/^[0-9a-f]{64}$/);
+  }
+}
+
 describe('kill -9 in the middle of downloads, repeated', () => {
-  it(`survives ${KILLS} kills: consistent store and database after each, every job ends with a code, nothing left over`, async () => {
-    const env = { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2', MAX_ATTEMPTS: String(KILLS + 3) };
+  it(`survives ${KILLS} kills: after each restart every job of the round ends with a code, the store and database are consistent, nothing is left over`, async () => {
+    const env = { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2', MAX_ATTEMPTS: '5' };
     let svc: ServiceHandle = await startService({ dataDir, env });
     const apiKey = svc.apiKey;
-    const ids: string[] = [];
-    for (let i = 0; i < tones.length; i++) ids.push((await svc.submit(media.url(`/crash-${i}.wav`))).job_id);
-    // A second submission of a queued URL follows its leader and must end with it.
-    ids.push((await svc.submit(media.url('/crash-3.wav'))).job_id);
-
-    // Kill at different points: early in a download, later in it, around conversion and storing.
-    const delays = [400, 1300, 2100];
-    for (let round = 0; round < KILLS; round++) {
-      const deadline = Date.now() + 20_000;
-      while (Date.now() < deadline) {
-        const jobs = await Promise.all(ids.map((id) => svc.getJob(id)));
-        if (jobs.some((j) => j.status === 'running' && (j.progress?.bytes_done ?? 0) > 0)) break;
-        if (jobs.every((j) => ['done', 'failed'].includes(j.status))) break;
-        await sleep(50);
-      }
-      await sleep(delays[round % delays.length]!);
-      await svc.kill();
-      await expectConsistent(`after kill ${round + 1}`);
-      svc = await startService({ dataDir, apiKey, env });
-      expect(svc.logs.find((line) => line.msg === 'start-up recovery')).toBeDefined();
-    }
-
+    const allIds: string[] = [];
     try {
-      const final = await Promise.all(ids.map((id) => svc.waitForJob(id, ['done', 'failed', 'canceled'], 90_000)));
-      for (const job of final) {
-        expect(['done', 'failed'], JSON.stringify(job)).toContain(job.status);
-        if (job.status === 'failed') expect(job.error!.code).toMatch(/^[a-z_]+$/);
-        else expect(job.result!.content_id).toMatch(/^[0-9a-f]{64}$/);
+      for (let round = 0; round < KILLS; round++) {
+        const label = `round ${round + 1}`;
+        const ids: string[] = [];
+        for (let i = 0; i < rounds[round]!.length; i++) ids.push((await svc.submit(media.url(`/crash-${round}-${i}.wav`))).job_id);
+        // A second submission of a queued URL follows its leader and must end with it.
+        const last = rounds[round]!.length - 1;
+        ids.push((await svc.submit(media.url(`/crash-${round}-${last}.wav`))).job_id);
+        allIds.push(...ids);
+
+        const deadline = Date.now() + 20_000;
+        while (Date.now() < deadline) {
+          const jobs = await Promise.all(ids.map((id) => svc.getJob(id)));
+          if (jobs.some((j) => j.status === 'running' && (j.progress?.bytes_done ?? 0) > 0)) break;
+          await sleep(50);
+        }
+        await sleep(DELAYS_MS[round % DELAYS_MS.length]!);
+        await svc.kill();
+        await expectConsistent(`${label}, while dead`);
+
+        svc = await startService({ dataDir, apiKey, env });
+        expect(svc.logs.find((line) => line.msg === 'start-up recovery'), label).toBeDefined();
+        // The check point: the restarted service has finished this round's work.
+        const ended = await Promise.all(ids.map((id) => svc.waitForJob(id, ['done', 'failed', 'canceled'], 60_000)));
+        expectEnded(label, ended);
+        // With attempts to spare, every job got through, and the follower has its leader's content.
+        expect(ended.map((j) => j.status), label).toEqual(ids.map(() => 'done'));
+        expect(ended[ids.length - 1]!.result!.content_id, label).toBe(ended[last]!.result!.content_id);
+        // The kill did land in the middle of work: a job was taken up again after the crash.
+        expect(ended.filter((j) => (j.attempts as number) > 1).length, `${label}: a job retried`).toBeGreaterThanOrEqual(1);
+        await expectNoTemporaryFiles(label);
+        for (const id of ids) expect(await processesMatching(id), `${label}: tools of ${id}`).toEqual([]);
+        const db = await expectConsistent(`${label}, after the restart`);
+        // Earlier rounds' jobs are still ended; none went back to queued or running.
+        const rows = db.jobs.filter((j) => allIds.includes(j.id));
+        expect(rows.length, label).toBe(allIds.length);
+        for (const row of rows) {
+          expect(['done', 'failed'], `${label}: ${JSON.stringify(row)}`).toContain(row.status);
+          if (row.status === 'failed') expect(row.error_code ?? '(no code)', `${label}: ${JSON.stringify(row)}`).toMatch(/^[a-z_]+$/);
+        }
       }
-      // With attempts to spare, every job got through.
-      expect(final.map((j) => j.status)).toEqual(ids.map(() => 'done'));
-      expect(final[4]!.result!.content_id).toBe(final[3]!.result!.content_id);
-      // The kills did land in the middle of work: jobs were taken up again after a crash.
-      expect(final.filter((j) => (j.attempts as number) > 1).length).toBeGreaterThanOrEqual(2);
-      const settle = Date.now() + 10_000;
-      while ((await readdir(path.join(dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(100);
-      expect(await readdir(path.join(dataDir, 'work'))).toEqual([]);
-      expect(await readdir(path.join(dataDir, 'artifacts', '.incoming')).catch(() => [])).toEqual([]);
-      for (const id of ids) expect(await processesMatching(id)).toEqual([]);
     } finally {
       await svc.stop();
     }
-    const db = await expectConsistent('after the last restart');
-    expect(new Set(db.cacheEntries.map((r) => r.content_id)).size).toBe(tones.length);
+    const db = await expectConsistent('after the last stop');
+    expect(new Set(db.cacheEntries.map((r) => r.content_id)).size).toBe(rounds.flat().length);
   });
 });
