@@ -146,6 +146,54 @@ describe('submitSource input', () => {
   });
 });
 
+describe('submitSource accepted', () => {
+  it('answers 202 with Location: /jobs/{id} naming the job_id of the body, and that record is there', async () => {
+    // Its own service and stand-in tools: the one above must never start a tool. Port 9 of this
+    // machine is allowed so the URL passes the policy; no downloader runs, so nothing connects.
+    const ownDir = await mkdtemp(path.join(tmpdir(), 'api-offline-tools-accepted-'));
+    const own = await writeOfflineTools(ownDir);
+    const accepting = await startService({ env: { ...own.env, FETCH_ALLOW_HOSTS: '127.0.0.1:9' } });
+    try {
+      const res = await accepting.request('/sources', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: 'http://127.0.0.1:9/accepted.m4a' }),
+      });
+      expect(res.status).toBe(202);
+      expect(res.headers.get('content-type')).toContain('application/json');
+      const body = (await res.json()) as { job_id: string; status: string; url: string; born_done: boolean };
+      expect(body.job_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      expect(body).toMatchObject({ url: 'http://127.0.0.1:9/accepted.m4a', born_done: false });
+      expect(['queued', 'running']).toContain(body.status);
+      const location = res.headers.get('location');
+      expect(location).toBe(`/jobs/${body.job_id}`);
+
+      // Location is where the record is polled; with the stand-in downloader the job fails.
+      const polled = await accepting.request(location!);
+      expect(polled.status).toBe(200);
+      expect(((await polled.json()) as { job_id: string }).job_id).toBe(body.job_id);
+      const ended = await accepting.waitForJob(body.job_id, ['done', 'failed', 'canceled'], 20_000);
+      expect(ended.status).toBe('failed');
+      expect(ended.error!.code).toMatch(/^[a-z_]+$/);
+      expect((await own.calls()).some((call) => call.startsWith('yt-dlp '))).toBe(true);
+
+      // Each 202 names its own job.
+      const second = await accepting.request('/sources', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: 'http://127.0.0.1:9/another.m4a' }),
+      });
+      expect(second.status).toBe(202);
+      const secondBody = (await second.json()) as { job_id: string };
+      expect(secondBody.job_id).not.toBe(body.job_id);
+      expect(second.headers.get('location')).toBe(`/jobs/${secondBody.job_id}`);
+    } finally {
+      await accepting.stop();
+      await rm(ownDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('the interface description', () => {
   it('is served at /openapi.json and equals the generated file in the repository', async () => {
     const res = await svc.request('/openapi.json', { auth: false });
