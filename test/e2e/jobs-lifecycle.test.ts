@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 
 /** Cancel, restart recovery and a missing downloader, with the real service and tools. */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -31,6 +31,20 @@ async function contentDirs(dataDir: string): Promise<string[]> {
   return all.flat();
 }
 
+/** A running job's progress with a known size: bytes done of the total, and the percent they make. */
+function expectProgress(job: JobBody, size: number) {
+  const progress = job.progress!;
+  expect(progress, JSON.stringify(job)).not.toBeNull();
+  expect(progress.bytes_done).toBeGreaterThan(0);
+  expect(progress.bytes_done).toBeLessThanOrEqual(size);
+  expect(progress.bytes_total).toBe(size);
+  expect(progress.percent).toEqual(expect.any(Number));
+  expect(progress.percent!).toBeGreaterThanOrEqual(0);
+  expect(progress.percent!).toBeLessThanOrEqual(100);
+  // Rounded to a tenth of a percent.
+  expect(Math.abs(progress.percent! - (progress.bytes_done / size) * 100)).toBeLessThanOrEqual(0.05 + 1e-9);
+}
+
 describe('cancelJob', () => {
   let svc: ServiceHandle;
   beforeAll(async () => {
@@ -51,8 +65,18 @@ describe('cancelJob', () => {
       running = await svc.getJob(submitted.job_id);
     }
     expect(running.status).toBe('running');
-    expect(running.progress!.bytes_done).toBeGreaterThan(0);
-    expect(running.progress!.bytes_total).toBe((await stat(long.path)).size);
+    const size = (await stat(long.path)).size;
+    expectProgress(running, size);
+    // Progress moves on while the download runs (it is written every 500 ms).
+    let later = running;
+    while (later.status === 'running' && later.progress!.bytes_done <= running.progress!.bytes_done && Date.now() < deadline) {
+      await sleep(100);
+      later = await svc.getJob(submitted.job_id);
+    }
+    expect(later.status).toBe('running');
+    expectProgress(later, size);
+    expect(later.progress!.bytes_done).toBeGreaterThan(running.progress!.bytes_done);
+    expect(later.progress!.percent!).toBeGreaterThanOrEqual(running.progress!.percent!);
     expect((await processesMatching(submitted.job_id)).length).toBeGreaterThan(0);
 
     const res = await svc.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
@@ -76,7 +100,7 @@ describe('cancelJob', () => {
     expect(((await unknown.json()) as { code: string }).code).toBe('job_not_found');
   });
 
-  it('cancels a queued job at once, and refuses to cancel a finished one with 409', async () => {
+  it('cancels a queued job at once, and refuses to cancel a finished one (done or failed) with 409', async () => {
     const short = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' });
     media.serveFile('/short-done.flac', short.path, { contentType: 'audio/flac' });
     const done = await svc.waitForJob((await svc.submit(media.url('/short-done.flac'))).job_id, ['done', 'failed']);
@@ -85,6 +109,37 @@ describe('cancelJob', () => {
     expect(conflict.status).toBe(409);
     expect(conflict.headers.get('content-type')).toContain('application/problem+json');
     expect(((await conflict.json()) as { code: string }).code).toBe('job_already_finished');
+    expect((await svc.getJob(done.job_id)).status).toBe('done');
+
+    // A failed job cannot be canceled either: 409 job_already_finished, and it stays failed.
+    const failed = await svc.waitForJob((await svc.submit(media.url('/no-such-file.wav'))).job_id, ['done', 'failed']);
+    expect(failed.status).toBe('failed');
+    expect(failed.error!.code).toBe('http_error');
+    const failedConflict = await svc.request(`/jobs/${failed.job_id}/cancel`, { method: 'POST' });
+    expect(failedConflict.status).toBe(409);
+    expect(failedConflict.headers.get('content-type')).toContain('application/problem+json');
+    expect(await failedConflict.json()).toMatchObject({ status: 409, code: 'job_already_finished' });
+    const still = await svc.getJob(failed.job_id);
+    expect(still.status).toBe('failed');
+    expect(still.error).toEqual(failed.error);
+  });
+
+  it('a download of unannounced size shows bytes_done, with bytes_total and percent null', async () => {
+    // Chunked transfer: no Content-Length, so neither yt-dlp nor the job knows the size.
+    media.serveFile('/slow-unknown.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024, unknownLength: true });
+    const submitted = await svc.submit(media.url('/slow-unknown.wav'));
+    const deadline = Date.now() + 30_000;
+    let running = await svc.getJob(submitted.job_id);
+    while (!(running.status === 'running' && (running.progress?.bytes_done ?? 0) > 0) && Date.now() < deadline) {
+      await sleep(100);
+      running = await svc.getJob(submitted.job_id);
+    }
+    expect(running.status).toBe('running');
+    expect(running.progress).toEqual({ bytes_done: expect.any(Number), bytes_total: null, percent: null });
+    expect(running.progress!.bytes_done).toBeGreaterThan(0);
+    const res = await svc.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { status: string }).status).toBe('canceled');
   });
 });
 
