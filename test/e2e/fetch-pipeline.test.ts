@@ -3,6 +3,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
 import { generateMediaFixtures, type MediaFixture, type MediaFixtureName } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -36,6 +37,7 @@ function storedPath(cid: string): string {
   return path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav');
 }
 
+/** Every fixture, with the channel count its WAV must have (5.1 is downmixed to stereo). */
 const cases: Array<{ name: MediaFixtureName; channels: number }> = [
   { name: 'opus_webm', channels: 2 },
   { name: 'aac_m4a', channels: 2 },
@@ -43,7 +45,33 @@ const cases: Array<{ name: MediaFixtureName; channels: number }> = [
   { name: 'flac_mono', channels: 1 },
   { name: 'wav_mono_22k', channels: 1 },
   { name: 'flac_51', channels: 2 },
+  { name: 'aac_mono_48k', channels: 1 },
+  { name: 'mp3_stereo_22k', channels: 2 },
 ];
+
+describe('the fixture table', () => {
+  it('covers every fixture, and 48 kHz and 22.05 kHz each in mono and stereo', async () => {
+    expect(cases.map((c) => c.name).sort()).toEqual(Object.keys(fixtures).sort());
+    const shapes = new Set<string>();
+    for (const { name } of cases) {
+      // What the file really holds, not only what was asked for.
+      const probe = await runProcess({
+        command: 'ffprobe',
+        args: ['-v', 'error', '-select_streams', 'a:0', '-show_entries', 'stream=sample_rate,channels', '-of', 'json', fixtures[name].path],
+        timeoutMs: 20_000,
+        stdoutCaptureBytes: 64 * 1024,
+      });
+      expect(probe.exitCode, `${name}: ${probe.stderrTail}`).toBe(0);
+      const [stream] = (JSON.parse(probe.stdout) as { streams: Array<{ sample_rate: string; channels: number }> }).streams;
+      expect({ sampleRate: Number(stream!.sample_rate), channels: stream!.channels }, name).toEqual({
+        sampleRate: fixtures[name].sampleRate,
+        channels: fixtures[name].channels,
+      });
+      shapes.add(`${stream!.sample_rate}/${stream!.channels}`);
+    }
+    for (const shape of ['48000/1', '48000/2', '22050/1', '22050/2']) expect(shapes, shape).toContain(shape);
+  });
+});
 
 describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
   it.each(cases)('$name → PCM 16-bit 44.1 kHz, $channels channel(s), content id = SHA-256', async ({ name, channels }) => {
@@ -89,10 +117,53 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
     expect(again.status).toBe('done');
     expect(again.born_done).toBe(true);
     expect(again.result!.content_id).toBe(first.result!.content_id);
-    // Another spelling of the same URL (default port, fragment) is the same alias.
-    const respelled = await svc.submit(`${url.replace('127.0.0.1', '127.0.0.1')}#t=3`);
-    expect(respelled.born_done).toBe(true);
     expect(media.requestsFor('/aac_m4a.m4a').length).toBe(seen);
+  });
+
+  it('every other spelling of a stored URL is born done, with no media request', async () => {
+    // Stored once under a URL with a query; the origin ignores the query, the alias key does not.
+    const port = media.hostPort.split(':')[1]!;
+    const stored = await svc.waitForJob((await svc.submit(media.url('/aac_m4a.m4a?a=1&b=2'))).job_id, ['done', 'failed']);
+    expect(stored.status).toBe('done');
+    const cid = stored.result!.content_id;
+    const plain = await svc.waitForJob((await svc.submit(media.url('/aac_m4a.m4a'))).job_id, ['done', 'failed']);
+    expect(plain.result!.content_id).toBe(cid);
+    const requestsBefore = media.requests.length;
+
+    const respellings = [
+      // scheme in upper case
+      `HTTP://${media.hostPort}/aac_m4a.m4a?a=1&b=2`,
+      // the host spelled otherwise (hex with an upper-case X, decimal, short form, trailing dot), mixed-case scheme
+      `HtTp://0X7F.0.0.1:${port}/aac_m4a.m4a?a=1&b=2`,
+      `http://2130706433:${port}/aac_m4a.m4a?a=1&b=2`,
+      `http://127.1:${port}/aac_m4a.m4a?a=1&b=2`,
+      `http://127.0.0.1.:${port}/aac_m4a.m4a?a=1&b=2`,
+      // the port with a leading zero
+      `http://127.0.0.1:0${port}/aac_m4a.m4a?a=1&b=2`,
+      // query parameters reordered, empty parameters
+      `http://${media.hostPort}/aac_m4a.m4a?b=2&a=1`,
+      `http://${media.hostPort}/aac_m4a.m4a?&b=2&&a=1&`,
+      // a fragment
+      `http://${media.hostPort}/aac_m4a.m4a?a=1&b=2#t=3`,
+      // all at once
+      `HTTP://0X7F.1:0${port}/aac_m4a.m4a?b=2&&a=1#t=3`,
+      // the URL without a query: an empty ? and a fragment
+      `http://${media.hostPort}/aac_m4a.m4a?`,
+      `HTTP://127.0.0.1.:${port}/aac_m4a.m4a?#start`,
+    ];
+    for (const url of respellings) {
+      const job = await svc.submit(url);
+      expect({ url, status: job.status, born_done: job.born_done, cid: job.result?.content_id }).toEqual({ url, status: 'done', born_done: true, cid });
+    }
+    expect(media.requests.slice(requestsBefore)).toEqual([]);
+
+    // The path is case-sensitive, and a parameter's value counts: not the same URL, so not born done.
+    for (const other of [media.url('/AAC_M4A.m4a?a=1&b=2'), media.url('/aac_m4a.m4a?a=1&b=3')]) {
+      const job = await svc.submit(other);
+      expect({ other, born_done: job.born_done }).toEqual({ other, born_done: false });
+      await svc.waitForJob(job.job_id, ['done', 'failed']);
+    }
+    expect(media.requests.length).toBeGreaterThan(requestsBefore);
   });
 
   it('concurrent submissions of one URL download once and all end done with the same content', async () => {

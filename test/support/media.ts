@@ -3,6 +3,7 @@
  *
  *   const fixtures = await generateMediaFixtures(dir);
  *   fixtures.aac_m4a.path          // 3 s AAC in MP4, 48 kHz stereo, contentType 'audio/mp4'
+ *   fixtures.aac_mono_48k          // 1 s AAC in MP4, 48 kHz mono; fixtures.mp3_stereo_22k: 1 s MP3, 22.05 kHz stereo
  *   const long = await makeTone(dir, { seconds: 30, channels: 2, sampleRate: 44100, format: 'wav' });
  *   const page = await makeNotAudio(dir);          // an HTML page; makeNotAudio(dir, 'png') for an image
  *
@@ -36,7 +37,15 @@ export interface ToneSpec {
   format: ToneFormat;
 }
 
-export type MediaFixtureName = 'opus_webm' | 'aac_m4a' | 'mp3_mono' | 'flac_mono' | 'wav_mono_22k' | 'flac_51';
+export type MediaFixtureName =
+  | 'opus_webm'
+  | 'aac_m4a'
+  | 'mp3_mono'
+  | 'flac_mono'
+  | 'wav_mono_22k'
+  | 'flac_51'
+  | 'aac_mono_48k'
+  | 'mp3_stereo_22k';
 
 const FIXTURES: Record<MediaFixtureName, ToneSpec> = {
   opus_webm: { format: 'webm', channels: 2, sampleRate: 48000, seconds: 3 },
@@ -46,6 +55,9 @@ const FIXTURES: Record<MediaFixtureName, ToneSpec> = {
   wav_mono_22k: { format: 'wav', channels: 1, sampleRate: 22050, seconds: 3 },
   /** 5.1, for the downmix-to-stereo case. */
   flac_51: { format: 'flac', channels: 6, sampleRate: 48000, seconds: 3 },
+  /** 48 kHz mono and 22.05 kHz stereo, so both rates come in both channel counts; short, to stay cheap. */
+  aac_mono_48k: { format: 'm4a', channels: 1, sampleRate: 48000, seconds: 1 },
+  mp3_stereo_22k: { format: 'mp3', channels: 2, sampleRate: 22050, seconds: 1 },
 };
 
 const FORMATS: Record<ToneFormat, { contentType: string; muxer: string; codecArgs: string[] }> = {
@@ -61,7 +73,7 @@ const CHANNEL_LAYOUTS: Record<number, string> = { 1: 'mono', 2: 'stereo', 6: '5.
 /** Promises by absolute path, so concurrent calls in one process render a file once. */
 const cache = new Map<string, Promise<MediaFixture>>();
 
-/** The six standard fixtures (3 s each), keyed by name. */
+/** The standard fixtures (3 s each; the 48 kHz mono and 22.05 kHz stereo ones 1 s), keyed by name. */
 export async function generateMediaFixtures(dir: string): Promise<Record<MediaFixtureName, MediaFixture>> {
   const names = Object.keys(FIXTURES) as MediaFixtureName[];
   const made = await Promise.all(names.map((name) => makeTone(dir, FIXTURES[name])));
