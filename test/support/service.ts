@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -64,11 +64,16 @@ export interface JobBody {
   [key: string]: unknown;
 }
 
-export async function startService(opts: { env?: Record<string, string>; dataDir?: string; apiKey?: string } = {}): Promise<ServiceHandle> {
+/**
+ * apiKey: the API_KEYS value (default: a random key). null leaves API_KEYS unset, so the service
+ * uses the key it generates into <dataDir>/api-key; the handle's apiKey is then read from there.
+ */
+export async function startService(opts: { env?: Record<string, string>; dataDir?: string; apiKey?: string | null } = {}): Promise<ServiceHandle> {
   // A data dir made here is removed when the service stops; one passed in belongs to the caller.
   const ownsDataDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'sf-data-')));
-  const apiKey = opts.apiKey ?? randomBytes(24).toString('base64url');
+  const generatedKey = opts.apiKey === null;
+  let apiKey = opts.apiKey ?? randomBytes(24).toString('base64url');
   const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
     cwd: ROOT,
     env: {
@@ -77,7 +82,7 @@ export async function startService(opts: { env?: Record<string, string>; dataDir
       HOST: '127.0.0.1',
       PORT: '0',
       DATA_DIR: dataDir,
-      API_KEYS: apiKey,
+      ...(generatedKey ? {} : { API_KEYS: apiKey }),
       LOG_LEVEL: 'debug',
       SHUTDOWN_GRACE_S: '5',
       ...opts.env,
@@ -123,6 +128,7 @@ export async function startService(opts: { env?: Record<string, string>; dataDir
     });
   });
   const baseUrl = `http://127.0.0.1:${port}`;
+  if (generatedKey) apiKey = (await readFile(path.join(dataDir, 'api-key'), 'utf8')).trim();
 
   const handle: ServiceHandle = {
     baseUrl,

@@ -1,0 +1,106 @@
+import { writeFileSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { loadOrCreateSecret } from '../../src/secrets.js';
+
+/** loadOrCreateSecret: the API key and URL signing secret kept in the data dir when the configuration gives none. */
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), 'secrets-unit-'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+describe('loadOrCreateSecret', () => {
+  it('creates the file at first call: mode 0600, 32 random bytes as base64url, one line', async () => {
+    const first = loadOrCreateSecret(dir, 'api-key');
+    expect(first).toEqual({ value: expect.stringMatching(BASE64URL), file: path.join(dir, 'api-key'), created: true });
+    expect(first.value).toHaveLength(43);
+    const info = await stat(first.file);
+    expect(info.isFile()).toBe(true);
+    expect(info.mode & 0o777).toBe(0o600);
+    expect(await readFile(first.file, 'utf8')).toBe(`${first.value}\n`);
+  });
+
+  it('is 0600 whatever the umask lets through', async () => {
+    const previous = process.umask(0o000);
+    try {
+      const made = loadOrCreateSecret(dir, 'url-signing-secret');
+      expect((await stat(made.file)).mode & 0o777).toBe(0o600);
+    } finally {
+      process.umask(previous);
+    }
+  });
+
+  it('returns the same value at every later call, without rewriting the file', async () => {
+    const first = loadOrCreateSecret(dir, 'api-key');
+    const before = await stat(first.file);
+    const again = loadOrCreateSecret(dir, 'api-key');
+    expect(again).toEqual({ value: first.value, file: first.file, created: false });
+    const after = await stat(first.file);
+    expect(after.ino).toBe(before.ino);
+    expect(after.mtimeMs).toBe(before.mtimeMs);
+    expect(loadOrCreateSecret(dir, 'api-key').value).toBe(first.value);
+  });
+
+  it('keeps each name apart, and two data dirs get different secrets', async () => {
+    const key = loadOrCreateSecret(dir, 'api-key');
+    const signing = loadOrCreateSecret(dir, 'url-signing-secret');
+    expect(signing.file).toBe(path.join(dir, 'url-signing-secret'));
+    expect(signing.value).not.toBe(key.value);
+    const other = loadOrCreateSecret(path.join(dir, 'other'), 'api-key');
+    expect(other.value).not.toBe(key.value);
+  });
+
+  it('makes the data dir when it does not exist yet', async () => {
+    const nested = path.join(dir, 'a', 'b', 'data');
+    const made = loadOrCreateSecret(nested, 'api-key');
+    expect(made.created).toBe(true);
+    expect(await readFile(path.join(nested, 'api-key'), 'utf8')).toBe(`${made.value}\n`);
+  });
+
+  it('honours the byte count', () => {
+    expect(loadOrCreateSecret(dir, 'short', 16).value).toHaveLength(22);
+    expect(loadOrCreateSecret(dir, 'long', 48).value).toHaveLength(64);
+  });
+
+  it('reads a secret an operator wrote, trimmed, and leaves the file as it was', async () => {
+    const file = path.join(dir, 'api-key');
+    await writeFile(file, '  operator-chosen-key-0123456789 \n\n', { mode: 0o640 });
+    await chmod(file, 0o640);
+    expect(loadOrCreateSecret(dir, 'api-key')).toEqual({ value: 'operator-chosen-key-0123456789', file, created: false });
+    expect(await readFile(file, 'utf8')).toBe('  operator-chosen-key-0123456789 \n\n');
+    expect((await stat(file)).mode & 0o777).toBe(0o640);
+  });
+
+  it('throws, rather than replacing it, when the file cannot be read', async () => {
+    await mkdir(path.join(dir, 'api-key'));
+    expect(() => loadOrCreateSecret(dir, 'api-key')).toThrow(expect.objectContaining({ code: 'EISDIR' }));
+  });
+
+  // KNOWN BUG (src/secrets.ts): an empty or blank file (a crash between creating the file with
+  // 'wx' and writing it, or a `touch`) makes the 'wx' create fail with EEXIST, which calls
+  // loadOrCreateSecret again, which reads '' again: unbounded recursion, a RangeError, and a
+  // service that cannot start until someone deletes the file. Either a fresh secret or an error
+  // naming the file would do. it.fails passes while the bug is there; make it `it` once fixed.
+  it.fails('copes with an empty or blank file: a secret, or an error that names the file', () => {
+    for (const content of ['', ' \n']) {
+      const name = content === '' ? 'empty' : 'blank';
+      writeFileSync(path.join(dir, name), content);
+      let outcome: string;
+      try {
+        const got = loadOrCreateSecret(dir, name);
+        outcome = got.value.length >= 43 ? 'secret' : `short value ${JSON.stringify(got.value)}`;
+      } catch (err) {
+        outcome = (err as Error).message.includes(path.join(dir, name)) ? 'named error' : `${(err as Error).name}: ${(err as Error).message}`;
+      }
+      expect(['secret', 'named error']).toContain(outcome);
+    }
+  });
+});
