@@ -1,21 +1,35 @@
 /**
  * Eviction cost against store size (run by hand: npx tsx bench/eviction.ts). For stores of
  * 1,000, 10,000 and 100,000 cache rows (real SQLite file, real files of 1 KiB), evicts the
- * coldest 1% and 10 rows, and prints the time per run and per evicted row. The cost should grow
- * with what is evicted, not with the store's size.
+ * coldest 10 rows and 1%, and prints the time per run and per evicted row; then times one batch
+ * query alone (the first batch, and a batch after a cursor in the middle of the store), median
+ * of repeated runs, which file removal does not blur. The cost should grow with what is
+ * evicted, not with the store's size.
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { openDatabase } from '../src/db/client.js';
+import { openDatabase, type Db } from '../src/db/client.js';
 import { createContentStore } from '../src/store/content-store.js';
-import { evictToCap, readStoreTotals } from '../src/store/eviction.js';
+import { evictionBatchQuery, evictToCap, readStoreTotals, type EvictionCursor } from '../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../src/store/layout.js';
 
 const SIZES = [1_000, 10_000, 100_000];
 const FILE_BYTES = 1024;
+const BATCH = 200;
+const QUERY_RUNS = 21;
+
+function medianQueryMs(db: Db, cursor: EvictionCursor | undefined): number {
+  const times: number[] = [];
+  for (let i = 0; i < QUERY_RUNS; i++) {
+    const started = performance.now();
+    evictionBatchQuery(db, cursor, BATCH).all();
+    times.push(performance.now() - started);
+  }
+  return times.sort((a, b) => a - b)[Math.floor(QUERY_RUNS / 2)]!;
+}
 
 for (const rows of SIZES) {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-evict-'));
@@ -44,6 +58,13 @@ for (const rows of SIZES) {
         `time=${ms.toFixed(1).padStart(7)} ms  per evicted row=${(ms / result.evictedArtifacts).toFixed(3)} ms\n`,
     );
   }
+
+  const middle = Math.floor(rows / 2);
+  const cursor = { lastUsedAt: middle, contentId: createHash('sha256').update(String(middle)).digest('hex'), name: AUDIO_ARTIFACT_NAME };
+  process.stdout.write(
+    `rows=${String(rows).padStart(6)}  batch query of ${BATCH} (median of ${QUERY_RUNS}): ` +
+      `first=${medianQueryMs(db, undefined).toFixed(3)} ms  after cursor=${medianQueryMs(db, cursor).toFixed(3)} ms\n`,
+  );
   db.$client.close();
   await rm(dir, { recursive: true, force: true });
 }

@@ -56,7 +56,11 @@ export const cacheEntries = sqliteTable(
     createdAt: integer('created_at').notNull(),
     lastUsedAt: integer('last_used_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.contentId, t.name] }), index('cache_entries_last_used_idx').on(t.lastUsedAt)],
+  (t) => [
+    primaryKey({ columns: [t.contentId, t.name] }),
+    // Eviction's exact order and keyset cursor: SQLite walks it and stops at the batch's LIMIT.
+    index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name),
+  ],
 );
 
 /**

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, inArray, or } from 'drizzle-orm';
+import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.js';
 import { aliases, cacheEntries, storeTotals } from '../db/schema.js';
 import type { ContentStore } from './content-store.js';
@@ -29,6 +29,32 @@ export interface EvictionResult {
   evictedContentIds: string[];
 }
 
+export interface EvictionCursor {
+  lastUsedAt: number;
+  contentId: string;
+  name: string;
+}
+
+/**
+ * One batch of eviction candidates, coldest first, after `cursor`. The cursor is a row-value
+ * comparison in the index's column order, which SQLite turns into a range on
+ * cache_entries_lru_idx: it walks the index from the cursor and stops at the LIMIT (the same
+ * condition spelled as an OR of comparisons walks from the start of the index). Exported so
+ * that a test can check its query plan.
+ */
+export function evictionBatchQuery(db: Db, cursor: EvictionCursor | undefined, batchSize: number) {
+  return db
+    .select({ contentId: cacheEntries.contentId, name: cacheEntries.name, bytes: cacheEntries.bytes, lastUsedAt: cacheEntries.lastUsedAt })
+    .from(cacheEntries)
+    .where(
+      cursor
+        ? sql`(${cacheEntries.lastUsedAt}, ${cacheEntries.contentId}, ${cacheEntries.name}) > (${cursor.lastUsedAt}, ${cursor.contentId}, ${cursor.name})`
+        : undefined,
+    )
+    .orderBy(asc(cacheEntries.lastUsedAt), asc(cacheEntries.contentId), asc(cacheEntries.name))
+    .limit(batchSize);
+}
+
 export async function evictToCap(deps: {
   db: Db;
   store: ContentStore;
@@ -37,24 +63,10 @@ export async function evictToCap(deps: {
 }): Promise<EvictionResult> {
   const batchSize = deps.batchSize ?? 200;
   const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
-  let cursor: { lastUsedAt: number; contentId: string; name: string } | undefined;
+  let cursor: EvictionCursor | undefined;
 
   while (readStoreTotals(deps.db).bytes > deps.capBytes) {
-    const rows = deps.db
-      .select({ contentId: cacheEntries.contentId, name: cacheEntries.name, bytes: cacheEntries.bytes, lastUsedAt: cacheEntries.lastUsedAt })
-      .from(cacheEntries)
-      .where(
-        cursor
-          ? or(
-              gt(cacheEntries.lastUsedAt, cursor.lastUsedAt),
-              and(eq(cacheEntries.lastUsedAt, cursor.lastUsedAt), gt(cacheEntries.contentId, cursor.contentId)),
-              and(eq(cacheEntries.lastUsedAt, cursor.lastUsedAt), eq(cacheEntries.contentId, cursor.contentId), gt(cacheEntries.name, cursor.name)),
-            )
-          : undefined,
-      )
-      .orderBy(asc(cacheEntries.lastUsedAt), asc(cacheEntries.contentId), asc(cacheEntries.name))
-      .limit(batchSize)
-      .all();
+    const rows = evictionBatchQuery(deps.db, cursor, batchSize).all();
     if (rows.length === 0) break;
 
     let excess = readStoreTotals(deps.db).bytes - deps.capBytes;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { resolveAlias } from '../../src/store/aliases.js';
-import { evictToCap, readStoreTotals } from '../../src/store/eviction.js';
+import { evictionBatchQuery, evictToCap, readStoreTotals } from '../../src/store/eviction.js';
 import { createUsageRecorder } from '../../src/store/usage.js';
 import { createStoreFixture } from '../support/store-fixture.js';
 
@@ -51,5 +51,39 @@ describe('least-recently-used eviction', () => {
       expect(totals.bytes).toBe(await fx.bytesOnDisk());
       expect(totals.artifacts).toBe((await fx.contentIdsOnDisk()).length);
     }
+  });
+
+  it('reads each batch by walking the (last_used_at, content_id, name) index up to the LIMIT, never sorting', async () => {
+    const fx = await createStoreFixture();
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) ids.push(await fx.addArtifact(10, i % 4));
+    const plan = (cursor: Parameters<typeof evictionBatchQuery>[1]) => {
+      const query = evictionBatchQuery(fx.db, cursor, 200).toSQL();
+      const rows = fx.db.$client.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).all(...query.params) as Array<{ detail: string }>;
+      return rows.map((row) => row.detail);
+    };
+
+    expect(plan(undefined)).toEqual(['SCAN cache_entries USING INDEX cache_entries_lru_idx']);
+    // The cursor is a range on the index, not a filter over a scan.
+    const after = plan({ lastUsedAt: 1, contentId: ids[0]!, name: 'audio.wav' });
+    expect(after).toEqual(['SEARCH cache_entries USING INDEX cache_entries_lru_idx ((last_used_at,content_id,name)>(?,?,?))']);
+    expect([...plan(undefined), ...after].join('\n')).not.toMatch(/TEMP B-TREE/);
+  });
+
+  it('resumes after the cursor in (last_used_at, content_id, name) order, ties included', async () => {
+    const fx = await createStoreFixture();
+    for (let i = 0; i < 12; i++) await fx.addArtifact(10, i % 3);
+    const all = evictionBatchQuery(fx.db, undefined, 100).all();
+    const pages: typeof all = [];
+    let cursor: (typeof all)[number] | undefined;
+    for (;;) {
+      const page = evictionBatchQuery(fx.db, cursor, 5).all();
+      if (page.length === 0) break;
+      pages.push(...page);
+      cursor = page.at(-1);
+    }
+    expect(pages).toEqual(all);
+    const keys = all.map((row) => [row.lastUsedAt, row.contentId] as const);
+    expect(keys).toEqual([...keys].sort((a, b) => a[0] - b[0] || (a[1] < b[1] ? -1 : 1)));
   });
 });
