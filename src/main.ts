@@ -117,6 +117,7 @@ async function main(): Promise<void> {
     store,
     capBytes: config.artifactCapBytes,
     log,
+    flushUsage: () => usage.flush(),
     intervalMs: config.evictionIntervalMs,
     onEvicted: (result) => metrics.observeEviction(result.evictedArtifacts, result.evictedBytes),
   });
@@ -164,7 +165,7 @@ async function main(): Promise<void> {
             const { host, port } = destinationOf(target);
             await checkDestination(host, port, { resolve, allowHosts });
           },
-          contentPresent: (cid) => store.has(cid, AUDIO_ARTIFACT_NAME),
+          contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
           admitJob: () => {
             if (countQueued(db) >= config.maxQueuedJobs) {
               throw new ServiceError('rate_limited', 'queue_full', 'Too many jobs are waiting; try again later.', { retryAfterSeconds: 30 });

@@ -7,6 +7,7 @@ import { mediaAliasKey, resolveAlias, setAlias } from '../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../store/cache-entries.js';
 import type { ContentStore } from '../store/content-store.js';
 import { AUDIO_ARTIFACT_NAME } from '../store/layout.js';
+import { recordUse } from '../store/usage.js';
 import * as ffmpeg from '../tools/ffmpeg.js';
 import type { runProcess } from '../tools/process.js';
 import { parseWavHeader } from '../tools/wav.js';
@@ -153,8 +154,11 @@ export function createFetchTask(deps: FetchTaskDeps) {
           known !== undefined &&
           deps.db.transaction(() => {
             if (!deps.store.hasSync(known, AUDIO_ARTIFACT_NAME)) return false;
-            if (!markDone(deps.db, job.id, known, deps.now())) return false;
-            setAlias(deps.db, 'url', job.urlKey, known, deps.now());
+            const now = deps.now();
+            if (!markDone(deps.db, job.id, known, now)) return false;
+            setAlias(deps.db, 'url', job.urlKey, known, now);
+            // Reused content is used content: the next eviction must not take it for cold.
+            recordUse(deps.db, known, now);
             return true;
           });
         if (reused) {

@@ -5,7 +5,9 @@ import { evictToCap, type EvictionResult } from './eviction.js';
 
 /**
  * Keeps the store within ARTIFACT_CAP_BYTES: eviction runs after each store and on a timer,
- * one run at a time; a request during a run schedules one more run after it.
+ * one run at a time; a request during a run schedules one more run after it. Each run first
+ * writes the uses still pending in memory, so content served since the last flush is not
+ * taken for cold.
  */
 export interface SizeCap {
   request(): void;
@@ -19,6 +21,8 @@ export function createSizeCap(deps: {
   store: ContentStore;
   capBytes: number;
   log: Logger;
+  /** Writes pending use touches (UsageRecorder.flush). */
+  flushUsage: () => void;
   onEvicted?: (result: EvictionResult) => void;
   intervalMs?: number;
 }): SizeCap {
@@ -28,6 +32,7 @@ export function createSizeCap(deps: {
 
   async function once(): Promise<EvictionResult> {
     const started = performance.now();
+    deps.flushUsage();
     const result = await evictToCap({ db: deps.db, store: deps.store, capBytes: deps.capBytes });
     if (result.evictedArtifacts > 0) {
       deps.log.info(

@@ -13,6 +13,17 @@ export interface UsageRecorder {
   stop(): void;
 }
 
+/**
+ * Writes one use at once, for callers that must make content hot in the same transaction as
+ * the job that reuses it. Never moves a use back in time.
+ */
+export function recordUse(db: Db, contentId: string, at: number): void {
+  db.update(cacheEntries)
+    .set({ lastUsedAt: at })
+    .where(and(eq(cacheEntries.contentId, contentId), lt(cacheEntries.lastUsedAt, at)))
+    .run();
+}
+
 export function createUsageRecorder(deps: { db: Db; now: () => number; flushIntervalMs?: number }): UsageRecorder {
   let pending = new Map<string, number>();
   let timer: NodeJS.Timeout | undefined;
@@ -25,13 +36,8 @@ export function createUsageRecorder(deps: { db: Db; now: () => number; flushInte
       if (pending.size === 0) return 0;
       const batch = pending;
       pending = new Map();
-      deps.db.transaction((tx) => {
-        for (const [contentId, at] of batch) {
-          tx.update(cacheEntries)
-            .set({ lastUsedAt: at })
-            .where(and(eq(cacheEntries.contentId, contentId), lt(cacheEntries.lastUsedAt, at)))
-            .run();
-        }
+      deps.db.transaction(() => {
+        for (const [contentId, at] of batch) recordUse(deps.db, contentId, at);
       });
       return batch.size;
     },

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { resolveAlias } from '../../src/store/aliases.js';
 import { evictionBatchQuery, evictToCap, readStoreTotals } from '../../src/store/eviction.js';
+import { createSizeCap } from '../../src/store/size-cap.js';
 import { createUsageRecorder } from '../../src/store/usage.js';
+import { createLogger } from '../../src/logger.js';
 import { createStoreFixture } from '../support/store-fixture.js';
 
 describe('least-recently-used eviction', () => {
@@ -85,5 +87,18 @@ describe('least-recently-used eviction', () => {
     expect(pages).toEqual(all);
     const keys = all.map((row) => [row.lastUsedAt, row.contentId] as const);
     expect(keys).toEqual([...keys].sort((a, b) => a[0] - b[0] || (a[1] < b[1] ? -1 : 1)));
+  });
+
+  it('writes the uses still pending in memory before choosing victims, so content served in the last second stays', async () => {
+    const fx = await createStoreFixture();
+    const served = await fx.addArtifact(1000, 1000);
+    const stored = await fx.addArtifact(1000, 2000);
+    const usage = createUsageRecorder({ db: fx.db, now: () => 3000 });
+    usage.touch(served); // not flushed yet: the timer has not fired
+    const cap = createSizeCap({ db: fx.db, store: fx.store, capBytes: 1000, log: createLogger('silent'), flushUsage: () => usage.flush() });
+
+    const result = await cap.run();
+    expect(result.evictedContentIds).toEqual([stored]);
+    expect(await fx.contentIdsOnDisk()).toEqual([served]);
   });
 });

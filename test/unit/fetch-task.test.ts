@@ -1,0 +1,117 @@
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { createFetchTask } from '../../src/jobs/fetch-task.js';
+import { claimNextJob, getJobRow, insertJob } from '../../src/jobs/queue.js';
+import { createLogger } from '../../src/logger.js';
+import { resolveAlias, setAlias } from '../../src/store/aliases.js';
+import { cacheEntryFor } from '../../src/store/cache-entries.js';
+import type { ContentStore } from '../../src/store/content-store.js';
+import { evictToCap } from '../../src/store/eviction.js';
+import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import type { runProcess, RunProcessResult } from '../../src/tools/process.js';
+import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
+
+/**
+ * The fetch task on a real SQLite file and artifact root, with stand-ins for yt-dlp, ffprobe and
+ * ffmpeg: the probe answers a fixed media identity, the download writes a small file, and the
+ * conversion writes a fixed WAV.
+ */
+const OK: RunProcessResult = {
+  exitCode: 0,
+  signal: null,
+  timedOut: false,
+  aborted: false,
+  stderrTail: '',
+  notFound: false,
+  spawnError: null,
+  stdout: '',
+  stdoutTruncated: false,
+};
+
+/** One second of 8 kHz mono 16-bit silence with a distinct first sample. */
+function wav(seed: number): Buffer {
+  const data = Buffer.alloc(16_000);
+  data.writeInt16LE(seed, 0);
+  const fmt = Buffer.alloc(16);
+  fmt.writeUInt16LE(1, 0);
+  fmt.writeUInt16LE(1, 2);
+  fmt.writeUInt32LE(8000, 4);
+  fmt.writeUInt32LE(16_000, 8);
+  fmt.writeUInt16LE(2, 12);
+  fmt.writeUInt16LE(16, 14);
+  const chunk = (id: string, body: Buffer) => {
+    const head = Buffer.alloc(8);
+    head.write(id, 0, 'latin1');
+    head.writeUInt32LE(body.length, 4);
+    return Buffer.concat([head, body]);
+  };
+  const body = Buffer.concat([Buffer.from('WAVE', 'latin1'), chunk('fmt ', fmt), chunk('data', data)]);
+  const head = Buffer.alloc(8);
+  head.write('RIFF', 0, 'latin1');
+  head.writeUInt32LE(body.length, 4);
+  return Buffer.concat([head, body]);
+}
+
+function fakeTools(media: { extractorKey: string; id: string }, wavBytes: Buffer) {
+  const calls: string[] = [];
+  const run: typeof runProcess = async (opts) => {
+    if (opts.command === 'yt-dlp' && opts.args.includes('--dump-single-json')) {
+      calls.push('probe');
+      const info = { extractor: media.extractorKey.toLowerCase(), extractor_key: media.extractorKey, id: media.id, formats: [{ protocol: 'https' }] };
+      return { ...OK, stdout: JSON.stringify(info) };
+    }
+    if (opts.command === 'yt-dlp') {
+      calls.push('download');
+      const file = opts.args[opts.args.indexOf('-o') + 1]!.replace('%(ext)s', 'm4a');
+      await writeFile(file, 'media bytes');
+      opts.onStdoutLine?.(file);
+      return OK;
+    }
+    if (opts.command === 'ffprobe') {
+      calls.push('ffprobe');
+      return { ...OK, stdout: JSON.stringify({ streams: [{ codec_type: 'audio', channels: 1, sample_rate: '8000' }], format: { duration: '1.0' } }) };
+    }
+    calls.push('ffmpeg');
+    await writeFile(opts.args.at(-1)!.replace(/^file:/, ''), wavBytes);
+    return OK;
+  };
+  return { run, calls };
+}
+
+async function runJob(fx: StoreFixture, opts: { url: string; run: typeof runProcess; store?: ContentStore; now: number }) {
+  insertJob(fx.db, { id: 'job', url: opts.url, urlKey: opts.url, status: 'queued', createdAt: 1 });
+  const job = claimNextJob(fx.db, 'worker', 1)!;
+  const task = createFetchTask({
+    db: fx.db,
+    store: opts.store ?? fx.store,
+    now: () => opts.now,
+    run: opts.run,
+    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+    workDir: path.join(fx.dir, 'work'),
+    limits: { timeoutMs: 10_000, maxDownloadBytes: 1_000_000, maxDurationS: 3600 },
+  });
+  await task(job, { signal: new AbortController().signal, log: createLogger('silent') });
+  return getJobRow(fx.db, 'job')!;
+}
+
+describe('fetch task', () => {
+  it('a job done through the media alias records the use of that content, in the same transaction', async () => {
+    const fx = await createStoreFixture();
+    const known = await fx.addArtifact(1000, 1000, 'https://media.example/watch?v=abc');
+    setAlias(fx.db, 'media', 'youtube:abc', known, 1000);
+    const other = await fx.addArtifact(1000, 2000);
+    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc' }, wav(1));
+
+    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000 });
+    expect(job).toMatchObject({ status: 'done', contentId: known });
+    expect(tools.calls).toEqual(['probe']);
+    expect(resolveAlias(fx.db, 'url', 'https://youtu.be/abc')).toBe(known);
+    expect(cacheEntryFor(fx.db, known, AUDIO_ARTIFACT_NAME)?.lastUsedAt).toBe(5000);
+
+    // The reused content is now the hottest: eviction takes the other one.
+    await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
+    expect(await fx.contentIdsOnDisk()).toEqual([known]);
+    expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
+  });
+});
