@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
-import { readFile, readdir, stat } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
+import http, { type IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,79 +12,113 @@ import { startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * The size cap with real fetches: the store is filled past its cap, and the least recently
- * used content (stored or served) goes first.
+ * used content (stored or served) goes first; content evicted while it is streamed still
+ * reaches its reader whole.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 // Each 2-second mono WAV at 44.1 kHz is 176,478 bytes; the cap holds two of them, not three.
 const CAP = 400_000;
+// 'big' (120 s stereo) is 21,168,044 bytes and fits alone; with 'small' (4 s stereo, 705,644) it does not.
+const BIG_CAP = 21_500_000;
+const TONES = {
+  a: { seconds: 2, channels: 1 },
+  b: { seconds: 2.01, channels: 1 },
+  c: { seconds: 2.02, channels: 1 },
+  d: { seconds: 2.03, channels: 1 },
+  e: { seconds: 2.04, channels: 1 },
+  f: { seconds: 2.05, channels: 1 },
+  big: { seconds: 120, channels: 2 },
+  small: { seconds: 4, channels: 2 },
+};
 
 let media: MediaServer;
-let svc: ServiceHandle;
 
 beforeAll(async () => {
   media = await startMediaServer();
-  for (const [name, seconds] of [['a', 2], ['b', 2.01], ['c', 2.02]] as const) {
-    const tone = await makeTone(FIXTURE_DIR, { seconds, channels: 1, sampleRate: 44100, format: 'flac' });
-    media.serveFile(`/${name}.flac`, tone.path, { contentType: 'audio/flac' });
+  for (const [name, tone] of Object.entries(TONES)) {
+    const file = await makeTone(FIXTURE_DIR, { ...tone, sampleRate: 44100, format: 'flac' });
+    media.serveFile(`/${name}.flac`, file.path, { contentType: 'audio/flac' });
   }
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) } });
 });
 
 afterAll(async () => {
-  await svc?.stop();
   await media?.close();
 });
 
-async function filesOnDisk(): Promise<Map<string, number>> {
+const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+
+function artifactFile(svc: ServiceHandle, cid: string): string {
+  return path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav');
+}
+
+async function filesOnDisk(svc: ServiceHandle): Promise<Map<string, number>> {
   const root = path.join(svc.dataDir, 'artifacts');
   const files = new Map<string, number>();
   for (const shard of (await readdir(root)).filter((entry) => /^[0-9a-f]{2}$/.test(entry))) {
     for (const cid of await readdir(path.join(root, shard))) {
-      files.set(cid, (await stat(path.join(root, shard, cid, 'audio.wav'))).size);
+      const size = await stat(path.join(root, shard, cid, 'audio.wav')).then((s) => s.size, () => undefined);
+      if (size !== undefined) files.set(cid, size);
     }
   }
   return files;
 }
 
-async function metric(name: string): Promise<number> {
+async function cidsOnDisk(svc: ServiceHandle): Promise<string[]> {
+  return [...(await filesOnDisk(svc)).keys()].sort();
+}
+
+async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+async function metric(svc: ServiceHandle, name: string): Promise<number> {
   const text = await (await svc.request('/metrics')).text();
   const line = text.split('\n').find((entry) => entry.startsWith(`${name} `));
   return Number(line?.split(' ')[1]);
 }
 
-async function fetchDone(name: string) {
+async function fetchDone(svc: ServiceHandle, name: keyof typeof TONES) {
   const job = await svc.waitForJob((await svc.submit(media.url(`/${name}.flac`))).job_id, ['done', 'failed']);
   expect(job.status).toBe('done');
   return job.result!.content_id;
 }
 
 describe('store size cap', () => {
-  it('evicts the coldest content past the cap, keeps the hottest, and downloads evicted content again', async () => {
-    const a = await fetchDone('a');
-    const b = await fetchDone('b');
-    expect([...(await filesOnDisk()).keys()].sort()).toEqual([a, b].sort());
+  let svc: ServiceHandle;
 
-    // Using a again (a resubmission is born done) makes b the coldest.
+  beforeAll(async () => {
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) } });
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('evicts the coldest content past the cap, keeps the hottest, and downloads evicted content again', async () => {
+    const a = await fetchDone(svc, 'a');
+    const b = await fetchDone(svc, 'b');
+    expect(await cidsOnDisk(svc)).toEqual([a, b].sort());
+
+    // Using a again (a resubmission is born done, and records the use at once) makes b the coldest.
     const reused = await svc.submit(media.url('/a.flac'));
     expect(reused.born_done).toBe(true);
-    await sleep(1500); // uses are written in batches, once a second
 
-    const c = await fetchDone('c');
-    const deadline = Date.now() + 10_000;
-    while ((await filesOnDisk()).has(b) && Date.now() < deadline) await sleep(100);
-    const files = await filesOnDisk();
+    const c = await fetchDone(svc, 'c');
+    await waitFor('b to be evicted', async () => !(await filesOnDisk(svc)).has(b));
+    const files = await filesOnDisk(svc);
     expect([...files.keys()].sort()).toEqual([a, c].sort());
 
     // The byte count is exact: the same as the files on disk, and within the cap.
     const onDisk = [...files.values()].reduce((sum, size) => sum + size, 0);
-    expect(await metric('store_bytes')).toBe(onDisk);
-    expect(await metric('store_artifacts')).toBe(2);
+    expect(await metric(svc, 'store_bytes')).toBe(onDisk);
+    expect(await metric(svc, 'store_artifacts')).toBe(2);
     expect(onDisk).toBeLessThanOrEqual(CAP);
-    expect(await metric('store_evictions_total')).toBe(1);
-    for (const [cid] of files) {
-      const bytes = await readFile(path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav'));
-      expect(createHash('sha256').update(bytes).digest('hex')).toBe(cid);
-    }
+    expect(await metric(svc, 'store_evictions_total')).toBe(1);
+    for (const [cid] of files) expect(sha256(await readFile(artifactFile(svc, cid)))).toBe(cid);
 
     // b's alias no longer makes a job born done: it is downloaded again.
     const before = media.requestsFor('/b.flac').length;
@@ -91,5 +127,84 @@ describe('store size cap', () => {
     const done = await svc.waitForJob(again.job_id, ['done', 'failed']);
     expect(done.result!.content_id).toBe(b);
     expect(media.requestsFor('/b.flac').length).toBeGreaterThan(before);
+  });
+
+  it('serving an artifact (not resubmitting it) keeps it hot: of two stored, the one served more recently survives', async () => {
+    const d = await fetchDone(svc, 'd');
+    const e = await fetchDone(svc, 'e');
+    // Whatever the test before left is evicted: the cap holds these two, e the hotter (stored last).
+    await waitFor('the store to hold d and e only', async () => (await cidsOnDisk(svc)).join() === [d, e].sort().join());
+
+    const served = await svc.request(`/artifacts/${d}/audio.wav`);
+    expect(served.status).toBe(200);
+    expect(sha256(Buffer.from(await served.arrayBuffer()))).toBe(d);
+
+    const f = await fetchDone(svc, 'f');
+    await waitFor('one of d and e to be evicted', async () => (await cidsOnDisk(svc)).length === 2);
+    expect(await cidsOnDisk(svc)).toEqual([d, f].sort());
+  });
+});
+
+describe('eviction of an artifact while it is streamed', () => {
+  let svc: ServiceHandle;
+
+  beforeAll(async () => {
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(BIG_CAP) } });
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  function get(cid: string): Promise<IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      http.get(`${svc.baseUrl}/artifacts/${cid}/audio.wav`, { headers: { authorization: `Bearer ${svc.apiKey}` } }, resolve).on('error', reject);
+    });
+  }
+
+  /** What the service's open file descriptors point to (Linux). */
+  async function openFiles(pid: number): Promise<string[]> {
+    const fds = await readdir(`/proc/${pid}/fd`);
+    return (await Promise.all(fds.map((fd) => readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')))).filter(Boolean);
+  }
+
+  it('the fallback stream finishes with every byte; the file is gone from disk', async () => {
+    const big = await fetchDone(svc, 'big');
+    const bigFile = path.join(await realpath(path.join(svc.dataDir, 'artifacts')), big.slice(0, 2), big, 'audio.wav');
+    const size = (await stat(bigFile)).size;
+    expect(size).toBeGreaterThan(20_000_000);
+
+    const res = await get(big);
+    expect(res.statusCode).toBe(200);
+    const total = Number(res.headers['content-length']);
+    expect(total).toBe(size);
+    const hash = createHash('sha256');
+    let received = 0;
+    // A slow reader: the first chunk, then nothing until the file has been evicted. Pausing at
+    // once keeps the socket's windows small, so the service cannot read the whole file ahead.
+    let holding = true;
+    const ended = new Promise<void>((resolve, reject) => res.on('end', resolve).on('error', reject));
+    res.on('data', (chunk: Buffer) => {
+      hash.update(chunk);
+      received += chunk.length;
+      if (holding) res.pause();
+    });
+    await waitFor('the first bytes', () => received > 0);
+
+    // Serving made big hot, but 'small' is stored after it: big is now the coldest, and past the cap.
+    const small = await fetchDone(svc, 'small');
+    await waitFor('big to be evicted', () => !existsSync(bigFile));
+    expect(await cidsOnDisk(svc)).toEqual([small]);
+    expect(received).toBeLessThan(total);
+    // Unlinked, yet still open in the service, which reads on from it.
+    expect(await openFiles(svc.process.pid!)).toContain(`${bigFile} (deleted)`);
+
+    holding = false;
+    res.resume();
+    await ended;
+    expect(received).toBe(total);
+    expect(hash.digest('hex')).toBe(big);
+    expect(existsSync(bigFile)).toBe(false);
+    await waitFor('the service to close the file', async () => !(await openFiles(svc.process.pid!)).includes(`${bigFile} (deleted)`));
   });
 });

@@ -1,11 +1,12 @@
-import { writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createFetchTask } from '../../src/jobs/fetch-task.js';
 import { claimNextJob, getJobRow, insertJob } from '../../src/jobs/queue.js';
 import { createLogger } from '../../src/logger.js';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
-import { cacheEntryFor } from '../../src/store/cache-entries.js';
+import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
 import { evictToCap } from '../../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
@@ -95,6 +96,8 @@ async function runJob(fx: StoreFixture, opts: { url: string; run: typeof runProc
   return getJobRow(fx.db, 'job')!;
 }
 
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
 describe('fetch task', () => {
   it('a job done through the media alias records the use of that content, in the same transaction', async () => {
     const fx = await createStoreFixture();
@@ -113,5 +116,40 @@ describe('fetch task', () => {
     await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
     expect(await fx.contentIdsOnDisk()).toEqual([known]);
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
+  });
+
+  it('content evicted between store and record is stored again: never a row without its file', async () => {
+    const fx = await createStoreFixture();
+    const bytes = wav(2);
+    const cid = sha256(bytes);
+    // The same bytes are already stored (from another URL), and are the coldest content.
+    const earlier = path.join(fx.dir, 'earlier.wav');
+    await writeFile(earlier, bytes);
+    await fx.store.put(earlier, AUDIO_ARTIFACT_NAME);
+    recordCacheEntry(
+      fx.db,
+      { contentId: cid, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes: bytes.length, contentType: 'audio/wav', sampleRate: 8000, channels: 1, durationS: 1 },
+      1000,
+    );
+    // Eviction runs right after the job's put finds the stored copy, before the job records it.
+    const puts: boolean[] = [];
+    const store: ContentStore = {
+      ...fx.store,
+      async put(source, name) {
+        const stored = await fx.store.put(source, name);
+        puts.push(stored.reused);
+        if (puts.length === 1) expect((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds).toEqual([cid]);
+        return stored;
+      },
+    };
+    const tools = fakeTools({ extractorKey: 'Generic', id: 'x' }, bytes);
+
+    const job = await runJob(fx, { url: 'https://media.example/x.m4a', run: tools.run, store, now: 5000 });
+    expect(job).toMatchObject({ status: 'done', contentId: cid });
+    expect(cacheEntryFor(fx.db, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ bytes: bytes.length, lastUsedAt: 5000 });
+    expect(fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME)).toBe(true);
+    expect(sha256(await readFile(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME)))).toBe(cid);
+    // First put: already stored (then evicted); second put: stored again from the job's file.
+    expect(puts).toEqual([true, false]);
   });
 });
