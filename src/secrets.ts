@@ -5,23 +5,46 @@ import path from 'node:path';
 /**
  * A secret kept in the data dir when the configuration gives none: made at first start with
  * mode 0600, read at every start after. Returns the value and whether it was just created.
+ *
+ * The file is written in full under a temporary name and only then linked into place, so it
+ * never exists empty or half-written (a crash mid-write leaves only the temporary file), and
+ * link() refuses to replace a secret another process put there meanwhile. An empty file (left by
+ * an older version's crash, or a `touch`) holds no secret anyone could have used: it is replaced.
  */
 export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32): { value: string; file: string; created: boolean } {
   const file = path.join(dataDir, fileName);
-  try {
-    const value = fs.readFileSync(file, 'utf8').trim();
-    if (value !== '') return { value, file, created: false };
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
+  const existing = readSecret(file);
+  if (existing) return { value: existing, file, created: false };
+
   fs.mkdirSync(dataDir, { recursive: true });
   const value = randomBytes(bytes).toString('base64url');
-  // wx: never overwrite a secret another process wrote meanwhile.
+  const temp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  const fd = fs.openSync(temp, 'wx', 0o600);
   try {
-    fs.writeFileSync(file, `${value}\n`, { mode: 0o600, flag: 'wx' });
+    fs.writeSync(fd, `${value}\n`);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  try {
+    if (existing === '') fs.renameSync(temp, file);
+    else fs.linkSync(temp, file);
   } catch (err) {
+    // Another process made it first: use theirs, which is complete.
     if ((err as NodeJS.ErrnoException).code === 'EEXIST') return loadOrCreateSecret(dataDir, fileName, bytes);
     throw err;
+  } finally {
+    fs.rmSync(temp, { force: true });
   }
   return { value, file, created: true };
+}
+
+/** The secret in `file`; '' when the file is empty or blank; undefined when there is none. */
+function readSecret(file: string): string | undefined {
+  try {
+    return fs.readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
 }

@@ -1,5 +1,5 @@
 import { writeFileSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -84,23 +84,23 @@ describe('loadOrCreateSecret', () => {
     expect(() => loadOrCreateSecret(dir, 'api-key')).toThrow(expect.objectContaining({ code: 'EISDIR' }));
   });
 
-  // KNOWN BUG (src/secrets.ts): an empty or blank file (a crash between creating the file with
-  // 'wx' and writing it, or a `touch`) makes the 'wx' create fail with EEXIST, which calls
-  // loadOrCreateSecret again, which reads '' again: unbounded recursion, a RangeError, and a
-  // service that cannot start until someone deletes the file. Either a fresh secret or an error
-  // naming the file would do. it.fails passes while the bug is there; make it `it` once fixed.
-  it.fails('copes with an empty or blank file: a secret, or an error that names the file', () => {
+  // An empty or blank file (a crash mid-write in an older version, or a `touch`) once made the
+  // create fail with EEXIST and retry forever: the service could not start.
+  it('replaces an empty or blank file with a fresh secret, mode 0600, kept from then on', async () => {
     for (const content of ['', ' \n']) {
       const name = content === '' ? 'empty' : 'blank';
-      writeFileSync(path.join(dir, name), content);
-      let outcome: string;
-      try {
-        const got = loadOrCreateSecret(dir, name);
-        outcome = got.value.length >= 43 ? 'secret' : `short value ${JSON.stringify(got.value)}`;
-      } catch (err) {
-        outcome = (err as Error).message.includes(path.join(dir, name)) ? 'named error' : `${(err as Error).name}: ${(err as Error).message}`;
-      }
-      expect(['secret', 'named error']).toContain(outcome);
+      writeFileSync(path.join(dir, name), content, { mode: 0o644 });
+      const made = loadOrCreateSecret(dir, name);
+      expect(made).toMatchObject({ value: expect.stringMatching(BASE64URL), created: true });
+      expect(made.value).toHaveLength(43);
+      expect((await stat(made.file)).mode & 0o777).toBe(0o600);
+      expect(loadOrCreateSecret(dir, name)).toEqual({ ...made, created: false });
     }
+  });
+
+  it('leaves no temporary file behind', async () => {
+    loadOrCreateSecret(dir, 'api-key');
+    loadOrCreateSecret(dir, 'api-key');
+    expect(await readdir(dir)).toEqual(['api-key']);
   });
 });
