@@ -264,14 +264,15 @@ export function createFetchTask(deps: FetchTaskDeps) {
       }
       const header = await readWavHeader(wavPath);
 
-      // 5. Store, then record everything in one transaction. The transaction checks that the
-      // file is still there: eviction may have removed an identical stored copy meanwhile.
+      // 5. Store, then record everything in one transaction. The store pins the content until
+      // it is recorded, so eviction cannot remove it (or an identical copy stored earlier) now.
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.size);
-      for (let attempt = 1; ; attempt++) {
-        const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);
+      const stored = await deps.store.put(wavPath, AUDIO_ARTIFACT_NAME);
+      try {
         const now = deps.now();
         const outcome = deps.db.transaction(() => {
+          // Never a row without its file, whoever removed it.
           if (!deps.store.hasSync(stored.contentId, AUDIO_ARTIFACT_NAME)) return 'vanished' as const;
           // A job canceled meanwhile is no longer running: then nothing is recorded.
           if (!markDone(deps.db, job.id, stored.contentId, now)) return 'canceled' as const;
@@ -293,17 +294,20 @@ export function createFetchTask(deps: FetchTaskDeps) {
           if (mediaKey) setAlias(deps.db, 'media', mediaKey, stored.contentId, now);
           return 'committed' as const;
         });
-        if (outcome === 'vanished' && attempt < 3) continue;
+        if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
         if (outcome === 'committed') {
           ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
           deps.onStored?.(stored.contentId, stored.bytes);
-        } else if (outcome === 'canceled' && !stored.reused && !cacheEntryFor(deps.db, stored.contentId, AUDIO_ARTIFACT_NAME)) {
-          // Canceled while storing: nothing refers to the new file, so it goes.
-          await deps.store.remove(stored.contentId);
-        } else if (outcome === 'vanished') {
-          throw new Error('stored content vanished repeatedly while being recorded');
+        } else {
+          // Canceled while storing: the new file goes, unless another job is storing the same
+          // bytes (it holds a pin too) or they are recorded. Check and removal are synchronous.
+          stored.release();
+          if (!stored.reused && !deps.store.isPinned(stored.contentId) && !cacheEntryFor(deps.db, stored.contentId, AUDIO_ARTIFACT_NAME)) {
+            deps.store.removeSync(stored.contentId);
+          }
         }
-        return;
+      } finally {
+        stored.release();
       }
     }
   };

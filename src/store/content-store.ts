@@ -10,6 +10,11 @@ import { artifactRelativePath, contentDirRelative } from './layout.js';
  * SHA-256 of its bytes. Files enter atomically: copied or moved into <root>/.incoming, fsynced,
  * renamed onto their address, and the folder fsynced, so a crash leaves either nothing or the
  * whole file at its address, never a partial one. Identical bytes are stored once.
+ *
+ * A put pins its content id from the moment its hash is known until the caller releases it
+ * (once the content is recorded, or given up): eviction never removes pinned content. Without
+ * the pin, eviction of identical bytes stored earlier from another URL could remove the folder
+ * the put is renaming into.
  */
 export const INCOMING_DIR = '.incoming';
 
@@ -18,6 +23,8 @@ export interface StoredContent {
   bytes: number;
   /** True when the same bytes were already stored (from another URL, say). */
   reused: boolean;
+  /** Ends the pin put() took; call it once, when the content is recorded or given up. */
+  release(): void;
 }
 
 export interface ContentStore {
@@ -27,12 +34,14 @@ export interface ContentStore {
    * When the same bytes are already stored, the source is left in place.
    */
   put(sourceFile: string, name: string): Promise<StoredContent>;
-  has(contentId: string, name: string): Promise<boolean>;
-  /** Synchronous check, for use inside a database transaction. */
+  /** True while a put of this content is under way or not yet released. */
+  isPinned(contentId: string): boolean;
+  /** Whether the file is stored; synchronous, for use inside a database transaction. */
   hasSync(contentId: string, name: string): boolean;
-  /** Removes a content id's folder; a reader that has a file open keeps reading it. */
-  remove(contentId: string): Promise<void>;
-  /** Synchronous remove: eviction checks "no row refers to it" and removes with nothing in between. */
+  /**
+   * Removes a content id's folder; a reader that has a file open keeps reading it. Synchronous,
+   * so that callers check "nothing refers to it" and remove with nothing in between.
+   */
   removeSync(contentId: string): void;
   /** Removes one file of a content id. */
   removeArtifact(contentId: string, name: string): Promise<void>;
@@ -66,6 +75,20 @@ export function createContentStore(root: string): ContentStore {
   const incoming = path.join(root, INCOMING_DIR);
 
   const pathOf = (contentId: string, name: string) => path.join(root, artifactRelativePath(contentId, name));
+  /** Content id → number of puts holding it (the same bytes may be put by two jobs at once). */
+  const pins = new Map<string, number>();
+
+  function pin(contentId: string): () => void {
+    pins.set(contentId, (pins.get(contentId) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = pins.get(contentId)! - 1;
+      if (left === 0) pins.delete(contentId);
+      else pins.set(contentId, left);
+    };
+  }
 
   async function stageFile(sourceFile: string): Promise<string> {
     await fs.mkdir(incoming, { recursive: true });
@@ -86,37 +109,37 @@ export function createContentStore(root: string): ContentStore {
 
     async put(sourceFile, name) {
       const { hex: contentId, bytes } = await sha256File(sourceFile);
-      const target = pathOf(contentId, name);
-      const existing = await fs.stat(target).catch(() => null);
-      // Already stored: the source stays where it is (its owner removes it), so a caller that
-      // finds the stored copy evicted before it could record it can put the source again.
-      if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true };
-      const staged = await stageFile(sourceFile);
+      const release = pin(contentId);
       try {
-        await fsyncPath(staged, 'r');
-        const dir = path.join(root, contentDirRelative(contentId));
-        await fs.mkdir(dir, { recursive: true });
-        await fs.rename(staged, target);
-        await fsyncPath(dir, 'r');
-        await fsyncPath(path.dirname(dir), 'r');
+        const target = pathOf(contentId, name);
+        const existing = await fs.stat(target).catch(() => null);
+        // Already stored: the source stays where it is (its owner removes it).
+        if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true, release };
+        const staged = await stageFile(sourceFile);
+        try {
+          await fsyncPath(staged, 'r');
+          const dir = path.join(root, contentDirRelative(contentId));
+          await fs.mkdir(dir, { recursive: true });
+          await fs.rename(staged, target);
+          await fsyncPath(dir, 'r');
+          await fsyncPath(path.dirname(dir), 'r');
+        } catch (err) {
+          await fs.rm(staged, { force: true });
+          throw err;
+        }
+        return { contentId, bytes, reused: false, release };
       } catch (err) {
-        await fs.rm(staged, { force: true });
+        release();
         throw err;
       }
-      return { contentId, bytes, reused: false };
     },
 
-    async has(contentId, name) {
-      const stat = await fs.stat(pathOf(contentId, name)).catch(() => null);
-      return stat?.isFile() ?? false;
+    isPinned(contentId) {
+      return pins.has(contentId);
     },
 
     hasSync(contentId, name) {
       return existsSync(pathOf(contentId, name));
-    },
-
-    async remove(contentId) {
-      await fs.rm(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
     },
 
     removeSync(contentId) {

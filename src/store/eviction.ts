@@ -10,9 +10,11 @@ import type { ContentStore } from './content-store.js';
  * not with the size of the store. Database first, files after: a crash in between leaves files
  * without rows, which start-up reconciliation removes; never a row without its file.
  *
- * Nothing needs pinning: content a running job is writing has no row until the job's commit
- * (and is then the most recently used), and a job that reuses stored content checks the file
- * and records its use in one synchronous transaction, which eviction cannot interleave with.
+ * Never evicted: content a job is storing (pinned by the store's put until the job has recorded
+ * it; choosing victims, dropping their rows and removing their files is one synchronous run, so a
+ * put cannot pin in between), and content a job reuses, which it checks and records in one
+ * synchronous transaction. A queued job holds no content: it may need content only through an
+ * alias, which it checks when it runs.
  */
 export interface StoreTotals {
   bytes: number;
@@ -74,10 +76,14 @@ export async function evictToCap(deps: {
     for (const row of rows) {
       cursor = row;
       if (excess <= 0) break;
+      if (deps.store.isPinned(row.contentId)) continue;
       victims.push(row);
       excess -= row.bytes;
     }
-    if (victims.length === 0) break;
+    if (victims.length === 0) {
+      if (excess > 0) continue; // this batch was all pinned: look further
+      break;
+    }
 
     const goneContentIds = deps.db.transaction((tx) => {
       for (const victim of victims) {
@@ -92,12 +98,7 @@ export async function evictToCap(deps: {
       return gone;
     });
     // A reader that has a file open keeps reading it: unlinking does not cut a download short.
-    // Check and removal are synchronous together, so a job that recorded the same content again
-    // meanwhile (its transaction checks the file exists) is never left with a row and no file.
-    for (const contentId of goneContentIds) {
-      const recorded = deps.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(eq(cacheEntries.contentId, contentId)).get();
-      if (!recorded) deps.store.removeSync(contentId);
-    }
+    for (const contentId of goneContentIds) deps.store.removeSync(contentId);
     const gone = new Set(goneContentIds);
     await Promise.all(
       victims.filter((victim) => !gone.has(victim.contentId)).map((victim) => deps.store.removeArtifact(victim.contentId, victim.name)),

@@ -22,6 +22,6 @@ for (let i = 0; ; i++) {
   const { contentId } = await store.put(source, AUDIO_ARTIFACT_NAME);
   process.stdout.write('stored\n');
   // Every other put is removed again, so later puts of the same bytes store them anew instead of finding them.
-  if (i % 2 === 1) await store.remove(contentId);
+  if (i % 2 === 1) store.removeSync(contentId);
   await rm(source, { force: true });
 }

@@ -51,7 +51,11 @@ describe('content store', () => {
     const source = await write('a.wav', data);
     const stored = await store.put(source, 'audio.wav');
     const expected = createHash('sha256').update(data).digest('hex');
-    expect(stored).toEqual({ contentId: expected, bytes: data.length, reused: false });
+    expect(stored).toMatchObject({ contentId: expected, bytes: data.length, reused: false });
+    // Held from eviction until the caller has recorded it.
+    expect(store.isPinned(expected)).toBe(true);
+    stored.release();
+    expect(store.isPinned(expected)).toBe(false);
     const target = path.join(store.root, expected.slice(0, 2), expected, 'audio.wav');
     expect(store.pathOf(expected, 'audio.wav')).toBe(target);
     expect((await readFile(target)).equals(data)).toBe(true);
@@ -65,7 +69,12 @@ describe('content store', () => {
     const first = await store.put(await write('a', data), 'audio.wav');
     const secondSource = await write('b', data);
     const second = await store.put(secondSource, 'audio.wav');
-    expect(second).toEqual({ ...first, reused: true });
+    expect(second).toMatchObject({ contentId: first.contentId, bytes: first.bytes, reused: true });
+    // Both puts hold it; it stays held until the last one lets go.
+    first.release();
+    expect(store.isPinned(first.contentId)).toBe(true);
+    second.release();
+    expect(store.isPinned(first.contentId)).toBe(false);
     expect((await readFile(secondSource)).equals(data)).toBe(true);
   });
 
@@ -131,8 +140,8 @@ describe('content store', () => {
     const { store, write } = await setup();
     const a = await store.put(await write('a', randomBytes(10)), 'audio.wav');
     const b = await store.put(await write('b', randomBytes(10)), 'audio.wav');
-    await store.remove(a.contentId);
-    expect(await store.has(a.contentId, 'audio.wav')).toBe(false);
+    store.removeSync(a.contentId);
+    expect(store.hasSync(a.contentId, 'audio.wav')).toBe(false);
     expect(store.hasSync(b.contentId, 'audio.wav')).toBe(true);
   });
 });

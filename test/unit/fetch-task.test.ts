@@ -118,38 +118,38 @@ describe('fetch task', () => {
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
-  it('content evicted between store and record is stored again: never a row without its file', async () => {
+  it('content a job is storing is never evicted, not even an identical copy stored earlier from another URL', async () => {
     const fx = await createStoreFixture();
     const bytes = wav(2);
     const cid = sha256(bytes);
     // The same bytes are already stored (from another URL), and are the coldest content.
     const earlier = path.join(fx.dir, 'earlier.wav');
     await writeFile(earlier, bytes);
-    await fx.store.put(earlier, AUDIO_ARTIFACT_NAME);
+    (await fx.store.put(earlier, AUDIO_ARTIFACT_NAME)).release();
     recordCacheEntry(
       fx.db,
       { contentId: cid, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes: bytes.length, contentType: 'audio/wav', sampleRate: 8000, channels: 1, durationS: 1 },
       1000,
     );
     // Eviction runs right after the job's put finds the stored copy, before the job records it.
-    const puts: boolean[] = [];
+    const evictedDuringStore: string[][] = [];
     const store: ContentStore = {
       ...fx.store,
       async put(source, name) {
         const stored = await fx.store.put(source, name);
-        puts.push(stored.reused);
-        if (puts.length === 1) expect((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds).toEqual([cid]);
+        evictedDuringStore.push((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds);
         return stored;
       },
     };
     const tools = fakeTools({ extractorKey: 'Generic', id: 'x' }, bytes);
 
     const job = await runJob(fx, { url: 'https://media.example/x.m4a', run: tools.run, store, now: 5000 });
+    expect(evictedDuringStore).toEqual([[]]);
     expect(job).toMatchObject({ status: 'done', contentId: cid });
     expect(cacheEntryFor(fx.db, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ bytes: bytes.length, lastUsedAt: 5000 });
-    expect(fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME)).toBe(true);
     expect(sha256(await readFile(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME)))).toBe(cid);
-    // First put: already stored (then evicted); second put: stored again from the job's file.
-    expect(puts).toEqual([true, false]);
+    // Recorded and released: from now on it is ordinary content, evicted when cold.
+    expect(fx.store.isPinned(cid)).toBe(false);
+    expect((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds).toEqual([cid]);
   });
 });

@@ -38,7 +38,7 @@ describe('submitSource', () => {
 
     await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
     expect(await fx.contentIdsOnDisk()).toEqual([aliased]);
-    expect(await fx.store.has(other, AUDIO_ARTIFACT_NAME)).toBe(false);
+    expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
   it('never makes a job born done on content that eviction removes meanwhile', async () => {

@@ -1,3 +1,5 @@
+import { copyFile } from 'node:fs/promises';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { resolveAlias } from '../../src/store/aliases.js';
 import { evictionBatchQuery, evictToCap, readStoreTotals } from '../../src/store/eviction.js';
@@ -39,7 +41,7 @@ describe('least-recently-used eviction', () => {
 
     await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
     expect(await fx.contentIdsOnDisk()).toEqual([old]);
-    expect(await fx.store.has(fresh, 'audio.wav')).toBe(false);
+    expect(fx.store.hasSync(fresh, 'audio.wav')).toBe(false);
   });
 
   it('does nothing within the cap, and stays exact across many stores and evictions', async () => {
@@ -100,5 +102,35 @@ describe('least-recently-used eviction', () => {
     const result = await cap.run();
     expect(result.evictedContentIds).toEqual([stored]);
     expect(await fx.contentIdsOnDisk()).toEqual([served]);
+  });
+
+  it('never evicts content a put holds, looking past batches that are all held, until it is released', async () => {
+    const fx = await createStoreFixture();
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await fx.addArtifact(1000, 1000 + i));
+    // Two jobs storing the same bytes as the two coldest (put finds them stored, and pins them).
+    const held = [];
+    for (const id of ids.slice(0, 2)) {
+      const copy = path.join(fx.dir, `${id}.copy`);
+      await copyFile(fx.store.pathOf(id, 'audio.wav'), copy);
+      held.push(await fx.store.put(copy, 'audio.wav'));
+    }
+    expect(held.map((stored) => [stored.contentId, stored.reused])).toEqual([
+      [ids[0], true],
+      [ids[1], true],
+    ]);
+
+    // Batches of one: the first two batches hold only held content, and eviction looks past them.
+    const result = await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000, batchSize: 1 });
+    expect(result.evictedContentIds).toEqual([ids[2], ids[3]]);
+    // The cap is out of reach while both are held: they stay, rows and files.
+    expect((await fx.contentIdsOnDisk()).sort()).toEqual([ids[0]!, ids[1]!].sort());
+    expect(readStoreTotals(fx.db)).toEqual({ bytes: 2000, artifacts: 2 });
+
+    for (const stored of held) stored.release();
+    held[0]!.release(); // a second release changes nothing
+    expect(fx.store.isPinned(ids[0]!)).toBe(false);
+    expect((await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 })).evictedContentIds).toEqual([ids[0]]);
+    expect(await fx.contentIdsOnDisk()).toEqual([ids[1]]);
   });
 });

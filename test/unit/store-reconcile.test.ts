@@ -16,7 +16,7 @@ describe('start-up reconciliation', () => {
     const fx = await createStoreFixture();
     const kept = await fx.addArtifact(500, 1, 'https://media.example/kept');
     const lost = await fx.addArtifact(700, 2, 'https://media.example/lost');
-    await fx.store.remove(lost); // a row whose file is gone
+    fx.store.removeSync(lost); // a row whose file is gone
 
     // A file with no row whose bytes do not match its address: removed.
     const bogus = 'ab'.padEnd(64, '0');
