@@ -67,9 +67,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([ctx.signal, deadline]);
     const hide = [workDir, deps.workDir, deps.store.root, ...(egress ? [egress.proxyUrl] : [])];
+    const proxyConfigFile = path.join(workDir, 'proxy.conf');
+    const network = egress ? { proxyConfigFile } : {};
     try {
       await fs.rm(workDir, { recursive: true, force: true });
       await fs.mkdir(workDir, { recursive: true });
+      if (egress) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(egress.proxyUrl), { mode: 0o600, flag: 'wx' });
       await fetchToStore();
     } catch (err) {
       if (ctx.signal.aborted) {
@@ -116,7 +119,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
 
     async function fetchToStore(): Promise<void> {
       // 1. Metadata, no media.
-      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, proxyUrl: egress?.proxyUrl }), {
+      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, ...network }), {
         stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
       });
       if (probe.exitCode !== 0) {
@@ -183,7 +186,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
           infoJsonPath,
           url: job.url,
           outputDir: downloadDir,
-          proxyUrl: egress?.proxyUrl,
+          ...network,
           maxBytes: deps.limits.maxDownloadBytes,
           // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
           format: ytdlp.GUARDED_FORMAT,

@@ -67,16 +67,30 @@ export const DOWNLOAD_BASENAME = 'source';
 const COMMON_ARGS = ['--ignore-config', '--no-playlist', '--no-cache-dir', '--no-colors'];
 
 export interface YtDlpNetworkOptions {
-  /** Egress proxy, e.g. http://token@127.0.0.1:8899; all of yt-dlp's HTTP goes through it. */
-  proxyUrl?: string;
+  /**
+   * A file written with proxyConfigText(): all of yt-dlp's HTTP goes through the proxy it names.
+   * The proxy URL carries the guard's per-job credentials, so it is handed over in a file only
+   * the service's user can read, never on the command line (/proc/<pid>/cmdline is readable by
+   * every local user). --ignore-config still loads files given by --config-locations.
+   */
+  proxyConfigFile?: string;
   socketTimeoutS?: number;
 }
 
-function networkArgs({ proxyUrl, socketTimeoutS }: YtDlpNetworkOptions): string[] {
+function networkArgs({ proxyConfigFile, socketTimeoutS }: YtDlpNetworkOptions): string[] {
   const args: string[] = [];
-  if (proxyUrl !== undefined) args.push('--proxy', proxyUrl);
+  if (proxyConfigFile !== undefined) args.push('--config-locations', proxyConfigFile);
   if (socketTimeoutS !== undefined) args.push('--socket-timeout', String(socketTimeoutS));
   return args;
+}
+
+/**
+ * The text of a yt-dlp configuration file that sets the proxy. yt-dlp splits such files like a
+ * shell (quotes, `#` comments), so a URL with anything that would need escaping is refused.
+ */
+export function proxyConfigText(proxyUrl: string): string {
+  if (!/^[A-Za-z0-9:/@.%_~\[\]-]+$/.test(proxyUrl)) throw new Error('proxy URL has characters a yt-dlp config file would split or comment out');
+  return `--proxy "${proxyUrl}"\n`;
 }
 
 /** Metadata only: prints the info JSON on stdout, downloads no media. */

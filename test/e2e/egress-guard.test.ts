@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -114,7 +114,7 @@ describe('egress guard, end to end', () => {
     expect(v4.connections).toBe(0);
   });
 
-  it('runs yt-dlp with --proxy and the native HLS downloader, so segments cannot bypass the guard', async () => {
+  it('runs yt-dlp with the guard as its proxy and the native HLS downloader, so segments cannot bypass the guard', async () => {
     // A slow allowed HLS stream keeps yt-dlp running long enough to read its command line.
     const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });
     const bytes = await readFile(tone.path);
@@ -139,14 +139,22 @@ describe('egress guard, end to end', () => {
       await sleep(50);
     }
     expect(cmdline).toContain('--hls-prefer-native');
-    expect(cmdline).toMatch(/--proxy http:\/\/[^ ]+@127\.0\.0\.1:\d+/);
     expect(cmdline).toContain('--no-playlist');
+    // The guard's per-job credentials are not on the command line, which every local user can
+    // read, but in a file only the service's user can.
+    expect(cmdline).not.toContain('--proxy');
+    const configFile = /--config-locations (\S+)/.exec(cmdline)![1]!;
+    const config = await readFile(configFile, 'utf8');
+    expect((await stat(configFile)).mode & 0o777).toBe(0o600);
+    const proxy = /^--proxy "(http:\/\/[^"\s]+@127\.0\.0\.1:\d+)"$/m.exec(config)![1]!;
+    const password = new URL(proxy).password;
+    expect(password.length).toBeGreaterThanOrEqual(32);
+    expect(cmdline).not.toContain(password);
     const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
     expect(job.error).toBeNull();
     expect(job.status).toBe('done');
     // The proxy credentials are in no log line.
-    const proxy = /--proxy (\S+)/.exec(cmdline)![1]!;
-    expect(svc.output()).not.toContain(new URL(proxy).password);
+    expect(svc.output()).not.toContain(password);
   });
 });
 

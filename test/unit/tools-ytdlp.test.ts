@@ -7,6 +7,7 @@ import {
   GUARDED_FORMAT,
   isGuardedProtocol,
   parseInfoJson,
+  proxyConfigText,
   parseProgressLine,
 } from '../../src/tools/ytdlp.js';
 
@@ -26,10 +27,24 @@ describe('buildProbeArgs', () => {
     ]);
   });
 
-  it('adds the proxy and socket timeout before the URL', () => {
-    const args = buildProbeArgs({ url: '-x', proxyUrl: 'http://t0k@127.0.0.1:9', socketTimeoutS: 15 });
-    expect(args.slice(-6)).toEqual(['--proxy', 'http://t0k@127.0.0.1:9', '--socket-timeout', '15', '--', '-x']);
+  it('names the proxy configuration file and the socket timeout before the URL', () => {
+    const args = buildProbeArgs({ url: '-x', proxyConfigFile: '/w/job/proxy.conf', socketTimeoutS: 15 });
+    expect(args.slice(-6)).toEqual(['--config-locations', '/w/job/proxy.conf', '--socket-timeout', '15', '--', '-x']);
   });
+});
+
+describe('proxyConfigText', () => {
+  it('sets the proxy in a line yt-dlp splits like a shell', () => {
+    expect(proxyConfigText('http://3f0c-1:tok_en-9@127.0.0.1:8899')).toBe('--proxy "http://3f0c-1:tok_en-9@127.0.0.1:8899"\n');
+    expect(proxyConfigText('http://job:t@[::1]:8899')).toBe('--proxy "http://job:t@[::1]:8899"\n');
+  });
+
+  it.each(['http://a:b c@127.0.0.1:1', 'http://a:b"c@127.0.0.1:1', "http://a:b'c@127.0.0.1:1", 'http://a:b#c@127.0.0.1:1', 'http://a:b\\c@127.0.0.1:1', 'http://a:b\nc@127.0.0.1:1'])(
+    'refuses %j rather than write a line that splits differently',
+    (url) => {
+      expect(() => proxyConfigText(url)).toThrow(/config file/);
+    },
+  );
 });
 
 describe('buildDownloadArgs', () => {
@@ -38,7 +53,7 @@ describe('buildDownloadArgs', () => {
       infoJsonPath: '/w/job/info.json',
       url: 'https://example.com/a.mp3',
       outputDir: '/w/job/download',
-      proxyUrl: 'http://t@127.0.0.1:9',
+      proxyConfigFile: '/w/job/proxy.conf',
       maxBytes: 1000,
       socketTimeoutS: 20,
     });
@@ -64,8 +79,8 @@ describe('buildDownloadArgs', () => {
       '--hls-prefer-native',
       '--fixup',
       'never',
-      '--proxy',
-      'http://t@127.0.0.1:9',
+      '--config-locations',
+      '/w/job/proxy.conf',
       '--socket-timeout',
       '20',
       '--max-filesize',
@@ -81,7 +96,7 @@ describe('buildDownloadArgs', () => {
     const args = buildDownloadArgs({ url: 'https://example.com/a.mp3', outputDir: '/w/d' });
     expect(args.slice(-2)).toEqual(['--', 'https://example.com/a.mp3']);
     expect(args).not.toContain('--max-filesize');
-    expect(args).not.toContain('--proxy');
+    expect(args).not.toContain('--config-locations');
   });
 
   it('escapes % in the output folder, which is a template', () => {
