@@ -25,7 +25,7 @@ import { requestMetrics } from './http/middleware/request-metrics.js';
 export interface AppDeps {
   log: Logger;
   checkKey: KeyChecker;
-  submitSource: (url: string) => Promise<JobRow>;
+  submitSource: (url: string, requestId: string) => Promise<JobRow>;
   getJob: (id: string) => JobRow;
   cancelJob: (id: string) => JobRow;
   renderJob: (job: JobRow) => JobRecord;

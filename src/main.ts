@@ -155,7 +155,7 @@ async function main(): Promise<void> {
   const app = createApp({
     log,
     checkKey,
-    submitSource: async (url) => {
+    submitSource: async (url, requestId) => {
       const job = await submitSource({
         deps: {
           db,
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
           },
           wakeWorkers: () => workers.wake(),
         },
-        input: { url },
+        input: { url, requestId },
       });
       if (job.bornDone) {
         metrics.observeJobEnd(job);

@@ -29,6 +29,8 @@ export const jobs = sqliteTable(
     errorMessage: text('error_message'),
     extractor: text('extractor'),
     mediaId: text('media_id'),
+    /** X-Request-Id of the submission, so the worker's log lines can be tied to it. */
+    requestId: text('request_id'),
   },
   (t) => [
     index('jobs_claim_idx').on(t.status, t.createdAt),

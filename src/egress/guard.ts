@@ -170,7 +170,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     if (session.refusals.length < MAX_REFUSALS_PER_SESSION) {
       session.refusals.push({ host, port, code: 'destination_refused', message: err.message });
     }
-    const fields = { session: session.label, host, port, reason: err.code };
+    // The session label is the job id.
+    const fields = { job_id: session.label, host, port, reason: err.code };
     logger.warn(fields, 'egress guard refused a destination');
     return { ok: false, status: 403, reason: err.message };
   };
@@ -183,7 +184,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       if (err.code === 'host_unresolvable') {
-        logger.info({ session: session.label, host, port }, 'egress guard could not resolve a host');
+        logger.info({ job_id: session.label, host, port }, 'egress guard could not resolve a host');
         return { ok: false, status: 502, reason: err.message };
       }
       if (err.kind === 'invalid_input') return { ok: false, status: 400, reason: err.message };
@@ -200,7 +201,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         if (session.aborter.signal.aborted) socket.destroy();
         else return { ok: true, socket };
       } catch (err) {
-        const fields = { session: session.label, host, address, port, err: String(err) };
+        const fields = { job_id: session.label, host, address, port, err: String(err) };
         logger.info(fields, 'egress guard dial failed');
       }
     }

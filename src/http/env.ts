@@ -5,5 +5,7 @@ export interface AppEnv {
   Variables: {
     requestId: string;
     log: Logger;
+    /** The job a request created or addressed, for its access-log line. */
+    jobId?: string;
   };
 }

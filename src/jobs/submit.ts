@@ -25,7 +25,7 @@ export interface SubmitDeps {
   wakeWorkers: () => void;
 }
 
-export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string } }): Promise<JobRow> {
+export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; requestId?: string } }): Promise<JobRow> {
   const url = parseSourceUrl(input.url);
   await deps.checkDestination(url);
   const urlKey = aliasKey(url);
@@ -46,6 +46,7 @@ export async function submitSource({ deps, input }: { deps: SubmitDeps; input: {
       createdAt: now,
       startedAt: now,
       finishedAt: now,
+      requestId: input.requestId ?? null,
     });
   });
   if (bornDone) return bornDone;
@@ -60,6 +61,7 @@ export async function submitSource({ deps, input }: { deps: SubmitDeps; input: {
     status: 'queued',
     followsJobId: leader?.id ?? null,
     createdAt: now,
+    requestId: input.requestId ?? null,
   });
   if (!leader) deps.wakeWorkers();
   return job;

@@ -51,7 +51,8 @@ export function createWorkerPool(deps: {
 
   function launch(job: JobRow): void {
     const controller = new AbortController();
-    const log = deps.log.child({ job_id: job.id });
+    // The submission's request id too: every line of the job can be tied to the request that made it.
+    const log = deps.log.child({ job_id: job.id, ...(job.requestId ? { request_id: job.requestId } : {}) });
     const done = deps
       .runJob(job, { signal: controller.signal, log })
       .catch((err: unknown) => log.error({ err }, 'job runner failed'))

@@ -112,6 +112,29 @@ describe('logs', () => {
     expect(svc.logs.some((entry) => entry.request_id === made)).toBe(true);
   });
 
+  it("tie every line of a job to it and to the request that submitted it; request lines name their job", async () => {
+    const submitted = await svc.request('/sources', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'submit-request-7' },
+      body: JSON.stringify({ url: media.url('/metrics-tone.m4a?logs') }),
+    });
+    expect(submitted.status).toBe(202);
+    const { job_id: jobId } = (await submitted.json()) as { job_id: string };
+    expect((await svc.waitForJob(jobId, ['done', 'failed'])).status).toBe('done');
+    expect((await svc.request(`/jobs/${jobId}`, { headers: { 'x-request-id': 'poll-request-8' } })).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+
+    const lines = svc.logs.filter((line) => line.job_id === jobId);
+    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'submit-request-7')).toMatchObject({ route: '/sources', status: 202 });
+    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'poll-request-8')).toMatchObject({ route: '/jobs/{id}', status: 200 });
+    // The worker's own lines carry the submission's request id.
+    const workerLines = lines.filter((line) => line.msg !== 'request' && line.msg !== 'source submitted');
+    expect(workerLines.map((line) => line.msg)).toContain('job done');
+    for (const line of workerLines) expect(line.request_id).toBe('submit-request-7');
+    // No line that names the job lacks a request id.
+    expect(lines.filter((line) => typeof line.request_id !== 'string')).toEqual([]);
+  });
+
   it('never contain API keys or URL signatures', async () => {
     await svc.request(`/artifacts/${'a'.repeat(64)}/audio.wav?expires=9999999999&sig=SECRET-SIGNATURE-VALUE`, { auth: false });
     await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': 'KEY-THAT-MUST-NOT-BE-LOGGED' } });

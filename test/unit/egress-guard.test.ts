@@ -275,7 +275,7 @@ describe('egress guard: refused destinations', () => {
       { host: name, port: 443, code: 'destination_refused', message: expect.stringContaining(name) },
     ]);
     expect(logged.warn).toHaveLength(2);
-    expect(logged.warn[0]).toMatchObject({ session: 'job-1', host: name, reason: `address_${range}` });
+    expect(logged.warn[0]).toMatchObject({ job_id: 'job-1', host: name, reason: `address_${range}` });
   });
 
   it.each([

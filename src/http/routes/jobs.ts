@@ -37,9 +37,14 @@ export function registerJobRoutes(
   app: OpenAPIHono<AppEnv>,
   deps: { get: (id: string) => JobRow; cancel: (id: string) => JobRow; render: (job: JobRow) => JobRecord },
 ): void {
-  app.openapi(getJobRoute, (c) => c.json(deps.render(deps.get(c.req.valid('param').id)), 200));
+  app.openapi(getJobRoute, (c) => {
+    const job = deps.get(c.req.valid('param').id);
+    c.set('jobId', job.id);
+    return c.json(deps.render(job), 200);
+  });
   app.openapi(cancelJobRoute, (c) => {
     const job = deps.cancel(c.req.valid('param').id);
+    c.set('jobId', job.id);
     c.get('log').info({ job_id: job.id }, 'job canceled');
     return c.json(deps.render(job), 200);
   });

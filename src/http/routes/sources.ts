@@ -31,11 +31,12 @@ export const submitSourceRoute = createRoute({
 
 export function registerSourceRoutes(
   app: OpenAPIHono<AppEnv>,
-  deps: { submit: (url: string) => Promise<JobRow>; render: (job: JobRow) => JobRecord },
+  deps: { submit: (url: string, requestId: string) => Promise<JobRow>; render: (job: JobRow) => JobRecord },
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
     const { url } = c.req.valid('json');
-    const job = await deps.submit(url);
+    const job = await deps.submit(url, c.get('requestId'));
+    c.set('jobId', job.id);
     c.get('log').info({ job_id: job.id, status: job.status, born_done: job.bornDone }, 'source submitted');
     c.header('Location', `/jobs/${job.id}`);
     return c.json(deps.render(job), 202);
