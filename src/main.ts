@@ -204,6 +204,7 @@ async function main(): Promise<void> {
       checkKey,
       signer,
       onServed: (cid) => usage.touch(cid),
+      now,
     }),
     checkHealth,
     metrics,
