@@ -4,7 +4,7 @@ import { presentedKey, type KeyChecker } from '../http/api-key.js';
 import { problemResponse } from '../http/problem.js';
 import { artifactNotFound, createArtifactResolver, invalidArtifactPath, type ResolvedArtifact } from './artifact-path.js';
 import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
-import { fileBody } from './file-body.js';
+import { createFileBodies, type FileBody } from './file-body.js';
 import { parseRange } from './range.js';
 import { representationHeaders } from './representation.js';
 import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js';
@@ -31,6 +31,7 @@ export type ArtifactHandler = (c: Context) => Promise<Response>;
 export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandler {
   const served = deps.onServed ?? (() => undefined);
   const resolve = createArtifactResolver(deps.artifactRoot, { now: deps.now ?? Date.now });
+  const fileBody = createFileBodies();
   return async (c) => {
     const cid = c.req.param('cid');
     const name = c.req.param('name');
@@ -56,7 +57,7 @@ export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandle
       return new Response(null, { status: 200, headers });
     }
 
-    const response = await streamFile(c, file, headers, validators);
+    const response = await streamFile(c, file, headers, validators, fileBody);
     if (response.status !== 416) served(cid);
     return response;
   };
@@ -77,6 +78,7 @@ async function streamFile(
   file: ResolvedArtifact,
   headers: Record<string, string>,
   validators: { etag: string; mtimeMs: number },
+  fileBody: FileBody,
 ): Promise<Response> {
   headers['accept-ranges'] = 'bytes';
   const range = ifRangeAllows(c.req.header('if-range') ?? null, validators) ? parseRange(c.req.header('range'), file.size) : { kind: 'none' as const };

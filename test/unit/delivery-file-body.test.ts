@@ -1,0 +1,107 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHUNK_BYTES, createFileBodies } from '../../src/delivery/file-body.js';
+
+/** The fallback's file reader: exact bytes, nothing left open, refusals where the file is wrong. */
+let dir: string;
+let file: string;
+let link: string;
+const data = randomBytes(3 * CHUNK_BYTES + 12_345);
+const fileBody = createFileBodies();
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), 'sf-file-body-'));
+  file = path.join(dir, 'audio.wav');
+  await writeFile(file, data);
+  link = path.join(dir, 'link.wav');
+  await symlink(file, link);
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function openDescriptorsOn(target: string): Promise<number> {
+  let count = 0;
+  for (const fd of await readdir('/proc/self/fd')) {
+    if ((await readlink(`/proc/self/fd/${fd}`).catch(() => '')) === target) count++;
+  }
+  return count;
+}
+
+async function collect(body: Uint8Array | ReadableStream<Uint8Array>): Promise<Buffer> {
+  if (body instanceof Uint8Array) return Buffer.from(body);
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+describe('fileBody', () => {
+  it.each([
+    ['a small range, read at once', 100, 65_635],
+    ['exactly one chunk', 0, CHUNK_BYTES - 1],
+    ['one byte more than a chunk, streamed', 1, CHUNK_BYTES + 1],
+    ['the whole file, streamed', 0, data.length - 1],
+    ['the last byte', data.length - 1, data.length - 1],
+  ])('%s: exactly bytes start..end, and the file is closed after', async (_label, start, end) => {
+    const body = await fileBody(file, start, end);
+    expect(body instanceof Uint8Array).toBe(end - start + 1 <= CHUNK_BYTES);
+    expect((await collect(body)).equals(data.subarray(start, end + 1))).toBe(true);
+    expect(await openDescriptorsOn(file)).toBe(0);
+  });
+
+  it('a stream canceled after its first chunk closes the file at once', async () => {
+    const body = (await fileBody(file, 0, data.length - 1)) as ReadableStream<Uint8Array>;
+    const reader = body.getReader();
+    expect((await reader.read()).value?.byteLength).toBe(CHUNK_BYTES);
+    expect(await openDescriptorsOn(file)).toBe(1);
+    await reader.cancel();
+    expect(await openDescriptorsOn(file)).toBe(0);
+  });
+
+  it('fails, rather than answer short, when the file is shorter than the range', async () => {
+    await expect(fileBody(file, data.length - 10, data.length + 10)).rejects.toThrow(/shorter than its recorded size/);
+    const stream = (await fileBody(file, 0, data.length + CHUNK_BYTES)) as ReadableStream<Uint8Array>;
+    await expect(collect(stream)).rejects.toThrow(/shorter than its recorded size/);
+    expect(await openDescriptorsOn(file)).toBe(0);
+  });
+
+  it('never follows a symlink swapped in for the file, on either path', async () => {
+    await expect(fileBody(link, 0, 10)).rejects.toMatchObject({ code: 'ELOOP' });
+    await expect(fileBody(link, 0, data.length - 1)).rejects.toMatchObject({ code: 'ELOOP' });
+  });
+
+  it('a missing file is ENOENT (the handler answers 404), on either path', async () => {
+    await expect(fileBody(path.join(dir, 'gone.wav'), 0, 10)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(fileBody(path.join(dir, 'gone.wav'), 0, data.length - 1)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+  it('requests in flight for the same file share one descriptor, closed when the last one ends', async () => {
+    const first = ((await fileBody(file, 0, data.length - 1)) as ReadableStream<Uint8Array>).getReader();
+    const second = ((await fileBody(file, CHUNK_BYTES, data.length - 1)) as ReadableStream<Uint8Array>).getReader();
+    expect(await openDescriptorsOn(file)).toBe(1);
+    // A small read meanwhile uses it too, and leaves it open for the streams.
+    expect(Buffer.from((await fileBody(file, 10, 19)) as Uint8Array).equals(data.subarray(10, 20))).toBe(true);
+    expect(Buffer.from((await first.read()).value!).equals(data.subarray(0, CHUNK_BYTES))).toBe(true);
+    await first.cancel();
+    expect(await openDescriptorsOn(file)).toBe(1);
+    expect(Buffer.from((await second.read()).value!).equals(data.subarray(CHUNK_BYTES, 2 * CHUNK_BYTES))).toBe(true);
+    await second.cancel();
+    expect(await openDescriptorsOn(file)).toBe(0);
+    // Opened afresh by the next request.
+    expect(Buffer.from((await fileBody(file, 0, 3)) as Uint8Array).equals(data.subarray(0, 4))).toBe(true);
+    expect(await openDescriptorsOn(file)).toBe(0);
+  });
+
+  it('a cancel while a read is in flight closes the file only once the read is over', async () => {
+    for (let i = 0; i < 20; i++) {
+      const reader = ((await fileBody(file, 0, data.length - 1)) as ReadableStream<Uint8Array>).getReader();
+      const pending = reader.read(); // starts a read
+      await reader.cancel();
+      await pending.catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(await openDescriptorsOn(file)).toBe(0);
+    }
+  });
+});
