@@ -78,16 +78,25 @@ export interface DeliveryApp {
   close(): Promise<void>;
 }
 
-export async function startDeliveryApp(options: { root: string; accelRedirectPrefix: string | null; now?: () => number }): Promise<DeliveryApp> {
+export async function startDeliveryApp(options: {
+  root: string;
+  accelRedirectPrefix: string | null;
+  now?: () => number;
+  /** Keep `seen` and `served` (default true; the benchmark turns it off). */
+  record?: boolean;
+}): Promise<DeliveryApp> {
+  const record = options.record ?? true;
   const signer = createUrlSigner(SIGNING_SECRET, { now: options.now });
   const seen: SeenRequest[] = [];
   const served: string[] = [];
   const app = new Hono();
   app.onError(createErrorHandler(() => ({ error: () => undefined })));
-  app.use('*', async (c, next) => {
-    seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range') });
-    await next();
-  });
+  if (record) {
+    app.use('*', async (c, next) => {
+      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range') });
+      await next();
+    });
+  }
   app.on(
     ['GET', 'HEAD'],
     '/artifacts/:cid/:name',
@@ -96,7 +105,7 @@ export async function startDeliveryApp(options: { root: string; accelRedirectPre
       accelRedirectPrefix: options.accelRedirectPrefix,
       checkKey: createKeyChecker([API_KEY]),
       signer,
-      onServed: (cid) => served.push(cid),
+      onServed: record ? (cid) => served.push(cid) : undefined,
     }),
   );
   const server: ServerType = await new Promise((resolve) => {
