@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
@@ -96,7 +96,8 @@ describe('nginx JSON access log', () => {
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
     expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
 
-    // GoAccess, as the README runs it.
+    // GoAccess, as the README runs it (the README gives this very format).
+    expect(await readFile(path.join(ROOT, 'README.md'), 'utf8')).toContain(`--log-format='${GOACCESS_LOG_FORMAT}'`);
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-'));
     const logFile = path.join(dir, 'access.json');
     await writeFile(logFile, text);
