@@ -45,6 +45,17 @@ function expectProgress(job: JobBody, size: number) {
   expect(Math.abs(progress.percent! - (progress.bytes_done / size) * 100)).toBeLessThanOrEqual(0.05 + 1e-9);
 }
 
+/** Polls until the job runs and has downloaded something (or 30 s pass); returns the last record. */
+async function runningWithProgress(svc: ServiceHandle, jobId: string): Promise<JobBody> {
+  const deadline = Date.now() + 30_000;
+  let job = await svc.getJob(jobId);
+  while (!(job.status === 'running' && (job.progress?.bytes_done ?? 0) > 0) && Date.now() < deadline) {
+    await sleep(100);
+    job = await svc.getJob(jobId);
+  }
+  return job;
+}
+
 describe('cancelJob', () => {
   let svc: ServiceHandle;
   beforeAll(async () => {
@@ -58,17 +69,13 @@ describe('cancelJob', () => {
     // ~5.3 MB at 128 KiB/s: about 40 s, far longer than the test waits.
     media.serveFile('/slow-cancel.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024 });
     const submitted = await svc.submit(media.url('/slow-cancel.wav'));
-    const deadline = Date.now() + 30_000;
-    let running = await svc.getJob(submitted.job_id);
-    while (!(running.status === 'running' && (running.progress?.bytes_done ?? 0) > 0) && Date.now() < deadline) {
-      await sleep(100);
-      running = await svc.getJob(submitted.job_id);
-    }
+    const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
     const size = (await stat(long.path)).size;
     expectProgress(running, size);
     // Progress moves on while the download runs (it is written every 500 ms).
     let later = running;
+    const deadline = Date.now() + 10_000;
     while (later.status === 'running' && later.progress!.bytes_done <= running.progress!.bytes_done && Date.now() < deadline) {
       await sleep(100);
       later = await svc.getJob(submitted.job_id);
@@ -128,12 +135,7 @@ describe('cancelJob', () => {
     // Chunked transfer: no Content-Length, so neither yt-dlp nor the job knows the size.
     media.serveFile('/slow-unknown.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024, unknownLength: true });
     const submitted = await svc.submit(media.url('/slow-unknown.wav'));
-    const deadline = Date.now() + 30_000;
-    let running = await svc.getJob(submitted.job_id);
-    while (!(running.status === 'running' && (running.progress?.bytes_done ?? 0) > 0) && Date.now() < deadline) {
-      await sleep(100);
-      running = await svc.getJob(submitted.job_id);
-    }
+    const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
     expect(running.progress).toEqual({ bytes_done: expect.any(Number), bytes_total: null, percent: null });
     expect(running.progress!.bytes_done).toBeGreaterThan(0);

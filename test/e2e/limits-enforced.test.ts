@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeNotAudio, makeTone, type MediaFixture } from '../support/media.js';
-import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { drainedOrClosed, startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
@@ -57,7 +57,7 @@ function countingRoute(bytes: Buffer, withLength: boolean) {
     res.on('close', () => (state.closed = true));
     for (let pos = 0; pos < bytes.length && !res.destroyed; pos += 16 * 1024) {
       const chunk = bytes.subarray(pos, pos + 16 * 1024);
-      if (!res.write(chunk)) await new Promise((resolve) => res.once('drain', resolve).once('close', resolve));
+      if (!res.write(chunk)) await drainedOrClosed(res);
       if (res.destroyed) break;
       state.sent += chunk.length;
       await sleep(40);

@@ -179,7 +179,7 @@ function parseRange(header: string | undefined, size: number): [number, number] 
  * per wait). A response already destroyed will emit neither again: waiting would hang the sender
  * and leave its file for the garbage collector to close.
  */
-function drainedOrClosed(res: ServerResponse): Promise<void> {
+export function drainedOrClosed(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     if (res.destroyed) return resolve();
     const done = () => {
