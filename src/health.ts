@@ -4,8 +4,9 @@ import type { HealthReport } from './http/schemas.js';
 
 /**
  * The health check: can this service fetch right now? It needs the downloader, ffmpeg and
- * ffprobe (every job probes its download), a working database and a writable artifact root. Tool look-ups are cached briefly, so a
- * monitoring probe every second does not spawn processes every second.
+ * ffprobe (every job probes its download), a working database and a writable artifact root.
+ * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
+ * every second.
  */
 export interface HealthDeps {
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };

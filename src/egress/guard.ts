@@ -8,9 +8,10 @@ import { checkDestination, splitHostPort, type AllowList, type Resolver } from '
 
 /**
  * The egress guard: an HTTP forward proxy on loopback that the worker hands to the downloader
- * (`yt-dlp --proxy`). Checking the submitted URL is not enough: the downloader follows redirects,
- * fetches manifests, segments and thumbnails from hosts nobody checked. Every one of those
- * connections goes through here and gets the same destination policy as submission.
+ * (yt-dlp's `--proxy`, in a per-job config file). Checking the submitted URL is not enough: the
+ * downloader follows redirects, fetches manifests, segments and thumbnails from hosts nobody
+ * checked. Every one of those connections goes through here and gets the same destination policy
+ * as submission.
  *
  * Per request (CONNECT host:port, or an absolute-URI request): the host is resolved once, every
  * address is checked, and the connection is made to a checked address, never to the name. HTTP

@@ -13,7 +13,7 @@
  *   error is rethrown once the child is gone.
  *
  * - The child's environment is the parent's (or `env`) without any `*_proxy` variable, see
- *   `toolEnvironment`: the only proxy a tool knows is the one on its command line.
+ *   `toolEnvironment`: the only proxy a tool knows is the one it is given explicitly.
  *
  * Parent death is best effort: a detached group survives its parent, so on the service's
  * process 'exit' (normal exit, process.exit() after SIGTERM handling, uncaught exception) every
@@ -102,7 +102,7 @@ const PROXY_VARIABLE = /_proxy$/i;
  * The environment a tool is started with: `base` minus every variable whose name ends in
  * `_proxy`, in any case; everything else (PATH, HOME, PYTHONPATH, locale...) is kept.
  *
- * Why: yt-dlp must reach the network only through the egress guard it gets with `--proxy`. But
+ * Why: yt-dlp must reach the network only through the egress guard it is given (`--proxy`). But
  * Python's urllib reads every `*_proxy` variable (getproxies_environment lowercases the names),
  * and its ProxyHandler, under yt-dlp's PerRequestProxyHandler, skips the proxy for any host that
  * `no_proxy`/`NO_PROXY` matches: with NO_PROXY=169.254.169.254 or NO_PROXY=* in the deployment,
