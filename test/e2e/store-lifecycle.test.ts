@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, readdir, readlink, realpath, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, readlink, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import http, { type IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -206,5 +207,56 @@ describe('eviction of an artifact while it is streamed', () => {
     expect(hash.digest('hex')).toBe(big);
     expect(existsSync(bigFile)).toBe(false);
     await waitFor('the service to close the file', async () => !(await openFiles(svc.process.pid!)).includes(`${bigFile} (deleted)`));
+  });
+});
+
+describe('start-up reconciliation', () => {
+  it('removes stray files, adopts a stored WAV whose row is gone, drops rows whose file is gone with their aliases, and logs the counts', async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-reconcile-'));
+    const apiKey = 'reconcile-test-key-0123456789';
+    const env = { FETCH_ALLOW_HOSTS: media.hostPort };
+    let svc = await startService({ dataDir, apiKey, env });
+    try {
+      const kept = await fetchDone(svc, 'a');
+      const lost = await fetchDone(svc, 'b');
+      const rowless = await fetchDone(svc, 'c');
+      await svc.stop();
+
+      // While the service is down: b's file goes, c's row goes, a stray file appears at an address.
+      await rm(artifactFile(svc, lost));
+      const db = new Database(path.join(dataDir, 'source-fetch.sqlite'));
+      db.prepare('delete from cache_entries where content_id = ?').run(rowless);
+      db.close();
+      const strayCid = `ab${'0'.repeat(62)}`;
+      await mkdir(path.dirname(artifactFile(svc, strayCid)), { recursive: true });
+      await writeFile(artifactFile(svc, strayCid), 'not the bytes its address names');
+
+      svc = await startService({ dataDir, apiKey, env });
+      expect(svc.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
+        files_adopted: 1,
+        files_removed: 1,
+        rows_dropped: 1,
+        aliases_cleared: 1,
+      });
+      expect(await cidsOnDisk(svc)).toEqual([kept, rowless].sort());
+      const files = await filesOnDisk(svc);
+      expect(await metric(svc, 'store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
+      expect(await metric(svc, 'store_artifacts')).toBe(2);
+
+      // a and the adopted c are still stored under their URLs; b's alias is gone, so b downloads again.
+      for (const [name, cid] of [['a', kept], ['c', rowless]] as const) {
+        const again = await svc.submit(media.url(`/${name}.flac`));
+        expect(again).toMatchObject({ born_done: true, status: 'done' });
+        expect(again.result?.content_id).toBe(cid);
+      }
+      const before = media.requestsFor('/b.flac').length;
+      const refetched = await svc.submit(media.url('/b.flac'));
+      expect(refetched.born_done).toBe(false);
+      expect((await svc.waitForJob(refetched.job_id, ['done', 'failed'])).result?.content_id).toBe(lost);
+      expect(media.requestsFor('/b.flac').length).toBeGreaterThan(before);
+    } finally {
+      await svc.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });
