@@ -151,10 +151,10 @@ describe('restart', () => {
     media.serveFile('/restart.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 });
     const first = await startService({ dataDir, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
     const submitted = await first.submit(media.url('/restart.wav'));
-    const deadline = Date.now() + 30_000;
-    while ((await first.getJob(submitted.job_id)).status !== 'running' && Date.now() < deadline) await sleep(50);
-    await sleep(500);
-    expect((await processesMatching(submitted.job_id)).length).toBeGreaterThan(0);
+    // Mid-download (bytes arrived, 5 s of throttled transfer left), the tools must be running when the crash comes.
+    const running = await runningWithProgress(first, submitted.job_id);
+    expect(running.status, JSON.stringify(running)).toBe('running');
+    expect((await processesMatching(submitted.job_id)).length, JSON.stringify(await first.getJob(submitted.job_id))).toBeGreaterThan(0);
     await first.kill();
 
     const second = await startService({ dataDir, apiKey: first.apiKey, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
