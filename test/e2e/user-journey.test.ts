@@ -1,0 +1,242 @@
+/**
+ * The whole path as its users meet it, with nothing in a test harness's place: the built
+ * service (dist/main.js, `npm start`) fetches a URL with the real yt-dlp and ffmpeg, then a real
+ * browser plays the job's signed URL, once through a real nginx rendering nginx/templates
+ * (X-Accel-Redirect) and once from the service's own fallback. Paths that try to climb out of
+ * the artifact root aim at what really sits next to it in DATA_DIR: the SQLite file, and the
+ * API key and signing secret the service generated there.
+ */
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchBrowser } from '../support/browser.js';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
+
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+const SECONDS = 20;
+
+interface PlayerElement {
+  readyState: number;
+  duration: number;
+  currentTime: number;
+  error: { code: number } | null;
+  addEventListener(event: string, listener: () => void, options: { once: boolean }): void;
+  play(): Promise<void>;
+  pause(): void;
+}
+
+interface Deployment {
+  svc: ServiceHandle;
+  /** Where clients talk to: nginx's port, or the service's own. */
+  origin: string;
+  port: number;
+  /** Status and Range of each artifact request, from the front server's own log. */
+  artifactRequests(): Array<{ status: number; range: string }>;
+}
+
+let media: MediaServer;
+let browser: Browser;
+let pages: Server;
+let pagesOrigin: string;
+let nginx: RunningNginx;
+const deployments = {} as Record<'nginx' | 'fallback', Deployment>;
+
+beforeAll(async () => {
+  media = await startMediaServer();
+  const tone = await makeTone(FIXTURE_DIR, { seconds: SECONDS, channels: 2, sampleRate: 48000, format: 'm4a' });
+  media.serveFile('/journey.m4a', tone.path, { contentType: 'audio/mp4' });
+
+  const accel = await startService({ apiKey: null, env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/' } });
+  nginx = await startNginx({ appPort: accel.port, artifactRoot: path.join(accel.dataDir, 'artifacts') });
+  deployments.nginx = {
+    svc: accel,
+    origin: nginx.url(''),
+    port: nginx.port,
+    artifactRequests: () =>
+      nginx
+        .accessLog()
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as Record<string, string>)
+        .filter((entry) => entry.route === '/artifacts/{cid}/{name}')
+        .map((entry) => ({ status: Number(entry.status), range: entry.range ?? '' })),
+  };
+  const fallback = await startService({ apiKey: null, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+  deployments.fallback = {
+    svc: fallback,
+    origin: fallback.baseUrl,
+    port: fallback.port,
+    // The service logs the status, not the request's headers: a 206 is a Range it answered.
+    artifactRequests: () =>
+      fallback.logs
+        .filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}')
+        .map((line) => ({ status: Number(line.status), range: '' })),
+  };
+
+  pages = createServer((req, res) => {
+    const src = new URL(req.url ?? '/', 'http://localhost').searchParams.get('src') ?? '';
+    const escaped = src.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    res.end(`<!doctype html><html><body><audio id="player" preload="metadata" src="${escaped}"></audio></body></html>`);
+  });
+  await new Promise<void>((resolve) => pages.listen(0, '127.0.0.1', resolve));
+  pagesOrigin = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
+  browser = await launchBrowser();
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await new Promise((resolve) => pages?.close(resolve));
+  await nginx?.stop();
+  await deployments.nginx?.svc.stop();
+  await deployments.fallback?.svc.stop();
+  await media?.close();
+});
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+/** One request written byte for byte (no client normalises the path); the answer read to the end. */
+function rawGet(port: number, target: string, headers: Record<string, string>): Promise<{ status: number; raw: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = connect({ host: '127.0.0.1', port }, () => {
+      const lines = [`GET ${target} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      socket.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'));
+    });
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const raw = Buffer.concat(chunks);
+      resolve({ status: Number(raw.subarray(0, 16).toString('latin1').split(' ')[1] ?? 0), raw });
+    });
+  });
+}
+
+describe.each(['nginx', 'fallback'] as const)('submit, poll, then play in a browser, through %s', (mode) => {
+  let job: JobBody;
+  const deployment = () => deployments[mode];
+
+  it('a submitted URL through the front server ends done with a 44.1 kHz WAV whose SHA-256 is its content id', async () => {
+    const { svc, origin } = deployment();
+    const auth = { authorization: `Bearer ${svc.apiKey}` };
+    const submitted = await fetch(`${origin}/sources`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/journey.m4a') }),
+    });
+    expect(submitted.status).toBe(202);
+    const { job_id } = (await submitted.json()) as { job_id: string };
+    expect(submitted.headers.get('location')).toBe(`/jobs/${job_id}`);
+    const deadline = Date.now() + 60_000;
+    do {
+      job = (await (await fetch(`${origin}/jobs/${job_id}`, { headers: auth })).json()) as JobBody;
+      if (job.status === 'done' || job.status === 'failed') break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } while (Date.now() < deadline);
+    expect(job.status, JSON.stringify(job.error)).toBe('done');
+    const artifact = job.result!.artifacts[0]!;
+    expect(artifact).toMatchObject({ name: 'audio.wav', content_type: 'audio/wav', sample_rate: 44100, channels: 2 });
+    expect(Math.abs(artifact.duration! - SECONDS)).toBeLessThan(0.1);
+
+    const whole = await fetch(origin + artifact.signed_url);
+    expect(whole.status).toBe(200);
+    const bytes = new Uint8Array(await whole.arrayBuffer());
+    expect(bytes.length).toBe(artifact.bytes);
+    expect(sha256(bytes)).toBe(job.result!.content_id);
+    expect(whole.headers.get('content-type')).toBe('audio/wav');
+    expect(whole.headers.get('etag')).toBe(`"${job.result!.content_id}"`);
+    expect(whole.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(whole.headers.get('x-accel-redirect')).toBeNull();
+
+    const again = await fetch(origin + artifact.signed_url, { headers: { 'if-none-match': `"${job.result!.content_id}"` } });
+    expect(again.status).toBe(304);
+    const tampered = artifact.signed_url.replace(/sig=([^&])/, (_m, first: string) => `sig=${first === 'A' ? 'B' : 'A'}`);
+    const refused = await fetch(origin + tampered);
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('content-type')).toContain('application/problem+json');
+  });
+
+  it('the browser loads the signed URL, finds the WAV duration, seeks to the middle and plays from there', async () => {
+    expect(job?.status).toBe('done');
+    const { origin } = deployment();
+    const src = origin + job.result!.artifacts[0]!.signed_url;
+    const before = deployment().artifactRequests().length;
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${pagesOrigin}/?src=${encodeURIComponent(src)}`);
+      const result = await page.evaluate(async () => {
+        // The project's TypeScript has no DOM library: the little of it used here, typed by hand.
+        const audio = (globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }).document.getElementById('player');
+        const waitFor = (event: string) =>
+          new Promise<void>((resolve, reject) => {
+            audio.addEventListener(event, () => resolve(), { once: true });
+            audio.addEventListener('error', () => reject(new Error(`media error ${audio.error?.code}`)), { once: true });
+          });
+        if (audio.readyState < 1) await waitFor('loadedmetadata');
+        const duration = audio.duration;
+        const middle = duration / 2;
+        const seeked = waitFor('seeked');
+        audio.currentTime = middle;
+        await seeked;
+        await audio.play();
+        const started = performance.now();
+        while (audio.currentTime < middle + 0.5 && performance.now() - started < 10_000) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        audio.pause();
+        return { duration, middle, reached: audio.currentTime };
+      });
+      expect(Math.abs(result.duration - SECONDS)).toBeLessThan(0.1);
+      expect(result.reached).toBeGreaterThan(result.middle + 0.5);
+      expect(result.reached).toBeLessThan(result.middle + 10);
+    } finally {
+      await page.close();
+    }
+    // nginx writes its log line when a response ends; the browser may have left one open.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const requests = deployment().artifactRequests().slice(before);
+    expect(requests.length).toBeGreaterThan(0);
+    // The browser asked for parts of the file, and got them as 206.
+    expect(requests.some((r) => r.status === 206)).toBe(true);
+    if (mode === 'nginx') expect(requests.some((r) => /^bytes=[1-9]\d*-/.test(r.range))).toBe(true);
+  });
+
+  it('paths that climb out of the artifact root never reach the database or the API key beside it', async () => {
+    const { svc, port } = deployment();
+    const signingSecret = (await readFile(path.join(svc.dataDir, 'url-signing-secret'), 'utf8')).trim();
+    const cid = job.result!.content_id;
+    const targets = [
+      '/artifacts/../source-fetch.sqlite',
+      '/artifacts/%2e%2e/source-fetch.sqlite',
+      `/artifacts/${cid}/..%2f..%2f..%2f..%2fsource-fetch.sqlite`,
+      `/artifacts/${cid}/%2e%2e%2f%2e%2e%2f%2e%2e%2f%2e%2e%2fsource-fetch.sqlite`,
+      `/artifacts/${cid}/%252e%252e%252f%252e%252e%252fsource-fetch.sqlite`,
+      `/artifacts/${cid}/..%5c..%5c..%5c..%5capi-key`,
+      `/artifacts/${cid}/%2fetc%2fpasswd`,
+      `/artifacts/${cid}/audio.wav%00.txt`,
+      `/artifacts/..%2f..%2f..%2f/api-key`,
+      `/artifacts/${cid}/../../../../source-fetch.sqlite`,
+      '/_artifacts/../source-fetch.sqlite',
+      '/_artifacts/%2e%2e/api-key',
+      `/artifacts/${cid}/..%2f..%2f..%2f..%2furl-signing-secret`,
+    ];
+    for (const target of targets) {
+      const res = await rawGet(port, target, { authorization: `Bearer ${svc.apiKey}` });
+      expect(res.status, target).toBeGreaterThanOrEqual(400);
+      expect(res.status, target).toBeLessThan(500);
+      expect(res.raw.includes('SQLite format 3'), target).toBe(false);
+      expect(res.raw.includes(svc.apiKey), target).toBe(false);
+      expect(res.raw.includes(signingSecret), target).toBe(false);
+      expect(res.raw.includes('root:'), target).toBe(false);
+    }
+  });
+});
