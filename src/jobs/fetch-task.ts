@@ -217,7 +217,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (egress && egress.refusals().length > 0) throw new Error('destination refused during download');
       const downloaded = downloadedPath ? await fs.stat(downloadedPath).catch(() => null) : null;
       if (!downloadedPath) {
-        // Under --quiet, a --max-filesize refusal (announced size too large) is silent: exit 0, no file.
+        // yt-dlp's one silent way out (its HTTP downloader, read in 2023.03.04): an announced size
+        // over --max-filesize, reported under --quiet by nothing but exit 0 and no file. Its other
+        // failures raise, exit non-zero and say why on stderr.
         throw new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes.` });
       }
       if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
