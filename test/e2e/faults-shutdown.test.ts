@@ -15,7 +15,7 @@ import { readDb } from '../support/store-inspect.js';
  * queued), exits 0, and after a restart the re-queued jobs complete.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
-const GRACE_S = 3;
+const GRACE_S = 5;
 
 let media: MediaServer;
 let short: MediaFixture;
