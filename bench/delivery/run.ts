@@ -1,17 +1,20 @@
 /**
  * Delivery benchmark, run by hand (not part of the test suite):
  *
- *   npx tsx bench/delivery/run.ts [seconds per case, default 5]
+ *   npm run build && npx tsx bench/delivery/run.ts [seconds per case, default 5]
  *
- * One 10 MB WAV, four servers on loopback, wrk as the load (Debian package wrk):
+ * One 10 MB WAV, servers on loopback, wrk as the load (Debian package wrk):
  *   nginx static    nginx serving the artifact root directly: the ceiling
- *   nginx+accel     nginx in front of the app, bytes by X-Accel-Redirect (nginx/templates)
- *   app fallback    the app streaming the file itself (src/delivery/file-body.ts)
+ *   nginx+accel     nginx in front of the delivery handler in a bare Hono app, bytes by
+ *                   X-Accel-Redirect (nginx/templates), API key header
+ *   app fallback    that bare app streaming the file itself (src/delivery/file-body.ts)
+ *   svc+accel       nginx in front of the whole service (dist/main.js: request id, access log,
+ *                   metrics, rate limit), which fetched the WAV itself; the job's signed URL
+ *   svc fallback    the whole service streaming it, signed URL
  *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor
  * each for the whole file and for random 64 KiB ranges. Prints requests/s, MB/s, p99 latency
- * and each as a ratio to nginx static. Both nginx servers write the same JSON access log line
- * per request. The app here is the delivery handler in a bare Hono app; the service adds its
- * middlewares (request id, access log, metrics) in front of it.
+ * and each as a ratio to nginx static. Every nginx writes the same JSON access log line per
+ * request; the services write theirs to a file.
  */
 import { execFile } from 'node:child_process';
 import { createReadStream } from 'node:fs';
@@ -23,6 +26,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { freePort, startNginx } from '../../test/support/nginx.js';
+import { startMediaServer } from '../../test/support/media-server.js';
+import { startBenchService } from './service.js';
 import { API_KEY, createArtifactStore, startDeliveryApp } from './stack.js';
 
 const run = promisify(execFile);
@@ -45,6 +50,15 @@ async function main(): Promise<void> {
   const accelApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/', record: false });
   const fallbackApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null, record: false });
   const plain = await startPlainNode(file, bytes.length);
+  const media = await startMediaServer();
+  media.serveFile('/bench.wav', file, { contentType: 'audio/wav' });
+  const services = await Promise.all(
+    ['/_artifacts/', null].map((accelRedirectPrefix) =>
+      startBenchService({ sourceUrl: media.url('/bench.wav'), allowHost: media.hostPort, accelRedirectPrefix }),
+    ),
+  );
+  const [accelService, fallbackService] = services as [(typeof services)[0], (typeof services)[0]];
+  const serviceNginx = await startNginx({ appPort: accelService.port, artifactRoot: accelService.artifactRoot });
   const staticPort = await freePort();
   const scripts = await mkdtemp(path.join(tmpdir(), 'sf-bench-'));
   // The ceiling writes the same JSON access log line per request as the X-Accel server does.
@@ -62,11 +76,15 @@ async function main(): Promise<void> {
   await writeFile(rangeScript, rangeLua(bytes.length));
 
   const artifact = artifactUrlPath(cid, AUDIO_ARTIFACT_NAME);
-  const targets: Array<[string, string]> = [
-    ['nginx static', `http://127.0.0.1:${staticPort}/static/${artifactRelativePath(cid, AUDIO_ARTIFACT_NAME)}`],
-    ['nginx+accel', nginx.url(artifact)],
-    ['app fallback', `http://127.0.0.1:${fallbackApp.port}${artifact}`],
-    ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`],
+  // Signed URLs carry their own credentials: no API key header, so the services' per-key rate
+  // limit does not count these requests (as for a browser).
+  const targets: Array<[string, string, { apiKey: boolean }]> = [
+    ['nginx static', `http://127.0.0.1:${staticPort}/static/${artifactRelativePath(cid, AUDIO_ARTIFACT_NAME)}`, { apiKey: true }],
+    ['nginx+accel', nginx.url(artifact), { apiKey: true }],
+    ['app fallback', `http://127.0.0.1:${fallbackApp.port}${artifact}`, { apiKey: true }],
+    ['svc+accel', serviceNginx.url(accelService.signedPath), { apiKey: false }],
+    ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
+    ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: true }],
   ];
 
   console.log(`delivery benchmark: ${(bytes.length / 1e6).toFixed(1)} MB WAV, wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per case, loopback`);
@@ -76,7 +94,7 @@ async function main(): Promise<void> {
       ['64 KiB ranges', rangeScript],
     ] as const) {
       const results = new Map<string, Result>();
-      for (const [name, url] of targets) results.set(name, await wrk(url, script));
+      for (const [name, url, { apiKey }] of targets) results.set(name, await wrk(url, script, apiKey));
       const ceiling = results.get('nginx static')!;
       console.log(`\n${label}`);
       console.log(`${'case'.padEnd(14)}${'req/s'.padStart(10)}${'MB/s'.padStart(10)}${'p99 ms'.padStart(10)}${'req/s ×'.padStart(10)}${'MB/s ×'.padStart(9)}${'p99 ×'.padStart(9)}${'errors'.padStart(8)}`);
@@ -95,6 +113,9 @@ async function main(): Promise<void> {
     }
   } finally {
     await nginx.stop();
+    await serviceNginx.stop();
+    await Promise.all(services.map((service) => service.stop()));
+    await media.close();
     await accelApp.close();
     await fallbackApp.close();
     await new Promise((resolve) => plain.close(resolve));
@@ -119,7 +140,7 @@ function startPlainNode(file: string, size: number): Promise<Server> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
 }
 
-/** Random 64 KiB-aligned ranges; the API key rides along as a header. */
+/** Random 64 KiB-aligned ranges; the other headers (the API key, if any) ride along. */
 function rangeLua(size: number): string {
   return `
 local size = ${size}
@@ -135,8 +156,8 @@ end
 `;
 }
 
-async function wrk(url: string, script: string | undefined): Promise<Result> {
-  const args = ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', '-H', `X-API-Key: ${API_KEY}`, ...(script ? ['-s', script] : []), url];
+async function wrk(url: string, script: string | undefined, apiKey: boolean): Promise<Result> {
+  const args = ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []), ...(script ? ['-s', script] : []), url];
   const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? NaN);
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(stdout);
