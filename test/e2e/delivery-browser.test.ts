@@ -3,25 +3,13 @@
  * playwright-core, loads a page served on loopback whose <audio> points at the artifact, once
  * through nginx (X-Accel-Redirect) and once through the app's fallback.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createArtifactStore, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
-import { launchBrowser } from '../support/browser.js';
+import { launchBrowser, playFromMiddle, startPlayerPages } from '../support/browser.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
 
 const SECONDS = 30;
-
-interface PlayerElement {
-  readyState: number;
-  duration: number;
-  currentTime: number;
-  error: { code: number } | null;
-  addEventListener(event: string, listener: () => void, options: { once: boolean }): void;
-  play(): Promise<void>;
-  pause(): void;
-}
 
 let store: ArtifactStore;
 let wav: { cid: string; bytes: Buffer };
@@ -29,8 +17,7 @@ let accelApp: DeliveryApp;
 let fallbackApp: DeliveryApp;
 let nginx: RunningNginx;
 let browser: Browser;
-let pages: Server;
-let pagesPort: number;
+let pages: Awaited<ReturnType<typeof startPlayerPages>>;
 
 beforeAll(async () => {
   store = await createArtifactStore();
@@ -38,21 +25,13 @@ beforeAll(async () => {
   accelApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/' });
   fallbackApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
   nginx = await startNginx({ appPort: accelApp.port, artifactRoot: store.root });
-  // The page with the player, on its own origin: /?src=<audio URL>.
-  pages = createServer((req, res) => {
-    const src = new URL(req.url ?? '/', 'http://localhost').searchParams.get('src') ?? '';
-    const escaped = src.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-    res.end(`<!doctype html><html><body><audio id="player" preload="metadata" src="${escaped}"></audio></body></html>`);
-  });
-  await new Promise<void>((resolve) => pages.listen(0, '127.0.0.1', resolve));
-  pagesPort = (pages.address() as AddressInfo).port;
+  pages = await startPlayerPages();
   browser = await launchBrowser();
 });
 
 afterAll(async () => {
   await browser?.close();
-  await new Promise((resolve) => pages?.close(resolve));
+  await pages?.close();
   await nginx?.stop();
   await accelApp?.close();
   await fallbackApp?.close();
@@ -68,29 +47,8 @@ describe.each(['nginx', 'fallback'] as const)('<audio> with a signed URL through
 
     const page = await browser.newPage();
     try {
-      await page.goto(`http://127.0.0.1:${pagesPort}/?src=${encodeURIComponent(src)}`);
-      const result = await page.evaluate(async () => {
-        // The project's TypeScript has no DOM library: the little of it used here, typed by hand.
-        const audio = (globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }).document.getElementById('player');
-        const waitFor = (event: string) =>
-          new Promise<void>((resolve, reject) => {
-            audio.addEventListener(event, () => resolve(), { once: true });
-            audio.addEventListener('error', () => reject(new Error(`media error ${audio.error?.code}`)), { once: true });
-          });
-        if (audio.readyState < 1) await waitFor('loadedmetadata');
-        const duration = audio.duration;
-        const middle = duration / 2;
-        const seeked = waitFor('seeked');
-        audio.currentTime = middle;
-        await seeked;
-        await audio.play();
-        const started = performance.now();
-        while (audio.currentTime < middle + 0.5 && performance.now() - started < 10_000) {
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-        audio.pause();
-        return { duration, middle, reached: audio.currentTime };
-      });
+      await page.goto(`${pages.origin}/?src=${encodeURIComponent(src)}`);
+      const result = await playFromMiddle(page);
       expect(Math.abs(result.duration - SECONDS)).toBeLessThanOrEqual(0.05);
       expect(result.reached).toBeGreaterThan(result.middle + 0.5);
       expect(result.reached).toBeLessThan(result.middle + 10);

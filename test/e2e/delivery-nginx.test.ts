@@ -6,7 +6,6 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdir, symlink, unlink } from 'node:fs/promises';
-import { connect } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
@@ -21,6 +20,7 @@ import {
   type DeliveryApp,
 } from '../../bench/delivery/stack.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { rawRequest } from '../support/raw-http.js';
 
 const LINK_CID = 'e'.repeat(64);
 
@@ -48,31 +48,6 @@ afterAll(async () => {
   await fallbackApp?.close();
   await store?.remove();
 });
-
-interface RawResponse {
-  status: number;
-  headers: Map<string, string>;
-  raw: Buffer;
-}
-
-/** One request written byte for byte; the whole answer read until the server closes. */
-function rawGet(port: number, target: string, headers: Record<string, string> = {}): Promise<RawResponse> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const socket = connect({ host: '127.0.0.1', port }, () => {
-      const lines = [`GET ${target} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
-      socket.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'));
-    });
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const raw = Buffer.concat(chunks);
-      const head = raw.subarray(0, Math.max(0, raw.indexOf('\r\n\r\n'))).toString('latin1').split('\r\n');
-      const headers = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
-      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers, raw });
-    });
-  });
-}
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
@@ -146,7 +121,7 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
   });
 
   it('HEAD answers the headers of a GET and no body', async () => {
-    const res = await rawHead(port(), app().signedPath(wav.cid));
+    const res = await rawRequest(port(), 'HEAD', app().signedPath(wav.cid));
     expect(res.status).toBe(200);
     expect(res.headers.get('content-length')).toBe(String(wav.bytes.length));
     expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
@@ -243,7 +218,7 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
       .replaceAll('{link}', LINK_CID)
       .replaceAll('{link2}', LINK_CID.slice(0, 2))
       .replaceAll('{long}', 'a'.repeat(300));
-    const res = await rawGet(port(), target, keyed);
+    const res = await rawRequest(port(), 'GET', target, keyed);
     expect(res.status).toBeGreaterThanOrEqual(400);
     expect(res.status).toBeLessThan(500);
     expect(res.raw.toString('latin1')).not.toContain(SECRET_MARKER);
@@ -254,7 +229,7 @@ describe('nginx in front', () => {
   it('answers 404 for /_artifacts/ asked for directly, in any spelling', async () => {
     const rel = artifactRelativePath(wav.cid, 'audio.wav');
     for (const target of [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`, `/_ARTIFACTS/${rel}`]) {
-      const res = await rawGet(nginx.port, target, { authorization: `Bearer ${API_KEY}` });
+      const res = await rawRequest(nginx.port, 'GET', target, { authorization: `Bearer ${API_KEY}` });
       expect(res.status, target).toBeGreaterThanOrEqual(400);
       expect(res.raw.includes(wav.bytes.subarray(0, 4096))).toBe(false);
     }
@@ -279,22 +254,3 @@ describe('nginx in front', () => {
     expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
   });
 });
-
-/** HEAD over a raw socket: fetch() would not show a body sent by mistake. */
-function rawHead(port: number, target: string): Promise<{ status: number; headers: Map<string, string>; bodyBytes: number }> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const socket = connect({ host: '127.0.0.1', port }, () => {
-      socket.write(`HEAD ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
-    });
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const raw = Buffer.concat(chunks);
-      const split = raw.indexOf('\r\n\r\n');
-      const head = raw.subarray(0, split).toString('latin1').split('\r\n');
-      const headers = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
-      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers, bodyBytes: raw.length - split - 4 });
-    });
-  });
-}

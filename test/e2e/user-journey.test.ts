@@ -8,30 +8,19 @@
  */
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchBrowser } from '../support/browser.js';
+import { launchBrowser, playFromMiddle, startPlayerPages } from '../support/browser.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { rawRequest } from '../support/raw-http.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const SECONDS = 20;
-
-interface PlayerElement {
-  readyState: number;
-  duration: number;
-  currentTime: number;
-  error: { code: number } | null;
-  addEventListener(event: string, listener: () => void, options: { once: boolean }): void;
-  play(): Promise<void>;
-  pause(): void;
-}
 
 interface Deployment {
   svc: ServiceHandle;
@@ -44,8 +33,7 @@ interface Deployment {
 
 let media: MediaServer;
 let browser: Browser;
-let pages: Server;
-let pagesOrigin: string;
+let pages: Awaited<ReturnType<typeof startPlayerPages>>;
 let nginx: RunningNginx;
 const deployments = {} as Record<'nginx' | 'fallback', Deployment>;
 
@@ -82,20 +70,13 @@ beforeAll(async () => {
         .map((line) => ({ status: Number(line.status), range: '' })),
   };
 
-  pages = createServer((req, res) => {
-    const src = new URL(req.url ?? '/', 'http://localhost').searchParams.get('src') ?? '';
-    const escaped = src.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-    res.end(`<!doctype html><html><body><audio id="player" preload="metadata" src="${escaped}"></audio></body></html>`);
-  });
-  await new Promise<void>((resolve) => pages.listen(0, '127.0.0.1', resolve));
-  pagesOrigin = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
+  pages = await startPlayerPages();
   browser = await launchBrowser();
 });
 
 afterAll(async () => {
   await browser?.close();
-  await new Promise((resolve) => pages?.close(resolve));
+  await pages?.close();
   await nginx?.stop();
   await deployments.nginx?.svc.stop();
   await deployments.fallback?.svc.stop();
@@ -103,23 +84,6 @@ afterAll(async () => {
 });
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
-
-/** One request written byte for byte (no client normalises the path); the answer read to the end. */
-function rawGet(port: number, target: string, headers: Record<string, string>): Promise<{ status: number; raw: Buffer }> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const socket = connect({ host: '127.0.0.1', port }, () => {
-      const lines = [`GET ${target} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
-      socket.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'));
-    });
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const raw = Buffer.concat(chunks);
-      resolve({ status: Number(raw.subarray(0, 16).toString('latin1').split(' ')[1] ?? 0), raw });
-    });
-  });
-}
 
 describe.each(['nginx', 'fallback'] as const)('submit, poll, then play in a browser, through %s', (mode) => {
   let job: JobBody;
@@ -172,29 +136,8 @@ describe.each(['nginx', 'fallback'] as const)('submit, poll, then play in a brow
     const before = deployment().artifactRequests().length;
     const page = await browser.newPage();
     try {
-      await page.goto(`${pagesOrigin}/?src=${encodeURIComponent(src)}`);
-      const result = await page.evaluate(async () => {
-        // The project's TypeScript has no DOM library: the little of it used here, typed by hand.
-        const audio = (globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }).document.getElementById('player');
-        const waitFor = (event: string) =>
-          new Promise<void>((resolve, reject) => {
-            audio.addEventListener(event, () => resolve(), { once: true });
-            audio.addEventListener('error', () => reject(new Error(`media error ${audio.error?.code}`)), { once: true });
-          });
-        if (audio.readyState < 1) await waitFor('loadedmetadata');
-        const duration = audio.duration;
-        const middle = duration / 2;
-        const seeked = waitFor('seeked');
-        audio.currentTime = middle;
-        await seeked;
-        await audio.play();
-        const started = performance.now();
-        while (audio.currentTime < middle + 0.5 && performance.now() - started < 10_000) {
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-        audio.pause();
-        return { duration, middle, reached: audio.currentTime };
-      });
+      await page.goto(`${pages.origin}/?src=${encodeURIComponent(src)}`);
+      const result = await playFromMiddle(page);
       expect(Math.abs(result.duration - SECONDS)).toBeLessThan(0.1);
       expect(result.reached).toBeGreaterThan(result.middle + 0.5);
       expect(result.reached).toBeLessThan(result.middle + 10);
@@ -230,7 +173,7 @@ describe.each(['nginx', 'fallback'] as const)('submit, poll, then play in a brow
       `/artifacts/${cid}/..%2f..%2f..%2f..%2furl-signing-secret`,
     ];
     for (const target of targets) {
-      const res = await rawGet(port, target, { authorization: `Bearer ${svc.apiKey}` });
+      const res = await rawRequest(port, 'GET', target, { authorization: `Bearer ${svc.apiKey}` });
       expect(res.status, target).toBeGreaterThanOrEqual(400);
       expect(res.status, target).toBeLessThan(500);
       expect(res.raw.includes('SQLite format 3'), target).toBe(false);
