@@ -134,16 +134,10 @@ describe.each(['nginx', 'fallback'] as const)('submit, poll, then play in a brow
     const { origin } = deployment();
     const src = origin + job.result!.artifacts[0]!.signed_url;
     const before = deployment().artifactRequests().length;
-    const page = await browser.newPage();
-    try {
-      await page.goto(`${pages.origin}/?src=${encodeURIComponent(src)}`);
-      const result = await playFromMiddle(page);
-      expect(Math.abs(result.duration - SECONDS)).toBeLessThan(0.1);
-      expect(result.reached).toBeGreaterThan(result.middle + 0.5);
-      expect(result.reached).toBeLessThan(result.middle + 10);
-    } finally {
-      await page.close();
-    }
+    const result = await playFromMiddle(browser, pages, src);
+    expect(Math.abs(result.duration - SECONDS)).toBeLessThan(0.1);
+    expect(result.reached).toBeGreaterThan(result.middle + 0.5);
+    expect(result.reached).toBeLessThan(result.middle + 10);
     // nginx writes its log line when a response ends; the browser may have left one open.
     await new Promise((resolve) => setTimeout(resolve, 300));
     const requests = deployment().artifactRequests().slice(before);

@@ -49,11 +49,21 @@ interface PlayerElement {
 }
 
 /**
- * On a player page: waits for the metadata, seeks to the middle, plays until half a second past
- * it (10 s at most) and pauses. Returns the duration the browser found, the middle, and where
- * playback got to.
+ * Opens the player page for `src` in a new tab: waits for the metadata, seeks to the middle, plays
+ * until half a second past it (10 s at most), pauses and closes the tab. Returns the duration the
+ * browser found, the middle, and where playback got to.
  */
-export function playFromMiddle(page: Page): Promise<{ duration: number; middle: number; reached: number }> {
+export async function playFromMiddle(browser: Browser, pages: { origin: string }, src: string): Promise<{ duration: number; middle: number; reached: number }> {
+  const page = await browser.newPage();
+  try {
+    await page.goto(`${pages.origin}/?src=${encodeURIComponent(src)}`);
+    return await playOnPage(page);
+  } finally {
+    await page.close();
+  }
+}
+
+function playOnPage(page: Page): Promise<{ duration: number; middle: number; reached: number }> {
   return page.evaluate(async () => {
     // The project's TypeScript has no DOM library: the little of it used here, typed by hand.
     const audio = (globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }).document.getElementById('player');
