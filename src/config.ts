@@ -33,6 +33,9 @@ const envSchema = z.object({
   YTDLP_PATH: z.string().min(1).default('yt-dlp'),
   FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
   FFPROBE_PATH: z.string().min(1).default('ffprobe'),
+  TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
+  UNSHARE_PATH: z.string().min(1).default('unshare'),
+  SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
@@ -75,6 +78,8 @@ export interface Config {
   /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
   apiKeys: string[];
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  /** How the tools are kept from the network but through the egress guard (src/sandbox). */
+  confinement: { mode: 'netns' | 'off'; unshare: string; python: string };
   workerConcurrency: number;
   fetchTimeoutMs: number;
   maxDownloadBytes: number;
@@ -119,6 +124,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
+    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,

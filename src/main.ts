@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { serve } from '@hono/node-server';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
@@ -33,6 +35,7 @@ import { createUsageRecorder } from './store/usage.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
+import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
 
 /**
  * The composition root: configuration → database (migrations, recovery) → dependencies →
@@ -88,8 +91,38 @@ async function main(): Promise<void> {
     'start-up recovery',
   );
 
+  const resolve = createSystemResolver();
+  const confined = config.confinement.mode === 'netns';
+  // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
+  const runtimeDir = confined ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
+  const guard = await startEgressGuard({
+    resolve,
+    dial: createTcpDialer(),
+    allowHosts,
+    logger: log,
+    ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
+  });
+  const sandbox = createSandbox({
+    mode: config.confinement.mode,
+    unshare: config.confinement.unshare,
+    python: config.confinement.python,
+    guardSocket: guard.socketPath,
+    guardAuthority: guard.authority,
+    hostNetns: readHostNetns(),
+    run: runProcess,
+  });
+  // Fail closed: without confinement nothing is fetched (submissions 503, workers idle), unless
+  // the operator chose TOOL_CONFINEMENT=off. Re-checked with every health check.
+  let confinement: ConfinementStatus = await sandbox.check();
+  const checkConfinement = async () => (confinement = await sandbox.check());
+  if (!confined) {
+    log.warn('TOOL_CONFINEMENT=off: yt-dlp and ffmpeg run unconfined and can connect around the egress guard');
+  } else if (!confinement.ok) {
+    log.error({ reason: confinement.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
+  }
   const checkHealth = createHealthCheck({
     tools: config.tools,
+    checkConfinement,
     locate: (tool) => locateTool(tool, config.searchPath),
     version: toolVersion,
     pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
@@ -122,13 +155,11 @@ async function main(): Promise<void> {
     onEvicted: (result) => metrics.observeEviction(result.evictedArtifacts, result.evictedBytes),
   });
 
-  const resolve = createSystemResolver();
-  const guard = await startEgressGuard({ resolve, dial: createTcpDialer(), allowHosts, logger: log });
   const runJob = createFetchTask({
     db,
     store,
     now,
-    run: runProcess,
+    sandbox,
     tools: config.tools,
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
@@ -141,6 +172,7 @@ async function main(): Promise<void> {
     concurrency: config.workerConcurrency,
     now,
     log,
+    canClaim: () => confinement.ok,
     runJob: async (job, ctx) => {
       await runJob(job, ctx);
       observeJobEnd(job.id);
@@ -167,6 +199,9 @@ async function main(): Promise<void> {
           },
           contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
           admitJob: () => {
+            if (!confinement.ok) {
+              throw new ServiceError('unavailable', 'confinement_unavailable', 'Fetching is disabled: the tools cannot be confined to the egress guard on this host (see /healthz).', { retryAfterSeconds: 60 });
+            }
             if (countQueued(db) >= config.maxQueuedJobs) {
               throw new ServiceError('rate_limited', 'queue_full', 'Too many jobs are waiting; try again later.', { retryAfterSeconds: 30 });
             }
@@ -237,6 +272,7 @@ async function main(): Promise<void> {
     await sizeCap.stop();
     usage.stop();
     await guard.close();
+    if (runtimeDir) await fs.rm(runtimeDir, { recursive: true, force: true });
     db.$client.close();
     log.info('stopped');
     process.exit(0);

@@ -79,6 +79,11 @@ export const HealthSchema = z
     ffprobe: ToolHealth,
     database: z.object({ ok: z.boolean() }),
     artifact_root: z.object({ writable: z.boolean(), free_bytes: z.number().nullable() }),
+    confinement: z.object({
+      mode: z.enum(['netns', 'off']).openapi({ description: "How the tools are confined to the egress guard; 'off' only when the operator chose it." }),
+      ok: z.boolean(),
+      reason: z.string().nullable().openapi({ description: 'Why the tools cannot be confined (or that confinement is turned off).' }),
+    }),
   })
   .openapi('Health');
 

@@ -9,7 +9,7 @@ import type { ContentStore } from '../store/content-store.js';
 import { AUDIO_ARTIFACT_NAME } from '../store/layout.js';
 import { recordUse } from '../store/usage.js';
 import * as ffmpeg from '../tools/ffmpeg.js';
-import type { runProcess } from '../tools/process.js';
+import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../sandbox/sandbox.js';
 import { parseWavHeader } from '../tools/wav.js';
 import * as ytdlp from '../tools/ytdlp.js';
 import { markDone, markFailed, recordMediaIdentity, recordProgress, type JobError } from './queue.js';
@@ -26,8 +26,9 @@ import type { JobContext } from './worker-pool.js';
  * Everything happens in a per-job folder under the work dir, removed at the end whatever happens.
  */
 export interface EgressSession {
-  proxyUrl: string;
+  proxyUrlAt(authority: string): string;
   refusals(): Array<{ host: string; port: number; code: string; message: string }>;
+  hostsContacted(): string[];
   close(): void;
 }
 
@@ -35,7 +36,8 @@ export interface FetchTaskDeps {
   db: Db;
   store: ContentStore;
   now: () => number;
-  run: typeof runProcess;
+  /** Runs the tools, confined to the egress guard (or not, when the operator turned that off). */
+  sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
   workDir: string;
   limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
@@ -66,13 +68,18 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const egress = deps.openEgressSession?.(job.id);
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([ctx.signal, deadline]);
-    const hide = [workDir, deps.workDir, deps.store.root, ...(egress ? [egress.proxyUrl] : [])];
+    const proxyUrl = egress?.proxyUrlAt(deps.sandbox.guardAuthority);
+    const hide = [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : [])];
     const proxyConfigFile = path.join(workDir, 'proxy.conf');
-    const network = egress ? { proxyConfigFile } : {};
+    // An empty folder as yt-dlp's ffmpeg: it must download by itself, over HTTP(S), or not at all.
+    const noFfmpegDir = path.join(workDir, 'no-ffmpeg');
+    const ytdlpOptions = { noFfmpegDir, ...(proxyUrl ? { proxyConfigFile } : {}) };
+    /** A confined tool's first attempt to connect around the guard, as it reported it. */
+    let directAttempt: string | null = null;
     try {
       await fs.rm(workDir, { recursive: true, force: true });
-      await fs.mkdir(workDir, { recursive: true });
-      if (egress) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(egress.proxyUrl), { mode: 0o600, flag: 'wx' });
+      await fs.mkdir(noFfmpegDir, { recursive: true });
+      if (proxyUrl) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(proxyUrl), { mode: 0o600, flag: 'wx' });
       await fetchToStore();
     } catch (err) {
       if (ctx.signal.aborted) {
@@ -90,6 +97,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
     function toJobError(err: unknown): JobError {
       const refusal = egress?.refusals()[0];
       if (refusal) return { code: 'destination_refused', message: refusal.message };
+      if (directAttempt !== null) {
+        return {
+          code: 'direct_connection_refused',
+          message: `The downloader tried to connect around the egress guard and the sandbox refused it (${directAttempt}).`,
+        };
+      }
       if (deadline.aborted) {
         return { code: 'fetch_timeout', message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.` };
       }
@@ -105,7 +118,22 @@ export function createFetchTask(deps: FetchTaskDeps) {
       args: string[],
       output: { onStdoutLine?: (line: string) => void; stdoutCaptureBytes?: number } = {},
     ) {
-      const result = await deps.run({ command: deps.tools[name], args, cwd: workDir, signal, ...output });
+      // Only the downloader talks to the network (through the guard); the conversion reads a file.
+      const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';
+      const result = await deps.sandbox.run({
+        command: deps.tools[name],
+        args,
+        cwd: workDir,
+        signal,
+        network,
+        ...output,
+        onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
+      });
+      if (result.confinementFailure !== null) {
+        ctx.log.error({ reason: result.confinementFailure }, 'tool confinement failed');
+        throw new JobFailure({ code: 'confinement_unavailable', message: 'The tools could not be confined to the egress guard, so nothing was fetched.' });
+      }
+      if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
       if (result.notFound) {
         throw new JobFailure(
           name === 'ytdlp'
@@ -117,18 +145,25 @@ export function createFetchTask(deps: FetchTaskDeps) {
       return result;
     }
 
+    /** In a confined tool's output, an errno of a refused connect() can only be a way around the guard. */
+    function noticeDirectAttempt(line: string): void {
+      const match = REFUSED_CONNECT.exec(line);
+      if (match && directAttempt === null) directAttempt = match[0];
+    }
+
     async function fetchToStore(): Promise<void> {
       // 1. Metadata, no media.
-      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, ...network }), {
+      const probe = await runTool('ytdlp', ytdlp.buildProbeArgs({ url: job.url, ...ytdlpOptions }), {
         stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
       });
       if (probe.exitCode !== 0) {
-        throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(probe.stderrTail), message: ytdlp.cleanToolMessage(probe.stderrTail, hide) });
+        throw new JobFailure(ytdlp.describeYtDlpFailure(probe.stderrTail, hide));
       }
       let info: ReturnType<typeof ytdlp.parseInfoJson>;
-      const infoText = probe.stdout;
+      let infoText: string;
       try {
-        info = ytdlp.parseInfoJson(infoText);
+        info = ytdlp.parseInfoJson(probe.stdout);
+        infoText = ytdlp.withoutProxyOverrides(probe.stdout);
       } catch {
         throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
       }
@@ -150,7 +185,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
         });
       }
       recordMediaIdentity(deps.db, job.id, info.extractorKey, info.mediaId);
-      const mediaKey = info.extractorKey.toLowerCase() === 'generic' ? undefined : mediaAliasKey(info.extractorKey, info.mediaId);
+      const mediaKey = trustedMediaKey(info, egress?.hostsContacted() ?? []);
       if (mediaKey) {
         const known = resolveAlias(deps.db, 'media', mediaKey);
         const reused =
@@ -186,7 +221,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
           infoJsonPath,
           url: job.url,
           outputDir: downloadDir,
-          ...network,
+          ...ytdlpOptions,
           maxBytes: deps.limits.maxDownloadBytes,
           // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
           format: ytdlp.GUARDED_FORMAT,
@@ -210,7 +245,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
         },
       );
       if (download.exitCode !== 0) {
-        throw new JobFailure({ code: ytdlp.classifyYtDlpFailure(download.stderrTail), message: ytdlp.cleanToolMessage(download.stderrTail, hide) });
+        throw new JobFailure(ytdlp.describeYtDlpFailure(download.stderrTail, hide));
       }
       // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
       // carried on without it (it skips unavailable HLS fragments).
@@ -316,6 +351,26 @@ export function createFetchTask(deps: FetchTaskDeps) {
       }
     }
   };
+}
+
+/**
+ * The media alias key, or undefined where the extractor's identity cannot be trusted across URLs:
+ * the generic extractor (its id is a file name), and any media whose page is not on a host the
+ * downloader actually fetched from through the guard (an extractor's output can name any page).
+ */
+function trustedMediaKey(info: ytdlp.MediaInfo, hostsContacted: string[]): string | undefined {
+  if (info.extractorKey.toLowerCase() === 'generic' || info.webpageUrl === undefined) return undefined;
+  let page: URL;
+  try {
+    page = new URL(info.webpageUrl);
+  } catch {
+    return undefined;
+  }
+  if (page.protocol !== 'http:' && page.protocol !== 'https:') return undefined;
+  const bare = (host: string) => host.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
+  if (!hostsContacted.map(bare).includes(bare(page.hostname))) return undefined;
+  const site = page.port === '' ? bare(page.hostname) : `${bare(page.hostname)}:${page.port}`;
+  return mediaAliasKey(info.extractorKey, site, info.mediaId);
 }
 
 function safeParseProbe(text: string): ReturnType<typeof ffmpeg.parseProbe> | undefined {

@@ -35,6 +35,8 @@ export function createWorkerPool(deps: {
   log: Logger;
   runJob: JobRunner;
   pollIntervalMs?: number;
+  /** False while jobs must not start (the tools cannot be confined): they stay queued. */
+  canClaim?: () => boolean;
 }): WorkerPool {
   const owner = `pid${process.pid}-${randomUUID().slice(0, 8)}`;
   const running = new Map<string, { controller: AbortController; done: Promise<void> }>();
@@ -42,7 +44,7 @@ export function createWorkerPool(deps: {
   let timer: NodeJS.Timeout | undefined;
 
   function fill(): void {
-    while (!stopping && running.size < deps.concurrency) {
+    while (!stopping && running.size < deps.concurrency && (deps.canClaim?.() ?? true)) {
       const job = claimNextJob(deps.db, owner, deps.now());
       if (!job) return;
       launch(job);

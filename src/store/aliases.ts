@@ -4,10 +4,15 @@ import { aliases, cacheEntries, type AliasKind } from '../db/schema.js';
 
 /**
  * Aliases point a submitted URL (kind 'url', normalized by aliasKey) or a downloader media
- * identity (kind 'media', '<extractor_key>:<id>') at a content id.
+ * identity (kind 'media', '<extractor_key>:<site>:<id>') at a content id.
+ *
+ * The site (host, and port when not the default, of the media's page) is part of the media key:
+ * an extractor id alone can be chosen by whoever controls a host (PeerTube-style extractors
+ * accept any host whose page says so), and would let one client store audio under another
+ * site's id for every later submission of the real media to receive.
  */
-export function mediaAliasKey(extractorKey: string, mediaId: string): string {
-  return `${extractorKey.toLowerCase()}:${mediaId}`;
+export function mediaAliasKey(extractorKey: string, site: string, mediaId: string): string {
+  return `${extractorKey.toLowerCase()}:${site.toLowerCase()}:${mediaId}`;
 }
 
 export function setAlias(db: Db, kind: AliasKind, key: string, contentId: string, now: number): void {

@@ -14,6 +14,8 @@ const read = (file: string) => readFileSync(new URL(file, ROOT), 'utf8');
 
 interface Service {
   build?: string;
+  cap_add?: string[];
+  security_opt?: string[];
   image?: string;
   environment: Record<string, string>;
   volumes: string[];
@@ -50,6 +52,15 @@ describe('compose.yaml', () => {
     expect(mount(app.volumes, config.artifactRoot)?.readOnly).toBe(false);
     expect(app.expose).toEqual([String(config.port)]);
     expect(app.ports).toBeUndefined();
+  });
+
+  it('runs the tools confined: the app may make namespaces, gains no privilege, and never turns confinement off', () => {
+    const config = loadConfig(interpolate(app.environment));
+    expect(config.confinement.mode).toBe('netns');
+    expect(app.cap_add).toEqual(['SYS_ADMIN']);
+    expect(app.security_opt).toContain('no-new-privileges:true');
+    // The capability only unlocks unshare(2) in the seccomp profile; the app itself runs unprivileged.
+    expect(read('Dockerfile')).toMatch(/^USER node$/m);
   });
 
   it('renders the same nginx template the end-to-end tests run, in front of the app', () => {

@@ -5,6 +5,9 @@ import { describe, expect, it } from 'vitest';
 import { createFetchTask } from '../../src/jobs/fetch-task.js';
 import { claimNextJob, getJobRow, insertJob } from '../../src/jobs/queue.js';
 import { createLogger } from '../../src/logger.js';
+import { createSandbox } from '../../src/sandbox/sandbox.js';
+import { eq } from 'drizzle-orm';
+import { aliases, jobs } from '../../src/db/schema.js';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
@@ -54,12 +57,18 @@ function wav(seed: number): Buffer {
   return Buffer.concat([head, body]);
 }
 
-function fakeTools(media: { extractorKey: string; id: string }, wavBytes: Buffer) {
+function fakeTools(media: { extractorKey: string; id: string; page?: string }, wavBytes: Buffer) {
   const calls: string[] = [];
   const run: typeof runProcess = async (opts) => {
     if (opts.command === 'yt-dlp' && opts.args.includes('--dump-single-json')) {
       calls.push('probe');
-      const info = { extractor: media.extractorKey.toLowerCase(), extractor_key: media.extractorKey, id: media.id, formats: [{ protocol: 'https' }] };
+      const info = {
+        extractor: media.extractorKey.toLowerCase(),
+        extractor_key: media.extractorKey,
+        id: media.id,
+        webpage_url: media.page,
+        formats: [{ protocol: 'https' }],
+      };
       return { ...OK, stdout: JSON.stringify(info) };
     }
     if (opts.command === 'yt-dlp') {
@@ -80,17 +89,24 @@ function fakeTools(media: { extractorKey: string; id: string }, wavBytes: Buffer
   return { run, calls };
 }
 
-async function runJob(fx: StoreFixture, opts: { url: string; run: typeof runProcess; store?: ContentStore; now: number }) {
+/** hostsContacted: the hosts the egress guard says the downloader fetched from. */
+async function runJob(fx: StoreFixture, opts: { url: string; run: typeof runProcess; store?: ContentStore; now: number; hostsContacted?: string[] }) {
   insertJob(fx.db, { id: 'job', url: opts.url, urlKey: opts.url, status: 'queued', createdAt: 1 });
   const job = claimNextJob(fx.db, 'worker', 1)!;
   const task = createFetchTask({
     db: fx.db,
     store: opts.store ?? fx.store,
     now: () => opts.now,
-    run: opts.run,
+    sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
     workDir: path.join(fx.dir, 'work'),
     limits: { timeoutMs: 10_000, maxDownloadBytes: 1_000_000, maxDurationS: 3600 },
+    openEgressSession: () => ({
+      proxyUrlAt: (at) => `http://job:secret@${at}`,
+      refusals: () => [],
+      hostsContacted: () => opts.hostsContacted ?? [],
+      close: () => {},
+    }),
   });
   await task(job, { signal: new AbortController().signal, log: createLogger('silent') });
   return getJobRow(fx.db, 'job')!;
@@ -102,11 +118,11 @@ describe('fetch task', () => {
   it('a job done through the media alias records the use of that content, in the same transaction', async () => {
     const fx = await createStoreFixture();
     const known = await fx.addArtifact(1000, 1000, 'https://media.example/watch?v=abc');
-    setAlias(fx.db, 'media', 'youtube:abc', known, 1000);
+    setAlias(fx.db, 'media', 'youtube:www.youtube.com:abc', known, 1000);
     const other = await fx.addArtifact(1000, 2000);
-    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc' }, wav(1));
+    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc', page: 'https://www.youtube.com/watch?v=abc' }, wav(1));
 
-    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000 });
+    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000, hostsContacted: ['youtu.be', 'www.youtube.com'] });
     expect(job).toMatchObject({ status: 'done', contentId: known });
     expect(tools.calls).toEqual(['probe']);
     expect(resolveAlias(fx.db, 'url', 'https://youtu.be/abc')).toBe(known);
@@ -116,6 +132,36 @@ describe('fetch task', () => {
     await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
     expect(await fx.contentIdsOnDisk()).toEqual([known]);
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
+  });
+
+  it('an extractor that names a page on a host the downloader never fetched from neither reuses nor plants a media alias', async () => {
+    const fx = await createStoreFixture();
+    // The real video's audio, stored from the real site.
+    const real = await fx.addArtifact(1000, 1000, 'https://video.example/w/abc');
+    setAlias(fx.db, 'media', 'peertube:video.example:abc', real, 1000);
+    // A host that says PeerTube and names the real site's page and id as its own.
+    const tools = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://video.example/w/abc' }, wav(3));
+
+    const job = await runJob(fx, { url: 'https://attacker.example/w/abc', run: tools.run, now: 5000, hostsContacted: ['attacker.example'] });
+    expect(tools.calls).toEqual(['probe', 'download', 'ffprobe', 'ffmpeg']);
+    expect(job.status).toBe('done');
+    expect(job.contentId).not.toBe(real);
+    // The real media's alias still points at the real audio; nothing else was aliased as media.
+    expect(resolveAlias(fx.db, 'media', 'peertube:video.example:abc')).toBe(real);
+    expect(fx.db.select().from(aliases).where(eq(aliases.kind, 'media')).all()).toHaveLength(1);
+  });
+
+  it('the same id on two hosts of a self-hosted platform are two media', async () => {
+    const fx = await createStoreFixture();
+    const first = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://one.example/w/abc' }, wav(4));
+    const one = await runJob(fx, { url: 'https://one.example/w/abc', run: first.run, now: 5000, hostsContacted: ['one.example'] });
+    fx.db.delete(jobs).run();
+    const second = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://two.example/w/abc' }, wav(5));
+    const two = await runJob(fx, { url: 'https://two.example/w/abc', run: second.run, now: 6000, hostsContacted: ['two.example'] });
+    expect(second.calls).toContain('download');
+    expect(two.contentId).not.toBe(one.contentId);
+    expect(resolveAlias(fx.db, 'media', 'peertube:one.example:abc')).toBe(one.contentId);
+    expect(resolveAlias(fx.db, 'media', 'peertube:two.example:abc')).toBe(two.contentId);
   });
 
   it('content a job is storing is never evicted, not even an identical copy stored earlier from another URL', async () => {
