@@ -102,7 +102,9 @@ describe('metrics', () => {
   });
 
   it("all carry the service's prefix, the process and Node.js metrics included", async () => {
-    const text = await (await svc.request('/metrics')).text();
+    const res = await svc.request('/metrics');
+    expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
+    const text = await res.text();
     const families = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => ({ name: name!, type: type! }));
     expect(families.length).toBeGreaterThan(20);
     expect(families.filter((family) => !family.name.startsWith('source_fetch_'))).toEqual([]);
