@@ -105,6 +105,34 @@ describe('a request body the service does not read', () => {
     await expectConnectionReusable(await connection());
   });
 
+  it('eight 4 MiB bodies at a time, ten times over: every connection gets its 413 before the close', async () => {
+    // Closing a socket with request bytes unread makes the kernel reset it, which can discard the
+    // answer not yet sent: without the lingering close, some of these (about 3 in 100) lose it.
+    const body = jsonBody(ACCEPTED_URL, 4 * 1024 * 1024);
+    const framed = { length: head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }), chunked: head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }) };
+    const chunkedBody = chunked(body, 64 * 1024);
+    const outcomes: string[] = [];
+    for (let round = 0; round < 10; round++) {
+      const isChunked = round % 2 === 1;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          const conn = await connection();
+          conn.write(isChunked ? framed.chunked : framed.length);
+          conn.write(isChunked ? chunkedBody : body);
+          try {
+            const answer = await conn.readMessage();
+            outcomes.push(`${answer.status} ${answer.headers.get('connection')}`);
+          } catch (err) {
+            outcomes.push((err as Error).message.slice(0, 60));
+          }
+          await conn.closedByServer;
+        }),
+      );
+    }
+    expect(outcomes.filter((outcome) => outcome !== '413 close')).toEqual([]);
+    expect(outcomes.length).toBe(80);
+  });
+
   it('an unauthenticated body is refused (401) with Connection: close too', async () => {
     const conn = await connection();
     const body = jsonBody(ACCEPTED_URL, 64 * 1024);
