@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { serve } from '@hono/node-server';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { openDatabase } from './db/client.js';
@@ -14,6 +13,8 @@ import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { problemResponse } from './http/problem.js';
+import { MAX_BODY_BYTES } from './http/routes/sources.js';
+import { startHttpServer } from './http/server.js';
 import { toJobRecord } from './http/job-record.js';
 import { cancelJob } from './jobs/cancel.js';
 import { createFetchTask } from './jobs/fetch-task.js';
@@ -255,7 +256,7 @@ async function main(): Promise<void> {
     stopping
       ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
       : app.fetch(req, ...rest);
-  const server = serve({ fetch, hostname: config.host, port: config.port }, (info) => {
+  const server = startHttpServer({ fetch, hostname: config.host, port: config.port, maxRequestBodyBytes: MAX_BODY_BYTES }, (info) => {
     log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
   });
   workers.start();

@@ -115,10 +115,10 @@ describe('store size cap', () => {
 
     // The byte count is exact: the same as the files on disk, and within the cap.
     const onDisk = [...files.values()].reduce((sum, size) => sum + size, 0);
-    expect(await metric(svc, 'store_bytes')).toBe(onDisk);
-    expect(await metric(svc, 'store_artifacts')).toBe(2);
+    expect(await metric(svc, 'source_fetch_store_bytes')).toBe(onDisk);
+    expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
     expect(onDisk).toBeLessThanOrEqual(CAP);
-    expect(await metric(svc, 'store_evictions_total')).toBe(1);
+    expect(await metric(svc, 'source_fetch_store_evicted_artifacts_total')).toBe(1);
     for (const [cid] of files) expect(sha256(await readFile(artifactFile(svc, cid)))).toBe(cid);
 
     // b's alias no longer makes a job born done: it is downloaded again.
@@ -240,8 +240,8 @@ describe('start-up reconciliation', () => {
       });
       expect(await cidsOnDisk(svc)).toEqual([kept, rowless].sort());
       const files = await filesOnDisk(svc);
-      expect(await metric(svc, 'store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
-      expect(await metric(svc, 'store_artifacts')).toBe(2);
+      expect(await metric(svc, 'source_fetch_store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
+      expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
 
       // a and the adopted c are still stored under their URLs; b's alias is gone, so b downloads again.
       for (const [name, cid] of [['a', kept], ['c', rowless]] as const) {

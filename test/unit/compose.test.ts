@@ -105,4 +105,11 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/^COPY drizzle \.\/drizzle$/m);
     expect(dockerfile).toMatch(/^USER node$/m);
   });
+
+  it('builds and runs on Node 22, which package.json allows', () => {
+    const images = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((match) => match[1]);
+    expect(images).toEqual(['node:22-bookworm-slim', 'node:22-bookworm-slim']);
+    const pkg = JSON.parse(read('package.json')) as { engines: { node: string } };
+    expect(pkg.engines.node.split('||').map((range) => range.trim())).toContain('>=22.12.0');
+  });
 });
