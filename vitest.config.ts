@@ -17,7 +17,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
-          globalSetup: ['test/support/build.ts'],
+          globalSetup: ['test/support/build.ts', 'test/support/postgres-global.ts'],
           testTimeout: 120_000,
           hookTimeout: 120_000,
           // Two cores: end-to-end files each start a service, a media server and tools.
