@@ -8,6 +8,8 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          // Repository tests run on both databases: one PostgreSQL cluster for the unit run too.
+          globalSetup: ['test/support/postgres-global.ts'],
           testTimeout: 20_000,
           // Projects with different maxWorkers must run as separate groups: unit tests first.
           sequence: { groupOrder: 0 },
