@@ -18,16 +18,8 @@ export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32
   const existing = readSecret(file);
   if (existing) return { value: existing, file, created: false };
 
-  fs.mkdirSync(dataDir, { recursive: true });
   const value = randomBytes(bytes).toString('base64url');
-  const temp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-  const fd = fs.openSync(temp, 'wx', 0o600);
-  try {
-    fs.writeSync(fd, `${value}\n`);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
+  const temp = writeBeside(file, value);
   try {
     if (existing === '') fs.renameSync(temp, file);
     else fs.linkSync(temp, file);
@@ -39,6 +31,20 @@ export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32
     fs.rmSync(temp, { force: true });
   }
   return { value, file, created: true };
+}
+
+/** Writes `value` in full, mode 0600 and synced, to a temporary file beside `file`; returns its path. */
+function writeBeside(file: string, value: string): string {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const temp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  const fd = fs.openSync(temp, 'wx', 0o600);
+  try {
+    fs.writeSync(fd, `${value}\n`);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  return temp;
 }
 
 /** The secret in `file`; '' when the file is empty or blank; undefined when there is none. */
@@ -69,15 +75,6 @@ export async function loadOrCreateSharedSecret(q: Queryable, name: string, now: 
 export function mirrorSecretFile(dataDir: string, fileName: string, value: string): string {
   const file = path.join(dataDir, fileName);
   if (readSecret(file) === value) return file;
-  fs.mkdirSync(dataDir, { recursive: true });
-  const temp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
-  const fd = fs.openSync(temp, 'wx', 0o600);
-  try {
-    fs.writeSync(fd, `${value}\n`);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(temp, file);
+  fs.renameSync(writeBeside(file, value), file);
   return file;
 }
