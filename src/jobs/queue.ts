@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, lt, ne, or, sql } from 'drizzle-orm';
+import { and, asc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
 import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
 
 /**
@@ -90,10 +90,6 @@ async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
   const query = q.db.select({ status: q.t.jobs.status }).from(q.t.jobs).where(eq(q.t.jobs.id, id));
   const [row] = q.kind === 'postgres' ? await query.for('update') : await query;
   return row !== undefined && ACTIVE.includes(row.status);
-}
-
-export async function followersOf(q: Queryable, leaderId: string): Promise<JobRow[]> {
-  return q.db.select().from(q.t.jobs).where(eq(q.t.jobs.followsJobId, leaderId));
 }
 
 /** Atomically takes the oldest claimable job, with a lease. */
@@ -332,7 +328,7 @@ export async function reclaimExpiredLeases(database: Database, maxAttempts: numb
   });
 }
 
-async function exhaust(q: Queryable, where: ReturnType<typeof and> & object, maxAttempts: number, now: number): Promise<Ended[]> {
+async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
   const { jobs } = q.t;
   const error = { code: 'attempts_exhausted', message: `The job was interrupted ${maxAttempts} times and is not retried again.` };
   const failed = await q.db
@@ -345,25 +341,4 @@ async function exhaust(q: Queryable, where: ReturnType<typeof and> & object, max
     ended.push({ job, followers: await failFollowers(q, job.id, { code: error.code, message: 'The job this one waited for failed.' }, now) });
   }
   return ended;
-}
-
-/** Jobs running anywhere: the ones a node holds, for the orphan sweep of its work folder. */
-export async function runningJobIds(q: Queryable, owner?: string): Promise<string[]> {
-  const { jobs } = q.t;
-  const rows = await q.db
-    .select({ id: jobs.id })
-    .from(jobs)
-    .where(owner === undefined ? eq(jobs.status, 'running') : and(eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)));
-  return rows.map((row) => row.id);
-}
-
-/** Statuses of the given jobs that are no longer running (canceled, taken back...). */
-export async function notRunning(q: Queryable, ids: string[]): Promise<string[]> {
-  if (ids.length === 0) return [];
-  const { jobs } = q.t;
-  const rows = await q.db
-    .select({ id: jobs.id })
-    .from(jobs)
-    .where(and(inArray(jobs.id, ids), ne(jobs.status, 'running')));
-  return rows.map((row) => row.id);
 }
