@@ -1,6 +1,6 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Handler } from 'hono';
-import type { JobRow } from './db/schema.js';
+import type { JobRow } from './db/database.js';
 import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
 import { accessLog } from './http/middleware/access-log.js';
@@ -28,9 +28,9 @@ export interface AppDeps {
   log: Logger;
   checkKey: KeyChecker;
   submitSource: (url: string, requestId: string) => Promise<JobRow>;
-  getJob: (id: string) => JobRow;
-  cancelJob: (id: string) => JobRow;
-  renderJob: (job: JobRow) => JobRecord;
+  getJob: (id: string) => Promise<JobRow>;
+  cancelJob: (id: string) => Promise<JobRow>;
+  renderJob: (job: JobRow) => Promise<JobRecord>;
   serveArtifact: Handler<AppEnv>;
   checkHealth: () => Promise<HealthReport>;
   metrics: Metrics;

@@ -26,6 +26,14 @@ const envSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   DATA_DIR: z.string().min(1).default('./data'),
+  DATABASE_URL: optionalString.refine((value) => value === undefined || /^postgres(ql)?:\/\//.test(value), {
+    message: 'must be a postgres:// URL (unset: SQLite in DATA_DIR)',
+  }),
+  DATABASE_POOL_SIZE: positiveInt(10),
+  NODE_ID: optionalString.refine((value) => value === undefined || /^[A-Za-z0-9._-]{1,64}$/.test(value), {
+    message: 'must be 1 to 64 letters, digits, dots, dashes or underscores',
+  }),
+  JOB_LEASE_S: positiveInt(30),
   ARTIFACT_ROOT: optionalString,
   API_KEYS: commaList.refine((keys) => keys.every((key) => key.length >= 16 && !/\s/.test(key)), {
     message: 'each key must be at least 16 characters with no whitespace',
@@ -36,7 +44,7 @@ const envSchema = z.object({
   TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
   UNSHARE_PATH: z.string().min(1).default('unshare'),
   SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
-  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(0).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
   MAX_DURATION_S: positiveInt(3 * 3600),
@@ -71,7 +79,12 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
-  databasePath: string;
+  /** PostgreSQL, shared by every node; or SQLite in the data dir (one node). */
+  database: { kind: 'postgres'; url: string; poolSize: number } | { kind: 'sqlite'; path: string };
+  /** This process among the nodes: its leases and pins carry it. Unset: made unique per start. */
+  nodeId: string | undefined;
+  /** A running job's lease: renewed every second; a dead node's jobs are taken back after it. */
+  jobLeaseMs: number;
   artifactRoot: string;
   /** Per-job working folders; on the data dir, never served. */
   workDir: string;
@@ -119,7 +132,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     host: e.HOST,
     port: e.PORT,
     dataDir,
-    databasePath: path.join(dataDir, 'source-fetch.sqlite'),
+    database:
+      e.DATABASE_URL !== undefined
+        ? { kind: 'postgres', url: e.DATABASE_URL, poolSize: e.DATABASE_POOL_SIZE }
+        : { kind: 'sqlite', path: path.join(dataDir, 'source-fetch.sqlite') },
+    nodeId: e.NODE_ID,
+    jobLeaseMs: e.JOB_LEASE_S * 1000,
     artifactRoot: path.resolve(e.ARTIFACT_ROOT ?? path.join(dataDir, 'artifacts')),
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,

@@ -16,7 +16,9 @@ export interface HealthDeps {
   checkConfinement: () => Promise<ConfinementStatus>;
   locate: (nameOrPath: string) => Promise<string | null>;
   version: (path: string, args: string[]) => Promise<string | null>;
-  pingDatabase: () => boolean;
+  pingDatabase: () => Promise<boolean>;
+  databaseKind: 'sqlite' | 'postgres';
+  nodeId: string;
   artifactRoot: string;
   now: () => number;
   cacheMs?: number;
@@ -54,12 +56,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
 
   return async () => {
     const { ytdlp, ffmpeg, ffprobe, confinement } = await tools();
-    let databaseOk = false;
-    try {
-      databaseOk = deps.pingDatabase();
-    } catch {
-      databaseOk = false;
-    }
+    const databaseOk = await deps.pingDatabase().catch(() => false);
     const writable = await fs.access(deps.artifactRoot, constants.W_OK).then(
       () => true,
       () => false,
@@ -76,7 +73,8 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       downloader: ytdlp,
       ffmpeg,
       ffprobe,
-      database: { ok: databaseOk },
+      node_id: deps.nodeId,
+      database: { ok: databaseOk, kind: deps.databaseKind },
       artifact_root: { writable, free_bytes: freeBytes },
       confinement: {
         mode: confinement.mode,

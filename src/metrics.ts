@@ -18,13 +18,16 @@ export const METRIC_PREFIX = 'source_fetch_';
 const GAUGES_NAMED_LIKE_COUNTERS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
 
 export interface MetricsSources {
-  queueDepth: () => number;
+  /** Global: jobs queued on every node's database. */
+  queueDepth: () => Promise<number>;
   busyWorkers: () => number;
-  storeTotals: () => { bytes: number; artifacts: number };
+  storeTotals: () => Promise<{ bytes: number; artifacts: number }>;
   downloaderPresent: () => Promise<boolean>;
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+type EndedJob = { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null };
 
 export function createMetrics(sources: MetricsSources) {
   const registry = new Registry();
@@ -83,24 +86,24 @@ export function createMetrics(sources: MetricsSources) {
     name: prefixed('store_bytes'),
     help: 'Bytes of all stored artifacts.',
     registers: [registry],
-    collect() {
-      this.set(sources.storeTotals().bytes);
+    async collect() {
+      this.set((await sources.storeTotals()).bytes);
     },
   });
   new Gauge({
     name: prefixed('store_artifacts'),
     help: 'Number of stored artifacts.',
     registers: [registry],
-    collect() {
-      this.set(sources.storeTotals().artifacts);
+    async collect() {
+      this.set((await sources.storeTotals()).artifacts);
     },
   });
   new Gauge({
     name: prefixed('jobs_queued'),
     help: 'Jobs waiting for a worker.',
     registers: [registry],
-    collect() {
-      this.set(sources.queueDepth());
+    async collect() {
+      this.set(await sources.queueDepth());
     },
   });
   new Gauge({
@@ -126,7 +129,11 @@ export function createMetrics(sources: MetricsSources) {
       httpRequests.inc({ method, route, status: String(status) });
       httpDuration.observe({ method, route }, seconds);
     },
-    observeJobEnd(job: { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null }) {
+    /** A job and the followers that ended with it: each counted once, by the node that ended them. */
+    observeEnded(ended: { job: EndedJob; followers: EndedJob[] }) {
+      for (const job of [ended.job, ...ended.followers]) this.observeJobEnd(job);
+    },
+    observeJobEnd(job: EndedJob) {
       jobsFinished.inc({ status: job.status, born_done: String(job.bornDone) });
       if (job.status === 'failed' && job.errorCode) jobFailures.inc({ code: job.errorCode });
       if (job.startedAt !== null && job.finishedAt !== null && !job.bornDone) {

@@ -126,8 +126,12 @@ export interface components {
                 path: string | null;
                 version: string | null;
             };
+            /** @description This node, among the nodes sharing the database. */
+            node_id: string;
             database: {
                 ok: boolean;
+                /** @enum {string} */
+                kind: "sqlite" | "postgres";
             };
             artifact_root: {
                 writable: boolean;

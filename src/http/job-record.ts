@@ -1,4 +1,4 @@
-import type { CacheEntryRow, JobRow } from '../db/schema.js';
+import type { CacheEntryRow, JobRow } from '../db/database.js';
 import { artifactUrlPath } from '../store/layout.js';
 import type { JobRecord } from './schemas.js';
 

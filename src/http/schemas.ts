@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { JOB_STATUSES } from '../db/schema.js';
+import { JOB_STATUSES } from '../db/database.js';
 
 /** The zod schemas of the API: they validate requests and generate openapi.json. */
 
@@ -77,7 +77,8 @@ export const HealthSchema = z
     downloader: ToolHealth,
     ffmpeg: ToolHealth,
     ffprobe: ToolHealth,
-    database: z.object({ ok: z.boolean() }),
+    node_id: z.string().openapi({ description: 'This node, among the nodes sharing the database.' }),
+    database: z.object({ ok: z.boolean(), kind: z.enum(['sqlite', 'postgres']) }),
     artifact_root: z.object({ writable: z.boolean(), free_bytes: z.number().nullable() }),
     confinement: z.object({
       mode: z.enum(['netns', 'off']).openapi({ description: "How the tools are confined to the egress guard; 'off' only when the operator chose it." }),

@@ -1,6 +1,5 @@
 import { and, eq } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { aliases, cacheEntries, type AliasKind } from '../db/schema.js';
+import type { AliasKind, Queryable } from '../db/database.js';
 
 /**
  * Aliases point a submitted URL (kind 'url', normalized by aliasKey) or a downloader media
@@ -15,20 +14,22 @@ export function mediaAliasKey(extractorKey: string, site: string, mediaId: strin
   return `${extractorKey.toLowerCase()}:${site.toLowerCase()}:${mediaId}`;
 }
 
-export function setAlias(db: Db, kind: AliasKind, key: string, contentId: string, now: number): void {
-  db.insert(aliases)
+export async function setAlias(q: Queryable, kind: AliasKind, key: string, contentId: string, now: number): Promise<void> {
+  const { aliases } = q.t;
+  await q.db
+    .insert(aliases)
     .values({ kind, key, contentId, createdAt: now })
-    .onConflictDoUpdate({ target: [aliases.kind, aliases.key], set: { contentId, createdAt: now } })
-    .run();
+    .onConflictDoUpdate({ target: [aliases.kind, aliases.key], set: { contentId, createdAt: now } });
 }
 
 /** The content id an alias points to, only while that content still has a cache row. */
-export function resolveAlias(db: Db, kind: AliasKind, key: string): string | undefined {
-  const row = db
+export async function resolveAlias(q: Queryable, kind: AliasKind, key: string): Promise<string | undefined> {
+  const { aliases, cacheEntries } = q.t;
+  const [row] = await q.db
     .select({ contentId: aliases.contentId })
     .from(aliases)
     .innerJoin(cacheEntries, eq(cacheEntries.contentId, aliases.contentId))
     .where(and(eq(aliases.kind, kind), eq(aliases.key, key)))
-    .get();
+    .limit(1);
   return row?.contentId;
 }

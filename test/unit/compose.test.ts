@@ -13,6 +13,8 @@ const ROOT = new URL('../../', import.meta.url);
 const read = (file: string) => readFileSync(new URL(file, ROOT), 'utf8');
 
 interface Service {
+  profiles?: string[];
+  deploy?: { replicas?: string | number };
   build?: string;
   cap_add?: string[];
   security_opt?: string[];
@@ -28,10 +30,20 @@ const compose = parse(read('compose.yaml')) as { services: Record<string, Servic
 const app = compose.services.app!;
 const nginx = compose.services.nginx!;
 
-/** Compose's `${NAME:-default}` interpolation, with nothing set in the environment. */
-function interpolate(env: Record<string, string>): Record<string, string> {
+/**
+ * Compose's interpolation of `${NAME}`, `${NAME:-default}` and `${NAME:?message}` (required),
+ * with only `set` in the environment; a required variable left unset throws, as compose refuses.
+ */
+function interpolate(env: Record<string, string>, set: Record<string, string> = {}): Record<string, string> {
   return Object.fromEntries(
-    Object.entries(env).map(([key, value]) => [key, String(value).replace(/\$\{[A-Z_]+(?::?-([^}]*))?\}/g, (_, fallback: string | undefined) => fallback ?? '')]),
+    Object.entries(env).map(([key, value]) => [
+      key,
+      String(value).replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
+        if (set[name] !== undefined && set[name] !== '') return set[name]!;
+        if (required) throw new Error(`${name} is required`);
+        return dash ? (fallback ?? '') : '';
+      }),
+    ]),
   );
 }
 
@@ -90,6 +102,44 @@ describe('compose.yaml', () => {
     expect(app.healthcheck?.test.join(' ')).toContain('/healthz');
     expect(nginx.healthcheck?.test.join(' ')).toContain('/healthz');
     expect(nginx.depends_on?.app?.condition).toBe('service_healthy');
+  });
+});
+
+describe('compose.yaml, the scaled profile', () => {
+  const postgres = compose.services.postgres!;
+  const node = compose.services['app-node']!;
+  const front = compose.services['nginx-scaled']!;
+  const set = { POSTGRES_PASSWORD: 'pw-for-the-test' };
+
+  it('runs one profile at a time, single unless told otherwise', () => {
+    for (const [name, service] of Object.entries(compose.services)) expect(service.profiles, name).toHaveLength(1);
+    expect(compose.services.app!.profiles).toEqual(['single']);
+    expect([postgres, node, front].map((service) => service.profiles![0])).toEqual(['scaled', 'scaled', 'scaled']);
+    expect(read('.env')).toMatch(/^COMPOSE_PROFILES=single$/m);
+  });
+
+  it('runs several app nodes on PostgreSQL, with the configuration accepting their environment', () => {
+    const env = interpolate(node.environment, set);
+    const config = loadConfig(env);
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://source_fetch:pw-for-the-test@postgres:5432/source_fetch', poolSize: 10 });
+    expect(config.confinement.mode).toBe('netns');
+    expect(node.cap_add).toEqual(['SYS_ADMIN']);
+    expect(String(node.deploy?.replicas)).toBe('${APP_REPLICAS:-3}');
+    expect(node.depends_on?.postgres?.condition).toBe('service_healthy');
+    expect(postgres.healthcheck?.test.join(' ')).toContain('pg_isready');
+    // The password comes from the operator, never a default in the file.
+    expect(() => interpolate(node.environment)).toThrow(/POSTGRES_PASSWORD/);
+    expect(() => interpolate(postgres.environment)).toThrow(/POSTGRES_PASSWORD/);
+  });
+
+  it('shares one artifact volume between the nodes and nginx, apart from the single-node one', () => {
+    const nodeSide = mount(node.volumes, interpolate(node.environment, set).ARTIFACT_ROOT!);
+    const nginxSide = mount(front.volumes, interpolate(front.environment).ARTIFACT_ROOT!);
+    expect(nodeSide).toEqual({ source: 'artifacts-shared', target: '/artifacts', readOnly: false });
+    expect(nginxSide).toEqual({ source: 'artifacts-shared', target: '/artifacts', readOnly: true });
+    expect(mount(app.volumes, '/artifacts')?.source).not.toBe('artifacts-shared');
+    expect(interpolate(front.environment).APP_UPSTREAM).toBe(`app-node:${interpolate(node.environment, set).PORT}`);
+    renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), interpolate(front.environment));
   });
 });
 

@@ -15,7 +15,18 @@ describe('configuration', () => {
       workerConcurrency: 2,
       fetchAllowHosts: [],
       accelRedirectPrefix: null,
+      database: { kind: 'sqlite', path: path.resolve('data/source-fetch.sqlite') },
+      nodeId: undefined,
+      jobLeaseMs: 30_000,
+      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3' },
     });
+  });
+
+  it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
+    const config = loadConfig({ DATABASE_URL: 'postgres://app:pw@db:5432/app', DATABASE_POOL_SIZE: '20', WORKER_CONCURRENCY: '0', NODE_ID: 'api-1' });
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:pw@db:5432/app', poolSize: 20 });
+    expect(config.workerConcurrency).toBe(0);
+    expect(config.nodeId).toBe('api-1');
   });
 
   it('parses lists and numbers', () => {
@@ -28,7 +39,10 @@ describe('configuration', () => {
   it.each([
     ['PORT', 'eighty'],
     ['PORT', '70000'],
-    ['WORKER_CONCURRENCY', '0'],
+    ['WORKER_CONCURRENCY', '-1'],
+    ['DATABASE_URL', 'mysql://db/app'],
+    ['NODE_ID', 'a node'],
+    ['JOB_LEASE_S', '0'],
     ['API_KEYS', 'short'],
     ['ACCEL_REDIRECT_PREFIX', '_artifacts'],
     ['URL_SIGNING_SECRET', 'too-short'],

@@ -1,5 +1,5 @@
 import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
-import type { JobRow } from '../../db/schema.js';
+import type { JobRow } from '../../db/database.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonBody } from '../middleware/json-body.js';
@@ -31,7 +31,7 @@ export const submitSourceRoute = createRoute({
 
 export function registerSourceRoutes(
   app: OpenAPIHono<AppEnv>,
-  deps: { submit: (url: string, requestId: string) => Promise<JobRow>; render: (job: JobRow) => JobRecord },
+  deps: { submit: (url: string, requestId: string) => Promise<JobRow>; render: (job: JobRow) => Promise<JobRecord> },
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
     const { url } = c.req.valid('json');
@@ -39,6 +39,6 @@ export function registerSourceRoutes(
     c.set('jobId', job.id);
     c.get('log').info({ job_id: job.id, status: job.status, born_done: job.bornDone }, 'source submitted');
     c.header('Location', `/jobs/${job.id}`);
-    return c.json(deps.render(job), 202);
+    return c.json(await deps.render(job), 202);
   });
 }

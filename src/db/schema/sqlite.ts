@@ -1,9 +1,12 @@
-import { index, integer, primaryKey, real, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { sql } from 'drizzle-orm';
+import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { ALIAS_KINDS, JOB_STATUSES } from './model.js';
 
-/** Times are milliseconds since the epoch (integers), rendered as ISO strings at the edge. */
-
-export const JOB_STATUSES = ['queued', 'running', 'done', 'failed', 'canceled'] as const;
-export type JobStatus = (typeof JOB_STATUSES)[number];
+/**
+ * The SQLite schema (the embedded default). Its twin is ./postgres.ts: the same tables, columns,
+ * keys and indexes, which test/unit/db-schemas.test.ts checks. Times are milliseconds since the
+ * epoch (integers), rendered as ISO strings at the edge.
+ */
 
 export const jobs = sqliteTable(
   'jobs',
@@ -14,14 +17,16 @@ export const jobs = sqliteTable(
     urlKey: text('url_key').notNull(),
     status: text('status', { enum: JOB_STATUSES }).notNull(),
     bornDone: integer('born_done', { mode: 'boolean' }).notNull().default(false),
-    /** Set while another job for the same URL is queued or running: this one waits for its result. */
+    /** Set while another job for the same URL or media is queued or running: this one waits for its result. */
     followsJobId: text('follows_job_id'),
     createdAt: integer('created_at').notNull(),
     startedAt: integer('started_at'),
     finishedAt: integer('finished_at'),
     attempts: integer('attempts').notNull().default(0),
+    /** The node running the job, while it is running. */
     lockOwner: text('lock_owner'),
-    lockedAt: integer('locked_at'),
+    /** While running: the node must renew before this time, or any node may take the job back. */
+    leaseExpiresAt: integer('lease_expires_at'),
     progressBytes: integer('progress_bytes'),
     progressTotalBytes: integer('progress_total_bytes'),
     contentId: text('content_id'),
@@ -29,13 +34,19 @@ export const jobs = sqliteTable(
     errorMessage: text('error_message'),
     extractor: text('extractor'),
     mediaId: text('media_id'),
+    /** The media alias key, once the metadata step named a trusted one (src/store/aliases.ts). */
+    mediaKey: text('media_key'),
     /** X-Request-Id of the submission, so the worker's log lines can be tied to it. */
     requestId: text('request_id'),
   },
   (t) => [
     index('jobs_claim_idx').on(t.status, t.createdAt),
+    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
     index('jobs_follows_idx').on(t.followsJobId),
+    // Single flight across nodes: one leader per URL, one download per media at a time.
+    uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
+    uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
   ],
 );
 
@@ -60,19 +71,16 @@ export const cacheEntries = sqliteTable(
   },
   (t) => [
     primaryKey({ columns: [t.contentId, t.name] }),
-    // Eviction's exact order and keyset cursor: SQLite walks it and stops at the batch's LIMIT.
+    // Eviction's exact order and keyset cursor: the database walks it and stops at the batch's LIMIT.
     index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name),
   ],
 );
 
 /**
  * Aliases to content: kind 'url' keys a normalized submitted URL; kind 'media' keys the
- * downloader's extractor and media id ('<extractor_key>:<id>'), so that another URL of the same
- * media is recognised before anything is downloaded.
+ * downloader's extractor, site and media id, so that another URL of the same media is recognised
+ * before anything is downloaded.
  */
-export const ALIAS_KINDS = ['url', 'media'] as const;
-export type AliasKind = (typeof ALIAS_KINDS)[number];
-
 export const aliases = sqliteTable(
   'aliases',
   {
@@ -84,9 +92,6 @@ export const aliases = sqliteTable(
   (t) => [primaryKey({ columns: [t.kind, t.key] }), index('aliases_content_idx').on(t.contentId)],
 );
 
-export type JobRow = typeof jobs.$inferSelect;
-export type CacheEntryRow = typeof cacheEntries.$inferSelect;
-
 /**
  * One row (id 1) with the store's exact byte and artifact counts, kept by triggers on
  * cache_entries in the same transaction as every insert, delete and size change, so the cap
@@ -96,4 +101,33 @@ export const storeTotals = sqliteTable('store_totals', {
   id: integer('id').primaryKey(),
   bytes: integer('bytes').notNull(),
   artifacts: integer('artifacts').notNull(),
+});
+
+/**
+ * Content a job is storing, held from the moment its hash is known until the job has recorded it
+ * (or given up): eviction on any node leaves it alone. A pin expires, so a dead node's pins do
+ * not hold content forever.
+ */
+export const storePins = sqliteTable(
+  'store_pins',
+  {
+    contentId: text('content_id').notNull(),
+    holder: text('holder').notNull(),
+    expiresAt: integer('expires_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.contentId, t.holder] })],
+);
+
+/** Named leases for work that one node at a time must do (eviction). */
+export const serviceLeases = sqliteTable('service_leases', {
+  name: text('name').primaryKey(),
+  holder: text('holder').notNull(),
+  expiresAt: integer('expires_at').notNull(),
+});
+
+/** Secrets the service generated itself, shared by every node (API key, URL signing secret). */
+export const serviceSecrets = sqliteTable('service_secrets', {
+  name: text('name').primaryKey(),
+  value: text('value').notNull(),
+  createdAt: integer('created_at').notNull(),
 });
