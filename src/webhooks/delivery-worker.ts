@@ -117,6 +117,13 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
     else log.info(fields, 'callback attempt failed: trying again later');
   }
 
+  async function settle(): Promise<void> {
+    while (filling || inFlight.size > 0) {
+      await filling;
+      await Promise.all(inFlight.values());
+    }
+  }
+
   return {
     start() {
       timer = setInterval(() => {
@@ -128,17 +135,12 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
     wake() {
       if (!stopping) fill();
     },
-    async settle() {
-      while (filling || inFlight.size > 0) {
-        await filling;
-        await Promise.all(inFlight.values());
-      }
-    },
+    settle,
     async stop() {
       stopping = true;
       clearInterval(timer);
       stopper.abort();
-      await this.settle();
+      await settle();
     },
   };
 }
