@@ -110,11 +110,14 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
     if (bornDone) return bornDone;
 
     await deps.admitJob();
-    // enqueueJob's own transactions join this one: the job and its delivery commit together.
-    const job = await deps.database.transaction(async (q) => {
-      const queued = await enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
-      return queued && withCallback(q, queued, now);
-    });
+    const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
+    // With a callback, enqueueJob's own transactions join this one: the job and its delivery commit together.
+    const job = options.callbackUrl
+      ? await deps.database.transaction(async (q) => {
+          const queued = await enqueue();
+          return queued && withCallback(q, queued, now);
+        })
+      : await enqueue();
     if (job) {
       if (job.followsJobId === null) deps.onQueued();
       return job;
