@@ -269,7 +269,7 @@ async function main(): Promise<void> {
           : app.fetch(req, ...rest),
       hostname: config.host,
       port: config.port,
-      maxRequestBodyBytes: Math.max(MAX_BODY_BYTES, MAX_BATCH_BODY_BYTES),
+      maxRequestBodyBytes: (path) => (path === '/sources/batch' ? MAX_BATCH_BODY_BYTES : MAX_BODY_BYTES),
     },
     (info) => {
       log.info({ host: info.address, port: info.port, node_id: nodeId, database: database.kind, artifact_root: config.artifactRoot, workers: config.workerConcurrency }, 'listening');
