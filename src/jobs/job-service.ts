@@ -3,7 +3,7 @@ import { ServiceError } from '../errors.js';
 import { cacheEntriesFor } from '../store/cache-entries.js';
 import { deliveryForJob, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
-import { getJobRow, type Ended } from './queue.js';
+import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
 import { checkCallbackUrl, checkSource, queueChecked, submitSource, type SubmitDeps } from './submit.js';
 import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
 
@@ -103,9 +103,15 @@ export function createJobService(deps: JobServiceDeps): JobService {
       if (changed) deps.onEnded({ job, followers: [] });
       return job;
     },
-    async view(job) {
-      const [leader, artifacts, callback] = await Promise.all([
-        job.followsJobId ? getJobRow(database, job.followsJobId) : undefined,
+    async view(row) {
+      let job = row;
+      let leader = job.followsJobId && job.status === 'queued' ? await getJobRow(database, job.followsJobId) : undefined;
+      if (leader && FINAL_STATUSES.has(leader.status)) {
+        // The leader's end and its followers' commit together, so the row read before it was stale.
+        job = (await getJobRow(database, job.id)) ?? job;
+        leader = undefined;
+      }
+      const [artifacts, callback] = await Promise.all([
         job.contentId ? cacheEntriesFor(database, job.contentId) : [],
         deliveryForJob(database, job.id),
       ]);
