@@ -1,43 +1,52 @@
 /**
  * Scale-out benchmark, run by hand (not part of the test suite):
  *
- *   npm run build && npx tsx bench/scale-out.ts [--runs=3] [--quick]
+ *   npm run build && npx tsx bench/scale-out.ts [--runs=3] [--only=latency,standin,real,submit]
+ *                                               [--warmup=60] [--seconds=10] [--quick]
  *
  * The built service (node dist/main.js) as separate processes on loopback, on SQLite (one node,
  * DATA_DIR) or on one throwaway PostgreSQL cluster (test/support/postgres.ts: initdb as the
- * postgres user, tuned for tests: fsync, synchronous_commit and full_page_writes off), one fresh
- * database, data dirs and shared ARTIFACT_ROOT per measurement. Setups: SQLite 1 node, Postgres
- * 1 node, Postgres 3 nodes. Every node runs with RATE_LIMIT_PER_MINUTE=0 (no per-key limit) and
- * MAX_QUEUED_JOBS=10000000 (so a queue filled by the submission load never answers 429), and
- * writes its log (info) to a file, as a deployment would ship it. Measured, each setup in turn,
- * --runs times (runs interleave the setups so that the machine's noise spreads over all of them);
- * the table shows the median over runs and ratios against SQLite 1 node and Postgres 1 node of
- * the same run of this script:
+ * postgres user, tuned for tests: fsync, synchronous_commit and full_page_writes off), with fresh
+ * nodes, data dirs, database and shared ARTIFACT_ROOT for each measurement. Setups: SQLite 1 node,
+ * Postgres 1 node, Postgres 3 nodes. Every node runs with RATE_LIMIT_PER_MINUTE=0 (no per-key
+ * limit), MAX_QUEUED_JOBS=10000000 (a queue filled by the submission load never answers 429), and
+ * writes its log (info) to a file, as a deployment would ship it. Each measurement runs --runs
+ * times, the runs interleaving the setups so that the machine's noise spreads over all of them;
+ * the table shows medians over runs and ratios against SQLite 1 node and Postgres 1 node from
+ * this same run of the script:
  *
- *   1. claim latency: one job at a time on idle workers (WORKER_CONCURRENCY=2 per node), each
- *      submitted to the next node in turn. "202 → claimed" is the job record's started_at (the
- *      worker's clock when it claimed it) minus the bench's clock when the 202 reached it (same
- *      machine, same clock; negative when a worker claimed the job before the 202 reached the
- *      client). "created → claimed" is started_at − created_at, both in the record. Stand-in
- *      tools (below), so a job ends fast and the next one meets idle workers again.
+ *   1. claim latency: jobs one at a time on idle workers (WORKER_CONCURRENCY=2 per node), each
+ *      submitted to the next node in turn, stand-in tools (below) so that each ends fast. "202 →
+ *      claimed" is the job record's started_at (the worker's clock as it claimed the job) minus
+ *      this process's clock when the 202 reached it: same machine, same clock, no polling in the
+ *      figure; negative when the job was claimed before its 202 arrived. "created → claimed" is
+ *      started_at − created_at, both from the record.
  *   2. jobs/s: N jobs submitted at once (8 requests in flight, spread over the nodes), from the
- *      first submission to the last job's finished_at, every job done.
+ *      first submission to the last finished_at; every job must end done.
  *      - queue alone: YTDLP_PATH, FFPROBE_PATH and FFMPEG_PATH are stand-in shell scripts that
- *        answer at once (probe JSON, an 8 KiB WAV made distinct by the job's URL, a fixed
+ *        answer at once (probe JSON, an 8 KiB WAV made distinct by the job's info JSON, a fixed
  *        ffprobe answer, a copy) with TOOL_CONFINEMENT=off: what is left is the service's own
  *        work per job (claim, lease, four tool spawns, hashing, store, commit transaction).
- *      - real tools: yt-dlp, ffprobe and ffmpeg as a user runs them (confined: netns), on a
- *        distinct 1 s mono AAC file per job served by a media server on 127.0.0.1.
- *   3. submissions/s: wrk (3 threads, one per node when there are 3 nodes, each on its own
- *      keep-alive connections) POSTs /sources with a distinct URL per request on the loopback
- *      media server (allowed by FETCH_ALLOW_HOSTS, so the destination check resolves nothing
- *      outside); all nodes API-only (WORKER_CONCURRENCY=0), jobs stay queued. A short warm-up
- *      load first, then the measured one; every answer must be 202.
+ *      - real tools: yt-dlp, ffprobe and ffmpeg as a user runs them (confined: netns), a distinct
+ *        1 s mono AAC file per job from a media server on 127.0.0.1.
+ *   3. submissions/s: wrk (3 threads; with 3 nodes one thread per node) POSTs /sources with a
+ *      distinct URL per request on the loopback media server (allowed by FETCH_ALLOW_HOSTS, so the
+ *      destination check resolves nothing outside); all nodes API-only (WORKER_CONCURRENCY=0), so
+ *      jobs stay queued; every answer must be a 202.
  *
- * The machine's load (os.loadavg) is printed before each measurement and summed up at the end.
- * Warnings and errors the nodes logged are counted and printed. Everything started here (nodes,
- * cluster, media server, wrk) is stopped at the end, on failure and on Ctrl-C too, and every
- * temp folder removed.
+ * Beside each rate, the CPU time (user + system, from /proc) the nodes, their tools and every
+ * Postgres process spent per job or per submission: on this shared 2-core machine other people's
+ * load moves rates far more than it moves CPU time. Before each measurement, unmeasured warm-up
+ * work (submissions, jobs, --warmup seconds of load) lets V8 optimise the nodes' code: a node that
+ * gets a third of the load takes three times as long to warm up, which made 3 nodes look far worse
+ * than they are after a short warm-up. The jobs the submission warm-up queued are canceled in the
+ * database before the measured load, since the admission check counts queued jobs on every
+ * submission (its cost grows with the queue).
+ *
+ * The machine's load (os.loadavg) is printed before each measurement and summed up at the end;
+ * warnings and errors the nodes logged are counted and printed. Everything started here (nodes,
+ * cluster, media server, wrk) is stopped at the end, on failure and on Ctrl-C too, and every temp
+ * folder removed.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -46,7 +55,6 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promisify } from 'node:util';
 import BetterSqlite3 from 'better-sqlite3';
 import postgres from 'postgres';
 import { makeTone } from '../test/support/media.js';
@@ -59,12 +67,12 @@ const QUICK = argv.includes('--quick');
 const RUNS = Number(argv.find((arg) => arg.startsWith('--runs='))?.slice('--runs='.length) ?? (QUICK ? 1 : 3));
 /** --only=latency,standin,real,submit: some of the measurements (default: all). */
 const ONLY = new Set((argv.find((arg) => arg.startsWith('--only='))?.slice('--only='.length) ?? 'latency,standin,real,submit').split(','));
-const SUBMIT_WARMUP_S = Number(argv.find((arg) => arg.startsWith('--warmup='))?.slice('--warmup='.length) ?? (QUICK ? 2 : 20));
+const SUBMIT_WARMUP_S = Number(argv.find((arg) => arg.startsWith('--warmup='))?.slice('--warmup='.length) ?? (QUICK ? 2 : 60));
 const SUBMIT_SECONDS = Number(argv.find((arg) => arg.startsWith('--seconds='))?.slice('--seconds='.length) ?? (QUICK ? 3 : 10));
 const LATENCY_SAMPLES = QUICK ? 10 : 40;
 /** Submissions and jobs before each measurement, unmeasured: a fresh node's code is not optimised yet. */
 const LATENCY_WARMUP = QUICK ? 3 : 10;
-const STANDIN_WARMUP_JOBS = QUICK ? 10 : 60;
+const STANDIN_WARMUP_JOBS = QUICK ? 10 : 150;
 const STANDIN_JOBS = QUICK ? 30 : 150;
 const REAL_JOBS = QUICK ? 4 : 16;
 const WRK_THREADS = 3;
@@ -73,8 +81,6 @@ const SUBMIT_IN_FLIGHT = 8;
 const WORKERS_PER_NODE = 2;
 const API_KEY = 'scale-out-bench-key-0123456789';
 const STANDIN_WAV_DATA_BYTES = 8192;
-
-const run = promisify(execFile);
 
 // ---------------------------------------------------------------------------------------------
 // Everything started is registered here and stopped in reverse order, whatever happens.
@@ -124,6 +130,8 @@ interface Node {
   pid: number;
   /** Its DATA_DIR, made here and removed by stop(). */
   dataDir: string;
+  /** Submissions it answered so far, by its access log. */
+  submissionsAnswered(): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -174,7 +182,11 @@ async function startNode(env: Record<string, string>, label: string): Promise<No
     const line = text.split('\n').find((l) => l.includes('"msg":"listening"'));
     if (line) {
       const { port, node_id } = JSON.parse(line) as { port: number; node_id: string };
-      return { baseUrl: `http://127.0.0.1:${port}`, port, nodeId: node_id, pid: child.pid!, dataDir, stop };
+      const submissionsAnswered = async () => {
+        const log = await readFile(logFile, 'utf8');
+        return log.split('\n').filter((l) => l.includes('"msg":"request"') && l.includes('"method":"POST"') && l.includes('"route":"/sources"')).length;
+      };
+      return { baseUrl: `http://127.0.0.1:${port}`, port, nodeId: node_id, pid: child.pid!, dataDir, submissionsAnswered, stop };
     }
     await sleep(25);
   }
@@ -481,6 +493,8 @@ interface SubmitResult {
   queued: number;
   /** wrk's "Socket errors" line, if any (time-outs, say). */
   socketErrors: string | undefined;
+  /** Submissions each node answered during the measured load (the spread of the load). */
+  answeredBy: number[];
   /** CPU ms per submission: nodes and Postgres. */
   cpuNodesMs: number;
   cpuDatabaseMs: number;
@@ -510,11 +524,13 @@ async function measureSubmissions(setup: Setup, media: MediaServer, scriptDir: s
     return { stdout, requests, queued, socketErrors };
   };
   await wrkRun('warmup', SUBMIT_WARMUP_S);
+  const answeredBefore = await Promise.all(setup.nodes.map((node) => node.submissionsAnswered()));
   await setup.reader.cancelQueued();
   const queuedBefore = await setup.reader.active();
   const cpuBefore = await setup.cpu();
   const { stdout, requests, queued, socketErrors } = await wrkRun('measured', SUBMIT_SECONDS);
   const cpu = cpuMsBetween(cpuBefore, await setup.cpu());
+  const answeredBy = (await Promise.all(setup.nodes.map((node) => node.submissionsAnswered()))).map((n, i) => n - answeredBefore[i]!);
   // wrk counts only the answers it read in time; the database holds every job it was answered for, and maybe a few in flight.
   if (queued - queuedBefore < requests) throw new Error(`wrk counted ${requests} answers, but only ${queued - queuedBefore} jobs were queued`);
   const ms = (value: string, unit: string) => Number(value) * ({ us: 1e-3, ms: 1, s: 1000 } as Record<string, number>)[unit]!;
@@ -529,6 +545,7 @@ async function measureSubmissions(setup: Setup, media: MediaServer, scriptDir: s
     p99Ms: p(99),
     queued,
     socketErrors,
+    answeredBy,
     cpuNodesMs: cpu.nodes / submitted,
     cpuDatabaseMs: cpu.database / submitted,
   };
@@ -762,7 +779,7 @@ async function main(): Promise<void> {
           record(spec.label, 'submitCpu', s.cpuNodesMs + s.cpuDatabaseMs);
           record(spec.label, 'submitCpuDatabase', s.cpuDatabaseMs);
           console.log(
-            `${s.requestsPerSecond.toFixed(0)} req/s, p50 ${s.p50Ms.toFixed(2)} ms, p99 ${s.p99Ms.toFixed(2)} ms (${s.queued} jobs queued at the end); ` +
+            `${s.requestsPerSecond.toFixed(0)} req/s, p50 ${s.p50Ms.toFixed(2)} ms, p99 ${s.p99Ms.toFixed(2)} ms (${s.queued} jobs queued at the end; answered by node: ${s.answeredBy.join('/')}); ` +
               `${cpuText(s)} per submission${s.socketErrors ? `; wrk: ${s.socketErrors}` : ''}`,
           );
         });
