@@ -6,7 +6,7 @@
  *
  * The built service (node dist/main.js) as separate processes on loopback, on SQLite (one node,
  * DATA_DIR) or on one throwaway PostgreSQL cluster (test/support/postgres.ts: initdb as the
- * postgres user, tuned for tests: fsync, synchronous_commit and full_page_writes off), with fresh
+ * postgres user, with PostgreSQL's default durability, as a deployment runs it), with fresh
  * nodes, data dirs, database and shared ARTIFACT_ROOT for each measurement. Setups: SQLite 1 node,
  * Postgres 1 node, Postgres 3 nodes. Every node runs with RATE_LIMIT_PER_MINUTE=0 (no per-key
  * limit), MAX_QUEUED_JOBS=10000000 (a queue filled by the submission load never answers 429), and
@@ -695,13 +695,13 @@ async function main(): Promise<void> {
   const startedAt = Date.now();
   console.log(
     `scale-out benchmark: ${RUNS} run(s), ${os.cpus().length} CPUs, ${load()} at start (${os.cpus().length} = fully busy)\n` +
-      `PostgreSQL: throwaway cluster on 127.0.0.1, fsync=off, synchronous_commit=off, full_page_writes=off (test tuning)\n` +
+      `PostgreSQL: throwaway cluster on 127.0.0.1 with its default durability (fsync, synchronous_commit on), as SQLite syncs its commits\n` +
       `every node: RATE_LIMIT_PER_MINUTE=0 (rate limit off), MAX_QUEUED_JOBS=10000000, LOG_LEVEL=info to a file; ` +
       `WORKER_CONCURRENCY=${WORKERS_PER_NODE} per node for latency and jobs/s (3 nodes: ${3 * WORKERS_PER_NODE} workers), 0 for submissions\n`,
   );
   const scratch = await mkdtemp(path.join(os.tmpdir(), 'sf-bench-scale-'));
   onCleanup(() => rm(scratch, { recursive: true, force: true }));
-  const cluster = await startPostgresCluster();
+  const cluster = await startPostgresCluster({ durable: true });
   onCleanup(() => cluster.stop());
   const media = await startMediaServer();
   onCleanup(() => media.close());
