@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parseUpstreamProxy, type UpstreamProxy } from './egress/upstream-proxy.js';
 import { parseAllowHosts, type AllowList } from './policy/destination.js';
 
 /**
@@ -69,6 +70,16 @@ const envSchema = z.object({
     message: 'must be at least 32 characters',
   }),
   SIGNED_URL_TTL_S: positiveInt(24 * 3600),
+  EGRESS_UPSTREAM_PROXY: optionalString.transform((value, ctx) => {
+    if (value === undefined) return undefined;
+    const proxy = parseUpstreamProxy(value);
+    // The message never repeats the value: it may hold a password.
+    if (typeof proxy === 'string') {
+      ctx.addIssue({ code: 'custom', message: proxy });
+      return z.NEVER;
+    }
+    return proxy;
+  }),
   SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
@@ -112,6 +123,8 @@ export interface Config {
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
+  /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
+  egressUpstreamProxy: UpstreamProxy | undefined;
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
 }
@@ -159,6 +172,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
+    egressUpstreamProxy: e.EGRESS_UPSTREAM_PROXY,
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,
   };

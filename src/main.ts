@@ -8,6 +8,7 @@ import { openDatabase } from './db/open.js';
 import { createArtifactHandler } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
+import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { toJobRecord } from './http/job-record.js';
@@ -98,9 +99,12 @@ async function main(): Promise<void> {
   const resolve = createSystemResolver();
   // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
+  if (config.egressUpstreamProxy) {
+    log.info({ upstream_proxy: config.egressUpstreamProxy }, 'the egress guard reaches checked destinations through the upstream proxy');
+  }
   const guard = await startEgressGuard({
     resolve,
-    dial: createTcpDialer(),
+    dial: config.egressUpstreamProxy ? createUpstreamProxyDialer(config.egressUpstreamProxy) : createTcpDialer(),
     allowHosts: config.allowHosts,
     logger: log,
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
