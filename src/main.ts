@@ -138,6 +138,13 @@ async function main(): Promise<void> {
     artifactRoot: config.artifactRoot,
     now,
   });
+  void checkHealth().then(
+    (report) => {
+      for (const warning of report.warnings) log.warn({ code: warning.code }, warning.message);
+      log.info({ status: report.status, downloader: report.downloader.version, warnings: report.warnings.length }, 'first health check');
+    },
+    (err: unknown) => log.error({ err }, 'the first health check failed'),
+  );
   let busyWorkers = () => 0;
   const metrics = createMetrics({
     queueDepth: () => countQueued(database),

@@ -115,6 +115,12 @@ export interface components {
                 present: boolean;
                 path: string | null;
                 version: string | null;
+                /** @description The release date in the downloader's version (yt-dlp's are dates), YYYY-MM-DD; null when the version names none. */
+                released_on: string | null;
+                /** @description Days since that date. */
+                age_days: number | null;
+                /** @description Older than 90 days: sites change, and an old yt-dlp falls behind them. A warning only: it does not change `status`. */
+                outdated: boolean;
             };
             ffmpeg: {
                 present: boolean;
@@ -147,6 +153,11 @@ export interface components {
                 /** @description Why the tools cannot be confined (or that confinement is turned off). */
                 reason: string | null;
             };
+            /** @description What an operator should look at although the service works (`downloader_outdated`). */
+            warnings: {
+                code: string;
+                message: string;
+            }[];
         };
         Problem: {
             type: string;
