@@ -80,6 +80,14 @@ const envSchema = z.object({
     }
     return proxy;
   }),
+  EVENTS_KEEPALIVE_S: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(50, { message: "must be at most 50, below nginx's proxy_read_timeout (60 s)" })
+    .default(15),
+  EVENT_STREAMS_PER_KEY: positiveInt(20),
+  EVENT_STREAMS_PER_NODE: positiveInt(500),
   SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
@@ -125,6 +133,8 @@ export interface Config {
   signedUrlTtlS: number;
   /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
   egressUpstreamProxy: UpstreamProxy | undefined;
+  /** getJobEvents: comment keep-alives this often, and how many streams a key and the node may hold. */
+  events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number };
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
 }
@@ -173,6 +183,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
     egressUpstreamProxy: e.EGRESS_UPSTREAM_PROXY,
+    events: { keepAliveMs: e.EVENTS_KEEPALIVE_S * 1000, maxPerKey: e.EVENT_STREAMS_PER_KEY, maxPerNode: e.EVENT_STREAMS_PER_NODE },
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,
   };

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
 import { createArtifactHandler } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
@@ -11,6 +12,7 @@ import { createTcpDialer, startEgressGuard } from './egress/guard.js';
 import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
+import { createJobEventStreams } from './http/job-events.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { problemResponse } from './http/problem.js';
@@ -19,9 +21,11 @@ import { startHttpServer } from './http/server.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createJobService } from './jobs/job-service.js';
+import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
+import type { JobRecord } from './http/schemas.js';
 import { createMetrics } from './metrics.js';
 import { makeNodeId } from './ops/node-id.js';
 import { createShutdown } from './ops/shutdown.js';
@@ -44,6 +48,9 @@ import { runProcess } from './tools/process.js';
  * workers → serve. The real clock, spawner, resolver, file system and process are wired here and
  * nowhere else.
  */
+/** How often event streams look at their jobs: progress is recorded every half second. */
+const JOB_EVENTS_POLL_MS = 500;
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -210,23 +217,34 @@ async function main(): Promise<void> {
     onEnded: (ended) => metrics.observeEnded(ended),
   });
 
+  const renderJob = async (job: JobRow): Promise<JobRecord> => {
+    const view = await jobs.view(job);
+    return toJobRecord(view.job, {
+      leader: view.leader,
+      artifacts: view.artifacts,
+      sign: (cid, name) => {
+        const signed = signer.sign(cid, name, config.signedUrlTtlS);
+        return { query: signed.query, expiresAt: signed.expires * 1000 };
+      },
+    });
+  };
+  // Event streams follow jobs in the database, whichever node runs them: one query per tick for all.
+  const jobWatcher = createJobWatcher({
+    readJobs: (ids) => readJobRows(database, ids),
+    render: renderJob,
+    intervalMs: JOB_EVENTS_POLL_MS,
+    onError: (err) => log.error({ err }, 'reading watched jobs failed'),
+  });
+  const jobEvents = createJobEventStreams({ watcher: jobWatcher, render: renderJob, ...config.events });
+
   const app = createApp({
     log,
     checkKey,
     submitSource: (url, requestId) => jobs.submit(url, requestId),
     getJob: (id) => jobs.get(id),
     cancelJob: (id) => jobs.cancel(id),
-    renderJob: async (job) => {
-      const view = await jobs.view(job);
-      return toJobRecord(view.job, {
-        leader: view.leader,
-        artifacts: view.artifacts,
-        sign: (cid, name) => {
-          const signed = signer.sign(cid, name, config.signedUrlTtlS);
-          return { query: signed.query, expiresAt: signed.expires * 1000 };
-        },
-      });
-    },
+    renderJob,
+    jobEvents,
     serveArtifact: createArtifactHandler({
       artifactRoot: config.artifactRoot,
       accelRedirectPrefix: config.accelRedirectPrefix,
@@ -262,6 +280,9 @@ async function main(): Promise<void> {
     graceMs: config.shutdownGraceMs,
     closeServer: () => {
       server.close();
+      // Ended cleanly now, not cut off at exit: their clients resume (Last-Event-ID) on another node.
+      jobEvents.closeAll();
+      jobWatcher.stop();
       (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
     },
     stopWorkers: (graceMs) => workers.stop(graceMs),

@@ -52,6 +52,10 @@ describe('configuration', () => {
     ['EGRESS_UPSTREAM_PROXY', 'proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'https://proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'http://proxy.internal:3128/some/path'],
+    ['EVENTS_KEEPALIVE_S', '0'],
+    ['EVENTS_KEEPALIVE_S', '60'],
+    ['EVENT_STREAMS_PER_KEY', '0'],
+    ['EVENT_STREAMS_PER_NODE', 'many'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));
@@ -73,5 +77,10 @@ describe('configuration', () => {
     const attempt = () => loadConfig({ EGRESS_UPSTREAM_PROXY: 'https://fetcher:hunter2-secret@proxy.internal:3128' });
     expect(attempt).toThrow(/^Invalid configuration:\n  EGRESS_UPSTREAM_PROXY: must be an http:\/\/ URL/);
     expect(attempt).not.toThrow(/hunter2/);
+  });
+
+  it('bounds event streams and keeps their keep-alive below nginx\'s read timeout', () => {
+    expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500 });
+    expect(loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
   });
 });
