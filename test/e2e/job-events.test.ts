@@ -3,8 +3,9 @@
  * that runs every job and an API-only node (WORKER_CONCURRENCY=0) that streams them, asked both
  * directly and through a real nginx rendering nginx/templates. Events in order with progress,
  * the final state and the end of the stream, resuming with Last-Event-ID, keep-alives through
- * nginx, cancel seen on the stream, the per-key and per-node limits, and a node's shutdown ending
- * its streams so that clients resume on another node.
+ * nginx (and what its proxy_read_timeout does to a stream without them), the API key, cancel
+ * seen on the stream, the per-key and per-node limits, and a node's shutdown ending its streams
+ * so that clients resume on another node.
  */
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -169,6 +170,40 @@ describe('job events', () => {
     expect(stream.records.at(-1)!.status).toBe('canceled');
   });
 
+  it("through nginx, a silent stream would be cut at proxy_read_timeout; the keep-alives hold it open past it", async () => {
+    // Both nodes behind an nginx whose proxy_read_timeout is 3 s instead of 60: the API node
+    // sends a keep-alive every second, the worker node every 15 s (the default), like a
+    // keep-alive interval longer than nginx's timeout.
+    const [shortTimeoutToApi, shortTimeoutToWorker] = await Promise.all([
+      startNginx({ appPort: api.port, artifactRoot: sharedRoot, proxyReadTimeoutS: 3 }),
+      startNginx({ appPort: worker.port, artifactRoot: sharedRoot, proxyReadTimeoutS: 3 }),
+    ]);
+    try {
+      const submitted = await api.submit(media.url('/hang.wav?read-timeout'));
+      const eventsPath = `/jobs/${submitted.job_id}/events`;
+      const [kept, cut] = await Promise.all([openEventStream(shortTimeoutToApi.url(eventsPath), auth()), openEventStream(shortTimeoutToWorker.url(eventsPath), auth())]);
+      await Promise.all([kept, cut].map((stream) => stream.waitFor(() => stream.records.some((record) => record.status === 'running'), 'running')));
+
+      // The control: nginx ends the stream that stayed silent for 3 s, though the job runs on.
+      const cutAfter = Date.now();
+      await cut.ended.catch(() => undefined);
+      expect(Date.now() - cutAfter).toBeLessThan(10_000);
+      expect(cut.records.at(-1)!.status).toBe('running');
+      expect(shortTimeoutToWorker.errorLog()).toContain('upstream timed out');
+
+      // The kept-alive stream is still open well past the timeout (waitFor fails if it ended).
+      const openSince = kept.arrivals.at(-1)!.at;
+      await kept.waitFor(() => kept.arrivals.some((arrival) => arrival.kind === 'comment' && arrival.at > openSince + 7_000), 'keep-alives for 7 s');
+      expect(shortTimeoutToApi.errorLog()).not.toContain('upstream timed out');
+
+      await api.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+      await kept.ended;
+      expect(kept.records.at(-1)!.status).toBe('canceled');
+    } finally {
+      await Promise.all([shortTimeoutToApi.stop(), shortTimeoutToWorker.stop()]);
+    }
+  });
+
   it(`refuses a key's stream past ${PER_KEY} and the node's past ${PER_NODE} with 429 too_many_event_streams; a closed one frees its place`, async () => {
     const submitted = await api.submit(media.url('/hang.wav?limits'));
     const open = (key: string) => openEventStream(directUrl(submitted.job_id), auth(key));
@@ -224,5 +259,20 @@ describe('job events', () => {
     const anonymous = await fetch(viaNginx('no-such-job'));
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers.get('content-type')).toBe('application/problem+json');
+  });
+
+  it('through nginx, a job that exists streams nothing without a valid key (the control: with one it does)', async () => {
+    const submitted = await api.submit(media.url('/hang.wav?keyed'));
+    for (const headers of [{}, auth('not-a-key-of-this-service-0123')]) {
+      const refused = await fetch(viaNginx(submitted.job_id), { headers });
+      expect(refused.status).toBe(401);
+      expect(refused.headers.get('content-type')).toBe('application/problem+json');
+      expect(await refused.text()).not.toContain(submitted.job_id);
+    }
+    const keyed = await openEventStream(viaNginx(submitted.job_id), auth());
+    expect(keyed.response.status).toBe(200);
+    await keyed.waitFor(() => keyed.records.some((record) => record.job_id === submitted.job_id), 'the job record');
+    await keyed.close();
+    await api.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
   });
 });
