@@ -107,7 +107,8 @@ async function main(): Promise<void> {
   // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
   if (config.egressUpstreamProxy) {
-    log.info({ upstream_proxy: config.egressUpstreamProxy }, 'the egress guard reaches checked destinations through the upstream proxy');
+    // Neither its address nor its credentials: the operator knows them, a log reader need not.
+    log.info('the egress guard reaches checked destinations through the upstream proxy (EGRESS_UPSTREAM_PROXY)');
   }
   const guard = await startEgressGuard({
     resolve,

@@ -2,8 +2,8 @@
  * EGRESS_UPSTREAM_PROXY end to end: the real service, with the real yt-dlp confined to the egress
  * guard, fetches through an upstream proxy on loopback that records what it is asked for. The
  * guard asks it for tunnels to the addresses it checked (never the names the job's URL holds),
- * a destination the guard refuses never reaches it, and its password appears in no log line, job
- * record, health report or metric.
+ * a destination the guard refuses never reaches it, and neither its address nor its password
+ * appears in a log line, a job record, a health report or a metric, even when it cannot be reached.
  */
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -11,6 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { freePort } from '../support/nginx.js';
 import { startRecordingProxy, type RecordingProxy } from '../support/recording-proxy.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
@@ -47,6 +48,14 @@ afterAll(async () => {
 
 const mediaPort = () => Number(media.hostPort.split(':')[1]);
 
+/** Neither the proxy's password (plain or as its Basic credentials) nor its address. */
+function expectNoTraceOf(text: string, proxyPort: number): void {
+  expect(text).not.toContain(PASSWORD);
+  expect(text).not.toContain(Buffer.from(`${USER}:${PASSWORD}`).toString('base64'));
+  expect(text).not.toContain(`${USER}:`);
+  expect(text).not.toContain(`127.0.0.1:${proxyPort}`);
+}
+
 describe('the egress guard through an upstream proxy', () => {
   it('fetches a job: the upstream is asked for the checked address, with the credentials, never for the name', async () => {
     const job = await svc.submit(`http://localhost:${mediaPort()}/tone.wav`);
@@ -79,20 +88,34 @@ describe('the egress guard through an upstream proxy', () => {
     expect(asked.filter((target) => target.includes('10.20.30.40'))).toEqual([]);
   });
 
-  it('shows the upstream password nowhere: logs, job records, health, metrics', async () => {
+  it('shows the upstream proxy nowhere (its address, its password): logs, job records, health, metrics', async () => {
     const jobs = await Promise.all(
       svc.logs.filter((line) => typeof line.job_id === 'string').map((line) => svc.request(`/jobs/${line.job_id as string}`).then((res) => res.text())),
     );
     const health = await (await svc.request('/healthz')).text();
     const metrics = await (await svc.request('/metrics')).text();
-    const encoded = Buffer.from(`${USER}:${PASSWORD}`).toString('base64');
-    for (const text of [svc.output(), ...jobs, health, metrics]) {
-      expect(text).not.toContain(PASSWORD);
-      expect(text).not.toContain(encoded);
-    }
-    // The start-up line names the upstream, without its credentials (the control that logs are read).
-    expect(svc.logs.find((line) => line.msg === 'the egress guard reaches checked destinations through the upstream proxy')).toMatchObject({
-      upstream_proxy: { host: '127.0.0.1', port: proxy.port, credentials: '[redacted]' },
+    for (const text of [svc.output(), ...jobs, health, metrics]) expectNoTraceOf(text, proxy.port);
+    // The start-up line says an upstream is in use (the control that logs are read), and no more.
+    const line = svc.logs.find((entry) => entry.msg === 'the egress guard reaches checked destinations through the upstream proxy (EGRESS_UPSTREAM_PROXY)');
+    expect(line).toBeDefined();
+    expect(JSON.stringify(line)).not.toContain(String(proxy.port));
+  });
+
+  it('an upstream that cannot be reached fails the job without naming it, in the record or the logs', async () => {
+    const deadPort = await freePort();
+    const cut = await startService({
+      env: { FETCH_ALLOW_HOSTS: `localhost:${mediaPort()}`, EGRESS_UPSTREAM_PROXY: `http://${USER}:${PASSWORD}@127.0.0.1:${deadPort}` },
     });
+    try {
+      const job = await cut.submit(`http://localhost:${mediaPort()}/tone.wav`);
+      const failed = await cut.waitForJob(job.job_id, ['done', 'failed']);
+      expect(failed.status).toBe('failed');
+      // The guard did try (the control that the failure is the upstream's), and said so without it.
+      expect(cut.logs.some((entry) => entry.msg === 'egress guard dial failed' && /the upstream proxy could not be reached \(ECONNREFUSED\)/.test(String(entry.err)))).toBe(true);
+      const record = await (await cut.request(`/jobs/${job.job_id}`)).text();
+      for (const text of [cut.output(), record]) expectNoTraceOf(text, deadPort);
+    } finally {
+      await cut.stop();
+    }
   });
 });
