@@ -43,6 +43,7 @@ const job = (overrides: Partial<Job>): Job => ({
   media: null,
   result: null,
   error: null,
+  callback: null,
   ...overrides,
 });
 const downloading = (done: number, total: number | null) =>
