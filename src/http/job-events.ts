@@ -8,8 +8,8 @@ import type { JobRecord } from './schemas.js';
 /**
  * getJobEvents: a job's record as Server-Sent Events, one `job` event each time it changes, until
  * the job ends. Every event is the whole record (what GET /jobs/{id} answers), so a client that
- * missed some states has lost nothing but those states. Its `id` is a digest of the record (the
- * signed URLs, which are re-signed on every read, left out): a client that reconnects with
+ * missed some states has lost nothing but those states. Its `id` is a digest of the record (what
+ * changes without the job changing left out: eventIdOf): a client that reconnects with
  * `Last-Event-ID` gets the current state only if it differs from what it had, and a 204 when it
  * already had the final one (which tells EventSource to stop reconnecting).
  *
@@ -58,11 +58,17 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-/** The event id of a record: the same record always gets the same id, on every node. */
+/**
+ * The event id of a record: the same state always gets the same id, on every node. Left out: the
+ * signed URLs (signed anew at every read) and the callback's delivery, whose attempts go on being
+ * recorded after the job ended, so that a client holding the final state gets 204, not that
+ * state again with another id.
+ */
 export function eventIdOf(record: JobRecord): string {
-  const stable = record.result
-    ? { ...record, result: { ...record.result, artifacts: record.result.artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest) } }
-    : record;
+  const { callback: _callback, ...job } = record;
+  const stable = job.result
+    ? { ...job, result: { ...job.result, artifacts: job.result.artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest) } }
+    : job;
   return createHash('sha256').update(JSON.stringify(stable)).digest('base64url').slice(0, 22);
 }
 
@@ -122,7 +128,8 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
       admit(keyIdentity);
       const current = await deps.render(job);
       const currentId = eventIdOf(current);
-      const ended = FINAL_STATUSES.has(job.status);
+      // The record, not the row: its view reads a follower again whose leader has just ended.
+      const ended = FINAL_STATUSES.has(current.status);
       // The client has the final state already: nothing more will come.
       if (ended && lastEventId === currentId) return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
       // Checked again: rendering awaited, and other streams may have opened meanwhile.
@@ -162,13 +169,13 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         if ((controller.desiredSize ?? 0) <= 0) stream.end('client_too_slow');
       }
 
-      function send(record: JobRecord, row: JobRow): void {
+      function send(record: JobRecord): void {
         const id = eventIdOf(record);
         if (id !== lastSentId) {
           lastSentId = id;
           write(formatEvent(record, id));
         }
-        if (FINAL_STATUSES.has(row.status)) stream.end('job_ended');
+        if (FINAL_STATUSES.has(record.status)) stream.end('job_ended');
       }
 
       const body = new ReadableStream<Uint8Array>(
@@ -186,7 +193,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
       // The first bytes go out at once, so the client (and nginx) see the answer start even when
       // the client already has the current state.
       write(`retry: ${deps.retryMs ?? 1000}\n\n`);
-      send(current, job);
+      send(current);
       if (!closed) unwatch = deps.watcher.watch(job.id, send);
       return new Response(body, { status: 200, headers: SSE_HEADERS });
     },

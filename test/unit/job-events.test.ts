@@ -319,6 +319,46 @@ describe('job event streams', () => {
     expect(eventIdOf(signedAt(1))).not.toBe(eventIdOf(render(row({ status: 'done', contentId: 'd'.repeat(64), finishedAt: 1_700_000_004_000 }))));
   });
 
+  it("event ids ignore the callback's delivery, recorded on after the job ended: the final state known still gets 204", async () => {
+    const failed = row({ status: 'failed', finishedAt: 1_700_000_004_000, errorCode: 'http_error', errorMessage: 'HTTP 404' });
+    const delivery = (attempts: number): JobRecord['callback'] => ({
+      url: 'https://hooks.example/done',
+      delivery_id: 'delivery-1',
+      status: attempts < 2 ? 'pending' : 'delivered',
+      attempt_count: attempts,
+      next_attempt_at: null,
+      attempts: Array.from({ length: attempts }, (_, i) => ({ at: new Date(1_700_000_005_000 + i).toISOString(), status: i === 1 ? 200 : 503, error: null })),
+    });
+    const streamed = { ...render(failed), callback: delivery(0) };
+    const later = { ...render(failed), callback: delivery(2) };
+    expect(eventIdOf(later)).toBe(eventIdOf(streamed));
+    // The control: a change of the job itself is a new id.
+    expect(eventIdOf({ ...later, error: { code: 'http_error', message: 'HTTP 410' } })).not.toBe(eventIdOf(streamed));
+
+    const streams = createJobEventStreams({
+      watcher: manualWatcher().watcher,
+      render: async () => later,
+      keepAliveMs: 60_000,
+      maxPerKey: 10,
+      maxPerNode: 10,
+    });
+    const again = await streams.open({ job: failed, lastEventId: eventIdOf(streamed), keyIdentity: 'key-a' });
+    expect(again.status).toBe(204);
+  });
+
+  it('ends on the final state its view renders, though the row read before showed the job queued', async () => {
+    // A follower read queued just before its leader ended: its view reads it again, done.
+    const staleRow = row();
+    const doneRecord = render(row({ status: 'done', contentId: 'e'.repeat(64), finishedAt: 1_700_000_006_000 }));
+    const streams = createJobEventStreams({ watcher: manualWatcher().watcher, render: async () => doneRecord, keepAliveMs: 60_000, maxPerKey: 10, maxPerNode: 10 });
+    const stream = readEvents(await streams.open({ job: staleRow, lastEventId: undefined, keyIdentity: 'key-a', onEnd: (reason) => ends.push(reason) }));
+    await stream.ended;
+    expect(stream.records.map((record) => record.status)).toEqual(['done']);
+    expect(ends).toEqual(['job_ended']);
+    // And one that already has that state gets 204, as for a row read done.
+    expect((await streams.open({ job: staleRow, lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status).toBe(204);
+  });
+
   it('limits streams per key and per node with 429 too_many_event_streams; a closed stream frees its place', async () => {
     const { open } = make({ maxPerKey: 2, maxPerNode: 3 });
     const a1 = readEvents(await open(row(), { key: 'a' }));
