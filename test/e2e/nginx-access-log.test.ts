@@ -7,11 +7,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { rawRequest } from '../support/raw-http.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
- * command the README gives) parses the log and reports the artifact routes.
+ * command the README gives) parses the log and reports the artifact routes. And the request id
+ * nginx hands on: a client's is kept only when well-formed, as the app would keep it.
  */
 const run = promisify(execFile);
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -114,3 +116,49 @@ describe('nginx JSON access log', () => {
     expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
   });
 });
+
+describe('request ids through nginx', () => {
+  const WELL_FORMED = 'client-id_1.2:3';
+  const lineWith = (requestId: string) =>
+    nginx
+      .accessLog()
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as LogLine)
+      .find((line) => line.request_id === requestId);
+
+  it('keeps a well-formed X-Request-Id end to end: answer, app log and access log', async () => {
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': WELL_FORMED });
+    expect(res.status).toBe(404);
+    expect(res.headers.get('x-request-id')).toBe(WELL_FORMED);
+    expect(JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()).request_id).toBe(WELL_FORMED);
+    expect(svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404)).toBe(true);
+    await expectEventually(() => lineWith(WELL_FORMED)?.status === '404');
+  });
+
+  it.each([
+    ['a space', 'has space'],
+    ['129 characters', 'a'.repeat(129)],
+    ['200 characters', 'b'.repeat(200)],
+    ['a vertical tab', 'tab\u000bbed'],
+    ['a DEL', 'del\u007f'],
+    ['a non-ASCII letter', 'caf\u00e9'],
+    ['a quote', 'quo"te'],
+  ])('replaces one with %s by its own, everywhere the request is seen', async (_label, offered) => {
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': offered });
+    expect(res.status).toBe(404);
+    const used = res.headers.get('x-request-id')!;
+    expect(used).toMatch(/^[0-9a-f]{32}$/);
+    expect(res.raw.toString('latin1')).not.toContain(offered);
+    // The app received nginx's id (it would have made its own otherwise) and logged it.
+    expect(svc.logs.some((line) => line.msg === 'request' && line.request_id === used)).toBe(true);
+    await expectEventually(() => lineWith(used)?.status === '404');
+    expect(nginx.accessLog()).not.toContain(offered);
+  });
+});
+
+async function expectEventually(check: () => boolean): Promise<void> {
+  const deadline = Date.now() + 3000;
+  while (!check() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25));
+  expect(check()).toBe(true);
+}
