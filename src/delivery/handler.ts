@@ -6,7 +6,7 @@ import { artifactNotFound, createArtifactResolver, invalidArtifactPath, type Res
 import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
 import { createFileBodies, type FileBody } from './file-body.js';
 import { parseRange } from './range.js';
-import { representationHeaders } from './representation.js';
+import { cachingHeaders, representationHeaders, type AccessGrant } from './representation.js';
 import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js';
 
 /**
@@ -14,6 +14,14 @@ import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js'
  * conditional requests itself; the bytes then come from nginx (internal redirect, when
  * `accelRedirectPrefix` is set) or from the app's own streaming fallback.
  */
+
+/**
+ * Caching headers on answers nginx completes (internal redirects): nginx adds
+ * them to successes only, so that its own 404 for content evicted meanwhile is never cached.
+ */
+export const PROXY_CACHE_CONTROL_HEADER = 'x-artifact-cache-control';
+export const PROXY_EXPIRES_HEADER = 'x-artifact-expires';
+
 export interface ArtifactHandlerDeps {
   artifactRoot: string;
   /** e.g. '/_artifacts/': answer with X-Accel-Redirect instead of the bytes. */
@@ -36,38 +44,46 @@ export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandle
     const cid = c.req.param('cid');
     const name = c.req.param('name');
     if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
-    authorize(c, deps, cid, name);
+    const grant = authorize(c, deps, cid, name);
     const file = await resolve(cid, name);
 
     const headers = representationHeaders(cid, name);
     headers['last-modified'] = httpDate(file.mtimeMs);
+    const caching = cachingHeaders(grant);
     const validators = { etag: headers.etag!, mtimeMs: file.mtimeMs };
     if (isNotModified(c.req.raw.headers, validators)) {
       served(cid);
-      return new Response(null, { status: 304, headers });
+      return new Response(null, { status: 304, headers: { ...headers, ...caching } });
     }
 
     if (deps.accelRedirectPrefix !== null) {
       // nginx answers Range and HEAD itself from the internal location.
       headers['x-accel-redirect'] = deps.accelRedirectPrefix + encodePath(file.relativePath);
-      // nginx would keep this header even on its 404 for a file evicted meanwhile, and a 404
-      // must not be cached for a year; the internal location adds it to successes only.
-      delete headers['cache-control'];
       served(cid);
-      return new Response(null, { status: 200, headers });
+      return new Response(null, { status: 200, headers: { ...headers, ...forProxy(caching) } });
     }
 
-    const response = await streamFile(c, file, headers, validators, fileBody);
+    const response = await streamFile(c, file, { ...headers, ...caching }, validators, fileBody);
     if (response.status !== 416) served(cid);
     return response;
   };
 }
 
+/** The caching headers under the names nginx copies onto its successes only. */
+function forProxy(caching: ReturnType<typeof cachingHeaders>): Record<string, string> {
+  return {
+    [PROXY_CACHE_CONTROL_HEADER]: caching['cache-control'],
+    ...(caching.expires ? { [PROXY_EXPIRES_HEADER]: caching.expires } : {}),
+  };
+}
+
 /** A valid API key, or else a valid signature for exactly this cid and name. */
-function authorize(c: Context, deps: ArtifactHandlerDeps, cid: string, name: string): void {
-  if (deps.checkKey(presentedKey(c.req.raw.headers))) return;
-  const verdict = deps.signer.verify(cid, name, c.req.query(EXPIRES_PARAM), c.req.query(SIGNATURE_PARAM));
-  if (verdict === 'ok') return;
+function authorize(c: Context, deps: ArtifactHandlerDeps, cid: string, name: string): AccessGrant {
+  if (deps.checkKey(presentedKey(c.req.raw.headers))) return { by: 'key' };
+  const expires = c.req.query(EXPIRES_PARAM);
+  const verdict = deps.signer.verify(cid, name, expires, c.req.query(SIGNATURE_PARAM));
+  // verify accepted the expiry's form (digits only).
+  if (verdict === 'ok') return { by: 'signature', expiresAtMs: Number(expires) * 1000 };
   if (verdict === 'expired') throw new ServiceError('forbidden', 'signature_expired', 'This signed URL has expired.');
   if (verdict === 'invalid') throw new ServiceError('forbidden', 'signature_invalid', 'This signed URL is not valid.');
   throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
@@ -80,7 +96,6 @@ async function streamFile(
   validators: { etag: string; mtimeMs: number },
   fileBody: FileBody,
 ): Promise<Response> {
-  headers['accept-ranges'] = 'bytes';
   const range = ifRangeAllows(c.req.header('if-range') ?? null, validators) ? parseRange(c.req.header('range'), file.size) : { kind: 'none' as const };
   if (range.kind === 'unsatisfiable') {
     return problemResponse(416, 'range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
@@ -89,6 +104,8 @@ async function streamFile(
     });
   }
   const status = range.kind === 'range' ? 206 : 200;
+  // Advertised on whole answers only, as nginx does (a 206 shows ranges work already).
+  if (status === 200) headers['accept-ranges'] = 'bytes';
   const start = range.kind === 'range' ? range.start : 0;
   const end = range.kind === 'range' ? range.end : file.size - 1;
   headers['content-length'] = String(end - start + 1);

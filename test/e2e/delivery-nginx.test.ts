@@ -51,19 +51,47 @@ afterAll(async () => {
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
+/** The expiry a signed path carries, as the HTTP date its Expires header must be. */
+function expiresOf(signedPath: string): string {
+  const expires = Number(new URL(signedPath, 'http://x').searchParams.get('expires'));
+  return new Date(expires * 1000).toUTCString();
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return check();
+}
+
 describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) => {
   const base = () => (mode === 'nginx' ? nginx.url('') : `http://127.0.0.1:${fallbackApp.port}`);
   const port = () => (mode === 'nginx' ? nginx.port : fallbackApp.port);
   const app = () => (mode === 'nginx' ? accelApp : fallbackApp);
-  const signed = () => base() + app().signedPath(wav.cid);
+  // One signed path for the table, so that its Expires is known.
+  let signedPath: string;
+  beforeAll(() => {
+    signedPath = app().signedPath(wav.cid);
+  });
+  const signed = () => base() + signedPath;
   const keyed = { authorization: `Bearer ${API_KEY}` };
 
-  function expectRepresentationHeaders(res: Response) {
+  /** Signed answers may be cached by anyone until the signature expires; keyed ones privately. */
+  function expectRepresentationHeaders(res: Response, credential?: { signedPath: string } | 'keyed') {
+    const access = credential ?? { signedPath };
     expect(res.headers.get('content-type')).toBe('audio/wav');
     expect(res.headers.get('content-disposition')).toBe(`inline; filename="audio.wav"; filename*=UTF-8''audio.wav`);
-    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
     expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
     expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    if (access === 'keyed') {
+      expect(res.headers.get('cache-control')).toBe('private, max-age=31536000, immutable');
+      expect(res.headers.get('expires')).toBeNull();
+    } else {
+      expect(res.headers.get('cache-control')).toBe('public, immutable');
+      expect(res.headers.get('expires')).toBe(expiresOf(access.signedPath));
+    }
   }
 
   it('GET with a signed URL answers the whole file, byte-identical, with the right headers', async () => {
@@ -76,16 +104,26 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('accept-ranges')).toBe('bytes');
     expect(Date.parse(res.headers.get('last-modified') ?? '')).not.toBeNaN();
     expect(res.headers.get('x-accel-redirect')).toBeNull();
+    expect(res.headers.get('x-accel-expires')).toBeNull();
+    expect(res.headers.get('x-artifact-cache-control')).toBeNull();
     expect(app().served).toContain(wav.cid);
   });
 
-  it('GET with the API key, as a bearer token or X-API-Key', async () => {
+  it('GET with the API key, as a bearer token or X-API-Key: cached privately only', async () => {
     const url = base() + artifactUrlPath(wav.cid, 'audio.wav');
     for (const headers of [keyed, { 'x-api-key': API_KEY }]) {
       const res = await fetch(url, { headers });
       expect(res.status).toBe(200);
       expect(sha256(new Uint8Array(await res.arrayBuffer()))).toBe(wav.cid);
+      expectRepresentationHeaders(res, 'keyed');
     }
+  });
+
+  it('a key and a signature together: the key decides (private)', async () => {
+    const res = await fetch(signed(), { headers: keyed });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    expectRepresentationHeaders(res, 'keyed');
   });
 
   it.each([
@@ -104,11 +142,20 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(Buffer.from(await res.arrayBuffer()).equals(wav.bytes.subarray(start, end + 1))).toBe(true);
   });
 
-  it('an unsatisfiable Range answers 416 with Content-Range bytes */size', async () => {
-    const res = await fetch(signed(), { headers: { range: `bytes=${wav.bytes.length}-` } });
-    expect(res.status).toBe(416);
-    expect(res.headers.get('content-range')).toBe(`bytes */${wav.bytes.length}`);
-    await res.arrayBuffer();
+  it('an unsatisfiable Range answers 416 problem+json with Content-Range bytes */size', async () => {
+    for (const headers of [{}, keyed]) {
+      const res = await fetch(signed(), { headers: { ...headers, range: `bytes=${wav.bytes.length}-` } });
+      expect(res.status).toBe(416);
+      expect(res.headers.get('content-range')).toBe(`bytes */${wav.bytes.length}`);
+      expect(res.headers.get('content-type')).toBe('application/problem+json');
+      expect(((await res.json()) as { code: string }).code).toBe('range_not_satisfiable');
+    }
+  });
+
+  it('several ranges at once answer the whole file with 200, like the fallback', async () => {
+    const res = await fetch(signed(), { headers: { range: 'bytes=0-9,20-29' } });
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer()).equals(wav.bytes)).toBe(true);
   });
 
   it('If-Range with the ETag keeps the Range; with another validator the whole file comes', async () => {
@@ -133,10 +180,12 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     for (const tag of [`"${wav.cid}"`, `W/"${wav.cid}"`, `"x", "${wav.cid}"`, '*']) {
       const res = await fetch(signed(), { headers: { 'if-none-match': tag } });
       expect(res.status).toBe(304);
-      expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
-      expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+      expectRepresentationHeaders(res);
       expect((await res.arrayBuffer()).byteLength).toBe(0);
     }
+    const keyedNotModified = await fetch(signed(), { headers: { ...keyed, 'if-none-match': `"${wav.cid}"` } });
+    expect(keyedNotModified.status).toBe(304);
+    expectRepresentationHeaders(keyedNotModified, 'keyed');
     const changed = await fetch(signed(), { headers: { 'if-none-match': '"other"' } });
     expect(changed.status).toBe(200);
     await changed.arrayBuffer();
@@ -165,23 +214,40 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(((await expired.json()) as { code: string }).code).toBe('signature_expired');
   });
 
-  it('unknown content answers 404 problem+json', async () => {
-    const res = await fetch(base() + artifactUrlPath('d'.repeat(64), 'audio.wav'), { headers: keyed });
-    expect(res.status).toBe(404);
-    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+  it('unknown content answers 404 problem+json, with a key or a valid signature', async () => {
+    const unknown = 'd'.repeat(64);
+    for (const [target, headers] of [
+      [artifactUrlPath(unknown, 'audio.wav'), keyed],
+      [app().signedPath(unknown), {}],
+    ] as const) {
+      const res = await fetch(base() + target, { headers });
+      expect(res.status).toBe(404);
+      expect(res.headers.get('content-type')).toBe('application/problem+json');
+      expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+    }
   });
 
-  it('content removed since its last serve (evicted) answers 404 problem+json that is not cached', async () => {
-    const cid = await store.add(Buffer.from(`evicted soon through ${mode}`));
-    const url = base() + artifactUrlPath(cid, 'audio.wav');
-    expect((await fetch(url, { headers: keyed })).status).toBe(200);
+  it.each(['keyed', 'signed'] as const)('content removed since its last serve (evicted) answers 404 problem+json that is not cached (%s)', async (access) => {
+    const cid = await store.add(Buffer.from(`evicted soon through ${mode}, ${access}`));
+    const target = access === 'keyed' ? artifactUrlPath(cid, 'audio.wav') : app().signedPath(cid);
+    const headers = access === 'keyed' ? keyed : {};
+    const first = await fetch(base() + target, { headers });
+    expect(first.status).toBe(200);
+    await first.arrayBuffer();
     // The app still remembers where the file was; the open (fallback) or nginx finds it gone.
     await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
-    const res = await fetch(url, { headers: keyed });
-    expect(res.status).toBe(404);
-    expect(res.headers.get('content-type')).toBe('application/problem+json');
-    expect(res.headers.get('cache-control') ?? '').not.toContain('immutable');
-    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+    let res: Response | undefined;
+    const gone = await eventually(async () => {
+      res = await fetch(base() + target, { headers });
+      if (res.status === 404) return true;
+      await res.arrayBuffer();
+      return false;
+    }, 5000);
+    expect(gone).toBe(true);
+    expect(res!.headers.get('content-type')).toBe('application/problem+json');
+    expect(res!.headers.get('cache-control')).toBeNull();
+    expect(res!.headers.get('expires')).toBeNull();
+    expect(((await res!.json()) as { code: string }).code).toBe('artifact_not_found');
   });
 
   it.each([
@@ -211,17 +277,47 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     '/_artifacts/../secret.txt',
     '/_artifacts/%2e%2e/secret.txt',
     '/secret.txt',
-  ])('refuses %j and never serves a byte outside the root', async (pattern) => {
+  ])('refuses %j and never serves a byte outside the root, with a key or a signature', async (pattern) => {
     const target = pattern
       .replaceAll('{cid}', wav.cid)
       .replaceAll('{CID}', wav.cid.toUpperCase())
       .replaceAll('{link}', LINK_CID)
       .replaceAll('{link2}', LINK_CID.slice(0, 2))
       .replaceAll('{long}', 'a'.repeat(300));
-    const res = await rawRequest(port(), 'GET', target, keyed);
-    expect(res.status).toBeGreaterThanOrEqual(400);
-    expect(res.status).toBeLessThan(500);
-    expect(res.raw.toString('latin1')).not.toContain(SECRET_MARKER);
+    // The signature of the very path asked for, when it has the form of one (the symlink), else
+    // that of the real WAV: either way a valid signature rides along.
+    const [, cid, name] = /^\/artifacts\/([0-9a-f]{64})\/([^/]+)$/.exec(target) ?? [];
+    const query = app().signer.sign(cid ?? wav.cid, cid && name ? decodeURIComponent(name) : 'audio.wav', 600).query;
+    for (const [label, res] of [
+      ['keyed', await rawRequest(port(), 'GET', target, keyed)],
+      ['signed', await rawRequest(port(), 'GET', `${target}?${query}`)],
+    ] as const) {
+      expect(res.status, label).toBeGreaterThanOrEqual(400);
+      expect(res.status, label).toBeLessThan(500);
+      expect(res.raw.toString('latin1'), label).not.toContain(SECRET_MARKER);
+    }
+  });
+});
+
+describe('both modes', () => {
+  // Headers that describe the answer, not the connection or the moment.
+  const COMPARED = ['content-type', 'content-disposition', 'content-length', 'content-range', 'accept-ranges', 'cache-control', 'expires', 'etag', 'last-modified', 'x-content-type-options'];
+  const described = (res: Response) => Object.fromEntries(COMPARED.map((name) => [name, res.headers.get(name)]));
+
+  it.each([
+    ['signed, whole', {}],
+    ['signed, range', { range: 'bytes=100-199' }],
+    ['signed, not modified', { 'if-none-match': '*' }],
+    ['keyed, whole', { 'x-api-key': API_KEY }],
+    ['keyed, range', { 'x-api-key': API_KEY, range: 'bytes=100-199' }],
+  ] as const)('answer with the same headers: %s', async (_label, headers) => {
+    // The same signed URL in both: the apps share the signing secret.
+    const target = accelApp.signedPath(wav.cid);
+    const viaNginx = await fetch(nginx.url(target), { headers });
+    const viaApp = await fetch(`http://127.0.0.1:${fallbackApp.port}${target}`, { headers });
+    expect(viaNginx.status).toBe(viaApp.status);
+    expect(described(viaNginx)).toEqual(described(viaApp));
+    expect(Buffer.from(await viaNginx.arrayBuffer()).equals(Buffer.from(await viaApp.arrayBuffer()))).toBe(true);
   });
 });
 
