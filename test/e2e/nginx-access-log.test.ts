@@ -132,7 +132,7 @@ describe('request ids through nginx', () => {
     expect(res.status).toBe(404);
     expect(res.headers.get('x-request-id')).toBe(WELL_FORMED);
     expect(JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()).request_id).toBe(WELL_FORMED);
-    expect(svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404)).toBe(true);
+    await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404));
     await expectEventually(() => lineWith(WELL_FORMED)?.status === '404');
   });
 
@@ -151,12 +151,13 @@ describe('request ids through nginx', () => {
     expect(used).toMatch(/^[0-9a-f]{32}$/);
     expect(res.raw.toString('latin1')).not.toContain(offered);
     // The app received nginx's id (it would have made its own otherwise) and logged it.
-    expect(svc.logs.some((line) => line.msg === 'request' && line.request_id === used)).toBe(true);
+    await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === used));
     await expectEventually(() => lineWith(used)?.status === '404');
     expect(nginx.accessLog()).not.toContain(offered);
   });
 });
 
+/** The service's log lines and nginx's arrive a moment after the answer. */
 async function expectEventually(check: () => boolean): Promise<void> {
   const deadline = Date.now() + 3000;
   while (!check() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25));
