@@ -16,8 +16,8 @@ FROM node:20-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg yt-dlp ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /data /artifacts \
- && chown node:node /data /artifacts
+ && mkdir -p /data /artifacts /nginx-usage \
+ && chown node:node /data /artifacts /nginx-usage
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

@@ -6,6 +6,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { openDatabase } from './db/client.js';
 import { createArtifactHandler } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
+import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
 import { ServiceError } from './errors.js';
 import { createHealthCheck } from './health.js';
@@ -111,7 +112,15 @@ async function main(): Promise<void> {
       if (FINAL_STATUSES.has(follower.status)) metrics.observeJobEnd(follower);
     }
   };
-  const usage = createUsageRecorder({ db, now });
+  const nginxUsage = config.nginxUsageLog
+    ? createUsageLogReader({
+        file: config.nginxUsageLog,
+        onUse: (cid, at) => usage.touch(cid, at),
+        onMalformed: (lines) => log.warn({ file: config.nginxUsageLog, lines }, 'nginx usage log: skipped lines that are not "<time> <content id>"'),
+        onError: (err, action) => log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
+      })
+    : undefined;
+  const usage = createUsageRecorder({ db, now, collect: nginxUsage && (() => void nginxUsage.drain()) });
   const sizeCap = createSizeCap({
     db,
     store,

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
-import { createArtifactHandler } from '../../src/delivery/handler.js';
+import { AUTHORIZE_ONLY_HEADER, createArtifactHandler } from '../../src/delivery/handler.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
 import { createErrorHandler } from '../../src/http/problem.js';
@@ -65,6 +65,8 @@ export interface SeenRequest {
   method: string;
   path: string;
   range: string | undefined;
+  /** nginx asking whether a signed URL may be served (it then serves it without the app). */
+  authorizeOnly: boolean;
 }
 
 export interface DeliveryApp {
@@ -93,7 +95,7 @@ export async function startDeliveryApp(options: {
   app.onError(createErrorHandler(() => ({ error: () => undefined })));
   if (record) {
     app.use('*', async (c, next) => {
-      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range') });
+      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), authorizeOnly: c.req.header(AUTHORIZE_ONLY_HEADER) !== undefined });
       await next();
     });
   }

@@ -7,7 +7,8 @@ import { cacheEntries } from '../db/schema.js';
  * write per request: touches are coalesced in memory and written in one transaction per flush.
  */
 export interface UsageRecorder {
-  touch(contentId: string): void;
+  /** A use now, or at `atMs` when it happened elsewhere earlier (never later than now). */
+  touch(contentId: string, atMs?: number): void;
   flush(): number;
   start(): void;
   stop(): void;
@@ -24,15 +25,24 @@ export function recordUse(db: Db, contentId: string, at: number): void {
     .run();
 }
 
-export function createUsageRecorder(deps: { db: Db; now: () => number; flushIntervalMs?: number }): UsageRecorder {
+export function createUsageRecorder(deps: {
+  db: Db;
+  now: () => number;
+  flushIntervalMs?: number;
+  /** Called first in every flush, to touch uses recorded elsewhere (nginx's usage log). */
+  collect?: () => void;
+}): UsageRecorder {
   let pending = new Map<string, number>();
   let timer: NodeJS.Timeout | undefined;
 
   const recorder: UsageRecorder = {
-    touch(contentId) {
-      pending.set(contentId, deps.now());
+    touch(contentId, atMs) {
+      const now = deps.now();
+      const at = atMs === undefined ? now : Math.min(atMs, now);
+      pending.set(contentId, Math.max(pending.get(contentId) ?? 0, at));
     },
     flush() {
+      deps.collect?.();
       if (pending.size === 0) return 0;
       const batch = pending;
       pending = new Map();

@@ -1,10 +1,12 @@
 /**
  * getArtifact end to end, one table run against both delivery modes: a real nginx (Debian's)
- * rendering nginx/templates in front of the app in X-Accel-Redirect mode, and the app's own
- * streaming fallback. Malformed paths go over a raw socket so that no client library
+ * rendering nginx/templates in front of the app in X-Accel-Redirect mode (signed URLs answered by
+ * nginx alone after one authorization by the app, keyed requests through the app), and the app's
+ * own streaming fallback. Malformed paths go over a raw socket so that no client library
  * normalises them first.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -70,7 +72,7 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
   const base = () => (mode === 'nginx' ? nginx.url('') : `http://127.0.0.1:${fallbackApp.port}`);
   const port = () => (mode === 'nginx' ? nginx.port : fallbackApp.port);
   const app = () => (mode === 'nginx' ? accelApp : fallbackApp);
-  // One signed path for the table, so that its Expires is known.
+  // One signed path for the table: nginx keys its authorizations by the request URI.
   let signedPath: string;
   beforeAll(() => {
     signedPath = app().signedPath(wav.cid);
@@ -106,7 +108,10 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('x-accel-redirect')).toBeNull();
     expect(res.headers.get('x-accel-expires')).toBeNull();
     expect(res.headers.get('x-artifact-cache-control')).toBeNull();
-    expect(app().served).toContain(wav.cid);
+    // The fallback counts the serve itself; behind nginx, nginx's usage log does (the app only
+    // authorized the URL, which is no use of the content).
+    if (mode === 'fallback') expect(app().served).toContain(wav.cid);
+    else expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
   });
 
   it('GET with the API key, as a bearer token or X-API-Key: cached privately only', async () => {
@@ -234,7 +239,9 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     const first = await fetch(base() + target, { headers });
     expect(first.status).toBe(200);
     await first.arrayBuffer();
-    // The app still remembers where the file was; the open (fallback) or nginx finds it gone.
+    // The app still remembers where the file was, and nginx its yes to the signed URL; the open
+    // (fallback) or nginx finds the file gone (nginx's open descriptor of a hot file is checked
+    // again within 2 s).
     await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
     let res: Response | undefined;
     const gone = await eventually(async () => {
@@ -318,6 +325,75 @@ describe('both modes', () => {
     expect(viaNginx.status).toBe(viaApp.status);
     expect(described(viaNginx)).toEqual(described(viaApp));
     expect(Buffer.from(await viaNginx.arrayBuffer()).equals(Buffer.from(await viaApp.arrayBuffer()))).toBe(true);
+  });
+});
+
+describe('signed URLs behind nginx', () => {
+  const artifactLines = (cid: string) =>
+    nginx
+      .accessLog()
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, string>)
+      .filter((line) => line.cid === cid);
+
+  it('are answered by nginx alone after one authorization by the app, which is logged without a trip upstream', async () => {
+    const cid = await store.add(Buffer.from('answered by nginx alone'.repeat(1000)));
+    const target = accelApp.signedPath(cid);
+    accelApp.seen.length = 0;
+    for (let i = 0; i < 10; i++) {
+      const res = await fetch(nginx.url(target), { headers: { range: `bytes=${i * 100}-${i * 100 + 99}` }, method: i === 9 ? 'HEAD' : 'GET' });
+      expect(res.status).toBe(206);
+      await res.arrayBuffer();
+    }
+    // One question, carrying nothing of the client's (no Range), and no request for the bytes.
+    expect(accelApp.seen).toEqual([{ method: 'GET', path: artifactUrlPath(cid, 'audio.wav'), range: undefined, authorizeOnly: true }]);
+    expect(accelApp.served).not.toContain(cid);
+    const lines = artifactLines(cid);
+    expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
+    // Each serve is a use of the content, written to the usage log for the app.
+    expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
+    expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+  });
+
+  it('stop being served when the signature expires, though nginx keeps the authorization', async () => {
+    const cid = await store.add(Buffer.from('expires in two seconds'));
+    const target = accelApp.signedPath(cid, 'audio.wav', 2);
+    const first = await fetch(nginx.url(target));
+    expect(first.status).toBe(200);
+    expect(first.headers.get('expires')).toBe(expiresOf(target));
+    await first.arrayBuffer();
+    let last: Response | undefined;
+    const refused = await eventually(async () => {
+      last = await fetch(nginx.url(target));
+      if (last.status === 403) return true;
+      expect(last.status).toBe(200);
+      await last.arrayBuffer();
+      return false;
+    }, 4000);
+    expect(refused).toBe(true);
+    expect(((await last!.json()) as { code: string }).code).toBe('signature_expired');
+    expect(Date.now()).toBeGreaterThanOrEqual(Date.parse(expiresOf(target)));
+  });
+
+  it('never keep a refusal, nor a yes given to a key, for the signed URL', async () => {
+    const cid = await store.add(Buffer.from('only for key holders'));
+    const good = accelApp.signer.sign(cid, 'audio.wav', 600);
+    const forged = `${artifactUrlPath(cid, 'audio.wav')}?expires=${good.expires}&sig=${(good.signature[0] === 'A' ? 'B' : 'A') + good.signature.slice(1)}`;
+    // With the key, the forged URL is served (the key decides) ...
+    const keyedAnswer = await fetch(nginx.url(forged), { headers: { 'x-api-key': API_KEY } });
+    expect(keyedAnswer.status).toBe(200);
+    await keyedAnswer.arrayBuffer();
+    // ... which lets no one in without it, again and again.
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(nginx.url(forged));
+      expect(res.status).toBe(403);
+      expect(((await res.json()) as { code: string }).code).toBe('signature_invalid');
+    }
+    // The control: the genuine signature is served.
+    const genuine = await fetch(nginx.url(`${artifactUrlPath(cid, 'audio.wav')}?${good.query}`));
+    expect(genuine.status).toBe(200);
+    await genuine.arrayBuffer();
   });
 });
 

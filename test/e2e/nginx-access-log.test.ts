@@ -89,12 +89,17 @@ describe('nginx JSON access log', () => {
     const artifactLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}');
     expect(artifactLines.length).toBe(4);
     for (const line of artifactLines) {
-      expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted` });
+      // nginx answered signed URLs alone: no upstream time.
+      expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted`, upstream_time: '' });
       expect(Number(line.request_time)).toBeGreaterThanOrEqual(0);
-      expect(Number(line.upstream_time)).toBeGreaterThanOrEqual(0);
       expect(Number(line.bytes_sent)).toBeGreaterThan(0);
     }
     expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206', '206', '206']);
+    // The app was asked once per distinct signed URL (three of them), never for the bytes; its
+    // log of those questions carries no signature either.
+    const appArtifactLines = svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
+    expect(appArtifactLines.length).toBe(3);
+    expect(svc.output()).not.toContain(signature);
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
     expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
 
@@ -154,6 +159,23 @@ describe('request ids through nginx', () => {
     await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === used));
     await expectEventually(() => lineWith(used)?.status === '404');
     expect(nginx.accessLog()).not.toContain(offered);
+  });
+
+  it('keeps it on artifacts nginx answers alone, too', async () => {
+    const job = (await svc.waitForJob(((await (await fetch(nginx.url('/sources'), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${svc.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/log.m4a') }),
+    })).json()) as { job_id: string }).job_id, ['done']));
+    const signed = job.result!.artifacts[0]!.signed_url;
+    for (const [offered, kept] of [[`${WELL_FORMED}.signed`, true], ['not kept', false]] as const) {
+      const res = await rawRequest(nginx.port, 'GET', signed, { range: 'bytes=0-3', 'x-request-id': offered });
+      expect(res.status).toBe(206);
+      const used = res.headers.get('x-request-id')!;
+      if (kept) expect(used).toBe(offered);
+      else expect(used).toMatch(/^[0-9a-f]{32}$/);
+      await expectEventually(() => lineWith(used)?.status === '206');
+    }
   });
 });
 

@@ -4,6 +4,7 @@
  * template that test/support/nginx.ts renders for a real nginx.
  */
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
@@ -21,6 +22,7 @@ interface Service {
   expose?: string[];
   healthcheck?: { test: string[] };
   depends_on?: Record<string, { condition: string }>;
+  tmpfs?: string[];
 }
 const compose = parse(read('compose.yaml')) as { services: Record<string, Service>; volumes: Record<string, unknown> };
 const app = compose.services.app!;
@@ -73,6 +75,21 @@ describe('compose.yaml', () => {
     expect(Object.keys(compose.volumes)).toContain('artifacts');
     // nginx never sees the database or the secrets.
     expect(nginx.volumes.some((v) => v.startsWith('data:'))).toBe(false);
+  });
+
+  it("shares nginx's usage log with the app, at the path each is told, and keeps authorizations in memory", () => {
+    const nginxEnv = interpolate(nginx.environment);
+    const appConfig = loadConfig(interpolate(app.environment));
+    const nginxSide = mount(nginx.volumes, path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!));
+    const appSide = mount(app.volumes, path.posix.dirname(appConfig.nginxUsageLog!));
+    expect(nginxSide).toEqual({ source: 'nginx-usage', target: path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!), readOnly: false });
+    // The app empties the file after reading it: it mounts the volume read-write.
+    expect(appSide).toEqual({ source: 'nginx-usage', target: path.posix.dirname(appConfig.nginxUsageLog!), readOnly: false });
+    expect(path.posix.basename(nginxEnv.NGINX_USAGE_LOG!)).toBe(path.posix.basename(appConfig.nginxUsageLog!));
+    expect(Object.keys(compose.volumes)).toContain('nginx-usage');
+    // The image makes the folder the app's, so that a new volume starts out writable by it.
+    expect(read('Dockerfile')).toMatch(new RegExp(`chown node:node [^\\n]*${appSide!.target}\\b`));
+    expect(nginx.tmpfs).toEqual([nginxEnv.NGINX_AUTHORIZATION_CACHE]);
   });
 
   it('checks health on both services and starts nginx once the app is healthy', () => {
