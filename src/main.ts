@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
+import { createServer, type RequestListener, type ServerOptions } from 'node:http';
 import { serve } from '@hono/node-server';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { openDatabase } from './db/client.js';
-import { createArtifactHandler } from './delivery/handler.js';
+import { createArtifactDelivery } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
 import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
@@ -12,6 +13,7 @@ import { ServiceError } from './errors.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
+import { acceptedRequestId } from './http/middleware/request-id.js';
 import { problemResponse } from './http/problem.js';
 import { toJobRecord } from './http/job-record.js';
 import { cancelJob } from './jobs/cancel.js';
@@ -160,6 +162,14 @@ async function main(): Promise<void> {
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
   const notFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+  const delivery = createArtifactDelivery({
+    artifactRoot: config.artifactRoot,
+    accelRedirectPrefix: config.accelRedirectPrefix,
+    checkKey,
+    signer,
+    onServed: (cid) => usage.touch(cid),
+    now,
+  });
 
   const app = createApp({
     log,
@@ -207,14 +217,7 @@ async function main(): Promise<void> {
           return { query: signed.query, expiresAt: signed.expires * 1000 };
         },
       }),
-    serveArtifact: createArtifactHandler({
-      artifactRoot: config.artifactRoot,
-      accelRedirectPrefix: config.accelRedirectPrefix,
-      checkKey,
-      signer,
-      onServed: (cid) => usage.touch(cid),
-      now,
-    }),
+    serveArtifact: delivery.handle,
     checkHealth,
     metrics,
     rateLimiter:
@@ -229,7 +232,15 @@ async function main(): Promise<void> {
     stopping
       ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
       : app.fetch(req, ...rest);
-  const server = serve({ fetch, hostname: config.host, port: config.port }, (info) => {
+  // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
+  const signedLane =
+    config.accelRedirectPrefix === null
+      ? delivery.signedLane({ log, observeRequest: (...args) => metrics.observeRequest(...args), requestIdFor: acceptedRequestId })
+      : undefined;
+  // @hono/node-server calls this with its options and its request listener.
+  const withSignedLane = ((options: ServerOptions, listener: RequestListener) =>
+    createServer(options, (req, res) => (signedLane && !stopping ? signedLane(req, res, () => listener(req, res)) : listener(req, res)))) as typeof createServer;
+  const server = serve({ fetch, hostname: config.host, port: config.port, createServer: withSignedLane }, (info) => {
     log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
   });
   workers.start();

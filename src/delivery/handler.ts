@@ -7,6 +7,7 @@ import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
 import { createFileBodies, type FileBody } from './file-body.js';
 import { parseRange } from './range.js';
 import { cachingHeaders, representationHeaders, type AccessGrant } from './representation.js';
+import { createSignedLane, type SignedLane, type SignedLaneOptions } from './signed-lane.js';
 import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js';
 
 /**
@@ -46,12 +47,26 @@ export interface ArtifactHandlerDeps {
 
 export type ArtifactHandler = (c: Context) => Promise<Response>;
 
+export interface ArtifactDelivery {
+  /** getArtifact in the Hono app. */
+  handle: ArtifactHandler;
+  /**
+   * Signed URLs straight from node's server, for the fallback (src/delivery/signed-lane.ts);
+   * shares the path resolutions and open files of `handle`.
+   */
+  signedLane(options: SignedLaneOptions): SignedLane;
+}
+
 export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandler {
+  return createArtifactDelivery(deps).handle;
+}
+
+export function createArtifactDelivery(deps: ArtifactHandlerDeps): ArtifactDelivery {
   const served = deps.onServed ?? (() => undefined);
   const now = deps.now ?? Date.now;
   const resolve = createArtifactResolver(deps.artifactRoot, { now });
-  const fileBody = createFileBodies();
-  return async (c) => {
+  const bodies = createFileBodies();
+  const handle: ArtifactHandler = async (c) => {
     const cid = c.req.param('cid');
     const name = c.req.param('name');
     if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
@@ -76,9 +91,14 @@ export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandle
       return new Response(null, { status: 200, headers: { ...headers, ...forProxy(caching) } });
     }
 
-    const response = await streamFile(c, file, { ...headers, ...caching }, validators, fileBody);
+    const response = await streamFile(c, file, { ...headers, ...caching }, validators, bodies.body);
     if (response.status !== 416) served(cid);
     return response;
+  };
+
+  return {
+    handle,
+    signedLane: (options) => createSignedLane({ signer: deps.signer, resolve, bodies, served, now }, options),
   };
 
   /**

@@ -347,7 +347,7 @@ describe('signed URLs behind nginx', () => {
       await res.arrayBuffer();
     }
     // One question, carrying nothing of the client's (no Range), and no request for the bytes.
-    expect(accelApp.seen).toEqual([{ method: 'GET', path: artifactUrlPath(cid, 'audio.wav'), range: undefined, authorizeOnly: true }]);
+    expect(accelApp.seen).toEqual([{ method: 'GET', path: artifactUrlPath(cid, 'audio.wav'), range: undefined, authorizeOnly: true, lane: false }]);
     expect(accelApp.served).not.toContain(cid);
     const lines = artifactLines(cid);
     expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
