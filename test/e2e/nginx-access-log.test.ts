@@ -146,6 +146,7 @@ describe('request ids through nginx', () => {
     ['129 characters', 'a'.repeat(129)],
     ['200 characters', 'b'.repeat(200)],
     ['a vertical tab', 'tab\u000bbed'],
+    ['a form feed', 'form\u000cfeed'],
     ['a DEL', 'del\u007f'],
     ['a non-ASCII letter', 'caf\u00e9'],
     ['a quote', 'quo"te'],
