@@ -21,6 +21,8 @@ export interface NginxOptions {
   usageLogPath?: string;
   /** Extra directives inside http {} (the benchmark adds a static server this way). */
   extraHttpConfig?: string;
+  /** Extra directives in the main context (the benchmark loads njs this way). */
+  extraMainConfig?: string;
 }
 
 export interface RunningNginx {
@@ -75,6 +77,7 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const temp = (name: string) => path.join(prefix, name);
   // Mirrors the official image's /etc/nginx/nginx.conf, with every path in the temp folder.
   const main = `
+${options.extraMainConfig ?? ''}
 ${process.getuid?.() === 0 ? 'user root;' : ''}
 daemon off;
 worker_processes 1;
