@@ -131,10 +131,14 @@ function forProxy(caching: ReturnType<typeof cachingHeaders>): Record<string, st
   };
 }
 
-/** X-Accel-Expires of an authorization: until when nginx may reuse it ('0': never). */
+/**
+ * X-Accel-Expires of an authorization: the last whole second in which nginx may reuse it ('0':
+ * never). nginx still serves a cached answer during its expiry second itself, while the signature
+ * is void from the start of the expiry second: hence one second before it.
+ */
 function authorizationExpiry(grant: AccessGrant, nowMs: number): string {
   if (grant.by === 'key') return '0';
-  const until = Math.min(Math.floor(grant.expiresAtMs / 1000), Math.floor(nowMs / 1000) + AUTHORIZATION_CACHE_MAX_S);
+  const until = Math.min(Math.floor(grant.expiresAtMs / 1000) - 1, Math.floor(nowMs / 1000) + AUTHORIZATION_CACHE_MAX_S);
   return `@${until}`;
 }
 

@@ -363,11 +363,15 @@ describe('signed URLs behind nginx', () => {
     expect(first.status).toBe(200);
     expect(first.headers.get('expires')).toBe(expiresOf(target));
     await first.arrayBuffer();
+    const expiresAtMs = Date.parse(expiresOf(target));
     let last: Response | undefined;
     const refused = await eventually(async () => {
+      const sentAt = Date.now();
       last = await fetch(nginx.url(target));
       if (last.status === 403) return true;
       expect(last.status).toBe(200);
+      // Never served from the kept authorization once the signature has expired.
+      expect(sentAt).toBeLessThan(expiresAtMs);
       await last.arrayBuffer();
       return false;
     }, 4000);
