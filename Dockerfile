@@ -1,6 +1,7 @@
 # The app image for compose.yaml. Debian bookworm, like the machines the tests run on: the same
-# ffmpeg and yt-dlp packages (see the README for a newer yt-dlp).
-FROM node:20-bookworm-slim AS build
+# ffmpeg and yt-dlp packages (see the README for a newer yt-dlp). Node 22 LTS: Node 20 reached its
+# end of life in April 2026 (the suite runs under both).
+FROM node:22-bookworm-slim AS build
 WORKDIR /app
 # better-sqlite3 builds from source when no prebuilt binary can be fetched.
 RUN apt-get update \
@@ -12,7 +13,7 @@ COPY src ./src
 # `prepare` compiles src/ to dist/; dev dependencies go afterwards.
 RUN npm ci && npm prune --omit=dev
 
-FROM node:20-bookworm-slim
+FROM node:22-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg yt-dlp ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
@@ -23,6 +24,8 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY drizzle ./drizzle
+# Runs inside each tool's network namespace (src/sandbox); Python 3 comes with yt-dlp.
+COPY src/sandbox/confine.py ./src/sandbox/confine.py
 USER node
 ENV NODE_ENV=production HOST=0.0.0.0 DATA_DIR=/data ARTIFACT_ROOT=/artifacts
 EXPOSE 8080

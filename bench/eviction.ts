@@ -11,7 +11,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { openDatabase, type Db } from '../src/db/client.js';
+import BetterSqlite3 from 'better-sqlite3';
+import type { Database } from '../src/db/database.js';
+import { openSqlite } from '../src/db/sqlite.js';
 import { createContentStore } from '../src/store/content-store.js';
 import { evictionBatchQuery, evictToCap, readStoreTotals, type EvictionCursor } from '../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../src/store/layout.js';
@@ -21,11 +23,11 @@ const FILE_BYTES = 1024;
 const BATCH = 200;
 const QUERY_RUNS = 21;
 
-function medianQueryMs(db: Db, cursor: EvictionCursor | undefined): number {
+async function medianQueryMs(database: Database, cursor: EvictionCursor | undefined): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < QUERY_RUNS; i++) {
     const started = performance.now();
-    evictionBatchQuery(db, cursor, BATCH).all();
+    await evictionBatchQuery(database, cursor, BATCH);
     times.push(performance.now() - started);
   }
   return times.sort((a, b) => a - b)[Math.floor(QUERY_RUNS / 2)]!;
@@ -33,12 +35,16 @@ function medianQueryMs(db: Db, cursor: EvictionCursor | undefined): number {
 
 for (const rows of SIZES) {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-evict-'));
-  const db = openDatabase(path.join(dir, 'db.sqlite'));
-  const store = createContentStore(path.join(dir, 'artifacts'));
-  const insert = db.$client.prepare(
+  const file = path.join(dir, 'db.sqlite');
+  const database = openSqlite(file);
+  // Nothing evicts while the store is filled: no pins are needed.
+  const store = createContentStore(path.join(dir, 'artifacts'), { pin: async () => async () => {} });
+  // Filled through a second connection of its own, in one transaction: the service's is asynchronous.
+  const filler = new BetterSqlite3(file);
+  const insert = filler.prepare(
     'insert into cache_entries (content_id, name, kind, bytes, content_type, created_at, last_used_at) values (?, ?, ?, ?, ?, ?, ?)',
   );
-  db.$client.transaction(() => {
+  filler.transaction(() => {
     for (let i = 0; i < rows; i++) {
       const contentId = createHash('sha256').update(String(i)).digest('hex');
       const file = store.pathOf(contentId, AUDIO_ARTIFACT_NAME);
@@ -47,11 +53,12 @@ for (const rows of SIZES) {
       insert.run(contentId, AUDIO_ARTIFACT_NAME, 'source_wav', FILE_BYTES, 'audio/wav', i, i);
     }
   })();
+  filler.close();
 
   for (const evict of [10, Math.round(rows / 100)]) {
-    const before = readStoreTotals(db).bytes;
+    const before = (await readStoreTotals(database)).bytes;
     const started = performance.now();
-    const result = await evictToCap({ db, store, capBytes: before - evict * FILE_BYTES });
+    const result = await evictToCap({ database, store, capBytes: before - evict * FILE_BYTES, now: Date.now });
     const ms = performance.now() - started;
     process.stdout.write(
       `rows=${String(rows).padStart(6)}  evicted=${String(result.evictedArtifacts).padStart(5)}  ` +
@@ -63,8 +70,8 @@ for (const rows of SIZES) {
   const cursor = { lastUsedAt: middle, contentId: createHash('sha256').update(String(middle)).digest('hex'), name: AUDIO_ARTIFACT_NAME };
   process.stdout.write(
     `rows=${String(rows).padStart(6)}  batch query of ${BATCH} (median of ${QUERY_RUNS}): ` +
-      `first=${medianQueryMs(db, undefined).toFixed(3)} ms  after cursor=${medianQueryMs(db, cursor).toFixed(3)} ms\n`,
+      `first=${(await medianQueryMs(database, undefined)).toFixed(3)} ms  after cursor=${(await medianQueryMs(database, cursor)).toFixed(3)} ms\n`,
   );
-  db.$client.close();
+  await database.close();
   await rm(dir, { recursive: true, force: true });
 }

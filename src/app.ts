@@ -1,16 +1,19 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Handler } from 'hono';
-import type { JobRow } from './db/schema.js';
+import type { JobRow } from './db/database.js';
+import type { BatchItem, Submission } from './jobs/job-service.js';
 import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
 import { accessLog } from './http/middleware/access-log.js';
 import { keyIdentity, rateLimit, type RateLimiter } from './http/middleware/rate-limit.js';
 import { requestId } from './http/middleware/request-id.js';
 import { requireApiKey } from './http/middleware/require-api-key.js';
+import { OPENAPI_DOCUMENT } from './http/openapi.js';
 import { createErrorHandler, problemResponse } from './http/problem.js';
 import { registerArtifactRoutes } from './http/routes/artifacts.js';
 import { registerHealthRoute } from './http/routes/health.js';
 import { registerJobRoutes } from './http/routes/jobs.js';
+import { registerMetricsRoute } from './http/routes/metrics.js';
 import { registerSourceRoutes } from './http/routes/sources.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
@@ -25,25 +28,17 @@ import { requestMetrics } from './http/middleware/request-metrics.js';
 export interface AppDeps {
   log: Logger;
   checkKey: KeyChecker;
-  submitSource: (url: string, requestId: string) => Promise<JobRow>;
-  getJob: (id: string) => JobRow;
-  cancelJob: (id: string) => JobRow;
-  renderJob: (job: JobRow) => JobRecord;
+  submitSource: (input: Submission, requestId: string) => Promise<JobRow>;
+  submitSourceBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
+  getJob: (id: string) => Promise<JobRow>;
+  cancelJob: (id: string) => Promise<JobRow>;
+  renderJob: (job: JobRow) => Promise<JobRecord>;
   serveArtifact: Handler<AppEnv>;
   checkHealth: () => Promise<HealthReport>;
   metrics: Metrics;
   /** Per-API-key request rate limit (RATE_LIMIT_PER_MINUTE); absent: no limit. */
   rateLimiter?: RateLimiter;
 }
-
-export const OPENAPI_INFO = {
-  openapi: '3.1.0',
-  info: {
-    title: 'Source fetch service',
-    version: '1.0.0',
-    description: 'Fetches the best audio of a URL as an asynchronous job, stores it as a content-addressed 44.1 kHz WAV, and serves it.',
-  },
-} as const;
 
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({
@@ -81,20 +76,17 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   // Open: the health check (for probes) and the interface description.
   registerHealthRoute(app, { check: deps.checkHealth });
-  app.doc31('/openapi.json', OPENAPI_INFO);
+  app.doc31('/openapi.json', OPENAPI_DOCUMENT);
 
   // Artifacts accept a key or a signed URL; the delivery handler checks both.
   registerArtifactRoutes(app, { serve: deps.serveArtifact });
 
   const keyed = requireApiKey({ checkKey: deps.checkKey });
   app.use('/sources', keyed);
+  app.use('/sources/*', keyed);
   app.use('/jobs/*', keyed);
-  // Prometheus scrapes with the API key (a bearer token in its scrape config).
-  app.get('/metrics', keyed, async (c) => {
-    c.header('Content-Type', deps.metrics.registry.contentType);
-    return c.body(await deps.metrics.registry.metrics());
-  });
-  registerSourceRoutes(app, { submit: deps.submitSource, render: deps.renderJob });
+  registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
+  registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob });
   registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob });
 
   return app;

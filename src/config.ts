@@ -26,6 +26,14 @@ const envSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   DATA_DIR: z.string().min(1).default('./data'),
+  DATABASE_URL: optionalString.refine((value) => value === undefined || /^postgres(ql)?:\/\//.test(value), {
+    message: 'must be a postgres:// URL (unset: SQLite in DATA_DIR)',
+  }),
+  DATABASE_POOL_SIZE: positiveInt(10),
+  NODE_ID: optionalString.refine((value) => value === undefined || /^[A-Za-z0-9._-]{1,64}$/.test(value), {
+    message: 'must be 1 to 64 letters, digits, dots, dashes or underscores',
+  }),
+  JOB_LEASE_S: positiveInt(30),
   ARTIFACT_ROOT: optionalString,
   API_KEYS: commaList.refine((keys) => keys.every((key) => key.length >= 16 && !/\s/.test(key)), {
     message: 'each key must be at least 16 characters with no whitespace',
@@ -33,7 +41,10 @@ const envSchema = z.object({
   YTDLP_PATH: z.string().min(1).default('yt-dlp'),
   FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
   FFPROBE_PATH: z.string().min(1).default('ffprobe'),
-  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(2),
+  TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
+  UNSHARE_PATH: z.string().min(1).default('unshare'),
+  SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(0).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
   MAX_DURATION_S: positiveInt(3 * 3600),
@@ -60,6 +71,13 @@ const envSchema = z.object({
     message: 'must be at least 32 characters',
   }),
   SIGNED_URL_TTL_S: positiveInt(24 * 3600),
+  WEBHOOK_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
+    message: 'must be at least 32 characters',
+  }),
+  WEBHOOK_TIMEOUT_S: positiveInt(10),
+  /** Fractions allowed: the first retry's delay, doubled for each one after it. */
+  WEBHOOK_RETRY_BASE_S: z.coerce.number().positive().max(3600).default(5),
+  WEBHOOK_RETRY_FOR_S: positiveInt(24 * 3600),
   SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
@@ -70,13 +88,20 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
-  databasePath: string;
+  /** PostgreSQL, shared by every node; or SQLite in the data dir (one node). */
+  database: { kind: 'postgres'; url: string; poolSize: number } | { kind: 'sqlite'; path: string };
+  /** This process among the nodes: its leases and pins carry it. Unset: made unique per start. */
+  nodeId: string | undefined;
+  /** A running job's lease: renewed every second; a dead node's jobs are taken back after it. */
+  jobLeaseMs: number;
   artifactRoot: string;
   /** Per-job working folders; on the data dir, never served. */
   workDir: string;
   /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
   apiKeys: string[];
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  /** How the tools are kept from the network but through the egress guard (src/sandbox). */
+  confinement: { mode: 'netns' | 'off'; unshare: string; python: string };
   workerConcurrency: number;
   fetchTimeoutMs: number;
   maxDownloadBytes: number;
@@ -97,6 +122,8 @@ export interface Config {
   nginxUsageLog: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
+  /** Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit, retries. */
+  webhooks: { secret: string | undefined; timeoutMs: number; retryBaseMs: number; retryForMs: number };
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
 }
@@ -117,11 +144,17 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     host: e.HOST,
     port: e.PORT,
     dataDir,
-    databasePath: path.join(dataDir, 'source-fetch.sqlite'),
+    database:
+      e.DATABASE_URL !== undefined
+        ? { kind: 'postgres', url: e.DATABASE_URL, poolSize: e.DATABASE_POOL_SIZE }
+        : { kind: 'sqlite', path: path.join(dataDir, 'source-fetch.sqlite') },
+    nodeId: e.NODE_ID,
+    jobLeaseMs: e.JOB_LEASE_S * 1000,
     artifactRoot: path.resolve(e.ARTIFACT_ROOT ?? path.join(dataDir, 'artifacts')),
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
+    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
@@ -139,6 +172,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     nginxUsageLog: e.NGINX_USAGE_LOG === undefined ? null : path.resolve(e.NGINX_USAGE_LOG),
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
+    webhooks: {
+      secret: e.WEBHOOK_SECRET,
+      timeoutMs: e.WEBHOOK_TIMEOUT_S * 1000,
+      retryBaseMs: Math.round(e.WEBHOOK_RETRY_BASE_S * 1000),
+      retryForMs: e.WEBHOOK_RETRY_FOR_S * 1000,
+    },
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,
   };

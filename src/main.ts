@@ -1,46 +1,55 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
-import { createServer, type RequestListener, type ServerOptions } from 'node:http';
-import { serve } from '@hono/node-server';
+import os from 'node:os';
+import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { openDatabase } from './db/client.js';
+import type { JobRow } from './db/database.js';
+import { openDatabase } from './db/open.js';
 import { createArtifactDelivery } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
 import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
-import { ServiceError } from './errors.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
+import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { acceptedRequestId } from './http/middleware/request-id.js';
 import { problemResponse } from './http/problem.js';
-import { toJobRecord } from './http/job-record.js';
-import { cancelJob } from './jobs/cancel.js';
-import { createFetchTask } from './jobs/fetch-task.js';
-import { countQueued, FINAL_STATUSES, followersOf, getJobRow, recoverAbandonedJobs } from './jobs/queue.js';
-import { killOrphanedTools } from './jobs/orphaned-tools.js';
-import { submitSource } from './jobs/submit.js';
-import { createWorkerPool, type WorkerPool } from './jobs/worker-pool.js';
+import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
+import { startHttpServer } from './http/server.js';
+import { createAdmission } from './jobs/admission.js';
+import { createFetchTask } from './jobs/fetch/task.js';
+import { createJobService } from './jobs/job-service.js';
+import { countQueued, type Ended } from './jobs/queue.js';
+import { createWorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
+import { makeNodeId } from './ops/node-id.js';
+import { createShutdown } from './ops/shutdown.js';
+import { recoverAtStartup } from './ops/startup.js';
 import { checkDestination, createSystemResolver } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
-import { loadOrCreateSecret } from './secrets.js';
-import { cacheEntriesFor } from './store/cache-entries.js';
+import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
+import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
 import { readStoreTotals } from './store/eviction.js';
-import { reconcileStore } from './store/reconcile.js';
+import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
+import { createDatabasePins } from './store/pins.js';
 import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
-import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
+import { createDeliveryWorker } from './webhooks/delivery-worker.js';
+import { createCallbackSender } from './webhooks/send.js';
+
+/** A callback attempt's lease outlives its time limit by this much (writing its outcome). */
+const CALLBACK_LEASE_MARGIN_MS = 5_000;
 
 /**
- * The composition root: configuration → database (migrations, recovery) → dependencies →
- * app and workers → serve. The real clock, spawner, resolver and file system are wired here
- * and nowhere else. SIGTERM and SIGINT drain both the server and the workers.
+ * The composition root, and nothing else: configuration → database → dependencies → app and
+ * workers → serve. The real clock, spawner, resolver, file system and process are wired here and
+ * nowhere else.
  */
 async function main(): Promise<void> {
   let config: Config;
@@ -53,67 +62,96 @@ async function main(): Promise<void> {
   }
   const log = createLogger(config.logLevel);
   const now = () => Date.now();
+  const nodeId = config.nodeId ?? makeNodeId(os.hostname(), process.pid);
 
   await fs.mkdir(config.dataDir, { recursive: true });
   await fs.mkdir(config.artifactRoot, { recursive: true });
-  const orphansKilled = await killOrphanedTools(config.workDir);
-  await fs.rm(config.workDir, { recursive: true, force: true });
-  await fs.mkdir(config.workDir, { recursive: true });
+  const database = await openDatabase(config.database, nodeId);
+  const store = createContentStore(config.artifactRoot, createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }));
+  await recoverAtStartup({
+    database,
+    store,
+    workDir: config.workDir,
+    nodeId,
+    hostname: os.hostname(),
+    now,
+    log,
+    isProcessAlive: (pid) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code === 'EPERM';
+      }
+    },
+  });
 
+  // Secrets the configuration leaves out are generated: in the data dir for one node (SQLite),
+  // in the database for all of them (PostgreSQL; those operators must read also go to the data dir).
+  const generated = (name: string, mirror: boolean) => loadOrCreateServiceSecret({ database, dataDir: config.dataDir, name, now: now(), mirror });
   let apiKeys = config.apiKeys;
   if (apiKeys.length === 0) {
-    const generated = loadOrCreateSecret(config.dataDir, 'api-key');
-    apiKeys = [generated.value];
-    log.warn({ file: generated.file, created: generated.created }, 'API_KEYS is not set: using the generated key kept in this file');
+    const key = await generated('api-key', true);
+    apiKeys = [key.value];
+    log.warn({ file: key.file, created: key.created }, 'API_KEYS is not set: using the generated key kept in this file');
   }
-  const signingSecret = config.urlSigningSecret ?? loadOrCreateSecret(config.dataDir, 'url-signing-secret').value;
-
-  const allowHosts = config.allowHosts;
-  if (allowHosts.length > 0) {
+  const signingSecret = config.urlSigningSecret ?? (await generated('url-signing-secret', false)).value;
+  let webhookSecret = config.webhooks.secret;
+  if (webhookSecret === undefined) {
+    const secret = await generated('webhook-secret', true);
+    webhookSecret = secret.value;
+    log.info({ file: secret.file, created: secret.created }, 'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file');
+  }
+  if (config.allowHosts.length > 0) {
     log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
   }
 
-  const db = openDatabase(config.databasePath);
-  const recovered = recoverAbandonedJobs(db, config.maxAttempts, now());
-  const store = createContentStore(config.artifactRoot);
-  const leftovers = await store.clearIncoming();
-  const reconciled = await reconcileStore({ db, store, now });
-  log.info(
-    {
-      ...recovered,
-      incoming_removed: leftovers,
-      orphaned_tools_killed: orphansKilled,
-      files_adopted: reconciled.adopted,
-      files_removed: reconciled.filesRemoved,
-      rows_dropped: reconciled.rowsDropped,
-      aliases_cleared: reconciled.aliasesCleared,
-    },
-    'start-up recovery',
-  );
+  const resolve = createSystemResolver();
+  // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
+  const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
+  const guard = await startEgressGuard({
+    resolve,
+    dial: createTcpDialer(),
+    allowHosts: config.allowHosts,
+    logger: log,
+    ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
+  });
+  const sandbox = createSandbox({
+    mode: config.confinement.mode,
+    unshare: config.confinement.unshare,
+    python: config.confinement.python,
+    guardSocket: guard.socketPath,
+    guardAuthority: guard.authority,
+    hostNetns: readHostNetns(),
+    run: runProcess,
+  });
+  // Fail closed: without confinement nothing is fetched (submissions 503, workers idle), unless
+  // the operator chose TOOL_CONFINEMENT=off. Checked again with every health check.
+  let confinement: ConfinementStatus = await sandbox.check();
+  if (config.confinement.mode === 'off') {
+    log.warn('TOOL_CONFINEMENT=off: yt-dlp and ffmpeg run unconfined and can connect around the egress guard');
+  } else if (!confinement.ok) {
+    log.error({ reason: confinement.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
+  }
 
   const checkHealth = createHealthCheck({
     tools: config.tools,
+    checkConfinement: async () => (confinement = await sandbox.check()),
     locate: (tool) => locateTool(tool, config.searchPath),
     version: toolVersion,
-    pingDatabase: () => db.$client.prepare('select 1 as ok').get() !== undefined,
+    pingDatabase: () => database.ping(),
+    databaseKind: database.kind,
+    nodeId,
     artifactRoot: config.artifactRoot,
     now,
   });
-  let pool: WorkerPool | undefined;
+  let busyWorkers = () => 0;
   const metrics = createMetrics({
-    queueDepth: () => countQueued(db),
-    busyWorkers: () => pool?.busyCount() ?? 0,
-    storeTotals: () => readStoreTotals(db),
+    queueDepth: () => countQueued(database),
+    busyWorkers: () => busyWorkers(),
+    storeTotals: () => readStoreTotals(database),
     downloaderPresent: async () => (await checkHealth()).downloader.present,
   });
-  const observeJobEnd = (jobId: string) => {
-    const job = getJobRow(db, jobId);
-    if (!job || !FINAL_STATUSES.has(job.status)) return;
-    metrics.observeJobEnd(job);
-    for (const follower of followersOf(db, jobId)) {
-      if (FINAL_STATUSES.has(follower.status)) metrics.observeJobEnd(follower);
-    }
-  };
   const nginxUsage = config.nginxUsageLog
     ? createUsageLogReader({
         file: config.nginxUsageLog,
@@ -122,24 +160,29 @@ async function main(): Promise<void> {
         onError: (err, action) => log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
       })
     : undefined;
-  const usage = createUsageRecorder({ db, now, collect: nginxUsage && (() => void nginxUsage.drain()) });
+  const usage = createUsageRecorder({
+    database,
+    now,
+    onError: (err) => log.error({ err }, 'recording uses failed'),
+    collect: nginxUsage && (() => void nginxUsage.drain()),
+  });
   const sizeCap = createSizeCap({
-    db,
+    database,
     store,
     capBytes: config.artifactCapBytes,
     log,
+    nodeId,
+    now,
     flushUsage: () => usage.flush(),
     intervalMs: config.evictionIntervalMs,
     onEvicted: (result) => metrics.observeEviction(result.evictedArtifacts, result.evictedBytes),
   });
 
-  const resolve = createSystemResolver();
-  const guard = await startEgressGuard({ resolve, dial: createTcpDialer(), allowHosts, logger: log });
   const runJob = createFetchTask({
-    db,
+    database,
     store,
     now,
-    run: runProcess,
+    sandbox,
     tools: config.tools,
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
@@ -147,21 +190,26 @@ async function main(): Promise<void> {
     onStored: () => sizeCap.request(),
     onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });
-  pool = createWorkerPool({
-    db,
+  const workers = createWorkerPool({
+    database,
+    nodeId,
     concurrency: config.workerConcurrency,
+    leaseMs: config.jobLeaseMs,
+    maxAttempts: config.maxAttempts,
     now,
     log,
+    canClaim: () => confinement.ok,
     runJob: async (job, ctx) => {
-      await runJob(job, ctx);
-      observeJobEnd(job.id);
+      const ended = await runJob(job, ctx);
+      if (ended) jobEnded(ended);
+      return ended;
     },
+    onJobEnded: (ended) => jobEnded(ended),
   });
-  const workers = pool;
+  busyWorkers = () => workers.busyCount();
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
-  const notFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
   const delivery = createArtifactDelivery({
     artifactRoot: config.artifactRoot,
     accelRedirectPrefix: config.accelRedirectPrefix,
@@ -170,53 +218,56 @@ async function main(): Promise<void> {
     onServed: (cid) => usage.touch(cid),
     now,
   });
+  const jobs = createJobService({
+    database,
+    now,
+    newJobId: randomUUID,
+    newDeliveryId: randomUUID,
+    checkDestination: async (target) => {
+      const { host, port } = destinationOf(target);
+      await checkDestination(host, port, { resolve, allowHosts: config.allowHosts });
+    },
+    contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
+    admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
+    onEnded: (ended) => jobEnded(ended),
+  });
+  const renderJob = async (job: JobRow) => {
+    const view = await jobs.view(job);
+    return toJobRecord(view.job, {
+      leader: view.leader,
+      artifacts: view.artifacts,
+      callback: view.callback,
+      sign: (cid, name) => {
+        const signed = signer.sign(cid, name, config.signedUrlTtlS);
+        return { query: signed.query, expiresAt: signed.expires * 1000 };
+      },
+    });
+  };
+  const callbacks = createDeliveryWorker({
+    database,
+    nodeId,
+    now,
+    log,
+    secret: webhookSecret,
+    renderJob: async (jobId) => renderJob(await jobs.get(jobId)),
+    send: createCallbackSender({ resolve, dial: createTcpDialer(), allowHosts: config.allowHosts, timeoutMs: config.webhooks.timeoutMs }),
+    schedule: { baseMs: config.webhooks.retryBaseMs, retryForMs: config.webhooks.retryForMs },
+    leaseMs: config.webhooks.timeoutMs + CALLBACK_LEASE_MARGIN_MS,
+  });
+  // Jobs that end on this node have their callbacks sent at once; other nodes' are found by polling.
+  function jobEnded(ended: Ended): void {
+    metrics.observeEnded(ended);
+    callbacks.wake();
+  }
 
   const app = createApp({
     log,
     checkKey,
-    submitSource: async (url, requestId) => {
-      const job = await submitSource({
-        deps: {
-          db,
-          now,
-          newJobId: randomUUID,
-          checkDestination: async (target) => {
-            const { host, port } = destinationOf(target);
-            await checkDestination(host, port, { resolve, allowHosts });
-          },
-          contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
-          admitJob: () => {
-            if (countQueued(db) >= config.maxQueuedJobs) {
-              throw new ServiceError('rate_limited', 'queue_full', 'Too many jobs are waiting; try again later.', { retryAfterSeconds: 30 });
-            }
-          },
-          wakeWorkers: () => workers.wake(),
-        },
-        input: { url, requestId },
-      });
-      if (job.bornDone) {
-        metrics.observeJobEnd(job);
-        usage.touch(job.contentId!);
-      }
-      return job;
-    },
-    getJob: (id) => getJobRow(db, id) ?? throwError(notFound()),
-    cancelJob: (id) => {
-      const before = getJobRow(db, id);
-      const job = cancelJob({ deps: { db, now, abortRunningJob: (jobId) => workers.abort(jobId, 'canceled') }, input: { jobId: id } });
-      // A running job is counted when its worker ends; a queued one never reaches a worker.
-      if (before?.status === 'queued') metrics.observeJobEnd(job);
-      return job;
-    },
-    renderJob: (job) =>
-      toJobRecord(job, {
-        leader: job.followsJobId ? getJobRow(db, job.followsJobId) : undefined,
-        artifacts: job.contentId ? cacheEntriesFor(db, job.contentId) : [],
-        sign: (cid, name) => {
-          const signed = signer.sign(cid, name, config.signedUrlTtlS);
-          return { query: signed.query, expiresAt: signed.expires * 1000 };
-        },
-      }),
+    submitSource: (input, requestId) => jobs.submit(input, requestId),
+    submitSourceBatch: (input, requestId) => jobs.submitBatch(input, requestId),
+    getJob: (id) => jobs.get(id),
+    cancelJob: (id) => jobs.cancel(id),
+    renderJob,
     serveArtifact: delivery.handle,
     checkHealth,
     metrics,
@@ -226,47 +277,54 @@ async function main(): Promise<void> {
         : undefined,
   });
 
-  let stopping = false;
-  // Once shutting down, requests still arriving on open keep-alive connections get 503.
-  const fetch: typeof app.fetch = (req, ...rest) =>
-    stopping
-      ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
-      : app.fetch(req, ...rest);
   // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
   const signedLane =
     config.accelRedirectPrefix === null
       ? delivery.signedLane({ log, observeRequest: (...args) => metrics.observeRequest(...args), requestIdFor: acceptedRequestId })
       : undefined;
-  // @hono/node-server calls this with its options and its request listener.
-  const withSignedLane = ((options: ServerOptions, listener: RequestListener) =>
-    createServer(options, (req, res) => (signedLane && !stopping ? signedLane(req, res, () => listener(req, res)) : listener(req, res)))) as typeof createServer;
-  const server = serve({ fetch, hostname: config.host, port: config.port, createServer: withSignedLane }, (info) => {
-    log.info({ host: info.address, port: info.port, artifact_root: config.artifactRoot }, 'listening');
+  const server = startHttpServer(
+    {
+      beforeApp: signedLane && ((req, res, toApp) => (shutdown.stopping ? toApp() : signedLane(req, res, toApp))),
+      fetch: (req, ...rest) =>
+        shutdown.stopping
+          ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
+          : app.fetch(req, ...rest),
+      hostname: config.host,
+      port: config.port,
+      maxRequestBodyBytes: (path) => (path === '/sources/batch' ? MAX_BATCH_BODY_BYTES : MAX_BODY_BYTES),
+    },
+    (info) => {
+      log.info({ host: info.address, port: info.port, node_id: nodeId, database: database.kind, artifact_root: config.artifactRoot, workers: config.workerConcurrency }, 'listening');
+    },
+  );
+  const shutdown = createShutdown({
+    log,
+    graceMs: config.shutdownGraceMs,
+    closeServer: () => {
+      server.close();
+      (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
+    },
+    stopWorkers: (graceMs) => workers.stop(graceMs),
+    then: [
+      () => callbacks.stop(),
+      () => sizeCap.stop(),
+      () => usage.stop(),
+      () => guard.close(),
+      async () => {
+        if (runtimeDir) await fs.rm(runtimeDir, { recursive: true, force: true });
+      },
+      () => database.close(),
+    ],
+    exit: (code) => process.exit(code),
   });
-  workers.start();
+  process.on('SIGTERM', () => void shutdown.run('SIGTERM'));
+  process.on('SIGINT', () => void shutdown.run('SIGINT'));
+
+  // An API-only node (WORKER_CONCURRENCY=0) claims nothing, but still takes back dead nodes' jobs.
+  await workers.start();
+  callbacks.start();
   usage.start();
   sizeCap.start();
-
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal, grace_ms: config.shutdownGraceMs }, 'shutting down: no new work, draining running jobs');
-    server.close();
-    (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
-    await workers.stop(config.shutdownGraceMs);
-    await sizeCap.stop();
-    usage.stop();
-    await guard.close();
-    db.$client.close();
-    log.info('stopped');
-    process.exit(0);
-  };
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-}
-
-function throwError(err: Error): never {
-  throw err;
 }
 
 await main();

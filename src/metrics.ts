@@ -1,94 +1,113 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
- * Prometheus metrics. HTTP series are labelled by route template only (never a concrete path),
- * so their number stays bounded whatever ids clients send. Gauges that mirror state (queue depth,
- * store size, ...) are read at scrape time through the callbacks given here.
+ * Prometheus metrics, every name under METRIC_PREFIX and named as Prometheus asks (base units in
+ * the name, `_total` for counters only). HTTP series are labelled by route template only (never a
+ * concrete path), so their number stays bounded whatever ids clients send. Gauges that mirror
+ * state (queue depth, store size, ...) are read at scrape time through the callbacks given here.
+ * prom-client's process and Node.js metrics (CPU, memory, descriptors, event-loop lag, GC) come
+ * with the same prefix.
  */
+export const METRIC_PREFIX = 'source_fetch_';
+
+/**
+ * prom-client's default metrics include gauges whose names end in `_total` (the sum of the gauge
+ * of the same name without it over its `type` label), which Prometheus reserves for counters and
+ * promtool rejects. The by-type gauges stay; `sum()` over them gives the same number.
+ */
+const GAUGES_NAMED_LIKE_COUNTERS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+
 export interface MetricsSources {
-  queueDepth: () => number;
+  /** Global: jobs queued on every node's database. */
+  queueDepth: () => Promise<number>;
   busyWorkers: () => number;
-  storeTotals: () => { bytes: number; artifacts: number };
+  storeTotals: () => Promise<{ bytes: number; artifacts: number }>;
   downloaderPresent: () => Promise<boolean>;
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
+type EndedJob = { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null };
+
 export function createMetrics(sources: MetricsSources) {
   const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX });
+  for (const name of GAUGES_NAMED_LIKE_COUNTERS) registry.removeSingleMetric(`${METRIC_PREFIX}${name}`);
+
+  const prefixed = (name: string) => `${METRIC_PREFIX}${name}`;
   const httpRequests = new Counter({
-    name: 'http_requests_total',
+    name: prefixed('http_requests_total'),
     help: 'HTTP requests by method, route template and status.',
     labelNames: ['method', 'route', 'status'] as const,
     registers: [registry],
   });
   const httpDuration = new Histogram({
-    name: 'http_request_duration_seconds',
+    name: prefixed('http_request_duration_seconds'),
     help: 'HTTP request latency by method and route template.',
     labelNames: ['method', 'route'] as const,
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [registry],
   });
   const jobsFinished = new Counter({
-    name: 'jobs_finished_total',
+    name: prefixed('jobs_finished_total'),
     help: 'Jobs by final status (born_done: done without a download).',
     labelNames: ['status', 'born_done'] as const,
     registers: [registry],
   });
   const jobFailures = new Counter({
-    name: 'job_failures_total',
+    name: prefixed('job_failures_total'),
     help: 'Failed jobs by error code.',
     labelNames: ['code'] as const,
     registers: [registry],
   });
   const jobDuration = new Histogram({
-    name: 'job_duration_seconds',
+    name: prefixed('job_duration_seconds'),
     help: 'Time from a job starting to run to its end, by final status.',
     labelNames: ['status'] as const,
     buckets: [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800],
     registers: [registry],
   });
   const downloadedBytes = new Counter({
-    name: 'downloaded_bytes_total',
+    name: prefixed('downloaded_bytes_total'),
     help: 'Bytes downloaded by the downloader.',
     registers: [registry],
   });
-  const evictions = new Counter({
-    name: 'store_evictions_total',
+  const evictedArtifacts = new Counter({
+    name: prefixed('store_evicted_artifacts_total'),
     help: 'Artifacts evicted by the size cap.',
     registers: [registry],
   });
   const evictedBytes = new Counter({
-    name: 'store_evicted_bytes_total',
+    name: prefixed('store_evicted_bytes_total'),
     help: 'Bytes evicted by the size cap.',
     registers: [registry],
   });
   new Gauge({
-    name: 'store_bytes',
+    name: prefixed('store_bytes'),
     help: 'Bytes of all stored artifacts.',
     registers: [registry],
-    collect() {
-      this.set(sources.storeTotals().bytes);
+    async collect() {
+      this.set((await sources.storeTotals()).bytes);
     },
   });
   new Gauge({
-    name: 'store_artifacts',
+    name: prefixed('store_artifacts'),
     help: 'Number of stored artifacts.',
     registers: [registry],
-    collect() {
-      this.set(sources.storeTotals().artifacts);
+    async collect() {
+      this.set((await sources.storeTotals()).artifacts);
     },
   });
   new Gauge({
-    name: 'jobs_queued',
+    name: prefixed('jobs_queued'),
     help: 'Jobs waiting for a worker.',
     registers: [registry],
-    collect() {
-      this.set(sources.queueDepth());
+    async collect() {
+      this.set(await sources.queueDepth());
     },
   });
   new Gauge({
-    name: 'workers_busy',
+    name: prefixed('workers_busy'),
     help: 'Workers running a job.',
     registers: [registry],
     collect() {
@@ -96,7 +115,7 @@ export function createMetrics(sources: MetricsSources) {
     },
   });
   new Gauge({
-    name: 'downloader_present',
+    name: prefixed('downloader_present'),
     help: '1 when the downloader is installed and answers, else 0.',
     registers: [registry],
     async collect() {
@@ -110,7 +129,11 @@ export function createMetrics(sources: MetricsSources) {
       httpRequests.inc({ method, route, status: String(status) });
       httpDuration.observe({ method, route }, seconds);
     },
-    observeJobEnd(job: { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null }) {
+    /** A job and the followers that ended with it: each counted once, by the node that ended them. */
+    observeEnded(ended: { job: EndedJob; followers: EndedJob[] }) {
+      for (const job of [ended.job, ...ended.followers]) this.observeJobEnd(job);
+    },
+    observeJobEnd(job: EndedJob) {
       jobsFinished.inc({ status: job.status, born_done: String(job.bornDone) });
       if (job.status === 'failed' && job.errorCode) jobFailures.inc({ code: job.errorCode });
       if (job.startedAt !== null && job.finishedAt !== null && !job.bornDone) {
@@ -121,7 +144,7 @@ export function createMetrics(sources: MetricsSources) {
       downloadedBytes.inc(bytes);
     },
     observeEviction(artifacts: number, bytes: number) {
-      evictions.inc(artifacts);
+      evictedArtifacts.inc(artifacts);
       evictedBytes.inc(bytes);
     },
   };

@@ -1,4 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { chmod } from 'node:fs/promises';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
@@ -7,17 +8,22 @@ import { classifyAddress } from '../policy/address.js';
 import { checkDestination, splitHostPort, type AllowList, type Resolver } from '../policy/destination.js';
 
 /**
- * The egress guard: an HTTP forward proxy on loopback that the worker hands to the downloader
- * (yt-dlp's `--proxy`, in a per-job config file). Checking the submitted URL is not enough: the
- * downloader follows redirects, fetches manifests, segments and thumbnails from hosts nobody
- * checked. Every one of those connections goes through here and gets the same destination policy
- * as submission.
+ * The egress guard: an HTTP forward proxy that the worker hands to the downloader (yt-dlp's
+ * `--proxy`, in a per-job config file). Checking the submitted URL is not enough: the downloader
+ * follows redirects, fetches manifests, segments and thumbnails from hosts nobody checked. Every
+ * one of those connections goes through here and gets the same destination policy as submission.
+ *
+ * It listens on a Unix socket when the tools are confined (src/sandbox: a bridge inside each
+ * tool's network namespace is its only way here, and the guard is its only way out), or on a
+ * loopback TCP port when the operator turned confinement off.
  *
  * Per request (CONNECT host:port, or an absolute-URI request): the host is resolved once, every
  * address is checked, and the connection is made to a checked address, never to the name. HTTP
- * redirects are passed back untouched, so the client's next hop comes through here and is checked
- * in turn. Only holders of a live session's credentials are served, so nothing else on the
- * machine can use the guard to reach what the policy refuses.
+ * redirects are passed back, so the client's next hop comes through here and is checked in turn;
+ * a plain-HTTP redirect the guard can read is refused outright when it leads to another scheme
+ * (ftp:, file:...) or carries yt-dlp's smuggled options. Only holders of a live session's
+ * credentials are served, so nothing else on the machine can use the guard to reach what the
+ * policy refuses.
  */
 
 /** Opens a TCP connection to a numeric address. Injected so tests never touch the network. */
@@ -32,9 +38,11 @@ export interface EgressGuardOptions {
   resolve: Resolver;
   dial: Dialer;
   allowHosts: AllowList;
-  /** A loopback address; default 127.0.0.1. */
+  /** Listen on this Unix socket (created mode 0600) instead of a TCP port. */
+  socketPath?: string;
+  /** TCP: a loopback address; default 127.0.0.1. */
   host?: string;
-  /** Default 0: any free port. */
+  /** TCP: default 0, any free port. */
   port?: number;
   logger?: GuardLogger;
   /** Per address tried; default 10 s. */
@@ -51,15 +59,22 @@ export interface Refusal {
 }
 
 export interface GuardSession {
-  /** `http://<label>:<token>@127.0.0.1:<port>`: give it to the downloader, never log it. */
-  readonly proxyUrl: string;
+  /** `http://<label>:<token>@<authority>`: give it to the downloader, never log it. */
+  proxyUrlAt(authority: string): string;
   refusals(): Refusal[];
+  /** Host names (lower case, no trailing dot) the session has connected to, in first-use order. */
+  hostsContacted(): string[];
   /** Revokes the credentials and destroys the session's connections. */
   close(): void;
 }
 
 export interface EgressGuard {
-  readonly port: number;
+  /** The TCP port when listening on TCP, else null. */
+  readonly port: number | null;
+  /** `127.0.0.1:<port>` when listening on TCP, else null. */
+  readonly authority: string | null;
+  /** The Unix socket when listening on one, else null. */
+  readonly socketPath: string | null;
   openSession(label: string): GuardSession;
   close(): Promise<void>;
 }
@@ -121,6 +136,7 @@ interface SessionState {
   label: string;
   tokenDigest: Buffer;
   refusals: Refusal[];
+  hosts: Set<string>;
   sockets: Set<Duplex>;
   aborter: AbortController;
 }
@@ -129,7 +145,7 @@ type Upstream = { ok: true; socket: Duplex } | { ok: false; status: number; reas
 
 export async function startEgressGuard(opts: EgressGuardOptions): Promise<EgressGuard> {
   const bindHost = opts.host ?? '127.0.0.1';
-  if (classifyAddress(bindHost).range !== 'loopback') {
+  if (opts.socketPath === undefined && classifyAddress(bindHost).range !== 'loopback') {
     throw new Error(`the egress guard must listen on a loopback address, not ${bindHost}`);
   }
   const logger = opts.logger ?? NO_LOGGER;
@@ -177,6 +193,16 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     return { ok: false, status: 403, reason: err.message };
   };
 
+  /** A plain-HTTP answer whose redirect leaves http(s) or smuggles yt-dlp options: refused. */
+  const refuseRedirect = (session: SessionState, target: URL, location: string): string | null => {
+    const problem = redirectProblem(target, location);
+    if (problem === null) return null;
+    const port = target.port === '' ? 80 : Number(target.port);
+    const err = new ServiceError('refused', 'redirect_refused', `A redirect from ${target.host} was refused: ${problem}.`);
+    refuse(session, target.hostname, port, err);
+    return err.message;
+  };
+
   /** Checks host:port and connects to the first checked address that answers. */
   const openUpstream = async (session: SessionState, host: string, port: number): Promise<Upstream> => {
     let addresses: string[];
@@ -199,8 +225,12 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         const signal = AbortSignal.any([session.aborter.signal, AbortSignal.timeout(connectTimeoutMs)]);
         const socket = await opts.dial(address, port, signal);
         watch(socket, session);
-        if (session.aborter.signal.aborted) socket.destroy();
-        else return { ok: true, socket };
+        if (session.aborter.signal.aborted) {
+          socket.destroy();
+        } else {
+          session.hosts.add(hostKey(host));
+          return { ok: true, socket };
+        }
       } catch (err) {
         const fields = { job_id: session.label, host, address, port, err: String(err) };
         logger.info(fields, 'egress guard dial failed');
@@ -230,7 +260,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     const upstream = await openUpstream(session, target.hostname, port);
     if (!upstream.ok) return plainText(res, upstream.status, upstream.reason);
     if (req.socket.destroyed) return void upstream.socket.destroy();
-    forward(req, res, target, upstream.socket);
+    forward(req, res, target, upstream.socket, (location) => refuseRedirect(session, target, location));
   };
 
   const handleConnect = async (req: http.IncomingMessage, client: Duplex, head: Buffer): Promise<void> => {
@@ -288,13 +318,17 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, bindHost, () => {
+    const listening = () => {
       server.removeListener('error', reject);
       resolve();
-    });
+    };
+    if (opts.socketPath !== undefined) server.listen(opts.socketPath, listening);
+    else server.listen(opts.port ?? 0, bindHost, listening);
   });
-  const port = (server.address() as AddressInfo).port;
-  const urlHost = bindHost.includes(':') ? `[${bindHost}]` : bindHost;
+  // Only the service's own user (and the tools it starts) may connect.
+  if (opts.socketPath !== undefined) await chmod(opts.socketPath, 0o600);
+  const port = opts.socketPath !== undefined ? null : (server.address() as AddressInfo).port;
+  const authority = port === null ? null : `${bindHost.includes(':') ? `[${bindHost}]` : bindHost}:${port}`;
 
   const closeSession = (state: SessionState): void => {
     sessions.delete(state);
@@ -305,6 +339,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
 
   return {
     port,
+    authority,
+    socketPath: opts.socketPath ?? null,
     openSession(label: string): GuardSession {
       if (!LABEL.test(label)) throw new Error(`session label must match ${LABEL}`);
       const token = randomBytes(24).toString('base64url');
@@ -312,13 +348,15 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         label,
         tokenDigest: sha256(token),
         refusals: [],
+        hosts: new Set(),
         sockets: new Set(),
         aborter: new AbortController(),
       };
       sessions.add(state);
       return {
-        proxyUrl: `http://${label}:${token}@${urlHost}:${port}`,
+        proxyUrlAt: (at) => `http://${label}:${token}@${at}`,
         refusals: () => state.refusals.map((x) => ({ ...x })),
+        hostsContacted: () => [...state.hosts],
         close: () => closeSession(state),
       };
     },
@@ -331,8 +369,17 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
   };
 }
 
-/** Sends the request on over the checked socket and streams the answer back, both bodies piped. */
-function forward(req: http.IncomingMessage, res: http.ServerResponse, target: URL, upstream: Duplex): void {
+/**
+ * Sends the request on over the checked socket and streams the answer back, both bodies piped.
+ * `checkRedirect` sees every Location header first and returns a reason to refuse it, or null.
+ */
+function forward(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  target: URL,
+  upstream: Duplex,
+  checkRedirect: (location: string) => string | null,
+): void {
   const outgoing = http.request({
     method: req.method,
     path: `${target.pathname}${target.search}`,
@@ -341,6 +388,13 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, target: UR
     createConnection: () => upstream,
   });
   outgoing.on('response', (answer) => {
+    const location = answer.headers.location;
+    const refused = location === undefined ? null : checkRedirect(location);
+    if (refused !== null) {
+      answer.destroy();
+      upstream.destroy();
+      return plainText(res, 403, refused);
+    }
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, endToEnd(answer.rawHeaders));
     // pipeline destroys both ends on error or premature close: an upstream that dies mid-body
     // must not leave the client waiting for the rest.
@@ -352,6 +406,38 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, target: UR
   });
   res.once('close', () => upstream.destroy());
   pipeline(req, outgoing, () => {});
+}
+
+const SMUGGLED = /__youtubedl_smuggle/i;
+
+/**
+ * Why a redirect must not be followed, or null. yt-dlp follows redirects to ftp: (urllib's own
+ * handler, which no proxy setting covers), and honours options smuggled in a URL fragment, among
+ * them one that turns the proxy off; neither may reach it from a server's answer.
+ */
+export function redirectProblem(base: URL, location: string): string | null {
+  let decoded = location;
+  for (let i = 0; i < 3; i++) {
+    try {
+      decoded = decodeURIComponent(decoded);
+    } catch {
+      break;
+    }
+  }
+  if (SMUGGLED.test(decoded)) return 'it carries smuggled downloader options';
+  let next: URL;
+  try {
+    next = new URL(location, base);
+  } catch {
+    return null; // not a URL the client can follow either
+  }
+  if (next.protocol !== 'http:' && next.protocol !== 'https:') return `it leads to a ${next.protocol} URL; only http and https are fetched`;
+  return null;
+}
+
+function hostKey(host: string): string {
+  const lower = host.toLowerCase();
+  return lower.endsWith('.') ? lower.slice(0, -1) : lower;
 }
 
 /** Raw header list without hop-by-hop headers (and those the Connection header names) or `also`. */

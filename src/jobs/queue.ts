@@ -1,188 +1,344 @@
-import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { jobs, type JobRow, type JobStatus } from '../db/schema.js';
+import { and, asc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
+import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
 
 /**
- * The job queue: job rows in SQLite and every state change they go through.
+ * The job queue: job rows and every state change they go through, on either database, for any
+ * number of nodes.
  *
  *   queued ──claim──▶ running ──▶ done | failed | canceled
- *     │                  └──(crash, shutdown)──▶ queued again, while attempts remain
+ *     │                  ├──(lease expired: node dead)──▶ queued again, or failed when attempts are spent
+ *     │                  ├──(job function threw)──▶ queued again, or failed when attempts are spent
+ *     │                  └──(shutdown)──▶ queued again, the attempt not counted
  *     └──cancel──▶ canceled
  *
- * A job submitted while another job for the same URL is queued or running "follows" it
- * (followsJobId): it is never claimed, and ends with its leader's outcome.
- * Each transition is one conditional UPDATE, so a transition that lost a race changes nothing.
+ * A claim gives the node a lease (lock_owner, lease_expires_at) that it renews while it runs the
+ * job; any node takes back a running job whose lease has run out. Only the lease holder can end
+ * a running job. A job submitted while another job for the same URL is queued or running
+ * "follows" it (follows_job_id): it is never claimed, and ends with its leader's outcome; a
+ * running job that finds another running job downloading the same media becomes its follower
+ * too. Unique partial indexes make both hold across nodes: one active leader per URL, one
+ * running download per media. Each transition is one conditional UPDATE (its RETURNING says
+ * whether it happened), so a transition that lost a race changes nothing.
  */
 export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['done', 'failed', 'canceled']);
+const ACTIVE: JobStatus[] = ['queued', 'running'];
 
 export interface JobError {
   code: string;
   message: string;
 }
 
-export function insertJob(db: Db, job: typeof jobs.$inferInsert): JobRow {
-  return db.insert(jobs).values(job).returning().get();
+export interface Lease {
+  /** The node taking or holding the lease. */
+  owner: string;
+  now: number;
+  leaseMs: number;
 }
 
-export function getJobRow(db: Db, id: string): JobRow | undefined {
-  return db.select().from(jobs).where(eq(jobs.id, id)).get();
+/** Who finished along with a leader: its followers, in the status they were given. */
+export interface Ended {
+  job: JobRow;
+  followers: JobRow[];
 }
 
-export function followersOf(db: Db, leaderId: string): JobRow[] {
-  return db.select().from(jobs).where(eq(jobs.followsJobId, leaderId)).all();
+export async function getJobRow(q: Queryable, id: string): Promise<JobRow | undefined> {
+  const [row] = await q.db.select().from(q.t.jobs).where(eq(q.t.jobs.id, id));
+  return row;
+}
+
+/** Inserts a job exactly as given (a born-done job, say). */
+export async function insertJob(q: Queryable, job: NewJobRow): Promise<JobRow> {
+  const [row] = await q.db.insert(q.t.jobs).values(job).returning();
+  return row!;
 }
 
 /** The job that currently leads work on a URL, if any. */
-export function activeLeaderFor(db: Db, urlKey: string): JobRow | undefined {
-  return db
+export async function activeLeaderFor(q: Queryable, urlKey: string): Promise<JobRow | undefined> {
+  const [row] = await q.db
     .select()
-    .from(jobs)
-    .where(and(eq(jobs.urlKey, urlKey), inArray(jobs.status, ['queued', 'running']), isNull(jobs.followsJobId)))
-    .orderBy(asc(jobs.createdAt))
-    .get();
-}
-
-/** Atomically takes the oldest claimable job. */
-export function claimNextJob(db: Db, owner: string, now: number): JobRow | undefined {
-  return db
-    .update(jobs)
-    .set({ status: 'running', lockOwner: owner, lockedAt: now, startedAt: now, attempts: sql`${jobs.attempts} + 1` })
-    .where(
-      eq(
-        jobs.id,
-        sql`(select ${jobs.id} from ${jobs} where ${jobs.status} = 'queued' and ${jobs.followsJobId} is null order by ${jobs.createdAt} limit 1)`,
-      ),
-    )
-    .returning()
-    .get();
-}
-
-export function countQueued(db: Db): number {
-  return db.select({ n: sql<number>`count(*)` }).from(jobs).where(eq(jobs.status, 'queued')).get()?.n ?? 0;
-}
-
-export function recordProgress(db: Db, id: string, bytes: number, totalBytes: number | null): void {
-  db.update(jobs)
-    .set({ progressBytes: bytes, progressTotalBytes: totalBytes })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'running')))
-    .run();
-}
-
-export function recordMediaIdentity(db: Db, id: string, extractor: string, mediaId: string): void {
-  db.update(jobs).set({ extractor, mediaId }).where(eq(jobs.id, id)).run();
-}
-
-/** running → done, with every follower. Returns false when the job was no longer running (canceled). */
-export function markDone(db: Db, id: string, contentId: string, now: number): boolean {
-  const changed = db
-    .update(jobs)
-    .set({ status: 'done', contentId, finishedAt: now, lockOwner: null, lockedAt: null })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'running')))
-    .run().changes;
-  if (changed === 0) return false;
-  db.update(jobs)
-    .set({ status: 'done', contentId, finishedAt: now, startedAt: sql`coalesce(${jobs.startedAt}, ${now})` })
-    .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
-    .run();
-  return true;
-}
-
-/** running → failed, with every follower. */
-export function markFailed(db: Db, id: string, error: JobError, now: number): boolean {
-  const set = { status: 'failed' as const, errorCode: error.code, errorMessage: error.message, finishedAt: now };
-  const changed = db
-    .update(jobs)
-    .set({ ...set, lockOwner: null, lockedAt: null })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'running')))
-    .run().changes;
-  if (changed === 0) return false;
-  db.update(jobs)
-    .set(set)
-    .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
-    .run();
-  return true;
+    .from(q.t.jobs)
+    .where(and(eq(q.t.jobs.urlKey, urlKey), inArray(q.t.jobs.status, ACTIVE), isNull(q.t.jobs.followsJobId)));
+  return row;
 }
 
 /**
- * queued or running → canceled. A canceled leader hands its followers on: the oldest becomes
- * the new leader (queued, claimable) and the others follow it, so one client's cancel never
- * cancels another client's job. Returns the row after the change, or undefined if unknown.
+ * Queues a job for its URL: as the leader, or, when another job leads that URL, as its follower.
+ * The leader's row is locked while the follower is added, so the leader cannot end in between and
+ * leave the follower waiting for nothing. Returns undefined when the leader ended meanwhile: the
+ * caller starts over (the URL may now have content).
  */
-export function markCanceled(db: Db, id: string, now: number): JobRow | undefined {
-  return db.transaction((tx) => {
-    const changed = tx
-      .update(jobs)
-      .set({ status: 'canceled', finishedAt: now, lockOwner: null, lockedAt: null })
-      .where(and(eq(jobs.id, id), inArray(jobs.status, ['queued', 'running'])))
-      .run().changes;
-    if (changed > 0) {
-      const followers = tx
-        .select({ id: jobs.id })
-        .from(jobs)
-        .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
-        .orderBy(asc(jobs.createdAt))
-        .all();
-      const [heir, ...rest] = followers;
-      if (heir) {
-        tx.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, heir.id)).run();
-        if (rest.length > 0) {
-          tx.update(jobs)
-            .set({ followsJobId: heir.id })
-            .where(inArray(jobs.id, rest.map((row) => row.id)))
-            .run();
-        }
-      }
-    }
-    return tx.select().from(jobs).where(eq(jobs.id, id)).get();
+export async function enqueueJob(database: Database, job: Omit<NewJobRow, 'status' | 'followsJobId'>): Promise<JobRow | undefined> {
+  const asLeader = await database.transaction(async (q) => {
+    // Any conflict is the one-leader-per-URL index (ids are random UUIDs).
+    const [row] = await q.db
+      .insert(q.t.jobs)
+      .values({ ...job, status: 'queued', followsJobId: null })
+      .onConflictDoNothing()
+      .returning();
+    return row;
+  });
+  if (asLeader) return asLeader;
+  return database.transaction(async (q) => {
+    const leader = await activeLeaderFor(q, job.urlKey);
+    if (!leader || !(await lockIfActive(q, leader.id))) return undefined;
+    return insertJob(q, { ...job, status: 'queued', followsJobId: leader.id });
   });
 }
 
-/** running → queued, for jobs a shutdown interrupted; the attempt does not count. */
-export function requeueInterrupted(db: Db, id: string): void {
-  db.update(jobs)
+/** Locks a job's row (Postgres; SQLite transactions are exclusive) and says whether it is still active. */
+async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
+  const query = q.db.select({ status: q.t.jobs.status }).from(q.t.jobs).where(eq(q.t.jobs.id, id));
+  const [row] = q.kind === 'postgres' ? await query.for('update') : await query;
+  return row !== undefined && ACTIVE.includes(row.status);
+}
+
+/** Atomically takes the oldest claimable job, with a lease. */
+export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow | undefined> {
+  const { jobs } = q.t;
+  const oldest = q.db
+    .select({ id: jobs.id })
+    .from(jobs)
+    .where(and(eq(jobs.status, 'queued'), isNull(jobs.followsJobId)))
+    .orderBy(asc(jobs.createdAt))
+    .limit(1);
+  // Postgres: nodes claiming at once each skip the row another is taking instead of queueing on it.
+  // A scalar subquery, evaluated once: as `id IN (...)` Postgres may run it again per row and take
+  // more than one job.
+  const next = q.kind === 'postgres' ? oldest.for('update', { skipLocked: true }) : oldest;
+  const [row] = await q.db
+    .update(jobs)
+    .set({
+      status: 'running',
+      lockOwner: lease.owner,
+      leaseExpiresAt: lease.now + lease.leaseMs,
+      startedAt: lease.now,
+      attempts: sql`${jobs.attempts} + 1`,
+      progressBytes: null,
+      progressTotalBytes: null,
+    })
+    .where(and(eq(jobs.id, sql`(${next})`), eq(jobs.status, 'queued')))
+    .returning();
+  return row;
+}
+
+/**
+ * Extends the leases of the jobs `ids` that `owner` still holds; returns those ids. A job missing
+ * from the answer was canceled, or taken back after its lease ran out: its node must stop it.
+ */
+export async function renewLeases(q: Queryable, ids: string[], lease: Lease): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const { jobs } = q.t;
+  const rows = await q.db
+    .update(jobs)
+    .set({ leaseExpiresAt: lease.now + lease.leaseMs })
+    .where(and(inArray(jobs.id, ids), eq(jobs.lockOwner, lease.owner), eq(jobs.status, 'running')))
+    .returning({ id: jobs.id });
+  return new Set(rows.map((row) => row.id));
+}
+
+export async function countQueued(q: Queryable): Promise<number> {
+  const [row] = await q.db.select({ n: sql<number>`cast(count(*) as integer)` }).from(q.t.jobs).where(eq(q.t.jobs.status, 'queued'));
+  return Number(row?.n ?? 0);
+}
+
+export async function recordProgress(q: Queryable, id: string, owner: string, bytes: number, totalBytes: number | null): Promise<void> {
+  const { jobs } = q.t;
+  await q.db
+    .update(jobs)
+    .set({ progressBytes: bytes, progressTotalBytes: totalBytes })
+    .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)));
+}
+
+export async function recordMediaIdentity(q: Queryable, id: string, extractor: string, mediaId: string): Promise<void> {
+  await q.db.update(q.t.jobs).set({ extractor, mediaId }).where(eq(q.t.jobs.id, id));
+}
+
+/**
+ * Claims the download of a media for a running job: records its media key, which only one running
+ * job may hold. Returns 'claimed', or the id of the running job that holds it (this job should
+ * follow it), or 'lost' when this job is no longer running under `owner`.
+ */
+export async function claimMediaDownload(database: Database, id: string, owner: string, mediaKey: string): Promise<'claimed' | 'lost' | { followId: string }> {
+  const { jobs } = database.t;
+  try {
+    const rows = await database.db
+      .update(jobs)
+      .set({ mediaKey })
+      .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
+      .returning({ id: jobs.id });
+    return rows.length > 0 ? 'claimed' : 'lost';
+  } catch (err) {
+    if (!isUniqueViolation(err)) throw err;
+  }
+  const [holder] = await database.db
+    .select({ id: jobs.id })
+    .from(jobs)
+    .where(and(eq(jobs.mediaKey, mediaKey), eq(jobs.status, 'running')));
+  // The holder ended in between: try once more, the key is free or the alias is there.
+  return holder ? { followId: holder.id } : claimMediaDownload(database, id, owner, mediaKey);
+}
+
+/**
+ * running → queued as a follower of `leaderId`, which is downloading the same media; this job's
+ * own followers follow the leader too. False when the leader is no longer active or this job is
+ * no longer ours: the caller goes on by itself.
+ */
+export async function followMediaDownload(database: Database, id: string, owner: string, leaderId: string): Promise<boolean> {
+  return database.transaction(async (q) => {
+    const { jobs } = q.t;
+    if (!(await lockIfActive(q, leaderId))) return false;
+    const moved = await q.db
+      .update(jobs)
+      .set({ status: 'queued', followsJobId: leaderId, lockOwner: null, leaseExpiresAt: null, progressBytes: null, progressTotalBytes: null })
+      .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
+      .returning({ id: jobs.id });
+    if (moved.length === 0) return false;
+    await q.db.update(jobs).set({ followsJobId: leaderId }).where(eq(jobs.followsJobId, id));
+    return true;
+  });
+}
+
+/** running → done, with every follower. Undefined when the job was no longer running under `owner`. */
+export async function markDone(q: Queryable, id: string, owner: string, contentId: string, now: number): Promise<Ended | undefined> {
+  const { jobs } = q.t;
+  const [job] = await q.db
+    .update(jobs)
+    .set({ status: 'done', contentId, finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+    .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
+    .returning();
+  if (!job) return undefined;
+  const followers = await q.db
+    .update(jobs)
+    .set({ status: 'done', contentId, finishedAt: now, startedAt: sql`coalesce(${jobs.startedAt}, ${now})` })
+    .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
+    .returning();
+  return { job, followers };
+}
+
+/** running → failed, with every follower. Undefined when the job was no longer running under `owner`. */
+export async function markFailed(q: Queryable, id: string, owner: string, error: JobError, now: number): Promise<Ended | undefined> {
+  const { jobs } = q.t;
+  const [job] = await q.db
+    .update(jobs)
+    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+    .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
+    .returning();
+  if (!job) return undefined;
+  return { job, followers: await failFollowers(q, id, error, now) };
+}
+
+async function failFollowers(q: Queryable, leaderId: string, error: JobError, now: number): Promise<JobRow[]> {
+  const { jobs } = q.t;
+  return q.db
+    .update(jobs)
+    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now })
+    .where(and(eq(jobs.followsJobId, leaderId), eq(jobs.status, 'queued')))
+    .returning();
+}
+
+/**
+ * queued or running → canceled. A canceled leader hands its followers on: the oldest becomes the
+ * new leader (queued, claimable) and the others follow it, so one client's cancel never cancels
+ * another client's job. Returns the row after the change (and what it was before), or undefined
+ * if there is no such job.
+ */
+export async function markCanceled(database: Database, id: string, now: number): Promise<{ before: JobRow; after: JobRow } | undefined> {
+  return database.transaction(async (q) => {
+    const { jobs } = q.t;
+    const before = await getJobRow(q, id);
+    if (!before) return undefined;
+    const [changed] = await q.db
+      .update(jobs)
+      .set({ status: 'canceled', finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+      .where(and(eq(jobs.id, id), inArray(jobs.status, ACTIVE)))
+      .returning();
+    if (!changed) return { before, after: (await getJobRow(q, id))! };
+    const followers = await q.db
+      .select({ id: jobs.id })
+      .from(jobs)
+      .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
+      .orderBy(asc(jobs.createdAt));
+    const [heir, ...rest] = followers;
+    if (heir) {
+      await q.db.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, heir.id));
+      if (rest.length > 0) {
+        await q.db
+          .update(jobs)
+          .set({ followsJobId: heir.id })
+          .where(inArray(jobs.id, rest.map((row) => row.id)));
+      }
+    }
+    return { before, after: changed };
+  });
+}
+
+/** running → queued, for a job a shutdown interrupted; the attempt does not count. */
+export async function requeueInterrupted(q: Queryable, id: string, owner: string): Promise<void> {
+  const { jobs } = q.t;
+  await q.db
+    .update(jobs)
     .set({
       status: 'queued',
       lockOwner: null,
-      lockedAt: null,
+      leaseExpiresAt: null,
       startedAt: null,
+      mediaKey: null,
       progressBytes: null,
       progressTotalBytes: null,
-      attempts: sql`max(${jobs.attempts} - 1, 0)`,
+      attempts: sql`case when ${jobs.attempts} > 0 then ${jobs.attempts} - 1 else 0 end`,
     })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'running')))
-    .run();
+    .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)));
 }
 
 /**
- * At start-up, before any worker runs: jobs left running by a crash are queued again while
- * they have attempts left, and failed otherwise. Returns the counts.
+ * running → queued, for a job whose job function threw: the node gives the job back at once
+ * instead of holding it until its lease runs out. The attempt counts; past `maxAttempts` the job
+ * fails (attempts_exhausted), followers with it.
  */
-export function recoverAbandonedJobs(db: Db, maxAttempts: number, now: number): { requeued: number; failed: number } {
-  return db.transaction((tx) => {
-    const failed = tx
+export async function releaseJob(database: Database, id: string, owner: string, maxAttempts: number, now: number): Promise<Ended | undefined> {
+  return database.transaction(async (q) => {
+    const { jobs } = q.t;
+    const mine = and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner));
+    const exhausted = await exhaust(q, and(mine, sql`${jobs.attempts} >= ${maxAttempts}`)!, maxAttempts, now);
+    if (exhausted.length > 0) return exhausted[0];
+    await q.db
       .update(jobs)
-      .set({
-        status: 'failed',
-        errorCode: 'attempts_exhausted',
-        errorMessage: `The job was interrupted ${maxAttempts} times and is not retried again.`,
-        finishedAt: now,
-        lockOwner: null,
-        lockedAt: null,
-      })
-      .where(and(eq(jobs.status, 'running'), sql`${jobs.attempts} >= ${maxAttempts}`))
-      .returning({ id: jobs.id })
-      .all();
-    for (const { id } of failed) {
-      tx.update(jobs)
-        .set({ status: 'failed', errorCode: 'attempts_exhausted', errorMessage: 'The job this one waited for failed.', finishedAt: now })
-        .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
-        .run();
-    }
-    const requeued = tx
-      .update(jobs)
-      .set({ status: 'queued', lockOwner: null, lockedAt: null, progressBytes: null, progressTotalBytes: null })
-      .where(eq(jobs.status, 'running'))
-      .run().changes;
-    return { requeued, failed: failed.length };
+      .set({ status: 'queued', lockOwner: null, leaseExpiresAt: null, mediaKey: null, progressBytes: null, progressTotalBytes: null })
+      .where(mine);
+    return undefined;
   });
+}
+
+/**
+ * Takes back running jobs whose lease has run out (their node died or lost the database): queued
+ * again while they have attempts left, failed (attempts_exhausted) otherwise, followers with them.
+ * Any node may run it at any time; each row changes once. Returns the jobs that failed.
+ */
+export async function reclaimExpiredLeases(database: Database, maxAttempts: number, now: number): Promise<{ requeued: number; failed: Ended[] }> {
+  return database.transaction(async (q) => {
+    const { jobs } = q.t;
+    const expired = and(eq(jobs.status, 'running'), or(isNull(jobs.leaseExpiresAt), lt(jobs.leaseExpiresAt, now)));
+    const failed = await exhaust(q, and(expired, sql`${jobs.attempts} >= ${maxAttempts}`)!, maxAttempts, now);
+    const requeued = await q.db
+      .update(jobs)
+      .set({ status: 'queued', lockOwner: null, leaseExpiresAt: null, mediaKey: null, progressBytes: null, progressTotalBytes: null })
+      .where(expired)
+      .returning({ id: jobs.id });
+    return { requeued: requeued.length, failed };
+  });
+}
+
+async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
+  const { jobs } = q.t;
+  const error = { code: 'attempts_exhausted', message: `The job was interrupted ${maxAttempts} times and is not retried again.` };
+  const failed = await q.db
+    .update(jobs)
+    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now, lockOwner: null, leaseExpiresAt: null, mediaKey: null })
+    .where(where)
+    .returning();
+  const ended: Ended[] = [];
+  for (const job of failed) {
+    ended.push({ job, followers: await failFollowers(q, job.id, { code: error.code, message: 'The job this one waited for failed.' }, now) });
+  }
+  return ended;
 }

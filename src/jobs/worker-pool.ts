@@ -1,25 +1,34 @@
-import { randomUUID } from 'node:crypto';
-import type { Db } from '../db/client.js';
-import type { JobRow } from '../db/schema.js';
+import type { Database, JobRow } from '../db/database.js';
 import type { Logger } from '../logger.js';
-import { claimNextJob, requeueInterrupted } from './queue.js';
+import { claimNextJob, reclaimExpiredLeases, releaseJob, renewLeases, requeueInterrupted, type Ended } from './queue.js';
 
 /**
- * An in-process pool of workers that claim queued jobs from the database. Each running job
- * owns an AbortController: a cancel aborts it with reason 'canceled', a shutdown that outlasts
- * its grace period aborts it with 'shutdown' and puts the job back in the queue.
+ * A node's pool of workers, claiming queued jobs from the database that all nodes share. Each
+ * claim is a lease that the pool renews every heartbeat while the job runs; a job whose lease it
+ * no longer holds (canceled through any node, or taken back after the lease ran out) is stopped
+ * at once. Any pool takes back jobs whose lease ran out on a dead node. Each running job owns an
+ * AbortController: 'canceled' when told so, 'lost' when the lease is gone, 'shutdown' when a
+ * shutdown outlasts its grace period (the job goes back to the queue, the attempt not counted).
+ * A job function that throws gives its job back (the attempt counts).
  */
-export type AbortReason = 'canceled' | 'shutdown';
+export type AbortReason = 'canceled' | 'lost' | 'shutdown';
 
 export interface JobContext {
   signal: AbortSignal;
   log: Logger;
+  /** This node: the lease holder, which alone may record the job's end. */
+  owner: string;
 }
 
-export type JobRunner = (job: JobRow, ctx: JobContext) => Promise<void>;
+/** Runs a claimed job to its end; returns the transition it made (done or failed), if any. */
+export type JobRunner = (job: JobRow, ctx: JobContext) => Promise<Ended | undefined>;
+
+/** Channels every node listens on (Postgres NOTIFY; in-process on SQLite). */
+export const JOBS_QUEUED_CHANNEL = 'source_fetch_jobs_queued';
+export const JOB_CANCELED_CHANNEL = 'source_fetch_job_canceled';
 
 export interface WorkerPool {
-  start(): void;
+  start(): Promise<void>;
   /** Something was queued: look now instead of at the next poll. */
   wake(): void;
   abort(jobId: string, reason: AbortReason): void;
@@ -28,25 +37,56 @@ export interface WorkerPool {
   stop(graceMs: number): Promise<void>;
 }
 
-export function createWorkerPool(deps: {
-  db: Db;
+export interface WorkerPoolDeps {
+  database: Database;
+  nodeId: string;
   concurrency: number;
+  leaseMs: number;
+  maxAttempts: number;
   now: () => number;
   log: Logger;
   runJob: JobRunner;
+  /** Every job end this pool causes besides its runners' own (attempts exhausted). */
+  onJobEnded?: (ended: Ended) => void;
+  /** False while jobs must not start (the tools cannot be confined): they stay queued. */
+  canClaim?: () => boolean;
+  /** Default 1000: how often to look for queued jobs without being woken, and to renew leases. */
   pollIntervalMs?: number;
-}): WorkerPool {
-  const owner = `pid${process.pid}-${randomUUID().slice(0, 8)}`;
-  const running = new Map<string, { controller: AbortController; done: Promise<void> }>();
-  let stopping = false;
-  let timer: NodeJS.Timeout | undefined;
+  heartbeatMs?: number;
+}
 
+export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
+  const running = new Map<string, { controller: AbortController; done: Promise<void> }>();
+  const lease = () => ({ owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs });
+  const timers: NodeJS.Timeout[] = [];
+  const unlisten: Array<() => Promise<void>> = [];
+  let stopping = false;
+  let filling: Promise<void> | undefined;
+  let fillAgain = false;
+
+  const report = (what: string) => (err: unknown) => deps.log.error({ err }, what);
+
+  /** Claims while there is room; one fill at a time, with one more after it if woken meanwhile. */
   function fill(): void {
-    while (!stopping && running.size < deps.concurrency) {
-      const job = claimNextJob(deps.db, owner, deps.now());
-      if (!job) return;
-      launch(job);
+    if (filling) {
+      fillAgain = true;
+      return;
     }
+    filling = (async () => {
+      while (!stopping && running.size < deps.concurrency && (deps.canClaim?.() ?? true)) {
+        const job = await claimNextJob(deps.database, lease());
+        if (!job) return;
+        launch(job);
+      }
+    })()
+      .catch(report('claiming a job failed'))
+      .finally(() => {
+        filling = undefined;
+        if (fillAgain && !stopping) {
+          fillAgain = false;
+          fill();
+        }
+      });
   }
 
   function launch(job: JobRow): void {
@@ -54,24 +94,64 @@ export function createWorkerPool(deps: {
     // The submission's request id too: every line of the job can be tied to the request that made it.
     const log = deps.log.child({ job_id: job.id, ...(job.requestId ? { request_id: job.requestId } : {}) });
     const done = deps
-      .runJob(job, { signal: controller.signal, log })
-      .catch((err: unknown) => log.error({ err }, 'job runner failed'))
+      .runJob(job, { signal: controller.signal, log, owner: deps.nodeId })
+      .catch(async (err: unknown) => {
+        log.error({ err }, 'job runner failed: giving the job back');
+        const ended = await releaseJob(deps.database, job.id, deps.nodeId, deps.maxAttempts, deps.now());
+        if (ended) deps.onJobEnded?.(ended);
+      })
+      .catch(report('giving a job back failed'))
+      .then(async () => {
+        if (controller.signal.aborted && controller.signal.reason === 'shutdown') await requeueInterrupted(deps.database, job.id, deps.nodeId);
+      })
+      .catch(report('re-queueing an interrupted job failed'))
       .finally(() => {
-        if (controller.signal.aborted && controller.signal.reason === 'shutdown') requeueInterrupted(deps.db, job.id);
         running.delete(job.id);
-        if (!stopping) setImmediate(fill);
+        if (!stopping) fill();
       });
     running.set(job.id, { controller, done });
   }
 
-  return {
-    start() {
-      timer = setInterval(fill, deps.pollIntervalMs ?? 1000);
-      timer.unref();
+  /** Renews this node's leases; stops the jobs it no longer holds. */
+  async function heartbeat(): Promise<void> {
+    const ids = [...running.keys()];
+    if (ids.length === 0) return;
+    const held = await renewLeases(deps.database, ids, lease());
+    for (const id of ids) {
+      if (!held.has(id)) running.get(id)?.controller.abort('lost');
+    }
+  }
+
+  /** Takes back jobs of dead nodes. */
+  async function sweep(): Promise<void> {
+    const { requeued, failed } = await reclaimExpiredLeases(deps.database, deps.maxAttempts, deps.now());
+    for (const ended of failed) deps.onJobEnded?.(ended);
+    if (requeued > 0) {
+      deps.log.info({ requeued, failed: failed.length }, 'took back jobs whose lease ran out');
+      fill();
+    }
+  }
+
+  const every = (ms: number, fn: () => Promise<void> | void, what: string) => {
+    const timer = setInterval(() => {
+      if (!stopping) void Promise.resolve(fn()).catch(report(what));
+    }, ms);
+    timer.unref();
+    timers.push(timer);
+  };
+
+  const pool: WorkerPool = {
+    async start() {
+      unlisten.push(await deps.database.listen(JOBS_QUEUED_CHANNEL, () => pool.wake()));
+      unlisten.push(await deps.database.listen(JOB_CANCELED_CHANNEL, (jobId) => pool.abort(jobId, 'canceled')));
+      await sweep();
+      every(deps.pollIntervalMs ?? 1000, fill, 'polling the queue failed');
+      every(deps.heartbeatMs ?? 1000, heartbeat, 'renewing leases failed');
+      every(Math.max(1000, Math.floor(deps.leaseMs / 2)), sweep, 'taking back expired leases failed');
       fill();
     },
     wake() {
-      if (!stopping) setImmediate(fill);
+      if (!stopping) fill();
     },
     abort(jobId, reason) {
       running.get(jobId)?.controller.abort(reason);
@@ -81,12 +161,16 @@ export function createWorkerPool(deps: {
     },
     async stop(graceMs) {
       stopping = true;
-      if (timer) clearInterval(timer);
+      for (const timer of timers) clearInterval(timer);
+      await Promise.all(unlisten.map((fn) => fn().catch(() => {})));
+      await filling;
       const all = () => Promise.all([...running.values()].map((entry) => entry.done));
       let graceTimer: NodeJS.Timeout | undefined;
       const graceOver = new Promise<'timeout'>((resolve) => {
         graceTimer = setTimeout(() => resolve('timeout'), graceMs);
       });
+      // Leases must outlive the grace period: keep renewing them while jobs drain.
+      const renewing = setInterval(() => void heartbeat().catch(report('renewing leases failed')), deps.heartbeatMs ?? 1000);
       const outcome = await Promise.race([all().then(() => 'drained' as const), graceOver]);
       clearTimeout(graceTimer);
       if (outcome === 'timeout') {
@@ -94,6 +178,8 @@ export function createWorkerPool(deps: {
         for (const entry of running.values()) entry.controller.abort('shutdown');
         await all();
       }
+      clearInterval(renewing);
     },
   };
+  return pool;
 }

@@ -14,6 +14,9 @@ import { ServiceError } from '../errors.js';
  * 5. No user name or password (`url_credentials_not_allowed`): credentials in URLs leak into
  *    logs and job records, and `user@host` is a classic way to disguise the real host.
  * 6. A host with no empty label other than one trailing dot (`url_host_missing`, `url_invalid`).
+ * 7. No `__youtubedl_smuggle` anywhere, even percent-encoded (`url_smuggled_data`): yt-dlp reads
+ *    options from a URL fragment of that name, one of which turns its proxy off.
+ * The fragment is then dropped: it is never sent to a server, and yt-dlp must never see one.
  * The destination is then checked on exactly `destinationOf(url)`: URL.hostname without IPv6
  * brackets and without the single trailing dot, and the explicit or default port. Downstream
  * code must hand `url.href` to the downloader, never the raw string, so every parser sees the
@@ -57,7 +60,29 @@ export function parseSourceUrl(raw: string): URL {
   if (!host.includes(':') && host.split('.').includes('')) {
     invalid('url_invalid', 'The URL host has an empty label.');
   }
+  if (SMUGGLED.test(fullyDecoded(url.href))) {
+    invalid('url_smuggled_data', 'The URL carries downloader options (__youtubedl_smuggle), which are refused.');
+  }
+  url.hash = '';
   return url;
+}
+
+const SMUGGLED = /__youtubedl_smuggle/i;
+
+/** Percent-decoded until it no longer changes (a few rounds at most), so no encoding hides a name. */
+function fullyDecoded(text: string): string {
+  let current = text;
+  for (let round = 0; round < 5; round++) {
+    let next: string;
+    try {
+      next = decodeURIComponent(current);
+    } catch {
+      next = current.replace(/%([0-9a-f]{2})/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+    }
+    if (next === current) break;
+    current = next;
+  }
+  return current;
 }
 
 /** The host and port a connection for this URL goes to: what the destination policy checks. */

@@ -1,27 +1,28 @@
 import { and, eq } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { cacheEntries, type CacheEntryRow } from '../db/schema.js';
+import type { CacheEntryRow, Queryable } from '../db/database.js';
 
 /** The cache rows that track stored artifacts (kind → content id and file name). */
 export const SOURCE_WAV_KIND = 'source_wav';
 
 export type NewCacheEntry = Omit<CacheEntryRow, 'createdAt' | 'lastUsedAt'>;
 
-export function recordCacheEntry(db: Db, entry: NewCacheEntry, now: number): void {
-  db.insert(cacheEntries)
+export async function recordCacheEntry(q: Queryable, entry: NewCacheEntry, now: number): Promise<void> {
+  const { cacheEntries } = q.t;
+  await q.db
+    .insert(cacheEntries)
     .values({ ...entry, createdAt: now, lastUsedAt: now })
-    .onConflictDoUpdate({ target: [cacheEntries.contentId, cacheEntries.name], set: { lastUsedAt: now } })
-    .run();
+    .onConflictDoUpdate({ target: [cacheEntries.contentId, cacheEntries.name], set: { lastUsedAt: now } });
 }
 
-export function cacheEntriesFor(db: Db, contentId: string): CacheEntryRow[] {
-  return db.select().from(cacheEntries).where(eq(cacheEntries.contentId, contentId)).all();
+export async function cacheEntriesFor(q: Queryable, contentId: string): Promise<CacheEntryRow[]> {
+  return q.db.select().from(q.t.cacheEntries).where(eq(q.t.cacheEntries.contentId, contentId));
 }
 
-export function cacheEntryFor(db: Db, contentId: string, name: string): CacheEntryRow | undefined {
-  return db
+export async function cacheEntryFor(q: Queryable, contentId: string, name: string): Promise<CacheEntryRow | undefined> {
+  const { cacheEntries } = q.t;
+  const [row] = await q.db
     .select()
     .from(cacheEntries)
-    .where(and(eq(cacheEntries.contentId, contentId), eq(cacheEntries.name, name)))
-    .get();
+    .where(and(eq(cacheEntries.contentId, contentId), eq(cacheEntries.name, name)));
+  return row;
 }

@@ -6,25 +6,34 @@ import { pipeline } from 'node:stream/promises';
 import { artifactRelativePath, contentDirRelative } from './layout.js';
 
 /**
- * Content-addressed files under the artifact root. A file's content id is the lowercase hex
- * SHA-256 of its bytes. Files enter atomically: copied or moved into <root>/.incoming, fsynced,
- * renamed onto their address, and the folder fsynced, so a crash leaves either nothing or the
- * whole file at its address, never a partial one. Identical bytes are stored once.
+ * Content-addressed files under the artifact root, which may be a folder shared by many nodes (a
+ * POSIX volume with atomic rename). A file's content id is the lowercase hex SHA-256 of its bytes.
+ * Files enter atomically: copied or moved into <root>/.incoming under a name no other node uses,
+ * fsynced, renamed onto their address, and the folder fsynced, so a crash leaves either nothing or
+ * the whole file at its address, never a partial one. Identical bytes are stored once; two nodes
+ * storing them at once both rename complete, identical files onto the address.
  *
- * A put pins its content id from the moment its hash is known until the caller releases it
- * (once the content is recorded, or given up): eviction never removes pinned content. Without
- * the pin, eviction of identical bytes stored earlier from another URL could remove the folder
- * the put is renaming into.
+ * A put pins its content id (through `pins`, which the database keeps for every node) from the
+ * moment its hash is known until the caller releases it (once the content is recorded, or given
+ * up): eviction never removes pinned content. Without the pin, eviction of identical bytes stored
+ * earlier from another URL could remove the folder the put is renaming into.
  */
 export const INCOMING_DIR = '.incoming';
+/** Staged files older than this are leftovers of a node that died while storing. */
+const STALE_INCOMING_MS = 60 * 60 * 1000;
+
+export interface ContentPins {
+  /** Pins a content id; the returned function ends the pin. */
+  pin(contentId: string): Promise<() => Promise<void>>;
+}
 
 export interface StoredContent {
   contentId: string;
   bytes: number;
   /** True when the same bytes were already stored (from another URL, say). */
   reused: boolean;
-  /** Ends the pin put() took; call it once, when the content is recorded or given up. */
-  release(): void;
+  /** Ends the pin put() took; call it when the content is recorded or given up (later calls do nothing). */
+  release(): Promise<void>;
 }
 
 export interface ContentStore {
@@ -34,8 +43,6 @@ export interface ContentStore {
    * When the same bytes are already stored, the source is left in place.
    */
   put(sourceFile: string, name: string): Promise<StoredContent>;
-  /** True while a put of this content is under way or not yet released. */
-  isPinned(contentId: string): boolean;
   /** Whether the file is stored; synchronous, for use inside a database transaction. */
   hasSync(contentId: string, name: string): boolean;
   /**
@@ -43,11 +50,11 @@ export interface ContentStore {
    * so that callers check "nothing refers to it" and remove with nothing in between.
    */
   removeSync(contentId: string): void;
-  /** Removes one file of a content id. */
-  removeArtifact(contentId: string, name: string): Promise<void>;
+  /** Removes one file of a content id; synchronous like removeSync. */
+  removeArtifactSync(contentId: string, name: string): void;
   pathOf(contentId: string, name: string): string;
-  /** Removes leftovers of interrupted writes; called at start-up, before any job runs. */
-  clearIncoming(): Promise<number>;
+  /** Removes leftovers of interrupted writes, old enough that no live node is still writing them. */
+  clearIncoming(now: number): Promise<number>;
 }
 
 export async function sha256File(file: string): Promise<{ hex: string; bytes: number }> {
@@ -71,28 +78,24 @@ async function fsyncPath(target: string, flags: string): Promise<void> {
   }
 }
 
-export function createContentStore(root: string): ContentStore {
+export function createContentStore(root: string, pins: ContentPins): ContentStore {
   const incoming = path.join(root, INCOMING_DIR);
 
   const pathOf = (contentId: string, name: string) => path.join(root, artifactRelativePath(contentId, name));
-  /** Content id → number of puts holding it (the same bytes may be put by two jobs at once). */
-  const pins = new Map<string, number>();
 
-  function pin(contentId: string): () => void {
-    pins.set(contentId, (pins.get(contentId) ?? 0) + 1);
+  async function pin(contentId: string): Promise<() => Promise<void>> {
+    const unpin = await pins.pin(contentId);
     let released = false;
-    return () => {
+    return async () => {
       if (released) return;
       released = true;
-      const left = pins.get(contentId)! - 1;
-      if (left === 0) pins.delete(contentId);
-      else pins.set(contentId, left);
+      await unpin();
     };
   }
 
   async function stageFile(sourceFile: string): Promise<string> {
     await fs.mkdir(incoming, { recursive: true });
-    const staged = path.join(incoming, `${Date.now()}-${randomBytes(8).toString('hex')}`);
+    const staged = path.join(incoming, `${Date.now()}-${randomBytes(12).toString('hex')}`);
     try {
       await fs.rename(sourceFile, staged);
     } catch (err) {
@@ -109,7 +112,7 @@ export function createContentStore(root: string): ContentStore {
 
     async put(sourceFile, name) {
       const { hex: contentId, bytes } = await sha256File(sourceFile);
-      const release = pin(contentId);
+      const release = await pin(contentId);
       try {
         const target = pathOf(contentId, name);
         const existing = await fs.stat(target).catch(() => null);
@@ -129,13 +132,9 @@ export function createContentStore(root: string): ContentStore {
         }
         return { contentId, bytes, reused: false, release };
       } catch (err) {
-        release();
+        await release();
         throw err;
       }
-    },
-
-    isPinned(contentId) {
-      return pins.has(contentId);
     },
 
     hasSync(contentId, name) {
@@ -146,14 +145,21 @@ export function createContentStore(root: string): ContentStore {
       rmSync(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
     },
 
-    async removeArtifact(contentId, name) {
-      await fs.rm(pathOf(contentId, name), { force: true });
+    removeArtifactSync(contentId, name) {
+      rmSync(pathOf(contentId, name), { force: true });
     },
 
-    async clearIncoming() {
-      const entries = await fs.readdir(incoming).catch(() => [] as string[]);
-      await Promise.all(entries.map((entry) => fs.rm(path.join(incoming, entry), { recursive: true, force: true })));
-      return entries.length;
+    async clearIncoming(now) {
+      let removed = 0;
+      for (const entry of await fs.readdir(incoming).catch(() => [] as string[])) {
+        const file = path.join(incoming, entry);
+        const info = await fs.stat(file).catch(() => null);
+        // Another node may be staging right now: only what is long abandoned goes.
+        if (!info || now - info.mtimeMs < STALE_INCOMING_MS) continue;
+        await fs.rm(file, { recursive: true, force: true });
+        removed++;
+      }
+      return removed;
     },
   };
 }

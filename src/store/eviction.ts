@@ -1,28 +1,31 @@
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { aliases, cacheEntries, storeTotals } from '../db/schema.js';
+import type { Database, Queryable } from '../db/database.js';
 import type { ContentStore } from './content-store.js';
+import { lockContent, pinnedAmong } from './pins.js';
 
 /**
  * Least-recently-used garbage collection: while the store holds more than its cap, the coldest
  * cache rows go, with their files and the aliases that pointed at them. Rows are read in
  * last-use order through the index, a batch at a time, so the cost grows with what is evicted,
- * not with the size of the store. Database first, files after: a crash in between leaves files
- * without rows, which start-up reconciliation removes; never a row without its file.
+ * not with the size of the store. Rows first, files after, in one transaction: a crash in
+ * between leaves files without rows, which start-up reconciliation removes; never a row without
+ * its file.
  *
- * Never evicted: content a job is storing (pinned by the store's put until the job has recorded
- * it; choosing victims, dropping their rows and removing their files is one synchronous run, so a
- * put cannot pin in between), and content a job reuses, which it checks and records in one
- * synchronous transaction. A queued job holds no content: it may need content only through an
- * alias, which it checks when it runs.
+ * Never evicted: content a job is storing, pinned in the database by the store's put until the
+ * job has recorded it, on any node (the victims are locked, their pins checked, their rows and
+ * files removed before the lock is let go, and a pin takes the same lock); and content a job
+ * reuses, which it checks and records in one transaction. A queued job holds no content: it
+ * may need content only through an alias, which it checks when it runs.
  */
 export interface StoreTotals {
   bytes: number;
   artifacts: number;
 }
 
-export function readStoreTotals(db: Db): StoreTotals {
-  return db.select({ bytes: storeTotals.bytes, artifacts: storeTotals.artifacts }).from(storeTotals).where(eq(storeTotals.id, 1)).get() ?? { bytes: 0, artifacts: 0 };
+export async function readStoreTotals(q: Queryable): Promise<StoreTotals> {
+  const { storeTotals } = q.t;
+  const [row] = await q.db.select({ bytes: storeTotals.bytes, artifacts: storeTotals.artifacts }).from(storeTotals).where(eq(storeTotals.id, 1));
+  return row ? { bytes: Number(row.bytes), artifacts: Number(row.artifacts) } : { bytes: 0, artifacts: 0 };
 }
 
 export interface EvictionResult {
@@ -39,13 +42,14 @@ export interface EvictionCursor {
 
 /**
  * One batch of eviction candidates, coldest first, after `cursor`. The cursor is a row-value
- * comparison in the index's column order, which SQLite turns into a range on
- * cache_entries_lru_idx: it walks the index from the cursor and stops at the LIMIT (the same
+ * comparison in the index's column order, which both databases turn into a range on
+ * cache_entries_lru_idx: they walk the index from the cursor and stop at the LIMIT (the same
  * condition spelled as an OR of comparisons walks from the start of the index). Exported so
  * that a test can check its query plan.
  */
-export function evictionBatchQuery(db: Db, cursor: EvictionCursor | undefined, batchSize: number) {
-  return db
+export function evictionBatchQuery(q: Queryable, cursor: EvictionCursor | undefined, batchSize: number) {
+  const { cacheEntries } = q.t;
+  return q.db
     .select({ contentId: cacheEntries.contentId, name: cacheEntries.name, bytes: cacheEntries.bytes, lastUsedAt: cacheEntries.lastUsedAt })
     .from(cacheEntries)
     .where(
@@ -58,54 +62,71 @@ export function evictionBatchQuery(db: Db, cursor: EvictionCursor | undefined, b
 }
 
 export async function evictToCap(deps: {
-  db: Db;
+  database: Database;
   store: ContentStore;
   capBytes: number;
+  now: () => number;
   batchSize?: number;
 }): Promise<EvictionResult> {
+  const { database, store } = deps;
   const batchSize = deps.batchSize ?? 200;
   const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
   let cursor: EvictionCursor | undefined;
 
-  while (readStoreTotals(deps.db).bytes > deps.capBytes) {
-    const rows = evictionBatchQuery(deps.db, cursor, batchSize).all();
+  while ((await readStoreTotals(database)).bytes > deps.capBytes) {
+    const rows = await evictionBatchQuery(database, cursor, batchSize);
     if (rows.length === 0) break;
 
-    let excess = readStoreTotals(deps.db).bytes - deps.capBytes;
-    const victims: typeof rows = [];
+    const pinned = await pinnedAmong(database, [...new Set(rows.map((row) => row.contentId))], deps.now());
+    let excess = (await readStoreTotals(database)).bytes - deps.capBytes;
+    const candidates: typeof rows = [];
     for (const row of rows) {
-      cursor = row;
       if (excess <= 0) break;
-      if (deps.store.isPinned(row.contentId)) continue;
-      victims.push(row);
+      cursor = row;
+      if (pinned.has(row.contentId)) continue;
+      candidates.push(row);
       excess -= row.bytes;
     }
-    if (victims.length === 0) {
+    if (candidates.length === 0) {
       if (excess > 0) continue; // this batch was all pinned: look further
       break;
     }
 
-    const goneContentIds = deps.db.transaction((tx) => {
+    const removed = await database.transaction(async (q) => {
+      const { cacheEntries, aliases } = q.t;
+      const touched = [...new Set(candidates.map((row) => row.contentId))];
+      await lockContent(q, touched);
+      // Pinned since the batch was read: a put on some node is storing it now.
+      const pinnedNow = await pinnedAmong(q, touched, deps.now());
+      const victims = candidates.filter((row) => !pinnedNow.has(row.contentId));
+      const deleted: typeof victims = [];
       for (const victim of victims) {
-        tx.delete(cacheEntries).where(and(eq(cacheEntries.contentId, victim.contentId), eq(cacheEntries.name, victim.name))).run();
+        // Only if unused since the batch was read: a job (born done, or through the media alias)
+        // may have taken it up, under the same lock, in between.
+        const gone = await q.db
+          .delete(cacheEntries)
+          .where(and(eq(cacheEntries.contentId, victim.contentId), eq(cacheEntries.name, victim.name), eq(cacheEntries.lastUsedAt, victim.lastUsedAt)))
+          .returning({ bytes: cacheEntries.bytes });
+        if (gone.length > 0) deleted.push(victim);
       }
-      const touched = [...new Set(victims.map((victim) => victim.contentId))];
-      const stillThere = new Set(
-        tx.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(inArray(cacheEntries.contentId, touched)).all().map((row) => row.contentId),
-      );
-      const gone = touched.filter((contentId) => !stillThere.has(contentId));
-      if (gone.length > 0) tx.delete(aliases).where(inArray(aliases.contentId, gone)).run();
-      return gone;
+      const deletedIds = [...new Set(deleted.map((victim) => victim.contentId))];
+      const stillThere =
+        deletedIds.length === 0
+          ? new Set<string>()
+          : new Set((await q.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(inArray(cacheEntries.contentId, deletedIds))).map((row) => row.contentId));
+      const goneIds = deletedIds.filter((contentId) => !stillThere.has(contentId));
+      if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
+      // Still under the content locks: no put can pin these until their files are gone. A reader
+      // that has a file open keeps reading it: unlinking does not cut a download short.
+      for (const contentId of goneIds) store.removeSync(contentId);
+      for (const victim of deleted) if (stillThere.has(victim.contentId)) store.removeArtifactSync(victim.contentId, victim.name);
+      return { deleted, goneIds };
     });
-    // A reader that has a file open keeps reading it: unlinking does not cut a download short.
-    for (const contentId of goneContentIds) deps.store.removeSync(contentId);
-    const gone = new Set(goneContentIds);
-    await Promise.all(
-      victims.filter((victim) => !gone.has(victim.contentId)).map((victim) => deps.store.removeArtifact(victim.contentId, victim.name)),
-    );
-    result.evictedArtifacts += victims.length;
-    result.evictedBytes += victims.reduce((sum, victim) => sum + victim.bytes, 0);
-    result.evictedContentIds.push(...goneContentIds);
+    // A candidate used meanwhile is hot now: the order changed, so the next batch starts over.
+    if (removed.deleted.length < candidates.length) cursor = undefined;
+    result.evictedArtifacts += removed.deleted.length;
+    result.evictedBytes += removed.deleted.reduce((sum, victim) => sum + victim.bytes, 0);
+    result.evictedContentIds.push(...removed.goneIds);
   }
   return result;
 }

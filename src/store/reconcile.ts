@@ -1,19 +1,21 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { and, eq, notInArray } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { aliases, cacheEntries } from '../db/schema.js';
+import type { Database } from '../db/database.js';
 import { parseWavHeader } from '../tools/wav.js';
 import { SOURCE_WAV_KIND } from './cache-entries.js';
 import { sha256File, type ContentStore } from './content-store.js';
 import { AUDIO_ARTIFACT_NAME, isContentId } from './layout.js';
+import { pinnedAmong } from './pins.js';
 
 /**
- * Start-up reconciliation of the store with its cache rows, before any job runs:
+ * Start-up reconciliation of the store with its cache rows:
  *  - a file with no row is adopted when its bytes hash to its content id and it is a WAV the
  *    service made (a crash between store and commit), else removed;
  *  - a row whose file is gone is dropped;
  *  - aliases to content that has no row are cleared.
+ * Content pinned by a put (on this or another node sharing the store) is left alone: its row is
+ * on its way. The caller makes sure one node at a time runs it.
  */
 export interface ReconcileCounts {
   adopted: number;
@@ -22,14 +24,13 @@ export interface ReconcileCounts {
   aliasesCleared: number;
 }
 
-export async function reconcileStore(deps: { db: Db; store: ContentStore; now: () => number }): Promise<ReconcileCounts> {
+export async function reconcileStore(deps: { database: Database; store: ContentStore; now: () => number }): Promise<ReconcileCounts> {
+  const { cacheEntries, aliases } = deps.database.t;
   const counts: ReconcileCounts = { adopted: 0, filesRemoved: 0, rowsDropped: 0, aliasesCleared: 0 };
   const rows = new Set(
-    deps.db
-      .select({ contentId: cacheEntries.contentId, name: cacheEntries.name })
-      .from(cacheEntries)
-      .all()
-      .map((row) => `${row.contentId}/${row.name}`),
+    (await deps.database.db.select({ contentId: cacheEntries.contentId, name: cacheEntries.name }).from(cacheEntries)).map(
+      (row) => `${row.contentId}/${row.name}`,
+    ),
   );
   const seen = new Set<string>();
 
@@ -43,7 +44,12 @@ export async function reconcileStore(deps: { db: Db; store: ContentStore; now: (
         counts.filesRemoved++;
         continue;
       }
-      for (const name of await fs.readdir(contentDir).catch(() => [] as string[])) {
+      const names = await fs.readdir(contentDir).catch(() => [] as string[]);
+      if (names.some((name) => !rows.has(`${contentId}/${name}`)) && (await pinnedAmong(deps.database, [contentId], deps.now())).size > 0) {
+        for (const name of names) seen.add(`${contentId}/${name}`);
+        continue;
+      }
+      for (const name of names) {
         const key = `${contentId}/${name}`;
         if (rows.has(key)) {
           seen.add(key);
@@ -61,22 +67,23 @@ export async function reconcileStore(deps: { db: Db; store: ContentStore; now: (
 
   const missing = [...rows].filter((key) => !seen.has(key));
   if (missing.length > 0) {
-    deps.db.transaction((tx) => {
+    await deps.database.transaction(async (q) => {
       for (const key of missing) {
         const [contentId, name] = key.split('/') as [string, string];
-        tx.delete(cacheEntries).where(and(eq(cacheEntries.contentId, contentId), eq(cacheEntries.name, name))).run();
+        await q.db.delete(q.t.cacheEntries).where(and(eq(q.t.cacheEntries.contentId, contentId), eq(q.t.cacheEntries.name, name)));
       }
     });
     counts.rowsDropped = missing.length;
   }
-  counts.aliasesCleared = deps.db
+  const cleared = await deps.database.db
     .delete(aliases)
-    .where(notInArray(aliases.contentId, deps.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries)))
-    .run().changes;
+    .where(notInArray(aliases.contentId, deps.database.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries)))
+    .returning({ key: aliases.key });
+  counts.aliasesCleared = cleared.length;
   return counts;
 }
 
-async function adopt(deps: { db: Db; store: ContentStore; now: () => number }, contentId: string, name: string): Promise<boolean> {
+async function adopt(deps: { database: Database; store: ContentStore; now: () => number }, contentId: string, name: string): Promise<boolean> {
   if (name !== AUDIO_ARTIFACT_NAME) return false;
   const file = deps.store.pathOf(contentId, name);
   try {
@@ -92,8 +99,8 @@ async function adopt(deps: { db: Db; store: ContentStore; now: () => number }, c
       await handle.close();
     }
     const at = deps.now();
-    deps.db
-      .insert(cacheEntries)
+    await deps.database.db
+      .insert(deps.database.t.cacheEntries)
       .values({
         contentId,
         name,
@@ -107,8 +114,7 @@ async function adopt(deps: { db: Db; store: ContentStore; now: () => number }, c
         // Adopted content is the coldest: it was never served under this row.
         lastUsedAt: 0,
       })
-      .onConflictDoNothing()
-      .run();
+      .onConflictDoNothing();
     return true;
   } catch {
     return false;

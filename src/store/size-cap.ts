@@ -1,13 +1,16 @@
-import type { Db } from '../db/client.js';
+import type { Database } from '../db/database.js';
+import { giveBackLease, takeLease } from '../db/leases.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from './content-store.js';
 import { evictToCap, type EvictionResult } from './eviction.js';
+import { dropExpiredPins } from './pins.js';
 
 /**
- * Keeps the store within ARTIFACT_CAP_BYTES: eviction runs after each store and on a timer,
- * one run at a time; a request during a run schedules one more run after it. Each run first
- * writes the uses still pending in memory, so content served since the last flush is not
- * taken for cold.
+ * Keeps the store within ARTIFACT_CAP_BYTES: eviction runs after each store and on a timer, one
+ * run at a time in this process, and one node at a time across nodes (the 'evictor' lease; a node
+ * that finds it taken leaves the work to its holder). A request during a run schedules one more
+ * run after it. Each run first writes this node's uses still pending in memory, so content served
+ * since the last flush is not taken for cold.
  */
 export interface SizeCap {
   request(): void;
@@ -16,13 +19,19 @@ export interface SizeCap {
   stop(): Promise<void>;
 }
 
+const EVICTOR_LEASE = 'evictor';
+const EVICTOR_LEASE_MS = 10 * 60 * 1000;
+const NOTHING: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
+
 export function createSizeCap(deps: {
-  db: Db;
+  database: Database;
   store: ContentStore;
   capBytes: number;
   log: Logger;
+  nodeId: string;
+  now: () => number;
   /** Writes pending use touches (UsageRecorder.flush). */
-  flushUsage: () => void;
+  flushUsage: () => Promise<unknown>;
   onEvicted?: (result: EvictionResult) => void;
   intervalMs?: number;
 }): SizeCap {
@@ -32,16 +41,22 @@ export function createSizeCap(deps: {
 
   async function once(): Promise<EvictionResult> {
     const started = performance.now();
-    deps.flushUsage();
-    const result = await evictToCap({ db: deps.db, store: deps.store, capBytes: deps.capBytes });
-    if (result.evictedArtifacts > 0) {
-      deps.log.info(
-        { evicted_artifacts: result.evictedArtifacts, evicted_bytes: result.evictedBytes, ms: Math.round(performance.now() - started) },
-        'store over its cap: evicted the least recently used content',
-      );
-      deps.onEvicted?.(result);
+    await deps.flushUsage();
+    if (!(await takeLease(deps.database, EVICTOR_LEASE, deps.nodeId, deps.now(), EVICTOR_LEASE_MS))) return NOTHING;
+    try {
+      await dropExpiredPins(deps.database, deps.now());
+      const result = await evictToCap({ database: deps.database, store: deps.store, capBytes: deps.capBytes, now: deps.now });
+      if (result.evictedArtifacts > 0) {
+        deps.log.info(
+          { evicted_artifacts: result.evictedArtifacts, evicted_bytes: result.evictedBytes, ms: Math.round(performance.now() - started) },
+          'store over its cap: evicted the least recently used content',
+        );
+        deps.onEvicted?.(result);
+      }
+      return result;
+    } finally {
+      await giveBackLease(deps.database, EVICTOR_LEASE, deps.nodeId);
     }
-    return result;
   }
 
   const cap: SizeCap = {

@@ -1,6 +1,5 @@
 import { and, eq, lt } from 'drizzle-orm';
-import type { Db } from '../db/client.js';
-import { cacheEntries } from '../db/schema.js';
+import type { Database, Queryable } from '../db/database.js';
 
 /**
  * Records that content was used (served), for least-recently-used eviction, without a database
@@ -9,26 +8,28 @@ import { cacheEntries } from '../db/schema.js';
 export interface UsageRecorder {
   /** A use now, or at `atMs` when it happened elsewhere earlier (never later than now). */
   touch(contentId: string, atMs?: number): void;
-  flush(): number;
+  flush(): Promise<number>;
   start(): void;
-  stop(): void;
+  stop(): Promise<void>;
 }
 
 /**
  * Writes one use at once, for callers that must make content hot in the same transaction as
  * the job that reuses it. Never moves a use back in time.
  */
-export function recordUse(db: Db, contentId: string, at: number): void {
-  db.update(cacheEntries)
+export async function recordUse(q: Queryable, contentId: string, at: number): Promise<void> {
+  const { cacheEntries } = q.t;
+  await q.db
+    .update(cacheEntries)
     .set({ lastUsedAt: at })
-    .where(and(eq(cacheEntries.contentId, contentId), lt(cacheEntries.lastUsedAt, at)))
-    .run();
+    .where(and(eq(cacheEntries.contentId, contentId), lt(cacheEntries.lastUsedAt, at)));
 }
 
 export function createUsageRecorder(deps: {
-  db: Db;
+  database: Database;
   now: () => number;
   flushIntervalMs?: number;
+  onError?: (err: unknown) => void;
   /** Called first in every flush, to touch uses recorded elsewhere (nginx's usage log). */
   collect?: () => void;
 }): UsageRecorder {
@@ -41,23 +42,23 @@ export function createUsageRecorder(deps: {
       const at = atMs === undefined ? now : Math.min(atMs, now);
       pending.set(contentId, Math.max(pending.get(contentId) ?? 0, at));
     },
-    flush() {
+    async flush() {
       deps.collect?.();
       if (pending.size === 0) return 0;
       const batch = pending;
       pending = new Map();
-      deps.db.transaction(() => {
-        for (const [contentId, at] of batch) recordUse(deps.db, contentId, at);
+      await deps.database.transaction(async (q) => {
+        for (const [contentId, at] of batch) await recordUse(q, contentId, at);
       });
       return batch.size;
     },
     start() {
-      timer = setInterval(() => recorder.flush(), deps.flushIntervalMs ?? 1000);
+      timer = setInterval(() => recorder.flush().catch((err: unknown) => deps.onError?.(err)), deps.flushIntervalMs ?? 1000);
       timer.unref();
     },
-    stop() {
+    async stop() {
       if (timer) clearInterval(timer);
-      recorder.flush();
+      await recorder.flush();
     },
   };
   return recorder;

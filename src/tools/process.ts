@@ -1,7 +1,8 @@
 /**
  * Runs one external tool (yt-dlp, ffmpeg, ffprobe) as a child process and reports how it ended.
  *
- * - argv array, never a shell; stdin is closed ('ignore') so no tool can wait for input.
+ * - argv array, never a shell; stdin is closed ('ignore') so no tool can wait for input, unless
+ *   `keepStdinOpen` asks for a lifeline pipe (a sandbox's, which gives the tool no stdin either).
  * - The child is spawned `detached`, which on POSIX makes it the leader of a new process group
  *   (and session). On abort or timeout the whole group gets SIGTERM, then SIGKILL after
  *   `killGraceMs`, so helpers a tool started (yt-dlp runs ffmpeg, say) die with it.
@@ -12,8 +13,8 @@
  *   `onStdoutLine`/`onStderrLine` callback throws: the group is killed first, then the callback's
  *   error is rethrown once the child is gone.
  *
- * - The child's environment is the parent's (or `env`) without any `*_proxy` variable, see
- *   `toolEnvironment`: the only proxy a tool knows is the one it is given explicitly.
+ * - The child's environment is the few variables of the parent's (or `env`) that a tool needs,
+ *   see `toolEnvironment`: no proxy setting and none of the service's secrets.
  *
  * Parent death is best effort: a detached group survives its parent, so on the service's
  * process 'exit' (normal exit, process.exit() after SIGTERM handling, uncaught exception) every
@@ -29,7 +30,7 @@ export interface RunProcessOptions {
   cwd?: string;
   /**
    * The environment to start from; default the service's own (process.env). The child never gets
-   * it as is: `toolEnvironment` removes every proxy variable first.
+   * it as is: `toolEnvironment` keeps only what a tool needs.
    */
   env?: NodeJS.ProcessEnv;
   signal?: AbortSignal;
@@ -43,6 +44,11 @@ export interface RunProcessOptions {
   stderrTailBytes?: number;
   /** Keep stdout (up to this many bytes) in `stdout`, e.g. yt-dlp's --dump-single-json. Default 0: not kept. */
   stdoutCaptureBytes?: number;
+  /**
+   * Give the child a stdin pipe that is never written nor closed while it runs, instead of none:
+   * a lifeline, whose end of file tells the child (src/sandbox/confine.py) that we are gone.
+   */
+  keepStdinOpen?: boolean;
   /** Injected in tests. */
   spawn?: typeof nodeSpawn;
 }
@@ -95,24 +101,44 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): void {
   }
 }
 
-/** http_proxy, HTTPS_PROXY, all_proxy, no_proxy, NO_PROXY, socks_proxy, No_Proxy...: any case. */
-const PROXY_VARIABLE = /_proxy$/i;
+/** What a tool needs from the service's environment: where programs are, locale, temp, Python's. */
+const TOOL_VARIABLES = new Set([
+  'PATH',
+  'HOME',
+  'USER',
+  'LOGNAME',
+  'LANG',
+  'LANGUAGE',
+  'TZ',
+  'TMPDIR',
+  'PYTHONPATH',
+  'PYTHONIOENCODING',
+  'PYTHONUTF8',
+  'PYTHONDONTWRITEBYTECODE',
+  'SSL_CERT_FILE',
+  'SSL_CERT_DIR',
+  'XDG_CONFIG_HOME',
+  'XDG_CACHE_HOME',
+]);
+const LOCALE_VARIABLE = /^LC_[A-Z_]+$/;
 
 /**
- * The environment a tool is started with: `base` minus every variable whose name ends in
- * `_proxy`, in any case; everything else (PATH, HOME, PYTHONPATH, locale...) is kept.
+ * The environment a tool is started with: only the variables of `base` it needs (TOOL_VARIABLES
+ * and LC_*). Pure: it reads only `base`.
  *
- * Why: yt-dlp must reach the network only through the egress guard it is given (`--proxy`). But
- * Python's urllib reads every `*_proxy` variable (getproxies_environment lowercases the names),
- * and its ProxyHandler, under yt-dlp's PerRequestProxyHandler, skips the proxy for any host that
- * `no_proxy`/`NO_PROXY` matches: with NO_PROXY=169.254.169.254 or NO_PROXY=* in the deployment,
- * yt-dlp would connect there directly, around the guard. Other variables (https_proxy, all_proxy)
- * could route a tool's traffic somewhere the guard never sees. Pure: it reads only `base`.
+ * Why an allowlist:
+ * - The service's secrets (API_KEYS, URL_SIGNING_SECRET, a database URL with its password...)
+ *   are no business of a downloader that parses pages from anywhere.
+ * - yt-dlp must reach the network only through the egress guard it is given (`--proxy`). Python's
+ *   urllib reads every `*_proxy` variable (getproxies_environment lowercases the names), and its
+ *   ProxyHandler, under yt-dlp's PerRequestProxyHandler, skips the proxy for any host that
+ *   `no_proxy`/`NO_PROXY` matches; other variables (https_proxy, all_proxy) could route a tool's
+ *   traffic somewhere the guard never sees. None of them is on the list.
  */
 export function toolEnvironment(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(base)) {
-    if (value !== undefined && !PROXY_VARIABLE.test(name)) env[name] = value;
+    if (value !== undefined && (TOOL_VARIABLES.has(name) || LOCALE_VARIABLE.test(name))) env[name] = value;
   }
   return env;
 }
@@ -143,13 +169,15 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       env: toolEnvironment(opts.env ?? process.env),
       detached: true,
       shell: false,
-      stdio: ['ignore', opts.onStdoutLine || stdoutCapture ? 'pipe' : 'ignore', 'pipe'],
+      stdio: [opts.keepStdinOpen ? 'pipe' : 'ignore', opts.onStdoutLine || stdoutCapture ? 'pipe' : 'ignore', 'pipe'],
     });
   } catch (err) {
     return Promise.resolve(withSpawnError(result, err));
   }
   const pid = child.pid;
   if (pid !== undefined) trackGroup(pid);
+  // A child that exits before reading would make our end fail with EPIPE: nothing to report.
+  child.stdin?.on('error', () => {});
 
   return new Promise<RunProcessResult>((resolve, reject) => {
     let callbackError: unknown = null;
@@ -224,6 +252,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       if (settled) return;
       settled = true;
       if (pid !== undefined) liveGroups.delete(pid);
+      child.stdin?.destroy();
       clearTimeout(killTimer);
       clearTimeout(timeoutTimer);
       opts.signal?.removeEventListener('abort', onAbort);

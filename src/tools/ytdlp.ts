@@ -39,11 +39,11 @@ const PROGRESS_TEMPLATE =
 
 /**
  * Protocols whose downloads yt-dlp makes itself, over HTTP(S), hence through --proxy (the egress
- * guard): plain http/https, DASH segments and HLS (native, see --hls-prefer-native; should it fall
- * back to ffmpeg for an HLS feature it lacks, ffmpeg gets the proxy too). Anything else is handed
- * to an external program that ignores the proxy and connects directly: rtmp* to rtmpdump (which
- * Debian installs with yt-dlp), rtsp/mms to mpv or mplayer, rtmp_ffmpeg to ffmpeg. Those would
- * get around the guard, so formats are chosen among these protocols only.
+ * guard): plain http/https, DASH segments and HLS (native, see --hls-prefer-native; yt-dlp gets no
+ * ffmpeg to fall back on). Anything else is handed to an external program that ignores the proxy:
+ * rtmp* to rtmpdump (which Debian installs with yt-dlp), rtsp/mms to mpv or mplayer, rtmp_ffmpeg
+ * to ffmpeg. The sandbox stops those at connect() anyway; choosing among these protocols only
+ * makes such media fail early and clearly (unsupported_protocol) instead.
  */
 export const GUARDED_PROTOCOL_PREFIXES = ['http', 'm3u8'] as const;
 
@@ -52,12 +52,18 @@ export function isGuardedProtocol(protocol: string): boolean {
   return protocol.split('+').every((p) => GUARDED_PROTOCOL_PREFIXES.some((prefix) => p.startsWith(prefix)));
 }
 
+/** The only URL schemes a chosen format may have: `ftp://x/a.m3u8` is protocol m3u8_native too. */
+export const GUARDED_URL_PREFIXES = ['https://', 'http://'] as const;
+
 /**
- * `bestaudio/best`, restricted to guarded protocols. yt-dlp's format filter `[protocol^=http]`
- * matches http, https and http_dash_segments; `[protocol^=m3u8]` matches m3u8 and m3u8_native.
+ * `bestaudio/best`, restricted to guarded protocols and http(s) URLs. yt-dlp's format filter
+ * `[protocol^=http]` matches http, https and http_dash_segments; `[protocol^=m3u8]` matches m3u8
+ * and m3u8_native; `[url^="https://"]` needs its quotes (unquoted values stop at ":").
  */
 export const GUARDED_FORMAT = ['bestaudio', 'best']
-  .flatMap((base) => GUARDED_PROTOCOL_PREFIXES.map((prefix) => `${base}[protocol^=${prefix}]`))
+  .flatMap((base) =>
+    GUARDED_PROTOCOL_PREFIXES.flatMap((protocol) => GUARDED_URL_PREFIXES.map((url) => `${base}[protocol^=${protocol}][url^="${url}"]`)),
+  )
   .join('/');
 
 /** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
@@ -68,6 +74,12 @@ const COMMON_ARGS = ['--ignore-config', '--no-playlist', '--no-cache-dir', '--no
 
 export interface YtDlpNetworkOptions {
   /**
+   * An empty folder given as --ffmpeg-location, so yt-dlp finds no ffmpeg: with one it hands
+   * formats its own downloader cannot fetch (SAMPLE-AES HLS, say) to ffmpeg despite
+   * --hls-prefer-native, and ffmpeg ignores the proxy. Our conversion runs on the finished file.
+   */
+  noFfmpegDir?: string;
+  /**
    * A file written with proxyConfigText(): all of yt-dlp's HTTP goes through the proxy it names.
    * The proxy URL carries the guard's per-job credentials, so it is handed over in a file only
    * the service's user can read, never on the command line (/proc/<pid>/cmdline is readable by
@@ -77,8 +89,9 @@ export interface YtDlpNetworkOptions {
   socketTimeoutS?: number;
 }
 
-function networkArgs({ proxyConfigFile, socketTimeoutS }: YtDlpNetworkOptions): string[] {
+function networkArgs({ proxyConfigFile, socketTimeoutS, noFfmpegDir }: YtDlpNetworkOptions): string[] {
   const args: string[] = [];
+  if (noFfmpegDir !== undefined) args.push('--ffmpeg-location', noFfmpegDir);
   if (proxyConfigFile !== undefined) args.push('--config-locations', proxyConfigFile);
   if (socketTimeoutS !== undefined) args.push('--socket-timeout', String(socketTimeoutS));
   return args;
@@ -99,7 +112,7 @@ export function buildProbeArgs(opts: { url: string } & YtDlpNetworkOptions): str
     ...COMMON_ARGS,
     '--skip-download',
     '--dump-single-json',
-    '--no-warnings',
+    // Warnings stay on: a confined yt-dlp that warns of a refused connection is caught by them.
     '--no-progress',
     ...networkArgs(opts),
     // "--" so a URL starting with "-" cannot be read as an option.
@@ -144,6 +157,8 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     // Container fix-ups would run ffmpeg inside yt-dlp; our own conversion reads any container.
     '--fixup',
     'never',
+    // A fragment that cannot be had fails the download: a playlist with holes is not the media.
+    '--abort-on-unavailable-fragment',
     ...networkArgs(opts),
   ];
   if (opts.maxBytes !== undefined) args.push('--max-filesize', String(opts.maxBytes));
@@ -174,6 +189,8 @@ export interface MediaInfo {
   extractor: string;
   extractorKey: string;
   mediaId: string;
+  /** The canonical page of the media, as the extractor names it. */
+  webpageUrl?: string;
   title?: string;
   durationS?: number;
   isLive?: boolean;
@@ -184,6 +201,31 @@ export interface MediaInfo {
    * `m3u8_native`, `rtmp`; [] when none is named.
    */
   protocols: string[];
+}
+
+/**
+ * The info JSON the download step replays, without any `Ytdl-request-proxy` header: yt-dlp
+ * honours that header (from an extractor, or from options smuggled into a URL) by dropping or
+ * replacing its proxy for the request. Throws on text that is not JSON.
+ */
+export function withoutProxyOverrides(text: string): string {
+  const strip = (value: unknown): void => {
+    if (Array.isArray(value)) {
+      value.forEach(strip);
+    } else if (typeof value === 'object' && value !== null) {
+      for (const [key, inner] of Object.entries(value)) {
+        if (key === 'http_headers' && typeof inner === 'object' && inner !== null) {
+          for (const header of Object.keys(inner)) {
+            if (header.toLowerCase() === 'ytdl-request-proxy') delete (inner as Record<string, unknown>)[header];
+          }
+        }
+        strip(inner);
+      }
+    }
+  };
+  const data: unknown = JSON.parse(text);
+  strip(data);
+  return JSON.stringify(data);
 }
 
 /** Reads the fields the service needs from --dump-single-json output; throws on anything malformed. */
@@ -212,6 +254,7 @@ export function parseInfoJson(text: string): MediaInfo {
     protocols: formatProtocols(info),
   };
   if (typeof info.title === 'string') result.title = info.title;
+  if (typeof info.webpage_url === 'string') result.webpageUrl = info.webpage_url;
   if (typeof info.duration === 'number' && Number.isFinite(info.duration)) result.durationS = info.duration;
   if (typeof info.is_live === 'boolean') result.isLive = info.is_live;
   if (info.live_status === 'is_live' || info.live_status === 'is_upcoming') result.isLive = true;
@@ -304,6 +347,12 @@ export type YtDlpFailureCode =
   | 'unsupported_protocol'
   | 'download_failed';
 
+/**
+ * yt-dlp wanted ffmpeg as the downloader (an HLS or DASH feature its own lacks, SAMPLE-AES say)
+ * and found none: on purpose, since ffmpeg ignores the proxy (see YtDlpNetworkOptions.noFfmpegDir).
+ */
+const NEEDS_FFMPEG = /ffmpeg could not be found|ffmpeg is not installed|ffmpeg not found/i;
+
 const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
   // The egress proxy refuses a CONNECT (https) with 403. A plain-http 403 from the proxy looks
   // like the origin's own 403 (http_error); the worker checks the guard's refusal list for that.
@@ -311,6 +360,7 @@ const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
   ['file_too_large', /larger than max-filesize/i],
   // Only GUARDED_FORMAT protocols are selectable: nothing left means every format needs another one.
   ['unsupported_protocol', /Requested format is not available/i],
+  ['unsupported_protocol', NEEDS_FFMPEG],
   // The job's working folder (DATA_DIR) is full.
   ['storage_full', /No space left on device|Disk quota exceeded/i],
   ['unsupported_url', /ERROR: Unsupported URL/i],
@@ -320,6 +370,17 @@ const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
     /Connection refused|Connection reset|timed out|Name or service not known|Temporary failure in name resolution|No route to host|Network is unreachable|Tunnel connection failed/i,
   ],
 ];
+
+/** The job error for a failed yt-dlp run: a stable code and a message fit for a client. */
+export function describeYtDlpFailure(stderrTail: string, secretsAndPaths: string[]): { code: YtDlpFailureCode; message: string } {
+  if (NEEDS_FFMPEG.test(stderrTail)) {
+    return {
+      code: 'unsupported_protocol',
+      message: 'The media can only be downloaded by ffmpeg (an HLS or DASH feature such as SAMPLE-AES), which is not used: it would connect around the egress guard.',
+    };
+  }
+  return { code: classifyYtDlpFailure(stderrTail), message: cleanToolMessage(stderrTail, secretsAndPaths) };
+}
 
 /** Maps yt-dlp's stderr to a stable code; 'download_failed' when nothing is recognised. */
 export function classifyYtDlpFailure(stderrTail: string): YtDlpFailureCode {

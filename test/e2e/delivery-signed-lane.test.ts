@@ -13,6 +13,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_KEY, createArtifactStore, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
+import { METRIC_PREFIX } from '../../src/metrics.js';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -205,7 +206,7 @@ describe('the signed lane in the service', () => {
     expect(viaLane.headers.get('x-route-template')).toBe('/artifacts/{cid}/{name}');
     expect(viaLane.headers.get('x-content-id')).toBe(cid);
     const metrics = await (await svc.request('/metrics')).text();
-    const served = metrics.split('\n').find((line) => line.startsWith('http_requests_total{') && line.includes('route="/artifacts/{cid}/{name}"') && line.includes('status="206"'));
+    const served = metrics.split('\n').find((line) => line.startsWith(`${METRIC_PREFIX}http_requests_total{`) && line.includes('route="/artifacts/{cid}/{name}"') && line.includes('status="206"'));
     expect(Number(served?.split(' ')[1])).toBe(3);
     // No signature in the log.
     expect(svc.output()).not.toContain(params.get('sig')!);

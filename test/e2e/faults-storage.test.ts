@@ -67,7 +67,7 @@ describe('artifact root full', () => {
     expect(await storedFiles(root)).toEqual([]);
     expect(await readdir(path.join(root, '.incoming')).catch(() => [])).toEqual([]);
     expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
-    const afterFailure = readDb(svc.dataDir);
+    const afterFailure = await readDb(svc.dataDir);
     expect(afterFailure.integrity).toBe('ok');
     expect(afterFailure.cacheEntries).toEqual([]);
     expect(afterFailure.aliases).toEqual([]);
@@ -84,6 +84,6 @@ describe('artifact root full', () => {
     const files = await storedFiles(root);
     expect(files).toHaveLength(1);
     expect(files[0]!.sha256).toBe(retried.result!.content_id);
-    expect(readDb(svc.dataDir).cacheEntries).toEqual([expect.objectContaining({ content_id: retried.result!.content_id })]);
+    expect((await readDb(svc.dataDir)).cacheEntries).toEqual([expect.objectContaining({ content_id: retried.result!.content_id })]);
   });
 });

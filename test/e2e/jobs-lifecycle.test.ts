@@ -8,8 +8,9 @@ import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
+import { BACKENDS, serviceEnv } from '../support/test-database.js';
 
-/** Cancel, restart recovery and a missing downloader, with the real service and tools. */
+/** Cancel, restart recovery (on both databases) and a missing downloader, with the real service and tools. */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 
 let media: MediaServer;
@@ -56,10 +57,10 @@ async function runningWithProgress(svc: ServiceHandle, jobId: string): Promise<J
   return job;
 }
 
-describe('cancelJob', () => {
+describe.each(BACKENDS)('cancelJob on %s', (kind) => {
   let svc: ServiceHandle;
   beforeAll(async () => {
-    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort } });
   });
   afterAll(async () => {
     await svc?.stop();
@@ -67,8 +68,8 @@ describe('cancelJob', () => {
 
   it('kills a throttled download and every process it started, removes its folder, stores nothing', async () => {
     // ~5.3 MB at 128 KiB/s: about 40 s, far longer than the test waits.
-    media.serveFile('/slow-cancel.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024 });
-    const submitted = await svc.submit(media.url('/slow-cancel.wav'));
+    media.serveFile(`/${kind}/slow-cancel.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024 });
+    const submitted = await svc.submit(media.url(`/${kind}/slow-cancel.wav`));
     const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
     const size = (await stat(long.path)).size;
@@ -109,8 +110,8 @@ describe('cancelJob', () => {
 
   it('cancels a queued job at once, and refuses to cancel a finished one (done or failed) with 409', async () => {
     const short = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' });
-    media.serveFile('/short-done.flac', short.path, { contentType: 'audio/flac' });
-    const done = await svc.waitForJob((await svc.submit(media.url('/short-done.flac'))).job_id, ['done', 'failed']);
+    media.serveFile(`/${kind}/short-done.flac`, short.path, { contentType: 'audio/flac' });
+    const done = await svc.waitForJob((await svc.submit(media.url(`/${kind}/short-done.flac`))).job_id, ['done', 'failed']);
     expect(done.status).toBe('done');
     const conflict = await svc.request(`/jobs/${done.job_id}/cancel`, { method: 'POST' });
     expect(conflict.status).toBe(409);
@@ -119,7 +120,7 @@ describe('cancelJob', () => {
     expect((await svc.getJob(done.job_id)).status).toBe('done');
 
     // A failed job cannot be canceled either: 409 job_already_finished, and it stays failed.
-    const failed = await svc.waitForJob((await svc.submit(media.url('/no-such-file.wav'))).job_id, ['done', 'failed']);
+    const failed = await svc.waitForJob((await svc.submit(media.url(`/${kind}/no-such-file.wav`))).job_id, ['done', 'failed']);
     expect(failed.status).toBe('failed');
     expect(failed.error!.code).toBe('http_error');
     const failedConflict = await svc.request(`/jobs/${failed.job_id}/cancel`, { method: 'POST' });
@@ -133,8 +134,8 @@ describe('cancelJob', () => {
 
   it('a download of unannounced size shows bytes_done, with bytes_total and percent null', async () => {
     // Chunked transfer: no Content-Length, so neither yt-dlp nor the job knows the size.
-    media.serveFile('/slow-unknown.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024, unknownLength: true });
-    const submitted = await svc.submit(media.url('/slow-unknown.wav'));
+    media.serveFile(`/${kind}/slow-unknown.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024, unknownLength: true });
+    const submitted = await svc.submit(media.url(`/${kind}/slow-unknown.wav`));
     const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
     expect(running.progress).toEqual({ bytes_done: expect.any(Number), bytes_total: null, percent: null });
@@ -145,24 +146,26 @@ describe('cancelJob', () => {
   });
 });
 
-describe('restart', () => {
-  it('queues again jobs a crash left running, finishes them, and leaves no temporary files', async () => {
-    const dataDir = path.join(tmpdir(), `sf-restart-${process.pid}-${Date.now()}`);
-    media.serveFile('/restart.wav', long.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 });
-    const first = await startService({ dataDir, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
-    const submitted = await first.submit(media.url('/restart.wav'));
+describe.each(BACKENDS)('restart on %s', (kind) => {
+  it('takes back the job a crash left running once its lease runs out, finishes it, and leaves no temporary files', async () => {
+    const dataDir = path.join(tmpdir(), `sf-restart-${kind}-${process.pid}-${Date.now()}`);
+    media.serveFile(`/${kind}/restart.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 });
+    const env = { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort, JOB_LEASE_S: '3' };
+    const first = await startService({ dataDir, env });
+    const submitted = await first.submit(media.url(`/${kind}/restart.wav`));
     // Mid-download (bytes arrived, 5 s of throttled transfer left), the tools must be running when the crash comes.
     const running = await runningWithProgress(first, submitted.job_id);
     expect(running.status, JSON.stringify(running)).toBe('running');
     expect((await processesMatching(submitted.job_id)).length, JSON.stringify(await first.getJob(submitted.job_id))).toBeGreaterThan(0);
     await first.kill();
 
-    const second = await startService({ dataDir, apiKey: first.apiKey, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+    const second = await startService({ dataDir, apiKey: first.apiKey, env });
     try {
       const job = await second.waitForJob(submitted.job_id, ['done', 'failed'], 90_000);
       expect(job.status).toBe('done');
       expect(job.attempts).toBe(2);
-      expect(second.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({ requeued: 1 });
+      // Start-up itself touched no job; the lease ran out and the worker pool took the job back.
+      expect(second.logs.find((line) => line.msg === 'took back jobs whose lease ran out')).toMatchObject({ requeued: 1 });
       // Tools the crash orphaned are gone (killed at start-up if they had not died of the broken pipe).
       expect(await processesMatching(`${submitted.job_id}.1`)).toEqual([]);
       expect(await readdir(path.join(dataDir, 'work'))).toEqual([]);
@@ -170,9 +173,11 @@ describe('restart', () => {
     } finally {
       await second.stop();
     }
-    const db = new Database(path.join(dataDir, 'source-fetch.sqlite'), { readonly: true });
-    expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
-    db.close();
+    if (kind === 'sqlite') {
+      const db = new Database(path.join(dataDir, 'source-fetch.sqlite'), { readonly: true });
+      expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+      db.close();
+    }
   });
 });
 
@@ -204,7 +209,8 @@ describe('a missing downloader', () => {
       const body = (await health.json()) as Record<string, { present?: boolean; version?: string; writable?: boolean; ok?: boolean }>;
       expect(body.downloader).toMatchObject({ present: true, version: expect.stringMatching(/^\d{4}\.\d{2}\.\d{2}/) });
       expect(body.ffmpeg).toMatchObject({ present: true, version: expect.stringContaining('ffmpeg') });
-      expect(body.database).toEqual({ ok: true });
+      expect(body.database).toEqual({ ok: true, kind: 'sqlite' });
+      expect(body.node_id).toMatch(/-\d+-[0-9a-f]{6}$/);
       expect(body.artifact_root).toMatchObject({ writable: true });
     } finally {
       await svc.stop();

@@ -10,11 +10,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
+import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import postgres from 'postgres';
 
 /**
  * The size cap with real fetches: the store is filled past its cap, and the least recently
  * used content (stored or served) goes first; content evicted while it is streamed still
- * reaches its reader whole.
+ * reaches its reader whole. The cap and reconciliation run on both databases.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 // Each 2-second mono WAV at 44.1 kHz is 176,478 bytes; the cap holds two of them, not three.
@@ -88,11 +90,11 @@ async function fetchDone(svc: ServiceHandle, name: keyof typeof TONES) {
   return job.result!.content_id;
 }
 
-describe('store size cap', () => {
+describe.each(BACKENDS)('store size cap on %s', (kind) => {
   let svc: ServiceHandle;
 
   beforeAll(async () => {
-    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) } });
+    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) } });
   });
 
   afterAll(async () => {
@@ -115,10 +117,10 @@ describe('store size cap', () => {
 
     // The byte count is exact: the same as the files on disk, and within the cap.
     const onDisk = [...files.values()].reduce((sum, size) => sum + size, 0);
-    expect(await metric(svc, 'store_bytes')).toBe(onDisk);
-    expect(await metric(svc, 'store_artifacts')).toBe(2);
+    expect(await metric(svc, 'source_fetch_store_bytes')).toBe(onDisk);
+    expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
     expect(onDisk).toBeLessThanOrEqual(CAP);
-    expect(await metric(svc, 'store_evictions_total')).toBe(1);
+    expect(await metric(svc, 'source_fetch_store_evicted_artifacts_total')).toBe(1);
     for (const [cid] of files) expect(sha256(await readFile(artifactFile(svc, cid)))).toBe(cid);
 
     // b's alias no longer makes a job born done: it is downloaded again.
@@ -210,11 +212,12 @@ describe('eviction of an artifact while it is streamed', () => {
   });
 });
 
-describe('start-up reconciliation', () => {
+describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
   it('removes stray files, adopts a stored WAV whose row is gone, drops rows whose file is gone with their aliases, and logs the counts', async () => {
     const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-reconcile-'));
     const apiKey = 'reconcile-test-key-0123456789';
-    const env = { FETCH_ALLOW_HOSTS: media.hostPort };
+    const databaseEnv = await serviceEnv(kind);
+    const env = { ...databaseEnv, FETCH_ALLOW_HOSTS: media.hostPort };
     let svc = await startService({ dataDir, apiKey, env });
     try {
       const kept = await fetchDone(svc, 'a');
@@ -224,9 +227,15 @@ describe('start-up reconciliation', () => {
 
       // While the service is down: b's file goes, c's row goes, a stray file appears at an address.
       await rm(artifactFile(svc, lost));
-      const db = new Database(path.join(dataDir, 'source-fetch.sqlite'));
-      db.prepare('delete from cache_entries where content_id = ?').run(rowless);
-      db.close();
+      if (databaseEnv.DATABASE_URL) {
+        const sql = postgres(databaseEnv.DATABASE_URL, { max: 1 });
+        await sql`delete from cache_entries where content_id = ${rowless}`;
+        await sql.end();
+      } else {
+        const db = new Database(path.join(dataDir, 'source-fetch.sqlite'));
+        db.prepare('delete from cache_entries where content_id = ?').run(rowless);
+        db.close();
+      }
       const strayCid = `ab${'0'.repeat(62)}`;
       await mkdir(path.dirname(artifactFile(svc, strayCid)), { recursive: true });
       await writeFile(artifactFile(svc, strayCid), 'not the bytes its address names');
@@ -240,8 +249,8 @@ describe('start-up reconciliation', () => {
       });
       expect(await cidsOnDisk(svc)).toEqual([kept, rowless].sort());
       const files = await filesOnDisk(svc);
-      expect(await metric(svc, 'store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
-      expect(await metric(svc, 'store_artifacts')).toBe(2);
+      expect(await metric(svc, 'source_fetch_store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
+      expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
 
       // a and the adopted c are still stored under their URLs; b's alias is gone, so b downloads again.
       for (const [name, cid] of [['a', kept], ['c', rowless]] as const) {

@@ -9,7 +9,8 @@
  *   server.route('/live.m3u8', (req, res) => res.end('#EXTM3U...'));
  *   server.url('/a.m4a')              // 'http://127.0.0.1:<port>/a.m4a' (the URL to submit)
  *   server.hostPort                   // '127.0.0.1:<port>' (for FETCH_ALLOW_HOSTS)
- *   server.requestsFor('/a.m4a')      // [{ method, path, headers, at }, ...]
+ *   server.requestsFor('/a.m4a')      // [{ method, path, headers, at, completed }, ...]
+ *   server.downloadsOf('/a.m4a')      // GETs of a served file answered with every byte of its body
  *   await server.close()              // also cuts in-flight (throttled) responses
  *
  * Routes match the path without its query string; a later registration replaces an earlier
@@ -30,6 +31,11 @@ export interface RecordedRequest {
   headers: IncomingHttpHeaders;
   /** Date.now() when the request arrived. */
   at: number;
+  /**
+   * For served files: the whole body was sent and the response finished (a client that read a few
+   * bytes and hung up, as a downloader's metadata step does, leaves it false).
+   */
+  completed: boolean;
 }
 
 export interface ServeFileOptions {
@@ -55,6 +61,8 @@ export interface MediaServer {
   route(urlPath: string, handler: RouteHandler): void;
   /** Requests whose path (query string ignored) is `path`. */
   requestsFor(path: string): RecordedRequest[];
+  /** Complete GETs of the whole served file at `path`: how many times it was really downloaded. */
+  downloadsOf(path: string): number;
   /** Stops listening and destroys open sockets; safe to call twice. */
   close(): Promise<void>;
 }
@@ -70,9 +78,13 @@ export async function startMediaServer(opts: { host?: '127.0.0.1' } = {}): Promi
   const closing = new AbortController();
   let closed: Promise<void> | undefined;
 
+  /** Each request's record, for the file sender to mark complete. */
+  const recordOf = new WeakMap<IncomingMessage, RecordedRequest>();
   const server = createServer((req, res) => {
     const path = req.url ?? '/';
-    requests.push({ method: req.method ?? 'GET', path, headers: req.headers, at: Date.now() });
+    const record: RecordedRequest = { method: req.method ?? 'GET', path, headers: req.headers, at: Date.now(), completed: false };
+    requests.push(record);
+    recordOf.set(req, record);
     const handler = routes.get(pathOnly(path));
     if (!handler) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
@@ -117,7 +129,13 @@ export async function startMediaServer(opts: { host?: '127.0.0.1' } = {}): Promi
       res.end();
       return;
     }
-    await sendBytes(res, filePath, start, end, o.throttleBytesPerSec, closing.signal);
+    const progress = { allWritten: false };
+    // 'finish': the last byte went to the socket, and the client had not hung up before that.
+    res.once('finish', () => {
+      const record = recordOf.get(req);
+      if (record && progress.allWritten && start === 0 && end === size - 1) record.completed = true;
+    });
+    await sendBytes(res, filePath, start, end, o.throttleBytesPerSec, closing.signal, progress);
   };
 
   return {
@@ -136,6 +154,7 @@ export async function startMediaServer(opts: { host?: '127.0.0.1' } = {}): Promi
       routes.set(urlPath, handler);
     },
     requestsFor: (path) => requests.filter((r) => pathOnly(r.path) === path),
+    downloadsOf: (path) => requests.filter((r) => pathOnly(r.path) === path && r.completed).length,
     close() {
       if (!closed) {
         closing.abort();
@@ -192,7 +211,7 @@ export function drainedOrClosed(res: ServerResponse): Promise<void> {
   });
 }
 
-/** Writes bytes start..end (inclusive) of a file, honouring backpressure and the throttle. */
+/** Writes bytes start..end (inclusive) of a file, honouring backpressure and the throttle; says when all were written. */
 async function sendBytes(
   res: ServerResponse,
   filePath: string,
@@ -200,6 +219,7 @@ async function sendBytes(
   end: number,
   bytesPerSec: number | undefined,
   signal: AbortSignal,
+  progress: { allWritten: boolean },
 ): Promise<void> {
   const chunkSize = bytesPerSec ? Math.max(1, Math.floor((bytesPerSec * THROTTLE_TICK_MS) / 1000)) : CHUNK_BYTES;
   const file = await open(filePath);
@@ -214,6 +234,8 @@ async function sendBytes(
       if (!res.write(buffer.subarray(0, bytesRead))) await drainedOrClosed(res);
       if (bytesPerSec && pos <= end) await sleep((bytesRead / bytesPerSec) * 1000, undefined, { signal });
     }
+    if (res.destroyed) return;
+    progress.allWritten = pos > end;
     res.end();
   } finally {
     await file.close();

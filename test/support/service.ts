@@ -40,6 +40,8 @@ export interface ServiceHandle {
   waitForJob(id: string, statuses: string[], timeoutMs?: number): Promise<JobBody>;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
   kill(): Promise<void>;
+  /** SIGKILL to the service's whole process group (needs `detached: true`). */
+  killGroup(): Promise<void>;
 }
 
 export interface JobBody {
@@ -68,7 +70,15 @@ export interface JobBody {
  * apiKey: the API_KEYS value (default: a random key). null leaves API_KEYS unset, so the service
  * uses the key it generates into <dataDir>/api-key; the handle's apiKey is then read from there.
  */
-export async function startService(opts: { env?: Record<string, string>; dataDir?: string; apiKey?: string | null } = {}): Promise<ServiceHandle> {
+export async function startService(
+  opts: {
+    env?: Record<string, string>;
+    dataDir?: string;
+    apiKey?: string | null;
+    /** Its own process group, as a supervisor would run it, so that killGroup() can take it all down. */
+    detached?: boolean;
+  } = {},
+): Promise<ServiceHandle> {
   // A data dir made here is removed when the service stops; one passed in belongs to the caller.
   const ownsDataDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'sf-data-')));
@@ -88,6 +98,7 @@ export async function startService(opts: { env?: Record<string, string>; dataDir
       ...opts.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: opts.detached ?? false,
   });
   const logs: LogLine[] = [];
   let raw = '';
@@ -173,6 +184,12 @@ export async function startService(opts: { env?: Record<string, string>; dataDir
       const [code] = (await exited) as [number | null];
       if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
       return code;
+    },
+    async killGroup() {
+      if (!opts.detached) throw new Error('killGroup needs a service started with detached: true');
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      process.kill(-child.pid!, 'SIGKILL');
+      await exited;
     },
     async kill() {
       if (child.exitCode !== null || child.signalCode !== null) return;

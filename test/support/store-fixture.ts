@@ -1,21 +1,24 @@
 /**
- * A real SQLite file and a real artifact root in a temp folder, for unit tests of the store:
- * `addArtifact` writes a file at its content address and records its cache row, the way a
- * finished job does.
+ * A real database (SQLite in the temp folder by default, or a fresh PostgreSQL database) and a
+ * real artifact root in a temp folder, for unit tests of the store: `addArtifact` writes a file
+ * at its content address and records its cache row, the way a finished job does. The store pins
+ * content in the database, as the service's does.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { openDatabase, type Db } from '../../src/db/client.js';
+import type { DatabaseKind } from '../../src/db/database.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import { createContentStore, type ContentStore } from '../../src/store/content-store.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { createDatabasePins } from '../../src/store/pins.js';
+import { openTestDatabase, type TestDatabase } from './test-database.js';
 
 export interface StoreFixture {
   dir: string;
-  db: Db;
+  database: TestDatabase;
   store: ContentStore;
   /** Writes `bytes` random bytes as a stored artifact used at `usedAt`, with a URL alias. */
   addArtifact(bytes: number, usedAt: number, url?: string): Promise<string>;
@@ -24,10 +27,11 @@ export interface StoreFixture {
   contentIdsOnDisk(): Promise<string[]>;
 }
 
-export async function createStoreFixture(): Promise<StoreFixture> {
+export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { now?: () => number } = {}): Promise<StoreFixture> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
-  const db = openDatabase(path.join(dir, 'db.sqlite'));
-  const store = createContentStore(path.join(dir, 'artifacts'));
+  const database = await openTestDatabase(kind);
+  let holders = 0;
+  const store = createContentStore(path.join(dir, 'artifacts'), createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }));
   await mkdir(store.root, { recursive: true });
 
   async function walk(): Promise<Array<{ contentId: string; size: number }>> {
@@ -45,7 +49,7 @@ export async function createStoreFixture(): Promise<StoreFixture> {
 
   return {
     dir,
-    db,
+    database,
     store,
     async addArtifact(bytes, usedAt, url) {
       const data = randomBytes(bytes);
@@ -53,12 +57,12 @@ export async function createStoreFixture(): Promise<StoreFixture> {
       const file = store.pathOf(contentId, AUDIO_ARTIFACT_NAME);
       await mkdir(path.dirname(file), { recursive: true });
       await writeFile(file, data);
-      recordCacheEntry(
-        db,
+      await recordCacheEntry(
+        database,
         { contentId, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 },
         usedAt,
       );
-      if (url) setAlias(db, 'url', url, contentId, usedAt);
+      if (url) await setAlias(database, 'url', url, contentId, usedAt);
       return contentId;
     },
     async bytesOnDisk() {

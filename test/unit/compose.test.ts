@@ -14,7 +14,11 @@ const ROOT = new URL('../../', import.meta.url);
 const read = (file: string) => readFileSync(new URL(file, ROOT), 'utf8');
 
 interface Service {
+  profiles?: string[];
+  deploy?: { replicas?: string | number };
   build?: string;
+  cap_add?: string[];
+  security_opt?: string[];
   image?: string;
   environment: Record<string, string>;
   volumes: string[];
@@ -28,10 +32,20 @@ const compose = parse(read('compose.yaml')) as { services: Record<string, Servic
 const app = compose.services.app!;
 const nginx = compose.services.nginx!;
 
-/** Compose's `${NAME:-default}` interpolation, with nothing set in the environment. */
-function interpolate(env: Record<string, string>): Record<string, string> {
+/**
+ * Compose's interpolation of `${NAME}`, `${NAME:-default}` and `${NAME:?message}` (required),
+ * with only `set` in the environment; a required variable left unset throws, as compose refuses.
+ */
+function interpolate(env: Record<string, string>, set: Record<string, string> = {}): Record<string, string> {
   return Object.fromEntries(
-    Object.entries(env).map(([key, value]) => [key, String(value).replace(/\$\{[A-Z_]+(?::?-([^}]*))?\}/g, (_, fallback: string | undefined) => fallback ?? '')]),
+    Object.entries(env).map(([key, value]) => [
+      key,
+      String(value).replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
+        if (set[name] !== undefined && set[name] !== '') return set[name]!;
+        if (required) throw new Error(`${name} is required`);
+        return dash ? (fallback ?? '') : '';
+      }),
+    ]),
   );
 }
 
@@ -39,6 +53,25 @@ function interpolate(env: Record<string, string>): Record<string, string> {
 function mount(volumes: string[], target: string) {
   const found = volumes.map((v) => v.split(':')).find((parts) => parts[1] === target);
   return found && { source: found[0]!, target: found[1]!, readOnly: found[2] === 'ro' };
+}
+
+/**
+ * nginx writes the artifacts it served on signed URLs to a file on `volume`, which the app reads
+ * and empties for eviction; nginx keeps the app's authorizations on a tmpfs.
+ */
+function expectUsageLogShared(appService: Service, nginxService: Service, volume: string, set: Record<string, string> = {}): void {
+  const nginxEnv = interpolate(nginxService.environment);
+  const appConfig = loadConfig(interpolate(appService.environment, set));
+  const nginxSide = mount(nginxService.volumes, path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!));
+  const appSide = mount(appService.volumes, path.posix.dirname(appConfig.nginxUsageLog!));
+  expect(nginxSide).toEqual({ source: volume, target: path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!), readOnly: false });
+  // The app empties the file after reading it: it mounts the volume read-write.
+  expect(appSide).toEqual({ source: volume, target: path.posix.dirname(appConfig.nginxUsageLog!), readOnly: false });
+  expect(path.posix.basename(nginxEnv.NGINX_USAGE_LOG!)).toBe(path.posix.basename(appConfig.nginxUsageLog!));
+  expect(Object.keys(compose.volumes)).toContain(volume);
+  // The image makes the folder the app's, so that a new volume starts out writable by it.
+  expect(read('Dockerfile')).toMatch(new RegExp(`chown node:node [^\\n]*${appSide!.target}\\b`));
+  expect(nginxService.tmpfs).toEqual([nginxEnv.NGINX_AUTHORIZATION_CACHE]);
 }
 
 describe('compose.yaml', () => {
@@ -52,6 +85,15 @@ describe('compose.yaml', () => {
     expect(mount(app.volumes, config.artifactRoot)?.readOnly).toBe(false);
     expect(app.expose).toEqual([String(config.port)]);
     expect(app.ports).toBeUndefined();
+  });
+
+  it('runs the tools confined: the app may make namespaces, gains no privilege, and never turns confinement off', () => {
+    const config = loadConfig(interpolate(app.environment));
+    expect(config.confinement.mode).toBe('netns');
+    expect(app.cap_add).toEqual(['SYS_ADMIN']);
+    expect(app.security_opt).toContain('no-new-privileges:true');
+    // The capability only unlocks unshare(2) in the seccomp profile; the app itself runs unprivileged.
+    expect(read('Dockerfile')).toMatch(/^USER node$/m);
   });
 
   it('renders the same nginx template the end-to-end tests run, in front of the app', () => {
@@ -78,24 +120,55 @@ describe('compose.yaml', () => {
   });
 
   it("shares nginx's usage log with the app, at the path each is told, and keeps authorizations in memory", () => {
-    const nginxEnv = interpolate(nginx.environment);
-    const appConfig = loadConfig(interpolate(app.environment));
-    const nginxSide = mount(nginx.volumes, path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!));
-    const appSide = mount(app.volumes, path.posix.dirname(appConfig.nginxUsageLog!));
-    expect(nginxSide).toEqual({ source: 'nginx-usage', target: path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!), readOnly: false });
-    // The app empties the file after reading it: it mounts the volume read-write.
-    expect(appSide).toEqual({ source: 'nginx-usage', target: path.posix.dirname(appConfig.nginxUsageLog!), readOnly: false });
-    expect(path.posix.basename(nginxEnv.NGINX_USAGE_LOG!)).toBe(path.posix.basename(appConfig.nginxUsageLog!));
-    expect(Object.keys(compose.volumes)).toContain('nginx-usage');
-    // The image makes the folder the app's, so that a new volume starts out writable by it.
-    expect(read('Dockerfile')).toMatch(new RegExp(`chown node:node [^\\n]*${appSide!.target}\\b`));
-    expect(nginx.tmpfs).toEqual([nginxEnv.NGINX_AUTHORIZATION_CACHE]);
+    expectUsageLogShared(app, nginx, 'nginx-usage');
   });
 
   it('checks health on both services and starts nginx once the app is healthy', () => {
     expect(app.healthcheck?.test.join(' ')).toContain('/healthz');
     expect(nginx.healthcheck?.test.join(' ')).toContain('/healthz');
     expect(nginx.depends_on?.app?.condition).toBe('service_healthy');
+  });
+});
+
+describe('compose.yaml, the scaled profile', () => {
+  const postgres = compose.services.postgres!;
+  const node = compose.services['app-node']!;
+  const front = compose.services['nginx-scaled']!;
+  const set = { POSTGRES_PASSWORD: 'pw-for-the-test' };
+
+  it('runs one profile at a time, single unless told otherwise', () => {
+    for (const [name, service] of Object.entries(compose.services)) expect(service.profiles, name).toHaveLength(1);
+    expect(compose.services.app!.profiles).toEqual(['single']);
+    expect([postgres, node, front].map((service) => service.profiles![0])).toEqual(['scaled', 'scaled', 'scaled']);
+    expect(read('.env')).toMatch(/^COMPOSE_PROFILES=single$/m);
+  });
+
+  it('runs several app nodes on PostgreSQL, with the configuration accepting their environment', () => {
+    const env = interpolate(node.environment, set);
+    const config = loadConfig(env);
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://source_fetch:pw-for-the-test@postgres:5432/source_fetch', poolSize: 10 });
+    expect(config.confinement.mode).toBe('netns');
+    expect(node.cap_add).toEqual(['SYS_ADMIN']);
+    expect(String(node.deploy?.replicas)).toBe('${APP_REPLICAS:-3}');
+    expect(node.depends_on?.postgres?.condition).toBe('service_healthy');
+    expect(postgres.healthcheck?.test.join(' ')).toContain('pg_isready');
+    // The password comes from the operator, never a default in the file.
+    expect(() => interpolate(node.environment)).toThrow(/POSTGRES_PASSWORD/);
+    expect(() => interpolate(postgres.environment)).toThrow(/POSTGRES_PASSWORD/);
+  });
+
+  it('shares one artifact volume between the nodes and nginx, apart from the single-node one', () => {
+    const nodeSide = mount(node.volumes, interpolate(node.environment, set).ARTIFACT_ROOT!);
+    const nginxSide = mount(front.volumes, interpolate(front.environment).ARTIFACT_ROOT!);
+    expect(nodeSide).toEqual({ source: 'artifacts-shared', target: '/artifacts', readOnly: false });
+    expect(nginxSide).toEqual({ source: 'artifacts-shared', target: '/artifacts', readOnly: true });
+    expect(mount(app.volumes, '/artifacts')?.source).not.toBe('artifacts-shared');
+    expect(interpolate(front.environment).APP_UPSTREAM).toBe(`app-node:${interpolate(node.environment, set).PORT}`);
+    renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), interpolate(front.environment));
+  });
+
+  it("shares nginx's usage log with every node, apart from the single-node one, and keeps authorizations in memory", () => {
+    expectUsageLogShared(node, front, 'nginx-usage-shared', set);
   });
 });
 
@@ -110,5 +183,12 @@ describe('Dockerfile', () => {
     // Migrations are read at start-up from drizzle/ next to dist/.
     expect(dockerfile).toMatch(/^COPY drizzle \.\/drizzle$/m);
     expect(dockerfile).toMatch(/^USER node$/m);
+  });
+
+  it('builds and runs on Node 22, which package.json allows', () => {
+    const images = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((match) => match[1]);
+    expect(images).toEqual(['node:22-bookworm-slim', 'node:22-bookworm-slim']);
+    const pkg = JSON.parse(read('package.json')) as { engines: { node: string } };
+    expect(pkg.engines.node.split('||').map((range) => range.trim())).toContain('>=22.12.0');
   });
 });

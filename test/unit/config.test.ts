@@ -15,7 +15,24 @@ describe('configuration', () => {
       workerConcurrency: 2,
       fetchAllowHosts: [],
       accelRedirectPrefix: null,
+      database: { kind: 'sqlite', path: path.resolve('data/source-fetch.sqlite') },
+      nodeId: undefined,
+      jobLeaseMs: 30_000,
+      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3' },
+      webhooks: { secret: undefined, timeoutMs: 10_000, retryBaseMs: 5_000, retryForMs: 86_400_000 },
     });
+  });
+
+  it('takes a fraction of a second as the callbacks\' retry base', () => {
+    const config = loadConfig({ WEBHOOK_RETRY_BASE_S: '0.25', WEBHOOK_TIMEOUT_S: '3', WEBHOOK_RETRY_FOR_S: '600', WEBHOOK_SECRET: ' a-webhook-secret-of-32-characters-0 ' });
+    expect(config.webhooks).toEqual({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
+  });
+
+  it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
+    const config = loadConfig({ DATABASE_URL: 'postgres://app:pw@db:5432/app', DATABASE_POOL_SIZE: '20', WORKER_CONCURRENCY: '0', NODE_ID: 'api-1' });
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:pw@db:5432/app', poolSize: 20 });
+    expect(config.workerConcurrency).toBe(0);
+    expect(config.nodeId).toBe('api-1');
   });
 
   it('parses lists and numbers', () => {
@@ -28,13 +45,21 @@ describe('configuration', () => {
   it.each([
     ['PORT', 'eighty'],
     ['PORT', '70000'],
-    ['WORKER_CONCURRENCY', '0'],
+    ['WORKER_CONCURRENCY', '-1'],
+    ['DATABASE_URL', 'mysql://db/app'],
+    ['NODE_ID', 'a node'],
+    ['JOB_LEASE_S', '0'],
     ['API_KEYS', 'short'],
     ['ACCEL_REDIRECT_PREFIX', '_artifacts'],
     ['URL_SIGNING_SECRET', 'too-short'],
     ['LOG_LEVEL', 'loud'],
     ['MAX_DOWNLOAD_BYTES', '-1'],
     ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
+    ['WEBHOOK_SECRET', 'too-short'],
+    ['WEBHOOK_TIMEOUT_S', '0'],
+    ['WEBHOOK_RETRY_BASE_S', '0'],
+    ['WEBHOOK_RETRY_BASE_S', 'soon'],
+    ['WEBHOOK_RETRY_FOR_S', '1.5'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));

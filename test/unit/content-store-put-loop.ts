@@ -13,7 +13,8 @@ import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 
 const [root, workDir, ...files] = process.argv.slice(2);
 if (!root || !workDir || files.length === 0) throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
-const store = createContentStore(root);
+// Pins do not matter here: nothing evicts.
+const store = createContentStore(root, { pin: async () => async () => {} });
 process.stdout.write('ready\n');
 for (let i = 0; ; i++) {
   const source = path.join(workDir, `source-${process.pid}-${i}`);

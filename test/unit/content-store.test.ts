@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { createContentStore, INCOMING_DIR } from '../../src/store/content-store.js';
+import { createContentStore, INCOMING_DIR, type ContentPins } from '../../src/store/content-store.js';
 import { storedFiles } from '../support/store-inspect.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -14,15 +14,35 @@ const PUT_LOOP = path.join(import.meta.dirname, 'content-store-put-loop.ts');
 /** Rounds of the crash test; each kills two writers. */
 const ROUNDS = 16;
 
+/** Pins kept in memory (the service keeps them in the database: test/unit/store-eviction.test.ts). */
+function memoryPins(): ContentPins & { held: Map<string, number> } {
+  const held = new Map<string, number>();
+  return {
+    held,
+    async pin(contentId) {
+      held.set(contentId, (held.get(contentId) ?? 0) + 1);
+      return async () => {
+        const left = held.get(contentId)! - 1;
+        if (left === 0) held.delete(contentId);
+        else held.set(contentId, left);
+      };
+    },
+  };
+}
+
+/** Far enough ahead that every staged file counts as abandoned. */
+const LATER = () => Date.now() + 2 * 60 * 60 * 1000;
+
 async function setup() {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-content-'));
-  const store = createContentStore(path.join(dir, 'artifacts'));
+  const pins = memoryPins();
+  const store = createContentStore(path.join(dir, 'artifacts'), pins);
   const write = async (name: string, data: Buffer) => {
     const file = path.join(dir, name);
     await writeFile(file, data);
     return file;
   };
-  return { dir, store, write };
+  return { dir, store, write, pins };
 }
 
 /** Runs the put loop in a child process, SIGKILLs it at a random moment, and returns its last line. */
@@ -46,16 +66,16 @@ async function putUntilKilled(root: string, workDir: string, files: string[]): P
 
 describe('content store', () => {
   it('stores a file under the SHA-256 of its bytes, sharded, and moves it out of the source path', async () => {
-    const { dir, store, write } = await setup();
+    const { dir, store, write, pins } = await setup();
     const data = randomBytes(100_000);
     const source = await write('a.wav', data);
     const stored = await store.put(source, 'audio.wav');
     const expected = createHash('sha256').update(data).digest('hex');
     expect(stored).toMatchObject({ contentId: expected, bytes: data.length, reused: false });
     // Held from eviction until the caller has recorded it.
-    expect(store.isPinned(expected)).toBe(true);
-    stored.release();
-    expect(store.isPinned(expected)).toBe(false);
+    expect(pins.held.get(expected)).toBe(1);
+    await stored.release();
+    expect(pins.held.has(expected)).toBe(false);
     const target = path.join(store.root, expected.slice(0, 2), expected, 'audio.wav');
     expect(store.pathOf(expected, 'audio.wav')).toBe(target);
     expect((await readFile(target)).equals(data)).toBe(true);
@@ -64,17 +84,18 @@ describe('content store', () => {
   });
 
   it('stores identical bytes once and leaves the second source to its owner', async () => {
-    const { store, write } = await setup();
+    const { store, write, pins } = await setup();
     const data = randomBytes(5000);
     const first = await store.put(await write('a', data), 'audio.wav');
     const secondSource = await write('b', data);
     const second = await store.put(secondSource, 'audio.wav');
     expect(second).toMatchObject({ contentId: first.contentId, bytes: first.bytes, reused: true });
     // Both puts hold it; it stays held until the last one lets go.
-    first.release();
-    expect(store.isPinned(first.contentId)).toBe(true);
-    second.release();
-    expect(store.isPinned(first.contentId)).toBe(false);
+    await first.release();
+    await first.release();
+    expect(pins.held.get(first.contentId)).toBe(1);
+    await second.release();
+    expect(pins.held.has(first.contentId)).toBe(false);
     expect((await readFile(secondSource)).equals(data)).toBe(true);
   });
 
@@ -84,7 +105,10 @@ describe('content store', () => {
     await mkdir(incoming, { recursive: true });
     // What a crash between staging and rename leaves behind.
     await writeFile(path.join(incoming, 'crashed-write'), randomBytes(10));
-    expect(await store.clearIncoming()).toBe(1);
+    // Just staged: another node sharing the store may be writing it right now.
+    expect(await store.clearIncoming(Date.now())).toBe(0);
+    expect(await readdir(incoming)).toEqual(['crashed-write']);
+    expect(await store.clearIncoming(LATER())).toBe(1);
     expect(await readdir(incoming)).toEqual([]);
     expect((await readdir(store.root)).filter((entry) => entry !== INCOMING_DIR)).toEqual([]);
   });
@@ -123,7 +147,7 @@ describe('content store', () => {
             bytes: expected.get(file.contentId),
           });
         }
-        leftovers += await store.clearIncoming();
+        leftovers += await store.clearIncoming(LATER());
         expect(await readdir(path.join(store.root, INCOMING_DIR)).catch(() => [])).toEqual([]);
       }
     } finally {

@@ -1,4 +1,7 @@
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import net, { type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -110,7 +113,8 @@ async function startGuard(opts: {
 }
 
 function authOf(session: GuardSession): string {
-  const u = new URL(session.proxyUrl);
+  // The credentials do not depend on where the guard is reached.
+  const u = new URL(session.proxyUrlAt('127.0.0.1:1'));
   return `Basic ${Buffer.from(`${u.username}:${u.password}`).toString('base64')}`;
 }
 
@@ -199,7 +203,7 @@ describe('egress guard: authentication', () => {
       dial,
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    const good = new URL(session.proxyUrl);
+    const good = new URL(session.proxyUrlAt(guard.authority!));
     const basic = (s: string): string => `Basic ${Buffer.from(s).toString('base64')}`;
     const wrong = [
       undefined,
@@ -213,10 +217,10 @@ describe('egress guard: authentication', () => {
     ];
     const target = `http://127.0.0.1:${origin.port}/secret`;
     for (const auth of wrong) {
-      const answer = await viaProxy(guard.port, target, auth === undefined ? {} : { auth });
+      const answer = await viaProxy(guard.port!, target, auth === undefined ? {} : { auth });
       expect(answer.status, String(auth)).toBe(407);
       expect(answer.headers['proxy-authenticate']).toMatch(/^Basic /);
-      const tunnel = await connectVia(guard.port, `127.0.0.1:${origin.port}`, auth);
+      const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, auth);
       expect(tunnel.status, String(auth)).toBe(407);
     }
     expect(dial.calls).toEqual([]);
@@ -224,25 +228,46 @@ describe('egress guard: authentication', () => {
     expect(origin.connections).toBe(0);
 
     // The real credentials work, and stop working once the session is closed.
-    expect((await viaProxy(guard.port, target, { auth: authOf(session) })).status).toBe(200);
+    expect((await viaProxy(guard.port!, target, { auth: authOf(session) })).status).toBe(200);
     session.close();
-    expect((await viaProxy(guard.port, target, { auth: authOf(session) })).status).toBe(407);
+    expect((await viaProxy(guard.port!, target, { auth: authOf(session) })).status).toBe(407);
     expect(origin.requests).toHaveLength(1);
   });
 
   it('issues distinct credentials per session, shaped as a proxy URL on loopback', async () => {
     const { guard, session } = await startGuard({ resolve: refuseLookups(), dial: recordingDialer() });
     const other = guard.openSession('job-2');
-    const a = new URL(session.proxyUrl);
-    const b = new URL(other.proxyUrl);
+    const a = new URL(session.proxyUrlAt(guard.authority!));
+    const b = new URL(other.proxyUrlAt(guard.authority!));
     expect(a.protocol).toBe('http:');
     expect(a.hostname).toBe('127.0.0.1');
-    expect(Number(a.port)).toBe(guard.port);
+    expect(Number(a.port)).toBe(guard.port!);
     expect(a.username).toBe('job-1');
     expect(b.username).toBe('job-2');
     expect(a.password.length).toBeGreaterThanOrEqual(32);
     expect(a.password).not.toBe(b.password);
     expect(() => guard.openSession('bad label@x')).toThrow();
+  });
+
+  it('listens on a Unix socket only its own user may use, with no TCP port', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'guard-'));
+    cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    const socketPath = path.join(dir, 'guard.sock');
+    const guard = await startEgressGuard({ resolve: refuseLookups(), dial: recordingDialer(), allowHosts: [], socketPath });
+    cleanup.push(() => guard.close());
+    expect(guard.port).toBeNull();
+    expect(guard.authority).toBeNull();
+    expect(guard.socketPath).toBe(socketPath);
+    expect((await stat(socketPath)).mode & 0o777).toBe(0o600);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(socketPath, () => socket.write('GET http://x.example/ HTTP/1.1\r\nHost: x.example\r\n\r\n'));
+      socket.once('data', (chunk) => {
+        resolve(chunk.toString('latin1').split('\r\n')[0]!);
+        socket.destroy();
+      });
+      socket.on('error', reject);
+    });
+    expect(answer).toBe('HTTP/1.1 407 Proxy Authentication Required');
   });
 
   it('refuses to listen anywhere but loopback', async () => {
@@ -263,10 +288,10 @@ describe('egress guard: refused destinations', () => {
     const dial = recordingDialer();
     const { guard, session, logged } = await startGuard({ resolve, dial });
 
-    const answer = await viaProxy(guard.port, `http://${name}/latest/meta-data/`, { auth: authOf(session) });
+    const answer = await viaProxy(guard.port!, `http://${name}/latest/meta-data/`, { auth: authOf(session) });
     expect(answer.status).toBe(403);
     expect(answer.body).toContain(name);
-    const tunnel = await connectVia(guard.port, `${name}:443`, authOf(session));
+    const tunnel = await connectVia(guard.port!, `${name}:443`, authOf(session));
     expect(tunnel.status).toBe(403);
 
     expect(dial.calls).toEqual([]);
@@ -288,7 +313,7 @@ describe('egress guard: refused destinations', () => {
     const resolve = refuseLookups();
     const dial = recordingDialer();
     const { guard, session } = await startGuard({ resolve, dial });
-    expect((await viaProxy(guard.port, target, { auth: authOf(session) })).status).toBe(403);
+    expect((await viaProxy(guard.port!, target, { auth: authOf(session) })).status).toBe(403);
     expect(session.refusals()[0]?.message).toContain(reason);
     expect(resolve.asked).toEqual([]);
     expect(dial.calls).toEqual([]);
@@ -303,9 +328,9 @@ describe('egress guard: refused destinations', () => {
       allowHosts: parseAllowHosts([`127.0.0.1:${allowed.port}`]),
     });
     const auth = authOf(session);
-    expect((await viaProxy(guard.port, `http://127.0.0.1:${other.port}/`, { auth })).status).toBe(403);
-    expect((await connectVia(guard.port, `127.0.0.1:${other.port}`, auth)).status).toBe(403);
-    expect((await viaProxy(guard.port, `http://[::1]:${allowed.port}/`, { auth })).status).toBe(403);
+    expect((await viaProxy(guard.port!, `http://127.0.0.1:${other.port}/`, { auth })).status).toBe(403);
+    expect((await connectVia(guard.port!, `127.0.0.1:${other.port}`, auth)).status).toBe(403);
+    expect((await viaProxy(guard.port!, `http://[::1]:${allowed.port}/`, { auth })).status).toBe(403);
     expect(other.connections).toBe(0);
     expect(allowed.connections).toBe(0);
     expect(session.refusals().map((r) => r.port)).toEqual([other.port, other.port, allowed.port]);
@@ -324,7 +349,7 @@ describe('egress guard: forwarding', () => {
       dial,
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    const answer = await viaProxy(guard.port, `http://127.0.0.1:${origin.port}/upload?b=2&a=1`, {
+    const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/upload?b=2&a=1`, {
       auth: authOf(session),
       method: 'POST',
       headers: {
@@ -364,7 +389,7 @@ describe('egress guard: forwarding', () => {
       dial,
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    const tunnel = await connectVia(guard.port, `127.0.0.1:${origin.port}`, authOf(session));
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(session));
     expect(tunnel.status).toBe(200);
     const raw = await overTunnel(tunnel.socket, `127.0.0.1:${origin.port}`, '/through-tunnel');
     expect(raw).toMatch(/^HTTP\/1\.1 200 OK/);
@@ -384,13 +409,64 @@ describe('egress guard: forwarding', () => {
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
     const auth = authOf(session);
-    const first = await viaProxy(guard.port, `http://127.0.0.1:${origin.port}/go`, { auth });
+    const first = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth });
     expect(first.status).toBe(302);
     expect(first.headers.location).toBe('http://169.254.169.254/latest/meta-data/');
     // The client's next hop comes back through the guard and is refused there.
-    expect((await viaProxy(guard.port, first.headers.location!, { auth })).status).toBe(403);
+    expect((await viaProxy(guard.port!, first.headers.location!, { auth })).status).toBe(403);
     expect(dial.calls).toEqual([{ address: '127.0.0.1', port: origin.port }]);
     expect(origin.requests).toHaveLength(1);
+  });
+
+  it.each([
+    ['ftp://127.0.0.1:2121/a.mp3', /ftp: URL/],
+    ['FTP://internal.example/a.mp3', /ftp: URL/],
+    ['file:///etc/passwd', /file: URL/],
+    ['http://127.0.0.1/x.m3u8#__youtubedl_smuggle=%7B%7D', /smuggled/],
+    ['/x.m3u8#__YOUTUBEDL_SMUGGLE={}', /smuggled/],
+    ['/x.m3u8#%5F%5Fyoutubedl%5Fsmuggle={}', /smuggled/],
+  ])('refuses a redirect to %s with 403, records the refusal, and passes nothing of the answer on', async (location, reason) => {
+    const origin = await startOrigin((_req, res) => {
+      res.writeHead(302, { location, 'x-origin-banner': 'internal' });
+      res.end('redirect body');
+    });
+    const { guard, session } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+    });
+    const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth: authOf(session) });
+    expect(answer.status).toBe(403);
+    expect(answer.headers.location).toBeUndefined();
+    expect(answer.headers['x-origin-banner']).toBeUndefined();
+    expect(answer.body).toMatch(reason);
+    expect(session.refusals()).toEqual([{ host: '127.0.0.1', port: origin.port, code: 'destination_refused', message: expect.stringMatching(reason) }]);
+  });
+
+  it('passes an ordinary http(s) redirect, relative or absolute, untouched', async () => {
+    for (const location of ['/next.mp3', 'https://cdn.example/a.mp3?x=1#t=3']) {
+      const origin = await startOrigin((_req, res) => {
+        res.writeHead(302, { location });
+        res.end();
+      });
+      const { guard, session } = await startGuard({ resolve: refuseLookups(), dial: recordingDialer(), allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]) });
+      const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth: authOf(session) });
+      expect(answer.status).toBe(302);
+      expect(answer.headers.location).toBe(location);
+      expect(session.refusals()).toEqual([]);
+    }
+  });
+
+  it('remembers the hosts a session has connected to, by name, and not those it refused', async () => {
+    const origin = await startOrigin();
+    const resolve = tableResolver({ 'media.example': [['93.184.216.34']], 'cdn.example': [['93.184.216.35']] });
+    const dial = recordingDialer({ '93.184.216.34': origin.port, '93.184.216.35': origin.port });
+    const { guard, session } = await startGuard({ resolve, dial });
+    const auth = authOf(session);
+    expect((await viaProxy(guard.port!, 'http://Media.Example./a', { auth })).status).toBe(200);
+    expect((await connectVia(guard.port!, 'cdn.example:443', auth)).status).toBe(200);
+    expect((await viaProxy(guard.port!, 'http://169.254.169.254/', { auth })).status).toBe(403);
+    expect(session.hostsContacted()).toEqual(['media.example', 'cdn.example']);
   });
 
   it('resolves once and dials the checked address, not the name (DNS rebinding)', async () => {
@@ -401,13 +477,13 @@ describe('egress guard: forwarding', () => {
     const { guard, session } = await startGuard({ resolve, dial });
     const auth = authOf(session);
 
-    const first = await viaProxy(guard.port, 'http://media.example/audio.m4a', { auth });
+    const first = await viaProxy(guard.port!, 'http://media.example/audio.m4a', { auth });
     expect(first.status).toBe(200);
     expect(resolve.asked).toEqual(['media.example']);
     expect(dial.calls).toEqual([{ address: '93.184.216.34', port: 80 }]);
     expect(origin.requests[0]?.headers.host).toBe('media.example');
 
-    const second = await viaProxy(guard.port, 'http://media.example/audio.m4a', { auth });
+    const second = await viaProxy(guard.port!, 'http://media.example/audio.m4a', { auth });
     expect(second.status).toBe(403);
     expect(resolve.asked).toEqual(['media.example', 'media.example']);
     expect(dial.calls).toHaveLength(1);
@@ -419,7 +495,7 @@ describe('egress guard: forwarding', () => {
     const resolve = tableResolver({ 'cdn.example': [['2606:4700::1111', '93.184.216.34']] });
     const dial = recordingDialer({ '2606:4700::1111': origin.port });
     const { guard, session } = await startGuard({ resolve, dial });
-    const tunnel = await connectVia(guard.port, 'cdn.example:443', authOf(session));
+    const tunnel = await connectVia(guard.port!, 'cdn.example:443', authOf(session));
     expect(tunnel.status).toBe(200);
     expect(await overTunnel(tunnel.socket, 'cdn.example', '/seg1.ts')).toContain('hello GET /seg1.ts');
     expect(dial.calls).toEqual([{ address: '2606:4700::1111', port: 443 }]);
@@ -435,13 +511,13 @@ describe('egress guard: forwarding', () => {
     const dial = recordingDialer({ '93.184.216.34': origin.port }, ['2606:4700::1111', '8.8.8.8']);
     const { guard, session } = await startGuard({ resolve, dial });
     const auth = authOf(session);
-    expect((await viaProxy(guard.port, 'http://dual.example/', { auth })).status).toBe(200);
+    expect((await viaProxy(guard.port!, 'http://dual.example/', { auth })).status).toBe(200);
     expect(dial.calls).toEqual([
       { address: '2606:4700::1111', port: 80 },
       { address: '93.184.216.34', port: 80 },
     ]);
-    expect((await viaProxy(guard.port, 'http://down.example/', { auth })).status).toBe(502);
-    expect((await connectVia(guard.port, 'down.example:443', auth)).status).toBe(502);
+    expect((await viaProxy(guard.port!, 'http://down.example/', { auth })).status).toBe(502);
+    expect((await connectVia(guard.port!, 'down.example:443', auth)).status).toBe(502);
     expect(session.refusals()).toEqual([]);
   });
 
@@ -449,11 +525,11 @@ describe('egress guard: forwarding', () => {
     const dial = recordingDialer();
     const { guard, session } = await startGuard({ resolve: refuseLookups(), dial });
     const auth = authOf(session);
-    expect((await viaProxy(guard.port, 'http://nowhere.example/', { auth })).status).toBe(502);
-    expect((await viaProxy(guard.port, '/origin-form', { auth })).status).toBe(400);
-    expect((await viaProxy(guard.port, 'https://media.example/', { auth })).status).toBe(400);
-    expect((await connectVia(guard.port, 'media.example', auth)).status).toBe(400);
-    expect((await viaProxy(guard.port, 'http://bad_host!.example/', { auth })).status).toBe(400);
+    expect((await viaProxy(guard.port!, 'http://nowhere.example/', { auth })).status).toBe(502);
+    expect((await viaProxy(guard.port!, '/origin-form', { auth })).status).toBe(400);
+    expect((await viaProxy(guard.port!, 'https://media.example/', { auth })).status).toBe(400);
+    expect((await connectVia(guard.port!, 'media.example', auth)).status).toBe(400);
+    expect((await viaProxy(guard.port!, 'http://bad_host!.example/', { auth })).status).toBe(400);
     expect(dial.calls).toEqual([]);
     expect(session.refusals()).toEqual([]);
   });
@@ -471,7 +547,7 @@ describe('egress guard: teardown', () => {
       dial: recordingDialer(),
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    await expect(viaProxy(guard.port, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
+    await expect(viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
   });
 
   it('closes a tunnel that stays idle', async () => {
@@ -482,7 +558,7 @@ describe('egress guard: teardown', () => {
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
       idleTimeoutMs: 100,
     });
-    const tunnel = await connectVia(guard.port, `127.0.0.1:${origin.port}`, authOf(session));
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(session));
     expect(tunnel.status).toBe(200);
     await new Promise<void>((resolve) => tunnel.socket.once('close', () => resolve()));
   });
@@ -494,7 +570,7 @@ describe('egress guard: teardown', () => {
       dial: recordingDialer(),
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    const tunnel = await connectVia(guard.port, `127.0.0.1:${origin.port}`, authOf(session));
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(session));
     expect(tunnel.status).toBe(200);
     const closed = new Promise<void>((resolve) => tunnel.socket.once('close', () => resolve()));
     session.close();
@@ -509,10 +585,10 @@ describe('egress guard: teardown', () => {
       dial: recordingDialer(),
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    const tunnel = await connectVia(guard.port, `127.0.0.1:${origin.port}`, authOf(session));
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(session));
     const closed = new Promise<void>((resolve) => tunnel.socket.once('close', () => resolve()));
     await guard.close();
     await closed;
-    await expect(viaProxy(guard.port, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
+    await expect(viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
   });
 });

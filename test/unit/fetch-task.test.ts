@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { createFetchTask } from '../../src/jobs/fetch-task.js';
-import { claimNextJob, getJobRow, insertJob } from '../../src/jobs/queue.js';
+import { createFetchTask } from '../../src/jobs/fetch/task.js';
+import { claimNextJob, enqueueJob, getJobRow } from '../../src/jobs/queue.js';
 import { createLogger } from '../../src/logger.js';
+import { createSandbox } from '../../src/sandbox/sandbox.js';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
@@ -12,9 +14,10 @@ import { evictToCap } from '../../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import type { runProcess, RunProcessResult } from '../../src/tools/process.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
+import { BACKENDS } from '../support/test-database.js';
 
 /**
- * The fetch task on a real SQLite file and artifact root, with stand-ins for yt-dlp, ffprobe and
+ * The fetch task on a real database (each kind) and artifact root, with stand-ins for yt-dlp, ffprobe and
  * ffmpeg: the probe answers a fixed media identity, the download writes a small file, and the
  * conversion writes a fixed WAV.
  */
@@ -54,12 +57,18 @@ function wav(seed: number): Buffer {
   return Buffer.concat([head, body]);
 }
 
-function fakeTools(media: { extractorKey: string; id: string }, wavBytes: Buffer) {
+function fakeTools(media: { extractorKey: string; id: string; page?: string }, wavBytes: Buffer) {
   const calls: string[] = [];
   const run: typeof runProcess = async (opts) => {
     if (opts.command === 'yt-dlp' && opts.args.includes('--dump-single-json')) {
       calls.push('probe');
-      const info = { extractor: media.extractorKey.toLowerCase(), extractor_key: media.extractorKey, id: media.id, formats: [{ protocol: 'https' }] };
+      const info = {
+        extractor: media.extractorKey.toLowerCase(),
+        extractor_key: media.extractorKey,
+        id: media.id,
+        webpage_url: media.page,
+        formats: [{ protocol: 'https' }],
+      };
       return { ...OK, stdout: JSON.stringify(info) };
     }
     if (opts.command === 'yt-dlp') {
@@ -80,54 +89,91 @@ function fakeTools(media: { extractorKey: string; id: string }, wavBytes: Buffer
   return { run, calls };
 }
 
-async function runJob(fx: StoreFixture, opts: { url: string; run: typeof runProcess; store?: ContentStore; now: number }) {
-  insertJob(fx.db, { id: 'job', url: opts.url, urlKey: opts.url, status: 'queued', createdAt: 1 });
-  const job = claimNextJob(fx.db, 'worker', 1)!;
+/** hostsContacted: the hosts the egress guard says the downloader fetched from. */
+async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: typeof runProcess; store?: ContentStore; now: number; hostsContacted?: string[] }) {
+  const id = opts.id ?? 'job';
+  await enqueueJob(fx.database, { id, url: opts.url, urlKey: opts.url, createdAt: 1 });
+  const job = (await claimNextJob(fx.database, { owner: 'node', now: 1, leaseMs: 60_000 }))!;
   const task = createFetchTask({
-    db: fx.db,
+    database: fx.database,
     store: opts.store ?? fx.store,
     now: () => opts.now,
-    run: opts.run,
+    sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
     workDir: path.join(fx.dir, 'work'),
     limits: { timeoutMs: 10_000, maxDownloadBytes: 1_000_000, maxDurationS: 3600 },
+    openEgressSession: () => ({
+      proxyUrlAt: (at) => `http://job:secret@${at}`,
+      refusals: () => [],
+      hostsContacted: () => opts.hostsContacted ?? [],
+      close: () => {},
+    }),
   });
-  await task(job, { signal: new AbortController().signal, log: createLogger('silent') });
-  return getJobRow(fx.db, 'job')!;
+  await task(job, { signal: new AbortController().signal, log: createLogger('silent'), owner: 'node' });
+  return (await getJobRow(fx.database, id))!;
 }
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
-describe('fetch task', () => {
+describe.each(BACKENDS)('fetch task on %s', (kind) => {
   it('a job done through the media alias records the use of that content, in the same transaction', async () => {
-    const fx = await createStoreFixture();
+    const fx = await createStoreFixture(kind);
     const known = await fx.addArtifact(1000, 1000, 'https://media.example/watch?v=abc');
-    setAlias(fx.db, 'media', 'youtube:abc', known, 1000);
+    await setAlias(fx.database, 'media', 'youtube:www.youtube.com:abc', known, 1000);
     const other = await fx.addArtifact(1000, 2000);
-    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc' }, wav(1));
+    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc', page: 'https://www.youtube.com/watch?v=abc' }, wav(1));
 
-    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000 });
+    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000, hostsContacted: ['youtu.be', 'www.youtube.com'] });
     expect(job).toMatchObject({ status: 'done', contentId: known });
     expect(tools.calls).toEqual(['probe']);
-    expect(resolveAlias(fx.db, 'url', 'https://youtu.be/abc')).toBe(known);
-    expect(cacheEntryFor(fx.db, known, AUDIO_ARTIFACT_NAME)?.lastUsedAt).toBe(5000);
+    expect(await resolveAlias(fx.database, 'url', 'https://youtu.be/abc')).toBe(known);
+    expect((await cacheEntryFor(fx.database, known, AUDIO_ARTIFACT_NAME))?.lastUsedAt).toBe(5000);
 
     // The reused content is now the hottest: eviction takes the other one.
-    await evictToCap({ db: fx.db, store: fx.store, capBytes: 1000 });
+    await evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now });
     expect(await fx.contentIdsOnDisk()).toEqual([known]);
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
+  it('an extractor that names a page on a host the downloader never fetched from neither reuses nor plants a media alias', async () => {
+    const fx = await createStoreFixture(kind);
+    // The real video's audio, stored from the real site.
+    const real = await fx.addArtifact(1000, 1000, 'https://video.example/w/abc');
+    await setAlias(fx.database, 'media', 'peertube:video.example:abc', real, 1000);
+    // A host that says PeerTube and names the real site's page and id as its own.
+    const tools = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://video.example/w/abc' }, wav(3));
+
+    const job = await runJob(fx, { url: 'https://attacker.example/w/abc', run: tools.run, now: 5000, hostsContacted: ['attacker.example'] });
+    expect(tools.calls).toEqual(['probe', 'download', 'ffprobe', 'ffmpeg']);
+    expect(job.status).toBe('done');
+    expect(job.contentId).not.toBe(real);
+    // The real media's alias still points at the real audio; nothing else was aliased as media.
+    expect(await resolveAlias(fx.database, 'media', 'peertube:video.example:abc')).toBe(real);
+    expect(await fx.database.db.select().from(fx.database.t.aliases).where(eq(fx.database.t.aliases.kind, 'media'))).toHaveLength(1);
+  });
+
+  it('the same id on two hosts of a self-hosted platform are two media', async () => {
+    const fx = await createStoreFixture(kind);
+    const first = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://one.example/w/abc' }, wav(4));
+    const one = await runJob(fx, { id: 'one', url: 'https://one.example/w/abc', run: first.run, now: 5000, hostsContacted: ['one.example'] });
+    const second = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://two.example/w/abc' }, wav(5));
+    const two = await runJob(fx, { id: 'two', url: 'https://two.example/w/abc', run: second.run, now: 6000, hostsContacted: ['two.example'] });
+    expect(second.calls).toContain('download');
+    expect(two.contentId).not.toBe(one.contentId);
+    expect(await resolveAlias(fx.database, 'media', 'peertube:one.example:abc')).toBe(one.contentId);
+    expect(await resolveAlias(fx.database, 'media', 'peertube:two.example:abc')).toBe(two.contentId);
+  });
+
   it('content a job is storing is never evicted, not even an identical copy stored earlier from another URL', async () => {
-    const fx = await createStoreFixture();
+    const fx = await createStoreFixture(kind);
     const bytes = wav(2);
     const cid = sha256(bytes);
     // The same bytes are already stored (from another URL), and are the coldest content.
     const earlier = path.join(fx.dir, 'earlier.wav');
     await writeFile(earlier, bytes);
-    (await fx.store.put(earlier, AUDIO_ARTIFACT_NAME)).release();
-    recordCacheEntry(
-      fx.db,
+    await (await fx.store.put(earlier, AUDIO_ARTIFACT_NAME)).release();
+    await recordCacheEntry(
+      fx.database,
       { contentId: cid, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes: bytes.length, contentType: 'audio/wav', sampleRate: 8000, channels: 1, durationS: 1 },
       1000,
     );
@@ -137,7 +183,7 @@ describe('fetch task', () => {
       ...fx.store,
       async put(source, name) {
         const stored = await fx.store.put(source, name);
-        evictedDuringStore.push((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds);
+        evictedDuringStore.push((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds);
         return stored;
       },
     };
@@ -146,10 +192,9 @@ describe('fetch task', () => {
     const job = await runJob(fx, { url: 'https://media.example/x.m4a', run: tools.run, store, now: 5000 });
     expect(evictedDuringStore).toEqual([[]]);
     expect(job).toMatchObject({ status: 'done', contentId: cid });
-    expect(cacheEntryFor(fx.db, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ bytes: bytes.length, lastUsedAt: 5000 });
+    expect(await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ bytes: bytes.length, lastUsedAt: 5000 });
     expect(sha256(await readFile(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME)))).toBe(cid);
     // Recorded and released: from now on it is ordinary content, evicted when cold.
-    expect(fx.store.isPinned(cid)).toBe(false);
-    expect((await evictToCap({ db: fx.db, store: fx.store, capBytes: 0 })).evictedContentIds).toEqual([cid]);
+    expect((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds).toEqual([cid]);
   });
 });

@@ -45,8 +45,21 @@ describe('parseSourceUrl', () => {
     ['http://evil.com@127.0.0.1/', 'url_credentials_not_allowed'],
     ['http://media.example@evil.com/', 'url_credentials_not_allowed'],
     ['https://token%40x@media.example/', 'url_credentials_not_allowed'],
+    ['https://media.example/a.m3u8#__youtubedl_smuggle={"http_headers":{"Ytdl-request-proxy":"__noproxy__"}}', 'url_smuggled_data'],
+    ['https://media.example/a.m3u8#__youtubedl_smuggle=%7B%7D', 'url_smuggled_data'],
+    ['https://media.example/__youtubedl_smuggle/a.mp3', 'url_smuggled_data'],
+    ['https://media.example/a?x=__YouTubeDL_Smuggle', 'url_smuggled_data'],
+    ['https://media.example/a#%5F%5Fyoutubedl%5Fsmuggle=1', 'url_smuggled_data'],
+    ['https://media.example/a#%255F%255Fyoutubedl%255Fsmuggle=1', 'url_smuggled_data'],
+    ['https://media.example/a#%E0%A4%A__youtubedl_smuggle', 'url_smuggled_data'],
+    ['https://media.example/a#youtubedl_smuggle', 'accepted'],
   ])('%j → %s', (raw, code) => {
     expect(codeOf(raw)).toBe(code);
+  });
+
+  it('drops the fragment: it is never sent to a server, and the downloader must not see one', () => {
+    expect(parseSourceUrl('https://media.example/a.mp3?x=1#t=30').href).toBe('https://media.example/a.mp3?x=1');
+    expect(parseSourceUrl('https://media.example/a.mp3#').href).toBe('https://media.example/a.mp3');
   });
 
   it('limits length to 2048 characters, before and after serialisation', () => {
@@ -60,7 +73,7 @@ describe('parseSourceUrl', () => {
   it.each([
     // The host checked is the host WHATWG (and hence the fetch of url.href) connects to.
     ['http://evil.com\\@127.0.0.1/', 'evil.com', 80, 'http://evil.com/@127.0.0.1/'],
-    ['http://127.0.0.1#@evil.com', '127.0.0.1', 80, 'http://127.0.0.1/#@evil.com'],
+    ['http://127.0.0.1#@evil.com', '127.0.0.1', 80, 'http://127.0.0.1/'],
     ['http://127.0.0.1?@evil.com/', '127.0.0.1', 80, 'http://127.0.0.1/?@evil.com/'],
     ['http://evil.com\\\\127.0.0.1/', 'evil.com', 80, 'http://evil.com//127.0.0.1/'],
     ['HTTP://MEDIA.Example:80/Path', 'media.example', 80, 'http://media.example/Path'],

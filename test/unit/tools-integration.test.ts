@@ -99,7 +99,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     const raw = JSON.parse(probe.stdout) as Record<string, unknown>;
     expect(raw).toMatchObject({ direct: true, webpage_url: url, protocol: 'http', ext: 'm4a' });
     expect(raw.duration).toBeUndefined();
-    expect(parseInfoJson(probe.stdout)).toEqual({ extractor: 'generic', extractorKey: 'Generic', mediaId: 'a', title: 'a', isPlaylist: false, protocols: ['http'] });
+    expect(parseInfoJson(probe.stdout)).toEqual({ extractor: 'generic', extractorKey: 'Generic', mediaId: 'a', title: 'a', webpageUrl: url, isPlaylist: false, protocols: ['http'] });
     const probeRequests = server.requestsFor('/a.m4a').length;
     expect(probeRequests).toBeGreaterThan(0);
 

@@ -175,7 +175,7 @@ describe('runProcess', () => {
 });
 
 describe('toolEnvironment', () => {
-  it('removes every variable ending in _proxy, in any case, and keeps everything else', () => {
+  it('keeps what a tool needs, and no proxy setting nor secret of the service', () => {
     const base = {
       http_proxy: 'http://corp:3128',
       HTTP_PROXY: 'http://corp:3128',
@@ -193,11 +193,13 @@ describe('toolEnvironment', () => {
       PYTHONPATH: '/opt/py',
       LANG: 'C.UTF-8',
       LC_ALL: 'C.UTF-8',
-      // Names that merely contain "proxy" are not proxy settings urllib reads: kept.
+      TMPDIR: '',
+      // The service's own settings and secrets.
+      API_KEYS: 'k'.repeat(32),
+      URL_SIGNING_SECRET: 's'.repeat(32),
+      DATABASE_URL: 'postgres://app:password@db/app',
+      FETCH_ALLOW_HOSTS: '127.0.0.1:8000',
       PROXY_MODE: 'strict',
-      MY_PROXY_HOST: 'x',
-      proxy: 'y',
-      EMPTY: '',
     };
     expect(toolEnvironment(base)).toEqual({
       PATH: '/usr/local/bin:/usr/bin:/bin',
@@ -205,19 +207,16 @@ describe('toolEnvironment', () => {
       PYTHONPATH: '/opt/py',
       LANG: 'C.UTF-8',
       LC_ALL: 'C.UTF-8',
-      PROXY_MODE: 'strict',
-      MY_PROXY_HOST: 'x',
-      proxy: 'y',
-      EMPTY: '',
+      TMPDIR: '',
     });
   });
 
   it('does not change its argument and drops undefined values', () => {
-    const base: NodeJS.ProcessEnv = { NO_PROXY: '*', PATH: '/bin', GONE: undefined };
+    const base: NodeJS.ProcessEnv = { NO_PROXY: '*', PATH: '/bin', HOME: undefined };
     const out = toolEnvironment(base);
     expect(out).toEqual({ PATH: '/bin' });
-    expect('GONE' in out).toBe(false);
-    expect(base).toEqual({ NO_PROXY: '*', PATH: '/bin', GONE: undefined });
+    expect('HOME' in out).toBe(false);
+    expect(base).toEqual({ NO_PROXY: '*', PATH: '/bin', HOME: undefined });
   });
 });
 
@@ -232,21 +231,24 @@ describe('runProcess environment', () => {
       ),
     );
 
-  it('a tool started with an explicit env gets it without proxy variables', async () => {
-    const seen = await printEnv({ PATH: process.env.PATH ?? '/usr/bin:/bin', NO_PROXY: '*', no_proxy: '127.0.0.1', HTTPS_PROXY: 'http://x:1', KEEP: 'me' });
-    expect(seen.KEEP).toBe('me');
+  it('a tool started with an explicit env gets what it needs of it, without proxy variables', async () => {
+    const seen = await printEnv({ PATH: process.env.PATH ?? '/usr/bin:/bin', NO_PROXY: '*', no_proxy: '127.0.0.1', HTTPS_PROXY: 'http://x:1', TZ: 'UTC', SECRET: 'x' });
+    expect(seen.TZ).toBe('UTC');
+    expect(seen.SECRET).toBeUndefined();
     expect(Object.keys(seen).filter((name) => /_proxy$/i.test(name))).toEqual([]);
   });
 
-  it("by default a tool gets the service's own environment, without proxy variables", async () => {
+  it("by default a tool gets what it needs of the service's own environment: no proxy variable, no secret", async () => {
     vi.stubEnv('NO_PROXY', '*');
     vi.stubEnv('no_proxy', '169.254.169.254');
     vi.stubEnv('Socks_Proxy', 'socks5://127.0.0.1:1');
-    vi.stubEnv('TOOLS_PROCESS_TEST_MARKER', 'kept');
+    vi.stubEnv('API_KEYS', 'a-key-of-the-service-0123456789');
+    vi.stubEnv('LC_MESSAGES', 'C');
     try {
       const seen = await printEnv();
-      expect(seen.TOOLS_PROCESS_TEST_MARKER).toBe('kept');
       expect(seen.PATH).toBe(process.env.PATH);
+      expect(seen.LC_MESSAGES).toBe('C');
+      expect(seen.API_KEYS).toBeUndefined();
       expect(Object.keys(seen).filter((name) => /_proxy$/i.test(name))).toEqual([]);
     } finally {
       vi.unstubAllEnvs();

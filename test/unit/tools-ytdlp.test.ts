@@ -5,6 +5,7 @@ import {
   classifyYtDlpFailure,
   cleanToolMessage,
   GUARDED_FORMAT,
+  withoutProxyOverrides,
   isGuardedProtocol,
   parseInfoJson,
   proxyConfigText,
@@ -20,7 +21,6 @@ describe('buildProbeArgs', () => {
       '--no-colors',
       '--skip-download',
       '--dump-single-json',
-      '--no-warnings',
       '--no-progress',
       '--',
       'https://example.com/a.mp3',
@@ -79,6 +79,7 @@ describe('buildDownloadArgs', () => {
       '--hls-prefer-native',
       '--fixup',
       'never',
+      '--abort-on-unavailable-fragment',
       '--config-locations',
       '/w/job/proxy.conf',
       '--socket-timeout',
@@ -141,6 +142,7 @@ describe('parseInfoJson', () => {
       extractorKey: 'Generic',
       mediaId: 'a',
       title: 'a',
+      webpageUrl: 'http://127.0.0.1:8000/a.m4a',
       isPlaylist: false,
       protocols: [],
     });
@@ -194,8 +196,44 @@ describe('guarded protocols', () => {
     expect(isGuardedProtocol(protocol)).toBe(guarded);
   });
 
-  it('asks yt-dlp for bestaudio, then best, only among formats fetched over HTTP(S) or HLS', () => {
-    expect(GUARDED_FORMAT).toBe('bestaudio[protocol^=http]/bestaudio[protocol^=m3u8]/best[protocol^=http]/best[protocol^=m3u8]');
+  it('asks yt-dlp for bestaudio, then best, only among formats fetched over HTTP(S) or HLS from http(s) URLs', () => {
+    expect(GUARDED_FORMAT).toBe(
+      [
+      'bestaudio[protocol^=http][url^="https://"]',
+      'bestaudio[protocol^=http][url^="http://"]',
+      'bestaudio[protocol^=m3u8][url^="https://"]',
+      'bestaudio[protocol^=m3u8][url^="http://"]',
+      'best[protocol^=http][url^="https://"]',
+      'best[protocol^=http][url^="http://"]',
+      'best[protocol^=m3u8][url^="https://"]',
+      'best[protocol^=m3u8][url^="http://"]',
+      ].join('/'),
+    );
+  });
+});
+
+describe('withoutProxyOverrides', () => {
+  it('drops every Ytdl-request-proxy header, in any case and at any depth, and keeps the rest', () => {
+    const info = {
+      id: 'x',
+      http_headers: { 'Ytdl-request-proxy': '__noproxy__', 'User-Agent': 'a' },
+      formats: [
+        { url: 'http://h/a', http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r' } },
+        { url: 'http://h/b', fragments: [{ path: 'x', http_headers: { 'Ytdl-Request-Proxy': '__noproxy__' } }] },
+      ],
+    };
+    expect(JSON.parse(withoutProxyOverrides(JSON.stringify(info)))).toEqual({
+      id: 'x',
+      http_headers: { 'User-Agent': 'a' },
+      formats: [
+        { url: 'http://h/a', http_headers: { Referer: 'r' } },
+        { url: 'http://h/b', fragments: [{ path: 'x', http_headers: {} }] },
+      ],
+    });
+  });
+
+  it('throws on text that is not JSON', () => {
+    expect(() => withoutProxyOverrides('null x')).toThrow();
   });
 });
 

@@ -7,6 +7,8 @@ export const healthRoute = createRoute({
   method: 'get',
   path: '/healthz',
   summary: 'Whether the service can fetch: downloader, ffmpeg, ffprobe, database, artifact root. No key needed.',
+  // Open to probes: no key.
+  security: [],
   responses: {
     200: { description: 'The service can fetch.', content: { 'application/json': { schema: HealthSchema } } },
     503: { description: 'The service cannot fetch now.', content: { 'application/json': { schema: HealthSchema } } },

@@ -1,5 +1,5 @@
 import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
-import type { JobRow } from '../../db/schema.js';
+import type { JobRow } from '../../db/database.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { JobIdParam, JobSchema, type JobRecord } from '../schemas.js';
@@ -35,17 +35,17 @@ export const cancelJobRoute = createRoute({
 
 export function registerJobRoutes(
   app: OpenAPIHono<AppEnv>,
-  deps: { get: (id: string) => JobRow; cancel: (id: string) => JobRow; render: (job: JobRow) => JobRecord },
+  deps: { get: (id: string) => Promise<JobRow>; cancel: (id: string) => Promise<JobRow>; render: (job: JobRow) => Promise<JobRecord> },
 ): void {
-  app.openapi(getJobRoute, (c) => {
-    const job = deps.get(c.req.valid('param').id);
+  app.openapi(getJobRoute, async (c) => {
+    const job = await deps.get(c.req.valid('param').id);
     c.set('jobId', job.id);
-    return c.json(deps.render(job), 200);
+    return c.json(await deps.render(job), 200);
   });
-  app.openapi(cancelJobRoute, (c) => {
-    const job = deps.cancel(c.req.valid('param').id);
+  app.openapi(cancelJobRoute, async (c) => {
+    const job = await deps.cancel(c.req.valid('param').id);
     c.set('jobId', job.id);
     c.get('log').info({ job_id: job.id }, 'job canceled');
-    return c.json(deps.render(job), 200);
+    return c.json(await deps.render(job), 200);
   });
 }

@@ -1,0 +1,44 @@
+/**
+ * openapi.json and the TypeScript types generated from it (src/client/openapi-types.ts), made
+ * from the same zod schemas that validate requests. The app is built with dependencies that are
+ * never called: describing it touches no database or tool. Used by `npm run openapi:generate`
+ * and by the test that fails when the committed files are stale.
+ */
+import path from 'node:path';
+import openapiTS, { astToString } from 'openapi-typescript';
+import { createApp } from '../src/app.js';
+import { OPENAPI_DOCUMENT } from '../src/http/openapi.js';
+import { createLogger } from '../src/logger.js';
+import { createMetrics } from '../src/metrics.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+export const OPENAPI_JSON_FILE = path.join(ROOT, 'openapi.json');
+export const OPENAPI_TYPES_FILE = path.join(ROOT, 'src/client/openapi-types.ts');
+
+const unused = () => {
+  throw new Error('not used while describing the API');
+};
+
+/** openapi.json's text. */
+export function renderOpenApiJson(): string {
+  const app = createApp({
+    log: createLogger('silent'),
+    checkKey: () => false,
+    submitSource: unused,
+    submitSourceBatch: unused,
+    getJob: unused,
+    cancelJob: unused,
+    renderJob: unused,
+    serveArtifact: unused,
+    checkHealth: unused,
+    metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused }),
+  });
+  return `${JSON.stringify(app.getOpenAPI31Document(OPENAPI_DOCUMENT), null, 2)}\n`;
+}
+
+/** The types file's text, for the given openapi.json text. */
+export async function renderOpenApiTypes(openApiJson: string): Promise<string> {
+  const nodes = await openapiTS(JSON.parse(openApiJson) as Parameters<typeof openapiTS>[0], { silent: true });
+  const header = '// Generated from openapi.json by openapi-typescript: `npm run openapi:generate`. Do not edit.\n\n';
+  return header + astToString(nodes);
+}

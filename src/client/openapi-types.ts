@@ -1,0 +1,775 @@
+// Generated from openapi.json by openapi-typescript: `npm run openapi:generate`. Do not edit.
+
+export interface paths {
+    "/healthz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether the service can fetch: downloader, ffmpeg, ffprobe, database, artifact root. No key needed. */
+        get: operations["getHealth"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/artifacts/{cid}/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A stored file. Needs the API key or a signed URL. Supports Range, If-None-Match, If-Range and HEAD. */
+        get: operations["getArtifact"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Prometheus metrics (text exposition format). Prometheus scrapes with the API key as a bearer token. */
+        get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sources": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Fetch the best audio of a URL as a 44.1 kHz WAV, asynchronously. */
+        post: operations["submitSource"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sources/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit up to 100 URLs at once: one job each, under the same rules as submitSource.
+         * @description A well-formed batch is answered 200 whatever became of each URL: `results` has one item per URL, in the order given, either accepted (with its job record) or refused (with the problem document submitSource would have answered for it alone: 400, 422, 429 queue_full, 503 confinement_unavailable). A URL given twice gets one download that both jobs share. The whole batch is refused (400, 413, 415, 422) only when the body itself is: not JSON, not 1 to 100 strings, or a callback_url that is malformed or refused.
+         */
+        post: operations["submitSourceBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The job record: status, progress, and the result or the error. */
+        get: operations["getJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a queued or running job; its tools are killed and nothing is stored. */
+        post: operations["cancelJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
+export type webhooks = Record<string, never>;
+export interface components {
+    schemas: {
+        Health: {
+            /** @enum {string} */
+            status: "ok" | "degraded" | "unavailable";
+            can_fetch: boolean;
+            downloader: {
+                present: boolean;
+                path: string | null;
+                version: string | null;
+            };
+            ffmpeg: {
+                present: boolean;
+                path: string | null;
+                version: string | null;
+            };
+            ffprobe: {
+                present: boolean;
+                path: string | null;
+                version: string | null;
+            };
+            /** @description This node, among the nodes sharing the database. */
+            node_id: string;
+            database: {
+                ok: boolean;
+                /** @enum {string} */
+                kind: "sqlite" | "postgres";
+            };
+            artifact_root: {
+                writable: boolean;
+                free_bytes: number | null;
+            };
+            confinement: {
+                /**
+                 * @description How the tools are confined to the egress guard; 'off' only when the operator chose it.
+                 * @enum {string}
+                 */
+                mode: "netns" | "off";
+                ok: boolean;
+                /** @description Why the tools cannot be confined (or that confinement is turned off). */
+                reason: string | null;
+            };
+        };
+        Problem: {
+            type: string;
+            title: string;
+            status: number;
+            detail: string;
+            /** @description Stable machine-readable error code. */
+            code: string;
+            request_id?: string;
+            errors?: {
+                path: string;
+                message: string;
+            }[];
+        };
+        Job: {
+            job_id: string;
+            /** @enum {string} */
+            status: "queued" | "running" | "done" | "failed" | "canceled";
+            url: string;
+            /** @description True when the URL was already stored and nothing was downloaded. */
+            born_done: boolean;
+            created_at: string;
+            started_at: string | null;
+            finished_at: string | null;
+            attempts: number;
+            progress: {
+                bytes_done: number;
+                bytes_total: number | null;
+                percent: number | null;
+            } | null;
+            media: {
+                extractor: string;
+                id: string;
+            } | null;
+            result: {
+                content_id: string;
+                artifacts: components["schemas"]["Artifact"][];
+            } | null;
+            error: {
+                code: string;
+                message: string;
+            } | null;
+            callback: components["schemas"]["Callback"] | null;
+        };
+        Artifact: {
+            name: string;
+            /** @description Path of getArtifact; needs the API key. */
+            path: string;
+            /** @description Path with an expiring signature, usable without a key (e.g. <audio src>). */
+            signed_url: string;
+            signed_url_expires_at: string;
+            bytes: number;
+            content_type: string;
+            sample_rate: number | null;
+            channels: number | null;
+            /** @description Seconds. */
+            duration: number | null;
+        };
+        /** @description The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise). */
+        Callback: {
+            url: string;
+            /** @description Sent as Webhook-Id on every attempt of this delivery: the receiver de-duplicates on it. */
+            delivery_id: string;
+            /**
+             * @description pending: waiting for the job to end or for the next attempt; delivered: the receiver answered 2xx; failed: no attempt succeeded within WEBHOOK_RETRY_FOR_S of the job's end.
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "failed";
+            /** @description Attempts made so far. */
+            attempt_count: number;
+            /** @description While pending after the job ended: the earliest time of the next attempt. */
+            next_attempt_at: string | null;
+            /** @description The latest 10 attempts, oldest first. */
+            attempts: components["schemas"]["CallbackAttempt"][];
+        };
+        CallbackAttempt: {
+            /** @description When the attempt started. */
+            at: string;
+            /** @description The receiver's HTTP status; only 2xx delivers (a redirect is not followed). */
+            status: number | null;
+            /** @description Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>). */
+            error: string | null;
+        };
+        SubmitSource: {
+            /**
+             * @description http or https URL of the media to fetch.
+             * @example https://media.example.org/talk.m4a
+             */
+            url: string;
+            /**
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @example https://hooks.example.org/source-fetch
+             */
+            callback_url?: string;
+        };
+        BatchResult: {
+            /** @description How many URLs got a job. */
+            accepted: number;
+            /** @description How many did not. */
+            refused: number;
+            /** @description One item per URL, in the order given. */
+            results: components["schemas"]["BatchItem"][];
+        };
+        BatchItem: {
+            /** @enum {string} */
+            outcome: "accepted";
+            /** @description The URL as given. */
+            url: string;
+            job: components["schemas"]["Job"];
+        } | {
+            /** @enum {string} */
+            outcome: "refused";
+            /** @description The URL as given. */
+            url: string;
+            problem: components["schemas"]["Problem"] & unknown;
+        };
+        SubmitSourceBatch: {
+            /**
+             * @description 1 to 100 URLs, each treated as one submitSource; a URL given twice gets one download.
+             * @example [
+             *       "https://media.example.org/a.m4a",
+             *       "https://media.example.org/b.m4a"
+             *     ]
+             */
+            urls: string[];
+            /**
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @example https://hooks.example.org/source-fetch
+             */
+            callback_url?: string;
+        };
+    };
+    responses: never;
+    parameters: never;
+    requestBodies: never;
+    headers: never;
+    pathItems: never;
+}
+export type $defs = Record<string, never>;
+export interface operations {
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The service can fetch. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description The service cannot fetch now. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    getArtifact: {
+        parameters: {
+            query?: {
+                /** @description Expiry of a signed URL (Unix seconds). */
+                expires?: string;
+                /** @description Signature of a signed URL. */
+                sig?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Content id: lowercase hex SHA-256 of the file. */
+                cid: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "audio/wav": string;
+                };
+            };
+            /** @description A byte range of the file. */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed content id or name. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No key and no signature. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Signature invalid or expired. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such artifact. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Range not satisfiable. */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every series, prefixed source_fetch_. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    submitSource: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubmitSource"];
+            };
+        };
+        responses: {
+            /** @description Accepted: the job record. Poll Location. A URL already stored gives a job that is born done. */
+            202: {
+                headers: {
+                    /** @description /jobs/{id} */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /** @description Malformed body, URL or callback_url. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than 8 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not JSON. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The URL's or the callback_url's destination is refused by the address policy. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    submitSourceBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubmitSourceBatch"];
+            };
+        };
+        responses: {
+            /** @description The batch was taken: which URLs got a job and which were refused, and why. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchResult"];
+                };
+            };
+            /** @description Malformed body (not 1 to 100 strings, unknown members) or callback_url. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than 256 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not JSON. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The callback_url's destination is refused by the address policy. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancelJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The canceled job (also when it was canceled before). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job is already done or failed. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+}

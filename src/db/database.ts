@@ -1,0 +1,48 @@
+import type { PostgresJsDatabase } from 'drizzle-orm/postgres-js';
+import * as pgSchema from './schema/postgres.js';
+
+/**
+ * The database, whichever it is: SQLite in a file (the embedded default, ./sqlite.ts) or
+ * PostgreSQL shared by many nodes (./postgres.ts). One set of repository functions serves both:
+ * they are written against the Postgres flavour of drizzle's query builder and tables, and on
+ * SQLite they get its twin tables (./schema/sqlite.ts, checked equal by a test) and an
+ * asynchronous SQLite session. They only await queries (no dialect-specific .get()/.run()) and
+ * ask for rows back with RETURNING where they need to know what changed.
+ */
+export type Tables = typeof pgSchema;
+export type Db = PostgresJsDatabase<Tables>;
+export type DatabaseKind = 'sqlite' | 'postgres';
+
+/** What repository functions run their queries on: the database, or a transaction on it. */
+export interface Queryable {
+  readonly kind: DatabaseKind;
+  readonly db: Db;
+  readonly t: Tables;
+}
+
+export interface Database extends Queryable {
+  /**
+   * Runs `fn` in one transaction and commits, or rolls back if it throws. Inside, queries must go
+   * through the Queryable it is given. A transaction started inside another joins it.
+   */
+  transaction<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
+  /** Tells every node listening on `channel` (Postgres NOTIFY; on SQLite, this process). */
+  notify(channel: string, payload: string): Promise<void>;
+  /** Calls `onMessage` for each notification on `channel` until the returned function is called. */
+  listen(channel: string, onMessage: (payload: string) => void): Promise<() => Promise<void>>;
+  ping(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export type JobRow = Tables['jobs']['$inferSelect'];
+export type NewJobRow = Tables['jobs']['$inferInsert'];
+export type CacheEntryRow = Tables['cacheEntries']['$inferSelect'];
+export type { AliasKind, JobStatus } from './schema/model.js';
+export { ALIAS_KINDS, JOB_STATUSES } from './schema/model.js';
+
+/** True for the error a unique index (or primary key) gives on a conflicting write, in either database. */
+export function isUniqueViolation(err: unknown): boolean {
+  const e = err as { code?: unknown; cause?: { code?: unknown } } | null;
+  const code = e?.code ?? e?.cause?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}

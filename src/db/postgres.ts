@@ -1,0 +1,59 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { fileURLToPath } from 'node:url';
+import { drizzle } from 'drizzle-orm/postgres-js';
+import { migrate } from 'drizzle-orm/postgres-js/migrator';
+import postgres from 'postgres';
+import type { Database, Queryable, Tables } from './database.js';
+import * as pgSchema from './schema/postgres.js';
+
+const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/postgres', import.meta.url));
+/** Any constant: nodes starting at once take turns to migrate. */
+const MIGRATION_LOCK = 0x53465f4d; // "SF_M"
+
+/**
+ * PostgreSQL shared by many nodes, through postgres.js: a pool of `poolSize` connections, named
+ * prepared statements per connection, and LISTEN on one connection of its own. Migrations run
+ * at open under an advisory lock, so nodes that start together migrate one after the other.
+ */
+export async function openPostgres(url: string, opts: { poolSize?: number; applicationName?: string } = {}): Promise<Database> {
+  const connection = { application_name: opts.applicationName ?? 'source-fetch' };
+  const migrator = postgres(url, { max: 1, onnotice: () => {}, connection });
+  try {
+    await migrator`select pg_advisory_lock(${MIGRATION_LOCK})`;
+    await migrate(drizzle(migrator), { migrationsFolder: MIGRATIONS_FOLDER });
+    await migrator`select pg_advisory_unlock(${MIGRATION_LOCK})`;
+  } finally {
+    await migrator.end({ timeout: 5 });
+  }
+
+  const client = postgres(url, { max: opts.poolSize ?? 10, onnotice: () => {}, connection });
+  const db = drizzle(client, { schema: pgSchema });
+  const q: Queryable = { kind: 'postgres', db, t: pgSchema as Tables };
+  const context = new AsyncLocalStorage<Queryable>();
+
+  return {
+    ...q,
+    transaction(fn) {
+      const current = context.getStore();
+      if (current !== undefined) return fn(current);
+      return db.transaction((tx) => {
+        const inner: Queryable = { kind: 'postgres', db: tx as unknown as Queryable['db'], t: q.t };
+        return context.run(inner, () => fn(inner));
+      });
+    },
+    async notify(channel, payload) {
+      await client.notify(channel, payload);
+    },
+    async listen(channel, onMessage) {
+      const subscription = await client.listen(channel, onMessage);
+      return () => subscription.unlisten();
+    },
+    async ping() {
+      const rows = await client`select 1 as ok`;
+      return rows.length === 1;
+    },
+    async close() {
+      await client.end({ timeout: 5 });
+    },
+  };
+}

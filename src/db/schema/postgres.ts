@@ -1,0 +1,123 @@
+import { sql } from 'drizzle-orm';
+import { bigint, boolean, doublePrecision, index, integer, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
+
+/**
+ * The PostgreSQL schema: the twin of ./sqlite.ts, whose comments say what each table and column is
+ * for. test/unit/db-schemas.test.ts checks that both have the same tables, columns, keys and
+ * indexes. Times are milliseconds since the epoch.
+ */
+/** 64-bit integers (times in ms, byte counts), read as JavaScript numbers. */
+const int64 = (name: string) => bigint(name, { mode: 'number' });
+
+export const jobs = pgTable(
+  'jobs',
+  {
+    id: text('id').primaryKey(),
+    url: text('url').notNull(),
+    urlKey: text('url_key').notNull(),
+    status: text('status', { enum: JOB_STATUSES }).notNull(),
+    bornDone: boolean('born_done').notNull().default(false),
+    followsJobId: text('follows_job_id'),
+    createdAt: int64('created_at').notNull(),
+    startedAt: int64('started_at'),
+    finishedAt: int64('finished_at'),
+    attempts: integer('attempts').notNull().default(0),
+    lockOwner: text('lock_owner'),
+    leaseExpiresAt: int64('lease_expires_at'),
+    progressBytes: int64('progress_bytes'),
+    progressTotalBytes: int64('progress_total_bytes'),
+    contentId: text('content_id'),
+    errorCode: text('error_code'),
+    errorMessage: text('error_message'),
+    extractor: text('extractor'),
+    mediaId: text('media_id'),
+    mediaKey: text('media_key'),
+    requestId: text('request_id'),
+  },
+  (t) => [
+    index('jobs_claim_idx').on(t.status, t.createdAt),
+    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt),
+    index('jobs_url_key_idx').on(t.urlKey, t.status),
+    index('jobs_follows_idx').on(t.followsJobId),
+    uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
+    uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
+  ],
+);
+
+export const cacheEntries = pgTable(
+  'cache_entries',
+  {
+    contentId: text('content_id').notNull(),
+    name: text('name').notNull(),
+    kind: text('kind').notNull(),
+    bytes: int64('bytes').notNull(),
+    contentType: text('content_type').notNull(),
+    sampleRate: integer('sample_rate'),
+    channels: integer('channels'),
+    durationS: doublePrecision('duration_s'),
+    createdAt: int64('created_at').notNull(),
+    lastUsedAt: int64('last_used_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.contentId, t.name] }), index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name)],
+);
+
+export const aliases = pgTable(
+  'aliases',
+  {
+    kind: text('kind', { enum: ALIAS_KINDS }).notNull(),
+    key: text('key').notNull(),
+    contentId: text('content_id').notNull(),
+    createdAt: int64('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.kind, t.key] }), index('aliases_content_idx').on(t.contentId)],
+);
+
+export const storeTotals = pgTable('store_totals', {
+  id: integer('id').primaryKey(),
+  bytes: int64('bytes').notNull(),
+  artifacts: int64('artifacts').notNull(),
+});
+
+export const storePins = pgTable(
+  'store_pins',
+  {
+    contentId: text('content_id').notNull(),
+    holder: text('holder').notNull(),
+    expiresAt: int64('expires_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.contentId, t.holder] })],
+);
+
+export const serviceLeases = pgTable('service_leases', {
+  name: text('name').primaryKey(),
+  holder: text('holder').notNull(),
+  expiresAt: int64('expires_at').notNull(),
+});
+
+export const serviceSecrets = pgTable('service_secrets', {
+  name: text('name').primaryKey(),
+  value: text('value').notNull(),
+  createdAt: int64('created_at').notNull(),
+});
+
+export const callbackDeliveries = pgTable(
+  'callback_deliveries',
+  {
+    id: text('id').primaryKey(),
+    jobId: text('job_id').notNull(),
+    url: text('url').notNull(),
+    status: text('status', { enum: CALLBACK_STATUSES }).notNull(),
+    createdAt: int64('created_at').notNull(),
+    nextAttemptAt: int64('next_attempt_at').notNull(),
+    attemptCount: integer('attempt_count').notNull().default(0),
+    attemptLog: text('attempt_log').notNull(),
+    lockOwner: text('lock_owner'),
+    leaseExpiresAt: int64('lease_expires_at'),
+    finishedAt: int64('finished_at'),
+  },
+  (t) => [
+    uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
+    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+  ],
+);

@@ -1,0 +1,163 @@
+import { sql } from 'drizzle-orm';
+import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
+
+/**
+ * The SQLite schema (the embedded default). Its twin is ./postgres.ts: the same tables, columns,
+ * keys and indexes, which test/unit/db-schemas.test.ts checks. Times are milliseconds since the
+ * epoch (integers), rendered as ISO strings at the edge.
+ */
+
+export const jobs = sqliteTable(
+  'jobs',
+  {
+    id: text('id').primaryKey(),
+    url: text('url').notNull(),
+    /** The URL normalized as an alias key (src/policy/source-url.ts). */
+    urlKey: text('url_key').notNull(),
+    status: text('status', { enum: JOB_STATUSES }).notNull(),
+    bornDone: integer('born_done', { mode: 'boolean' }).notNull().default(false),
+    /** Set while another job for the same URL or media is queued or running: this one waits for its result. */
+    followsJobId: text('follows_job_id'),
+    createdAt: integer('created_at').notNull(),
+    startedAt: integer('started_at'),
+    finishedAt: integer('finished_at'),
+    attempts: integer('attempts').notNull().default(0),
+    /** The node running the job, while it is running. */
+    lockOwner: text('lock_owner'),
+    /** While running: the node must renew before this time, or any node may take the job back. */
+    leaseExpiresAt: integer('lease_expires_at'),
+    progressBytes: integer('progress_bytes'),
+    progressTotalBytes: integer('progress_total_bytes'),
+    contentId: text('content_id'),
+    errorCode: text('error_code'),
+    errorMessage: text('error_message'),
+    extractor: text('extractor'),
+    mediaId: text('media_id'),
+    /** The media alias key, once the metadata step named a trusted one (src/store/aliases.ts). */
+    mediaKey: text('media_key'),
+    /** X-Request-Id of the submission, so the worker's log lines can be tied to it. */
+    requestId: text('request_id'),
+  },
+  (t) => [
+    index('jobs_claim_idx').on(t.status, t.createdAt),
+    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt),
+    index('jobs_url_key_idx').on(t.urlKey, t.status),
+    index('jobs_follows_idx').on(t.followsJobId),
+    // Single flight across nodes: one leader per URL, one download per media at a time.
+    uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
+    uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
+  ],
+);
+
+/**
+ * The ordinary cache row of the specification: one per stored artifact, mapping a kind
+ * ('source_wav') to its result reference (content id and file name). last_used_at orders
+ * least-recently-used eviction.
+ */
+export const cacheEntries = sqliteTable(
+  'cache_entries',
+  {
+    contentId: text('content_id').notNull(),
+    name: text('name').notNull(),
+    kind: text('kind').notNull(),
+    bytes: integer('bytes').notNull(),
+    contentType: text('content_type').notNull(),
+    sampleRate: integer('sample_rate'),
+    channels: integer('channels'),
+    durationS: real('duration_s'),
+    createdAt: integer('created_at').notNull(),
+    lastUsedAt: integer('last_used_at').notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.contentId, t.name] }),
+    // Eviction's exact order and keyset cursor: the database walks it and stops at the batch's LIMIT.
+    index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name),
+  ],
+);
+
+/**
+ * Aliases to content: kind 'url' keys a normalized submitted URL; kind 'media' keys the
+ * downloader's extractor, site and media id, so that another URL of the same media is recognised
+ * before anything is downloaded.
+ */
+export const aliases = sqliteTable(
+  'aliases',
+  {
+    kind: text('kind', { enum: ALIAS_KINDS }).notNull(),
+    key: text('key').notNull(),
+    contentId: text('content_id').notNull(),
+    createdAt: integer('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.kind, t.key] }), index('aliases_content_idx').on(t.contentId)],
+);
+
+/**
+ * One row (id 1) with the store's exact byte and artifact counts, kept by triggers on
+ * cache_entries in the same transaction as every insert, delete and size change, so the cap
+ * check never sums the whole table.
+ */
+export const storeTotals = sqliteTable('store_totals', {
+  id: integer('id').primaryKey(),
+  bytes: integer('bytes').notNull(),
+  artifacts: integer('artifacts').notNull(),
+});
+
+/**
+ * Content a job is storing, held from the moment its hash is known until the job has recorded it
+ * (or given up): eviction on any node leaves it alone. A pin expires, so a dead node's pins do
+ * not hold content forever.
+ */
+export const storePins = sqliteTable(
+  'store_pins',
+  {
+    contentId: text('content_id').notNull(),
+    holder: text('holder').notNull(),
+    expiresAt: integer('expires_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.contentId, t.holder] })],
+);
+
+/** Named leases for work that one node at a time must do (eviction). */
+export const serviceLeases = sqliteTable('service_leases', {
+  name: text('name').primaryKey(),
+  holder: text('holder').notNull(),
+  expiresAt: integer('expires_at').notNull(),
+});
+
+/** Secrets the service generated itself, shared by every node (API key, URL signing secret). */
+export const serviceSecrets = sqliteTable('service_secrets', {
+  name: text('name').primaryKey(),
+  value: text('value').notNull(),
+  createdAt: integer('created_at').notNull(),
+});
+
+/**
+ * A job's callback (webhook): written with the job, in the same transaction, and due from the
+ * moment the job's status is final, so no way a job can end misses it (src/webhooks). Claimed
+ * with a lease like a job; the id is the idempotency id the receiver sees on every attempt.
+ */
+export const callbackDeliveries = sqliteTable(
+  'callback_deliveries',
+  {
+    id: text('id').primaryKey(),
+    jobId: text('job_id').notNull(),
+    url: text('url').notNull(),
+    status: text('status', { enum: CALLBACK_STATUSES }).notNull(),
+    createdAt: integer('created_at').notNull(),
+    /** No attempt before this time (the backoff); the job's end makes it due at once. */
+    nextAttemptAt: integer('next_attempt_at').notNull(),
+    attemptCount: integer('attempt_count').notNull().default(0),
+    /** JSON: the latest attempts, oldest first, at most ATTEMPT_LOG_SIZE of them (src/webhooks/deliveries.ts). */
+    attemptLog: text('attempt_log').notNull(),
+    /** The node making an attempt, while it makes it. */
+    lockOwner: text('lock_owner'),
+    leaseExpiresAt: integer('lease_expires_at'),
+    /** When it was delivered or given up. */
+    finishedAt: integer('finished_at'),
+  },
+  (t) => [
+    uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
+    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+  ],
+);

@@ -1,0 +1,76 @@
+import type { Database } from '../../db/database.js';
+import { setAlias } from '../../store/aliases.js';
+import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../store/cache-entries.js';
+import type { ContentStore } from '../../store/content-store.js';
+import { AUDIO_ARTIFACT_NAME } from '../../store/layout.js';
+import { lockContent, pinnedAmong } from '../../store/pins.js';
+import { markDone, type Ended } from '../queue.js';
+import type { Converted } from './convert.js';
+import { aliasUrlsOf } from './media-alias.js';
+import { step, type FetchContext, type Outcome } from './step.js';
+
+/**
+ * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
+ * recorded, so no node's eviction can remove it or an identical copy stored earlier), then the
+ * job, its followers, the cache row and the aliases are recorded in one transaction. A job that
+ * is no longer this node's (canceled meanwhile) records nothing: undefined.
+ */
+export interface CommitDeps {
+  database: Database;
+  store: ContentStore;
+  now: () => number;
+}
+
+export function commitContent(ctx: FetchContext, deps: CommitDeps, converted: Converted, mediaKey: string | undefined): Promise<Outcome<Ended | undefined>> {
+  return step(async () => {
+    const { database, store } = deps;
+    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME);
+    try {
+      const now = deps.now();
+      const { header } = converted;
+      const outcome = await database.transaction(async (q) => {
+        // Never a row without its file, whoever removed it.
+        if (!store.hasSync(stored.contentId, AUDIO_ARTIFACT_NAME)) return 'vanished' as const;
+        const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now);
+        if (!ended) return 'lost' as const;
+        await recordCacheEntry(
+          q,
+          {
+            contentId: stored.contentId,
+            name: AUDIO_ARTIFACT_NAME,
+            kind: SOURCE_WAV_KIND,
+            bytes: stored.bytes,
+            contentType: 'audio/wav',
+            sampleRate: header.sampleRate,
+            channels: header.channels,
+            durationS: header.durationS,
+          },
+          now,
+        );
+        await aliasUrlsOf(q, ended, stored.contentId, now);
+        if (mediaKey) await setAlias(q, 'media', mediaKey, stored.contentId, now);
+        return ended;
+      });
+      if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
+      if (outcome === 'lost') {
+        await stored.release();
+        // The new file goes, unless the same bytes are recorded or another put holds them.
+        if (!stored.reused) await removeIfUnreferenced(deps, stored.contentId);
+        return undefined;
+      }
+      ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
+      return outcome;
+    } finally {
+      await stored.release();
+    }
+  });
+}
+
+async function removeIfUnreferenced(deps: CommitDeps, contentId: string): Promise<void> {
+  await deps.database.transaction(async (q) => {
+    await lockContent(q, [contentId]);
+    if ((await pinnedAmong(q, [contentId], deps.now())).size > 0) return;
+    if (await cacheEntryFor(q, contentId, AUDIO_ARTIFACT_NAME)) return;
+    deps.store.removeSync(contentId);
+  });
+}

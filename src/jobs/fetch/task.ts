@@ -1,0 +1,190 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Database, JobRow } from '../../db/database.js';
+import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
+import type { ContentStore } from '../../store/content-store.js';
+import * as ytdlp from '../../tools/ytdlp.js';
+import { markFailed, recordProgress, type Ended, type JobError } from '../queue.js';
+import type { JobContext } from '../worker-pool.js';
+import { commitContent } from './commit.js';
+import { convertToWav } from './convert.js';
+import { downloadMedia } from './download.js';
+import { resolveMedia } from './media-alias.js';
+import { probeMedia } from './probe.js';
+import { JobFailure, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
+import { verifyAudio } from './verify.js';
+
+/**
+ * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
+ *   probe → media alias → download → verify → convert → commit
+ * Each step returns its value or a typed failure; the first failure ends the job (failed, with
+ * its code and message). The database is touched by the media alias step and at the commit (and
+ * for progress); everything else happens in a per-attempt folder under the work dir, removed at
+ * the end whatever happens.
+ */
+export interface EgressSession {
+  proxyUrlAt(authority: string): string;
+  refusals(): Array<{ host: string; port: number; code: string; message: string }>;
+  hostsContacted(): string[];
+  close(): void;
+}
+
+export interface FetchTaskDeps {
+  database: Database;
+  store: ContentStore;
+  now: () => number;
+  /** Runs the tools, confined to the egress guard (or not, when the operator turned that off). */
+  sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
+  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  workDir: string;
+  limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
+  /** Every connection the downloader makes goes through this guard, when present. */
+  openEgressSession?: (label: string) => EgressSession;
+  /** Told about each stored content (the store's size cap hooks in here). */
+  onStored?: (contentId: string, bytes: number) => void;
+  onDownloaded?: (bytes: number) => void;
+}
+
+export function createFetchTask(deps: FetchTaskDeps) {
+  return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
+    // One folder per attempt: nothing of an interrupted attempt can mix with this one.
+    const workDir = path.join(deps.workDir, `${job.id}.${job.attempts}`);
+    const egress = deps.openEgressSession?.(job.id);
+    const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
+    const signal = AbortSignal.any([jobCtx.signal, deadline]);
+    const proxyUrl = egress?.proxyUrlAt(deps.sandbox.guardAuthority);
+    const proxyConfigFile = path.join(workDir, 'proxy.conf');
+    // An empty folder as yt-dlp's ffmpeg: it must download by itself, over HTTP(S), or not at all.
+    const noFfmpegDir = path.join(workDir, 'no-ffmpeg');
+    /** A confined tool's first attempt to connect around the guard, as it reported it. */
+    let directAttempt: string | null = null;
+    const log = jobCtx.log;
+
+    const ctx: FetchContext = {
+      job,
+      owner: jobCtx.owner,
+      log,
+      signal,
+      workDir,
+      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : [])],
+      ytdlpOptions: { noFfmpegDir, ...(proxyUrl ? { proxyConfigFile } : {}) },
+      hostsContacted: () => egress?.hostsContacted() ?? [],
+      limits: deps.limits,
+      async runTool(name, args, output = {}) {
+        // Only the downloader talks to the network (through the guard); the conversion reads a file.
+        const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';
+        const result = await deps.sandbox.run({
+          command: deps.tools[name],
+          args,
+          cwd: workDir,
+          signal,
+          network,
+          ...output,
+          onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
+        });
+        if (result.confinementFailure !== null) {
+          log.error({ reason: result.confinementFailure }, 'tool confinement failed');
+          throw new JobFailure({ code: 'confinement_unavailable', message: 'The tools could not be confined to the egress guard, so nothing was fetched.' });
+        }
+        if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
+        if (result.notFound) {
+          throw new JobFailure(
+            name === 'ytdlp'
+              ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
+              : { code: 'converter_missing', message: `The converter (${name}) is not installed or not executable.` },
+          );
+        }
+        if (signal.aborted) throw new Error('aborted');
+        return result;
+      },
+    };
+
+    /** In a confined tool's output, an errno of a refused connect() can only be a way around the guard. */
+    function noticeDirectAttempt(line: string): void {
+      const match = REFUSED_CONNECT.exec(line);
+      if (match && directAttempt === null) directAttempt = match[0];
+    }
+
+    /** The attempt's folder and guard session end before a failure is recorded: a failed job leaves nothing behind. */
+    const cleanUp = async () => {
+      egress?.close();
+      await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    };
+    let error: JobError;
+    try {
+      await fs.rm(workDir, { recursive: true, force: true });
+      await fs.mkdir(noFfmpegDir, { recursive: true });
+      if (proxyUrl) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(proxyUrl), { mode: 0o600, flag: 'wx' });
+      const outcome = await pipeline();
+      if (outcome.ok) {
+        await cleanUp();
+        return outcome.value;
+      }
+      error = outcome.error;
+    } catch (err) {
+      error = toJobError(err);
+    }
+    await cleanUp();
+    return fail(error);
+
+    async function pipeline(): Promise<Outcome<Ended | undefined>> {
+      const probed = await probeMedia(ctx);
+      if (!probed.ok) return probed;
+      const media = await resolveMedia(ctx, deps, probed.value);
+      if (!media.ok) return media;
+      if (media.value.kind === 'reused') return { ok: true, value: media.value.ended };
+      // Following another job's download, or no longer ours: nothing more to do here.
+      if (media.value.kind !== 'download') return { ok: true, value: undefined };
+      const downloaded = await downloadMedia(
+        ctx,
+        {
+          onProgress: (bytes, total) =>
+            void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
+          refusals: () => egress?.refusals() ?? [],
+        },
+        probed.value,
+      );
+      if (!downloaded.ok) return downloaded;
+      const audio = await verifyAudio(ctx, downloaded.value);
+      if (!audio.ok) return audio;
+      const converted = await convertToWav(ctx, downloaded.value, audio.value);
+      if (!converted.ok) return converted;
+      if (signal.aborted) throw new Error('aborted');
+      deps.onDownloaded?.(downloaded.value.bytes);
+      const committed = await commitContent(ctx, deps, converted.value, probed.value.mediaKey);
+      if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
+      return committed;
+    }
+
+    /** A refusal by the guard or the sandbox explains a failure better than the tool's own words. */
+    async function fail(error: JobError): Promise<Ended | undefined> {
+      const refusal = egress?.refusals()[0];
+      const reported: JobError = refusal
+        ? { code: 'destination_refused', message: refusal.message }
+        : directAttempt !== null
+          ? {
+              code: 'direct_connection_refused',
+              message: `The downloader tried to connect around the egress guard and the sandbox refused it (${directAttempt}).`,
+            }
+          : deadline.aborted
+            ? { code: 'fetch_timeout', message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.` }
+            : error;
+      if (jobCtx.signal.aborted) {
+        log.info({ reason: jobCtx.signal.reason }, 'job aborted');
+        return undefined;
+      }
+      log.warn({ code: reported.code }, 'job failed');
+      return markFailed(deps.database, job.id, jobCtx.owner, reported, deps.now());
+    }
+
+    function toJobError(err: unknown): JobError {
+      if (err instanceof JobFailure) return err.error;
+      const errno = (err as NodeJS.ErrnoException).code;
+      if (errno === 'ENOSPC' || errno === 'EDQUOT') return STORAGE_FULL;
+      // An abort, a time-out or a refusal stopped the tools; fail() reports what it was.
+      const explained = jobCtx.signal.aborted || deadline.aborted || directAttempt !== null || (egress?.refusals().length ?? 0) > 0;
+      if (!explained) log.error({ err }, 'unexpected error in fetch task');
+      return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
+    }
+  };
+}

@@ -1,0 +1,226 @@
+"""
+The first process inside a tool's sandbox: a new network namespace (and PID namespace) made by
+`unshare`, whose only network is its own loopback. Started by src/sandbox/sandbox.ts as
+
+    unshare --user --map-root-user --net --pid --fork --kill-child -- \
+        python3 -I -S confine.py --host-netns 'net:[4026531840]' [--bridge PORT=GUARD_SOCKET] -- TOOL ARGS...
+
+It refuses to start the tool unless it really is in another network namespace than the service
+(`--host-netns`) holding nothing but `lo`. With --bridge it brings `lo` up and forwards every TCP
+connection to 127.0.0.1:PORT to the egress guard's Unix socket, which is a path on the file system
+and so reachable from any network namespace. That bridge is the only thing a tool can connect to:
+an option, a protocol or a helper program that tries any other address fails at connect().
+
+As PID 1 of its namespace it starts the tool as its child, reaps whatever the tool leaves behind,
+and exits with the tool's status; the kernel then kills everything left in the namespace. Its stdin
+is a pipe the service holds open and never writes: end of file there means the service is gone,
+and the sandbox ends with it.
+
+Setup failures exit 125 with one line on stderr starting with MARKER; a tool that cannot be
+started exits 127 the same way. Standard library only, so that it runs with -I -S.
+"""
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+MARKER = 'source-fetch-sandbox:'
+SETUP_FAILED = 125
+NOT_FOUND = 127
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+CHUNK = 64 * 1024
+
+
+def fail(code, reason):
+    sys.stderr.write(f'{MARKER} {reason}\n')
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def parse_args(argv):
+    host_netns = None
+    bridge = None
+    check = False
+    lifeline = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == '--':
+            return host_netns, bridge, check, lifeline, argv[i + 1:]
+        if arg == '--host-netns' and i + 1 < len(argv):
+            host_netns = argv[i + 1]
+            i += 2
+        elif arg == '--bridge' and i + 1 < len(argv):
+            port, _, path = argv[i + 1].partition('=')
+            if not port.isdigit() or not path:
+                fail(SETUP_FAILED, 'usage: --bridge PORT=SOCKET_PATH')
+            bridge = (int(port), path)
+            i += 2
+        elif arg == '--check':
+            check = True
+            i += 1
+        elif arg == '--lifeline':
+            lifeline = True
+            i += 1
+        else:
+            fail(SETUP_FAILED, f'unknown argument {arg!r}')
+    return host_netns, bridge, check, lifeline, []
+
+
+def interfaces():
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def assert_confined(host_netns):
+    own = os.readlink('/proc/self/ns/net')
+    if host_netns is None or own == host_netns:
+        fail(SETUP_FAILED, 'not in a network namespace of its own')
+    found = interfaces()
+    if found != ['lo']:
+        fail(SETUP_FAILED, f'the network namespace has interfaces besides lo: {",".join(found)}')
+    return own
+
+
+def bring_loopback_up():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack('16sH', b'lo', 0)
+        flags = struct.unpack('16sH', fcntl.ioctl(s, SIOCGIFFLAGS, request)[:18])[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack('16sH', b'lo', flags | IFF_UP))
+
+
+def pump(source, sink):
+    """Copies one direction until end of file, then half-closes the other side."""
+    try:
+        while True:
+            data = source.recv(CHUNK)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+def serve_bridge(listener, guard_path):
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(guard_path)
+        except OSError:
+            # The tool sees the connection close: the guard is gone (the service is stopping).
+            client.close()
+            upstream.close()
+            continue
+        done = threading.Barrier(2, action=lambda c=client, u=upstream: (c.close(), u.close()))
+
+        def run(a, b):
+            pump(a, b)
+            done.wait()
+
+        threading.Thread(target=run, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=run, args=(upstream, client), daemon=True).start()
+
+
+def start_bridge(port, guard_path):
+    bring_loopback_up()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(('127.0.0.1', port))
+    listener.listen(64)
+    threading.Thread(target=serve_bridge, args=(listener, guard_path), daemon=True).start()
+
+
+def check_bridge(port):
+    """One request through the bridge: the guard answers 407 to a request without credentials."""
+    with socket.create_connection(('127.0.0.1', port), timeout=5) as s:
+        s.sendall(b'GET http://sandbox-check.invalid/ HTTP/1.1\r\nHost: sandbox-check.invalid\r\nConnection: close\r\n\r\n')
+        head = b''
+        while b'\r\n' not in head and len(head) < 1024:
+            data = s.recv(1024)
+            if not data:
+                break
+            head += data
+    return head.split(b'\r\n', 1)[0].decode('latin-1', 'replace')
+
+
+def watch_lifeline(child):
+    """The service holds our stdin open; end of file means it is gone, so the sandbox ends."""
+    def run():
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        try:
+            child.kill()
+        except OSError:
+            pass
+        os._exit(SETUP_FAILED)
+    threading.Thread(target=run, daemon=True).start()
+
+
+def main():
+    host_netns, bridge, check, lifeline, command = parse_args(sys.argv[1:])
+    own = assert_confined(host_netns)
+    if bridge is not None:
+        start_bridge(*bridge)
+
+    if check:
+        report = {'netns': own, 'interfaces': interfaces()}
+        if bridge is not None:
+            try:
+                report['bridge'] = check_bridge(bridge[0])
+            except OSError as err:
+                report['bridge'] = f'error: {err.strerror or err}'
+        print(json.dumps(report))
+        return 0
+
+    if not command:
+        fail(SETUP_FAILED, 'no command given')
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)
+    except OSError as err:
+        fail(NOT_FOUND if err.errno in (errno.ENOENT, errno.EACCES) else SETUP_FAILED, f'cannot start {command[0]}: {err.strerror}')
+
+    # PID 1 ignores signals it has no handler for: pass the usual ones on to the tool.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda s, _frame: child.send_signal(s))
+    if lifeline:
+        watch_lifeline(child)
+
+    status = None
+    while status is None:
+        # Reap every orphan the tool leaves behind, keep the tool's own status.
+        try:
+            pid, raw = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == child.pid:
+            status = raw
+    if status is None:
+        return SETUP_FAILED
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,60 @@
+import { and, eq, gt, inArray, lt, sql } from 'drizzle-orm';
+import type { Database, Queryable } from '../db/database.js';
+import type { ContentPins } from './content-store.js';
+
+/**
+ * Pins of content a job is storing, in the database so that every node's eviction sees them. A
+ * pin and an eviction of the same content serialise on a per-content lock (`lockContent`), so
+ * an eviction either sees the pin, or finishes removing the files before the pin exists and the
+ * put that wanted it renames into a fresh folder. Pins expire: a node that died holding one
+ * does not keep content forever.
+ */
+const DEFAULT_PIN_TTL_MS = 60 * 60 * 1000;
+
+/**
+ * Serialises work on these content ids with anything else that locks them until the transaction
+ * ends. Postgres: transaction-level advisory locks, in a fixed order (no deadlock between two
+ * lockers). SQLite: nothing to do, its transactions run one at a time.
+ */
+export async function lockContent(q: Queryable, contentIds: string[]): Promise<void> {
+  if (q.kind !== 'postgres') return;
+  for (const contentId of [...new Set(contentIds)].sort()) {
+    await q.db.execute(sql`select pg_advisory_xact_lock(hashtextextended(${`store:${contentId}`}, 0))`);
+  }
+}
+
+/** The ids among `contentIds` that hold a live pin. */
+export async function pinnedAmong(q: Queryable, contentIds: string[], now: number): Promise<Set<string>> {
+  if (contentIds.length === 0) return new Set();
+  const { storePins } = q.t;
+  const rows = await q.db
+    .select({ contentId: storePins.contentId })
+    .from(storePins)
+    .where(and(inArray(storePins.contentId, contentIds), gt(storePins.expiresAt, now)));
+  return new Set(rows.map((row) => row.contentId));
+}
+
+export function createDatabasePins(deps: { database: Database; holder: () => string; now: () => number; ttlMs?: number }): ContentPins {
+  const ttlMs = deps.ttlMs ?? DEFAULT_PIN_TTL_MS;
+  return {
+    async pin(contentId) {
+      // One holder per put: the same bytes may be put by two jobs of one node at once.
+      const holder = deps.holder();
+      await deps.database.transaction(async (q) => {
+        await lockContent(q, [contentId]);
+        await q.db.insert(q.t.storePins).values({ contentId, holder, expiresAt: deps.now() + ttlMs });
+      });
+      return async () => {
+        const { storePins } = deps.database.t;
+        await deps.database.db.delete(storePins).where(and(eq(storePins.contentId, contentId), eq(storePins.holder, holder)));
+      };
+    },
+  };
+}
+
+/** Drops pins that have expired; returns how many. */
+export async function dropExpiredPins(q: Queryable, now: number): Promise<number> {
+  const { storePins } = q.t;
+  const rows = await q.db.delete(storePins).where(lt(storePins.expiresAt, now)).returning({ contentId: storePins.contentId });
+  return rows.length;
+}

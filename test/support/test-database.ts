@@ -1,0 +1,37 @@
+/**
+ * A real database for unit and end-to-end tests, of either kind the service runs on:
+ *
+ *   describe.each(BACKENDS)('job queue on %s', (kind) => {
+ *     const database = await openTestDatabase(kind);   // SQLite in a temp folder, or a fresh
+ *   });                                                // database of the run's PostgreSQL cluster
+ *
+ * `serviceEnv(kind)` gives what startService() needs to run the service on that kind.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { Database, DatabaseKind } from '../../src/db/database.js';
+import { openPostgres } from '../../src/db/postgres.js';
+import { openSqlite } from '../../src/db/sqlite.js';
+import { freshDatabaseUrl } from './postgres.js';
+
+export const BACKENDS: readonly DatabaseKind[] = ['sqlite', 'postgres'];
+
+export interface TestDatabase extends Database {
+  /** The SQLite file, or the PostgreSQL URL: for tests that look underneath (query plans, say). */
+  readonly location: string;
+}
+
+export async function openTestDatabase(kind: DatabaseKind): Promise<TestDatabase> {
+  if (kind === 'postgres') {
+    const url = await freshDatabaseUrl();
+    return Object.assign(await openPostgres(url, { poolSize: 5 }), { location: url });
+  }
+  const file = path.join(await mkdtemp(path.join(tmpdir(), 'sf-db-')), 'db.sqlite');
+  return Object.assign(openSqlite(file), { location: file });
+}
+
+/** Environment for a service on `kind`: SQLite in its data dir needs nothing; PostgreSQL a fresh database. */
+export async function serviceEnv(kind: DatabaseKind): Promise<Record<string, string>> {
+  return kind === 'postgres' ? { DATABASE_URL: await freshDatabaseUrl() } : {};
+}
