@@ -404,10 +404,17 @@ describe('signed URLs behind nginx', () => {
 describe('nginx in front', () => {
   it('answers 404 for /_artifacts/ asked for directly, in any spelling', async () => {
     const rel = artifactRelativePath(wav.cid, 'audio.wav');
-    for (const target of [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`, `/_ARTIFACTS/${rel}`]) {
+    // Spellings nginx normalizes to its internal location: nginx's own 404, a problem document.
+    const internal = [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`];
+    for (const target of [...internal, `/_ARTIFACTS/${rel}`]) {
       const res = await rawRequest(nginx.port, 'GET', target, { authorization: `Bearer ${API_KEY}` });
       expect(res.status, target).toBeGreaterThanOrEqual(400);
       expect(res.raw.includes(wav.bytes.subarray(0, 4096))).toBe(false);
+      if (internal.includes(target)) {
+        expect(res.status, target).toBe(404);
+        expect(res.headers.get('content-type'), target).toBe('application/problem+json');
+        expect(res.raw.toString('latin1'), target).toContain('"code":"artifact_not_found"');
+      }
     }
   });
 
