@@ -20,8 +20,8 @@ FROM node:22-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg yt-dlp python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /data /artifacts \
- && chown node:node /data /artifacts
+ && mkdir -p /data /artifacts /nginx-usage \
+ && chown node:node /data /artifacts /nginx-usage
 # The yt-dlp the service runs: a release from PyPI, pinned by version and by the SHA-256 of its
 # wheel (pip refuses any other file), into a venv that also sees Debian's libraries. It has no
 # required dependencies (--no-deps keeps pip from fetching any). To update, set both arguments

@@ -66,6 +66,8 @@ const envSchema = z.object({
   ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
     message: 'must be a path that starts and ends with "/", for example /_artifacts/',
   }),
+  /** nginx's log of the artifacts it served on signed URLs (nginx/templates), read for eviction. */
+  NGINX_USAGE_LOG: optionalString,
   URL_SIGNING_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
     message: 'must be at least 32 characters',
   }),
@@ -136,6 +138,7 @@ export interface Config {
   allowHosts: AllowList;
   searchPath: string;
   accelRedirectPrefix: string | null;
+  nginxUsageLog: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
   /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
@@ -189,6 +192,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     allowHosts: e.FETCH_ALLOW_HOSTS.list,
     searchPath: e.PATH,
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
+    nginxUsageLog: e.NGINX_USAGE_LOG === undefined ? null : path.resolve(e.NGINX_USAGE_LOG),
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
     egressUpstreamProxy: e.EGRESS_UPSTREAM_PROXY,

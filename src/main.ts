@@ -6,8 +6,9 @@ import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
-import { createArtifactHandler } from './delivery/handler.js';
+import { createArtifactDelivery } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
+import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
 import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
@@ -15,6 +16,7 @@ import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
+import { acceptedRequestId } from './http/middleware/request-id.js';
 import { problemResponse } from './http/problem.js';
 import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
 import type { JobRecord } from './http/schemas.js';
@@ -168,7 +170,20 @@ async function main(): Promise<void> {
     storeTotals: () => readStoreTotals(database),
     downloaderPresent: async () => (await checkHealth()).downloader.present,
   });
-  const usage = createUsageRecorder({ database, now, onError: (err) => log.error({ err }, 'recording uses failed') });
+  const nginxUsage = config.nginxUsageLog
+    ? createUsageLogReader({
+        file: config.nginxUsageLog,
+        onUse: (cid, at) => usage.touch(cid, at),
+        onMalformed: (lines) => log.warn({ file: config.nginxUsageLog, lines }, 'nginx usage log: skipped lines that are not "<time> <content id>"'),
+        onError: (err, action) => log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
+      })
+    : undefined;
+  const usage = createUsageRecorder({
+    database,
+    now,
+    onError: (err) => log.error({ err }, 'recording uses failed'),
+    collect: nginxUsage && (() => void nginxUsage.drain()),
+  });
   const sizeCap = createSizeCap({
     database,
     store,
@@ -213,6 +228,14 @@ async function main(): Promise<void> {
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
+  const delivery = createArtifactDelivery({
+    artifactRoot: config.artifactRoot,
+    accelRedirectPrefix: config.accelRedirectPrefix,
+    checkKey,
+    signer,
+    onServed: (cid) => usage.touch(cid),
+    now,
+  });
   const jobs = createJobService({
     database,
     now,
@@ -273,14 +296,7 @@ async function main(): Promise<void> {
     cancelJob: (id) => jobs.cancel(id),
     renderJob,
     jobEvents,
-    serveArtifact: createArtifactHandler({
-      artifactRoot: config.artifactRoot,
-      accelRedirectPrefix: config.accelRedirectPrefix,
-      checkKey,
-      signer,
-      onServed: (cid) => usage.touch(cid),
-      now,
-    }),
+    serveArtifact: delivery.handle,
     checkHealth,
     metrics,
     rateLimiter:
@@ -289,8 +305,14 @@ async function main(): Promise<void> {
         : undefined,
   });
 
+  // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
+  const signedLane =
+    config.accelRedirectPrefix === null
+      ? delivery.signedLane({ log, observeRequest: (...args) => metrics.observeRequest(...args), requestIdFor: acceptedRequestId })
+      : undefined;
   const server = startHttpServer(
     {
+      beforeApp: signedLane && ((req, res, toApp) => (shutdown.stopping ? toApp() : signedLane(req, res, toApp))),
       fetch: (req, ...rest) =>
         shutdown.stopping
           ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
