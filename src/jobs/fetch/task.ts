@@ -110,6 +110,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       egress?.close();
       await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     };
+    const stepMs: Record<string, number> = {};
     let error: JobError;
     try {
       await fs.rm(workDir, { recursive: true, force: true });
@@ -118,6 +119,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
+        log.debug(stepMs, 'fetch steps');
         return outcome.value;
       }
       error = outcome.error;
@@ -125,35 +127,50 @@ export function createFetchTask(deps: FetchTaskDeps) {
       error = toJobError(err);
     }
     await cleanUp();
-    return fail(error);
+    const failed = await fail(error);
+    // Once the job's end is recorded, as on success.
+    log.debug(stepMs, 'fetch steps');
+    return failed;
 
     async function pipeline(): Promise<Outcome<Ended | undefined>> {
-      const probed = await probeMedia(ctx);
+      const probed = await timed('probe', () => probeMedia(ctx));
       if (!probed.ok) return probed;
-      const media = await resolveMedia(ctx, deps, probed.value);
+      const media = await timed('media_alias', () => resolveMedia(ctx, deps, probed.value));
       if (!media.ok) return media;
       if (media.value.kind === 'reused') return { ok: true, value: media.value.ended };
       // Following another job's download, or no longer ours: nothing more to do here.
       if (media.value.kind !== 'download') return { ok: true, value: undefined };
-      const downloaded = await downloadMedia(
-        ctx,
-        {
-          onProgress: (bytes, total) =>
-            void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
-          refusals: () => egress?.refusals() ?? [],
-        },
-        probed.value,
+      const downloaded = await timed('download', () =>
+        downloadMedia(
+          ctx,
+          {
+            onProgress: (bytes, total) =>
+              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
+            refusals: () => egress?.refusals() ?? [],
+          },
+          probed.value,
+        ),
       );
       if (!downloaded.ok) return downloaded;
-      const audio = await verifyAudio(ctx, downloaded.value);
+      const audio = await timed('verify', () => verifyAudio(ctx, downloaded.value));
       if (!audio.ok) return audio;
-      const converted = await convertToWav(ctx, downloaded.value, audio.value);
+      const converted = await timed('convert', () => convertToWav(ctx, downloaded.value, audio.value));
       if (!converted.ok) return converted;
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await commitContent(ctx, deps, converted.value, probed.value.mediaKey);
+      const committed = await timed('commit', () => commitContent(ctx, deps, converted.value, probed.value.mediaKey));
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
       return committed;
+    }
+
+    /** Runs a step and notes how long it took, for the 'fetch steps' line (where a job's time goes). */
+    async function timed<T>(name: string, body: () => Promise<T>): Promise<T> {
+      const started = performance.now();
+      try {
+        return await body();
+      } finally {
+        stepMs[`${name}_ms`] = Math.round(performance.now() - started);
+      }
     }
 
     /** A refusal by the guard or the sandbox explains a failure better than the tool's own words. */
