@@ -16,7 +16,7 @@ import { verifyAudio } from './verify.js';
 
 /**
  * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
- *   probe → media alias → download → verify → convert → commit
+ *   probe → media alias → download → convert → verify → commit
  * Each step returns its value or a typed failure; the first failure ends the job (failed, with
  * its code and message). The database is touched by the media alias step and at the commit (and
  * for progress); everything else happens in a per-attempt folder under the work dir, removed at
@@ -35,7 +35,7 @@ export interface FetchTaskDeps {
   now: () => number;
   /** Runs the tools, confined to the egress guard (or not, when the operator turned that off). */
   sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
-  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  tools: { ytdlp: string; ffmpeg: string };
   workDir: string;
   limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
   /** Every connection the downloader makes goes through this guard, when present. */
@@ -91,7 +91,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
           throw new JobFailure(
             name === 'ytdlp'
               ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
-              : { code: 'converter_missing', message: `The converter (${name}) is not installed or not executable.` },
+              : { code: 'converter_missing', message: 'The converter (ffmpeg) is not installed or not executable.' },
           );
         }
         if (signal.aborted) throw new Error('aborted');
@@ -152,13 +152,13 @@ export function createFetchTask(deps: FetchTaskDeps) {
         ),
       );
       if (!downloaded.ok) return downloaded;
-      const audio = await timed('verify', () => verifyAudio(ctx, downloaded.value));
-      if (!audio.ok) return audio;
-      const converted = await timed('convert', () => convertToWav(ctx, downloaded.value, audio.value));
+      const converted = await timed('convert', () => convertToWav(ctx, downloaded.value));
       if (!converted.ok) return converted;
+      const audio = await timed('verify', () => verifyAudio(ctx, converted.value));
+      if (!audio.ok) return audio;
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await timed('commit', () => commitContent(ctx, deps, converted.value, probed.value.mediaKey));
+      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, probed.value.mediaKey));
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
       return committed;
     }
