@@ -27,6 +27,7 @@ import { createShutdown } from './ops/shutdown.js';
 import { recoverAtStartup } from './ops/startup.js';
 import { checkDestination, createSystemResolver } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
+import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
 import { loadOrCreateSecret, loadOrCreateSharedSecret, mirrorSecretFile } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
@@ -96,7 +97,8 @@ async function main(): Promise<void> {
   }
 
   const resolve = createSystemResolver();
-  // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
+  // Confined tools reach the guard through its Unix socket alone, and the resident yt-dlp listens
+  // on one: a private folder keeps them ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
   const guard = await startEgressGuard({
     resolve,
@@ -105,14 +107,26 @@ async function main(): Promise<void> {
     logger: log,
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
   });
-  const sandbox = createSandbox({
-    mode: config.confinement.mode,
-    unshare: config.confinement.unshare,
+  const hostNetns = readHostNetns();
+  let wakeWorkers = () => {};
+  const sandbox = createResidentSandbox({
+    spawned: createSandbox({
+      mode: config.confinement.mode,
+      unshare: config.confinement.unshare,
+      python: config.confinement.python,
+      guardSocket: guard.socketPath,
+      guardAuthority: guard.authority,
+      hostNetns,
+      run: runProcess,
+    }),
+    ytdlpPath: await locateTool(config.tools.ytdlp, config.searchPath),
     python: config.confinement.python,
+    socketPath: path.join(runtimeDir ?? config.dataDir, 'resident.sock'),
+    hostNetns,
     guardSocket: guard.socketPath,
-    guardAuthority: guard.authority,
-    hostNetns: readHostNetns(),
-    run: runProcess,
+    enabled: config.confinement.resident,
+    log,
+    onSettled: () => wakeWorkers(),
   });
   // Fail closed: without confinement nothing is fetched (submissions 503, workers idle), unless
   // the operator chose TOOL_CONFINEMENT=off. Checked again with every health check.
@@ -122,6 +136,8 @@ async function main(): Promise<void> {
   } else if (!confinement.ok) {
     log.error({ reason: confinement.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
   }
+  // In the background: tools are started on their own until the resident sandbox is ready.
+  await sandbox.start();
 
   const checkHealth = createHealthCheck({
     tools: config.tools,
@@ -174,7 +190,7 @@ async function main(): Promise<void> {
     maxAttempts: config.maxAttempts,
     now,
     log,
-    canClaim: () => confinement.ok,
+    canClaim: () => confinement.ok && sandbox.settled(),
     runJob: async (job, ctx) => {
       const ended = await runJob(job, ctx);
       if (ended) metrics.observeEnded(ended);
@@ -183,6 +199,7 @@ async function main(): Promise<void> {
     onJobEnded: (ended) => metrics.observeEnded(ended),
   });
   busyWorkers = () => workers.busyCount();
+  wakeWorkers = () => workers.wake();
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
@@ -257,6 +274,7 @@ async function main(): Promise<void> {
     then: [
       () => sizeCap.stop(),
       () => usage.stop(),
+      () => sandbox.stop(),
       () => guard.close(),
       async () => {
         if (runtimeDir) await fs.rm(runtimeDir, { recursive: true, force: true });

@@ -18,7 +18,7 @@ describe('configuration', () => {
       database: { kind: 'sqlite', path: path.resolve('data/source-fetch.sqlite') },
       nodeId: undefined,
       jobLeaseMs: 30_000,
-      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3' },
+      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3', resident: true },
     });
   });
 
@@ -49,6 +49,7 @@ describe('configuration', () => {
     ['LOG_LEVEL', 'loud'],
     ['MAX_DOWNLOAD_BYTES', '-1'],
     ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
+    ['RESIDENT_SANDBOX', 'yes'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));
