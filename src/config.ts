@@ -39,6 +39,7 @@ const envSchema = z.object({
     message: 'each key must be at least 16 characters with no whitespace',
   }),
   YTDLP_PATH: z.string().min(1).default('yt-dlp'),
+  YTDLP_COOKIES_FILE: optionalString,
   FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
   FFPROBE_PATH: z.string().min(1).default('ffprobe'),
   TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
@@ -92,6 +93,8 @@ export interface Config {
   /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
   apiKeys: string[];
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  /** A Netscape cookies file for yt-dlp (each job gets a copy); never logged. */
+  ytdlpCookiesFile: string | undefined;
   /**
    * How the tools are kept from the network but through the egress guard (src/sandbox); resident:
    * whether they run in the resident sandbox, yt-dlp imported once (src/sandbox/resident.ts).
@@ -146,6 +149,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
+    ytdlpCookiesFile: e.YTDLP_COOKIES_FILE === undefined ? undefined : path.resolve(e.YTDLP_COOKIES_FILE),
     confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, resident: e.RESIDENT_SANDBOX === 'on' },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,

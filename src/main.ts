@@ -38,6 +38,7 @@ import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
+import { netscapeCookiesProblem } from './tools/ytdlp.js';
 
 /**
  * The composition root, and nothing else: configuration → database → dependencies → app and
@@ -52,6 +53,14 @@ async function main(): Promise<void> {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
+  }
+  if (config.ytdlpCookiesFile !== undefined) {
+    // Checked once here so that a wrong file stops start-up; every job checks its own copy again.
+    const problem = await fs.readFile(config.ytdlpCookiesFile, 'utf8').then(netscapeCookiesProblem, (err: NodeJS.ErrnoException) => `it cannot be read (${err.code})`);
+    if (problem !== null) {
+      process.stderr.write(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${problem}\n`);
+      process.exit(2);
+    }
   }
   const log = createLogger(config.logLevel);
   const now = () => Date.now();
@@ -179,6 +188,7 @@ async function main(): Promise<void> {
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
     openEgressSession: (label) => guard.openSession(label),
+    cookiesFile: config.ytdlpCookiesFile,
     onStored: () => sizeCap.request(),
     onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });

@@ -43,7 +43,11 @@ export interface FetchTaskDeps {
   /** Told about each stored content (the store's size cap hooks in here). */
   onStored?: (contentId: string, bytes: number) => void;
   onDownloaded?: (bytes: number) => void;
+  /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
+  cookiesFile?: string;
 }
+
+const COOKIES_UNUSABLE: JobError = { code: 'internal_error', message: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used." };
 
 export function createFetchTask(deps: FetchTaskDeps) {
   return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
@@ -53,7 +57,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([jobCtx.signal, deadline]);
     const proxyUrl = egress?.proxyUrlAt(deps.sandbox.guardAuthority);
-    const proxyConfigFile = path.join(workDir, 'proxy.conf');
+    // The proxy with the job's credentials, and its cookies: never on a command line.
+    const configFile = path.join(workDir, 'yt-dlp.conf');
     // An empty folder as yt-dlp's ffmpeg: it must download by itself, over HTTP(S), or not at all.
     const noFfmpegDir = path.join(workDir, 'no-ffmpeg');
     /** A confined tool's first attempt to connect around the guard, as it reported it. */
@@ -66,8 +71,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
       log,
       signal,
       workDir,
-      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : [])],
-      ytdlpOptions: { noFfmpegDir, ...(proxyUrl ? { proxyConfigFile } : {}) },
+      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : []), ...(deps.cookiesFile ? [deps.cookiesFile] : [])],
+      ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
       async runTool(name, args, output = {}) {
@@ -114,8 +119,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
     let error: JobError;
     try {
       await fs.rm(workDir, { recursive: true, force: true });
-      await fs.mkdir(noFfmpegDir, { recursive: true });
-      if (proxyUrl) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(proxyUrl), { mode: 0o600, flag: 'wx' });
+      // Only the service's user may look inside: the job's credentials and cookies are in there.
+      await fs.mkdir(deps.workDir, { recursive: true });
+      await fs.mkdir(workDir, { mode: 0o700 });
+      await fs.mkdir(noFfmpegDir);
+      if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, ytdlp.COOKIES_FILE_NAME));
+      if (proxyUrl || deps.cookiesFile) {
+        await fs.writeFile(configFile, ytdlp.configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), { mode: 0o600, flag: 'wx' });
+      }
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
@@ -171,6 +182,23 @@ export function createFetchTask(deps: FetchTaskDeps) {
       } finally {
         stepMs[`${name}_ms`] = Math.round(performance.now() - started);
       }
+    }
+
+    /** The operator's cookies, checked (yt-dlp would echo a line it cannot read), into the job's folder. */
+    async function copyCookies(from: string, to: string): Promise<void> {
+      let text: string;
+      try {
+        text = await fs.readFile(from, 'utf8');
+      } catch (err) {
+        log.error({ errno: (err as NodeJS.ErrnoException).code }, 'YTDLP_COOKIES_FILE cannot be read');
+        throw new JobFailure(COOKIES_UNUSABLE);
+      }
+      const problem = ytdlp.netscapeCookiesProblem(text);
+      if (problem !== null) {
+        log.error({ problem }, 'YTDLP_COOKIES_FILE is not a Netscape cookies file');
+        throw new JobFailure(COOKIES_UNUSABLE);
+      }
+      await fs.writeFile(to, text, { mode: 0o600, flag: 'wx' });
     }
 
     /** A refusal by the guard or the sandbox explains a failure better than the tool's own words. */
