@@ -25,6 +25,7 @@ export function renderOpenApiJson(): string {
     log: createLogger('silent'),
     checkKey: () => false,
     submitSource: unused,
+    submitSourceBatch: unused,
     getJob: unused,
     cancelJob: unused,
     renderJob: unused,

@@ -1,6 +1,7 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Handler } from 'hono';
 import type { JobRow } from './db/database.js';
+import type { BatchItem, Submission } from './jobs/job-service.js';
 import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
 import { accessLog } from './http/middleware/access-log.js';
@@ -27,7 +28,8 @@ import { requestMetrics } from './http/middleware/request-metrics.js';
 export interface AppDeps {
   log: Logger;
   checkKey: KeyChecker;
-  submitSource: (url: string, requestId: string) => Promise<JobRow>;
+  submitSource: (input: Submission, requestId: string) => Promise<JobRow>;
+  submitSourceBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
   getJob: (id: string) => Promise<JobRow>;
   cancelJob: (id: string) => Promise<JobRow>;
   renderJob: (job: JobRow) => Promise<JobRecord>;
@@ -81,9 +83,10 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
 
   const keyed = requireApiKey({ checkKey: deps.checkKey });
   app.use('/sources', keyed);
+  app.use('/sources/*', keyed);
   app.use('/jobs/*', keyed);
   registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
-  registerSourceRoutes(app, { submit: deps.submitSource, render: deps.renderJob });
+  registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob });
   registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob });
 
   return app;

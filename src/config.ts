@@ -71,6 +71,13 @@ const envSchema = z.object({
     message: 'must be at least 32 characters',
   }),
   SIGNED_URL_TTL_S: positiveInt(24 * 3600),
+  WEBHOOK_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
+    message: 'must be at least 32 characters',
+  }),
+  WEBHOOK_TIMEOUT_S: positiveInt(10),
+  /** Fractions allowed: the first retry's delay, doubled for each one after it. */
+  WEBHOOK_RETRY_BASE_S: z.coerce.number().positive().max(3600).default(5),
+  WEBHOOK_RETRY_FOR_S: positiveInt(24 * 3600),
   SHUTDOWN_GRACE_S: z.coerce.number().int().min(0).default(30),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
@@ -119,6 +126,8 @@ export interface Config {
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
+  /** Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit, retries. */
+  webhooks: { secret: string | undefined; timeoutMs: number; retryBaseMs: number; retryForMs: number };
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
 }
@@ -167,6 +176,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
+    webhooks: {
+      secret: e.WEBHOOK_SECRET,
+      timeoutMs: e.WEBHOOK_TIMEOUT_S * 1000,
+      retryBaseMs: Math.round(e.WEBHOOK_RETRY_BASE_S * 1000),
+      retryForMs: e.WEBHOOK_RETRY_FOR_S * 1000,
+    },
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,
   };

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
 import { createArtifactHandler } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
@@ -13,12 +14,12 @@ import { createKeyChecker } from './http/api-key.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { problemResponse } from './http/problem.js';
-import { MAX_BODY_BYTES } from './http/routes/sources.js';
+import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
 import { startHttpServer } from './http/server.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createJobService } from './jobs/job-service.js';
-import { countQueued } from './jobs/queue.js';
+import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
@@ -29,7 +30,7 @@ import { checkDestination, createSystemResolver } from './policy/destination.js'
 import { destinationOf } from './policy/source-url.js';
 import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
-import { loadOrCreateSecret, loadOrCreateSharedSecret, mirrorSecretFile } from './secrets.js';
+import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
 import { readStoreTotals } from './store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
@@ -39,6 +40,11 @@ import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
 import { netscapeCookiesProblem } from './tools/ytdlp.js';
+import { createDeliveryWorker } from './webhooks/delivery-worker.js';
+import { createCallbackSender } from './webhooks/send.js';
+
+/** A callback attempt's lease outlives its time limit by this much (writing its outcome). */
+const CALLBACK_LEASE_MARGIN_MS = 5_000;
 
 /**
  * The composition root, and nothing else: configuration → database → dependencies → app and
@@ -89,18 +95,21 @@ async function main(): Promise<void> {
   });
 
   // Secrets the configuration leaves out are generated: in the data dir for one node (SQLite),
-  // in the database for all of them (PostgreSQL; the API key also goes to the data dir, to read).
-  const shared = database.kind === 'postgres';
+  // in the database for all of them (PostgreSQL; those operators must read also go to the data dir).
+  const generated = (name: string, mirror: boolean) => loadOrCreateServiceSecret({ database, dataDir: config.dataDir, name, now: now(), mirror });
   let apiKeys = config.apiKeys;
   if (apiKeys.length === 0) {
-    const key = shared ? await loadOrCreateSharedSecret(database, 'api-key', now()) : undefined;
-    const generated = key ? { ...key, file: mirrorSecretFile(config.dataDir, 'api-key', key.value) } : loadOrCreateSecret(config.dataDir, 'api-key');
-    apiKeys = [generated.value];
-    log.warn({ file: generated.file, created: generated.created }, 'API_KEYS is not set: using the generated key kept in this file');
+    const key = await generated('api-key', true);
+    apiKeys = [key.value];
+    log.warn({ file: key.file, created: key.created }, 'API_KEYS is not set: using the generated key kept in this file');
   }
-  const signingSecret =
-    config.urlSigningSecret ??
-    (shared ? (await loadOrCreateSharedSecret(database, 'url-signing-secret', now())).value : loadOrCreateSecret(config.dataDir, 'url-signing-secret').value);
+  const signingSecret = config.urlSigningSecret ?? (await generated('url-signing-secret', false)).value;
+  let webhookSecret = config.webhooks.secret;
+  if (webhookSecret === undefined) {
+    const secret = await generated('webhook-secret', true);
+    webhookSecret = secret.value;
+    log.info({ file: secret.file, created: secret.created }, 'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file');
+  }
   if (config.allowHosts.length > 0) {
     log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
   }
@@ -203,10 +212,10 @@ async function main(): Promise<void> {
     canClaim: () => confinement.ok && sandbox.settled(),
     runJob: async (job, ctx) => {
       const ended = await runJob(job, ctx);
-      if (ended) metrics.observeEnded(ended);
+      if (ended) jobEnded(ended);
       return ended;
     },
-    onJobEnded: (ended) => metrics.observeEnded(ended),
+    onJobEnded: (ended) => jobEnded(ended),
   });
   busyWorkers = () => workers.busyCount();
   wakeWorkers = () => workers.wake();
@@ -217,32 +226,52 @@ async function main(): Promise<void> {
     database,
     now,
     newJobId: randomUUID,
+    newDeliveryId: randomUUID,
     checkDestination: async (target) => {
       const { host, port } = destinationOf(target);
       await checkDestination(host, port, { resolve, allowHosts: config.allowHosts });
     },
     contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
-    onEnded: (ended) => metrics.observeEnded(ended),
+    onEnded: (ended) => jobEnded(ended),
   });
+  const renderJob = async (job: JobRow) => {
+    const view = await jobs.view(job);
+    return toJobRecord(view.job, {
+      leader: view.leader,
+      artifacts: view.artifacts,
+      callback: view.callback,
+      sign: (cid, name) => {
+        const signed = signer.sign(cid, name, config.signedUrlTtlS);
+        return { query: signed.query, expiresAt: signed.expires * 1000 };
+      },
+    });
+  };
+  const callbacks = createDeliveryWorker({
+    database,
+    nodeId,
+    now,
+    log,
+    secret: webhookSecret,
+    renderJob: async (jobId) => renderJob(await jobs.get(jobId)),
+    send: createCallbackSender({ resolve, dial: createTcpDialer(), allowHosts: config.allowHosts, timeoutMs: config.webhooks.timeoutMs }),
+    schedule: { baseMs: config.webhooks.retryBaseMs, retryForMs: config.webhooks.retryForMs },
+    leaseMs: config.webhooks.timeoutMs + CALLBACK_LEASE_MARGIN_MS,
+  });
+  // Jobs that end on this node have their callbacks sent at once; other nodes' are found by polling.
+  function jobEnded(ended: Ended): void {
+    metrics.observeEnded(ended);
+    callbacks.wake();
+  }
 
   const app = createApp({
     log,
     checkKey,
-    submitSource: (url, requestId) => jobs.submit(url, requestId),
+    submitSource: (input, requestId) => jobs.submit(input, requestId),
+    submitSourceBatch: (input, requestId) => jobs.submitBatch(input, requestId),
     getJob: (id) => jobs.get(id),
     cancelJob: (id) => jobs.cancel(id),
-    renderJob: async (job) => {
-      const view = await jobs.view(job);
-      return toJobRecord(view.job, {
-        leader: view.leader,
-        artifacts: view.artifacts,
-        sign: (cid, name) => {
-          const signed = signer.sign(cid, name, config.signedUrlTtlS);
-          return { query: signed.query, expiresAt: signed.expires * 1000 };
-        },
-      });
-    },
+    renderJob,
     serveArtifact: createArtifactHandler({
       artifactRoot: config.artifactRoot,
       accelRedirectPrefix: config.accelRedirectPrefix,
@@ -267,7 +296,7 @@ async function main(): Promise<void> {
           : app.fetch(req, ...rest),
       hostname: config.host,
       port: config.port,
-      maxRequestBodyBytes: MAX_BODY_BYTES,
+      maxRequestBodyBytes: (path) => (path === '/sources/batch' ? MAX_BATCH_BODY_BYTES : MAX_BODY_BYTES),
     },
     (info) => {
       log.info({ host: info.address, port: info.port, node_id: nodeId, database: database.kind, artifact_root: config.artifactRoot, workers: config.workerConcurrency }, 'listening');
@@ -282,6 +311,7 @@ async function main(): Promise<void> {
     },
     stopWorkers: (graceMs) => workers.stop(graceMs),
     then: [
+      () => callbacks.stop(),
       () => sizeCap.stop(),
       () => usage.stop(),
       () => sandbox.stop(),
@@ -298,6 +328,7 @@ async function main(): Promise<void> {
 
   // An API-only node (WORKER_CONCURRENCY=0) claims nothing, but still takes back dead nodes' jobs.
   await workers.start();
+  callbacks.start();
   usage.start();
   sizeCap.start();
 }

@@ -78,3 +78,21 @@ export function mirrorSecretFile(dataDir: string, fileName: string, value: strin
   fs.renameSync(writeBeside(file, value), file);
   return file;
 }
+
+/**
+ * A secret the configuration leaves out, generated once: in the data dir for one node (SQLite),
+ * in the database for every node sharing it (PostgreSQL). `mirror`: operators must be able to
+ * read it (the API key, the callbacks' signing secret), so a shared one is also copied into the
+ * data dir; `file` is then where to read it.
+ */
+export async function loadOrCreateServiceSecret(opts: {
+  database: Queryable;
+  dataDir: string;
+  name: string;
+  now: number;
+  mirror: boolean;
+}): Promise<{ value: string; file: string | undefined; created: boolean }> {
+  if (opts.database.kind !== 'postgres') return loadOrCreateSecret(opts.dataDir, opts.name);
+  const shared = await loadOrCreateSharedSecret(opts.database, opts.name, opts.now);
+  return { ...shared, file: opts.mirror ? mirrorSecretFile(opts.dataDir, opts.name, shared.value) : undefined };
+}

@@ -69,6 +69,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sources/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit up to 100 URLs at once: one job each, under the same rules as submitSource.
+         * @description A well-formed batch is answered 200 whatever became of each URL: `results` has one item per URL, in the order given, either accepted (with its job record) or refused (with the problem document submitSource would have answered for it alone: 400, 422, 429 queue_full, 503 confinement_unavailable). A URL given twice gets one download that both jobs share. The whole batch is refused (400, 413, 415, 422) only when the body itself is: not JSON, not 1 to 100 strings, or a callback_url that is malformed or refused.
+         */
+        post: operations["submitSourceBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}": {
         parameters: {
             query?: never;
@@ -189,6 +209,7 @@ export interface components {
                 code: string;
                 message: string;
             } | null;
+            callback: components["schemas"]["Callback"] | null;
         };
         Artifact: {
             name: string;
@@ -204,12 +225,78 @@ export interface components {
             /** @description Seconds. */
             duration: number | null;
         };
+        /** @description The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise). */
+        Callback: {
+            url: string;
+            /** @description Sent as Webhook-Id on every attempt of this delivery: the receiver de-duplicates on it. */
+            delivery_id: string;
+            /**
+             * @description pending: waiting for the job to end or for the next attempt; delivered: the receiver answered 2xx; failed: no attempt succeeded within WEBHOOK_RETRY_FOR_S of the job's end.
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "failed";
+            /** @description Attempts made so far. */
+            attempt_count: number;
+            /** @description While pending after the job ended: the earliest time of the next attempt. */
+            next_attempt_at: string | null;
+            /** @description The latest 10 attempts, oldest first. */
+            attempts: components["schemas"]["CallbackAttempt"][];
+        };
+        CallbackAttempt: {
+            /** @description When the attempt started. */
+            at: string;
+            /** @description The receiver's HTTP status; only 2xx delivers (a redirect is not followed). */
+            status: number | null;
+            /** @description Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>). */
+            error: string | null;
+        };
         SubmitSource: {
             /**
              * @description http or https URL of the media to fetch.
              * @example https://media.example.org/talk.m4a
              */
             url: string;
+            /**
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @example https://hooks.example.org/source-fetch
+             */
+            callback_url?: string;
+        };
+        BatchResult: {
+            /** @description How many URLs got a job. */
+            accepted: number;
+            /** @description How many did not. */
+            refused: number;
+            /** @description One item per URL, in the order given. */
+            results: components["schemas"]["BatchItem"][];
+        };
+        BatchItem: {
+            /** @enum {string} */
+            outcome: "accepted";
+            /** @description The URL as given. */
+            url: string;
+            job: components["schemas"]["Job"];
+        } | {
+            /** @enum {string} */
+            outcome: "refused";
+            /** @description The URL as given. */
+            url: string;
+            problem: components["schemas"]["Problem"] & unknown;
+        };
+        SubmitSourceBatch: {
+            /**
+             * @description 1 to 100 URLs, each treated as one submitSource; a URL given twice gets one download.
+             * @example [
+             *       "https://media.example.org/a.m4a",
+             *       "https://media.example.org/b.m4a"
+             *     ]
+             */
+            urls: string[];
+            /**
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @example https://hooks.example.org/source-fetch
+             */
+            callback_url?: string;
         };
     };
     responses: never;
@@ -408,7 +495,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
-            /** @description Malformed body or URL. */
+            /** @description Malformed body, URL or callback_url. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -444,7 +531,94 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The URL's destination is refused by the address policy. */
+            /** @description The URL's or the callback_url's destination is refused by the address policy. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    submitSourceBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubmitSourceBatch"];
+            };
+        };
+        responses: {
+            /** @description The batch was taken: which URLs got a job and which were refused, and why. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchResult"];
+                };
+            };
+            /** @description Malformed body (not 1 to 100 strings, unknown members) or callback_url. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than 256 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not JSON. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The callback_url's destination is refused by the address policy. */
             422: {
                 headers: {
                     [name: string]: unknown;

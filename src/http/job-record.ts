@@ -1,6 +1,8 @@
 import type { CacheEntryRow, JobRow } from '../db/database.js';
+import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath } from '../store/layout.js';
-import type { JobRecord } from './schemas.js';
+import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
+import type { CallbackRecord, JobRecord } from './schemas.js';
 
 /** Renders a job row as the API's job record (job_id first). */
 export interface SignArtifact {
@@ -16,6 +18,8 @@ export function toJobRecord(
     leader?: JobRow;
     artifacts: CacheEntryRow[];
     sign: SignArtifact;
+    /** The job's callback delivery, if it has one. */
+    callback?: CallbackDeliveryRow;
   },
 ): JobRecord {
   const shown = job.status === 'queued' && context.leader ? context.leader : job;
@@ -64,5 +68,19 @@ export function toJobRecord(
     media: job.extractor && job.mediaId ? { extractor: job.extractor, id: job.mediaId } : null,
     result,
     error: job.status === 'failed' && job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
+    callback: context.callback ? toCallbackRecord(job, context.callback) : null,
+  };
+}
+
+function toCallbackRecord(job: JobRow, delivery: CallbackDeliveryRow): CallbackRecord {
+  const due = delivery.status === 'pending' && FINAL_STATUSES.has(job.status);
+  return {
+    url: delivery.url,
+    delivery_id: delivery.id,
+    status: delivery.status,
+    attempt_count: delivery.attemptCount,
+    // Never before the job's end: a delivery is due from then.
+    next_attempt_at: due ? iso(Math.max(delivery.nextAttemptAt, job.finishedAt ?? 0)) : null,
+    attempts: attemptsOf(delivery).map((attempt) => ({ at: new Date(attempt.at).toISOString(), status: attempt.status, error: attempt.error })),
   };
 }

@@ -1,9 +1,13 @@
 import { z } from '@hono/zod-openapi';
 import { JOB_STATUSES } from '../db/database.js';
+import { CALLBACK_STATUSES } from '../db/schema/model.js';
+import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
 
 /** The zod schemas of the API: they validate requests and generate openapi.json. */
 
 export const MAX_URL_LENGTH = 2048;
+/** The most URLs one POST /sources/batch may carry. */
+export const MAX_BATCH_URLS = 100;
 
 export const ProblemSchema = z
   .object({
@@ -17,15 +21,38 @@ export const ProblemSchema = z
   })
   .openapi('Problem');
 
+const callbackUrl = z
+  .string()
+  .max(MAX_URL_LENGTH)
+  .optional()
+  .openapi({
+    description:
+      'http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.',
+    example: 'https://hooks.example.org/source-fetch',
+  });
+
 export const SubmitSourceBody = z
   .object({
     url: z
       .string()
       .max(MAX_URL_LENGTH)
       .openapi({ description: 'http or https URL of the media to fetch.', example: 'https://media.example.org/talk.m4a' }),
+    callback_url: callbackUrl,
   })
   .strict()
   .openapi('SubmitSource');
+
+export const SubmitSourceBatchBody = z
+  .object({
+    urls: z
+      .array(z.string().openapi({ description: 'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).' }))
+      .min(1)
+      .max(MAX_BATCH_URLS)
+      .openapi({ description: `1 to ${MAX_BATCH_URLS} URLs, each treated as one submitSource; a URL given twice gets one download.`, example: ['https://media.example.org/a.m4a', 'https://media.example.org/b.m4a'] }),
+    callback_url: callbackUrl,
+  })
+  .strict()
+  .openapi('SubmitSourceBatch');
 
 export const JobIdParam = z.object({
   id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' }, example: 'c5b2b0d4-2f5e-4c43-9a3e-5f2d1b8f2a11' }),
@@ -44,6 +71,33 @@ export const ArtifactSchema = z
     duration: z.number().nullable().openapi({ description: 'Seconds.' }),
   })
   .openapi('Artifact');
+
+export const CallbackAttemptSchema = z
+  .object({
+    at: z.string().openapi({ description: 'When the attempt started.' }),
+    status: z.number().int().nullable().openapi({ description: "The receiver's HTTP status; only 2xx delivers (a redirect is not followed)." }),
+    error: z
+      .string()
+      .nullable()
+      .openapi({
+        description:
+          'Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>).',
+      }),
+  })
+  .openapi('CallbackAttempt');
+
+export const CallbackSchema = z
+  .object({
+    url: z.string(),
+    delivery_id: z.string().openapi({ description: 'Sent as Webhook-Id on every attempt of this delivery: the receiver de-duplicates on it.' }),
+    status: z.enum(CALLBACK_STATUSES).openapi({
+      description: 'pending: waiting for the job to end or for the next attempt; delivered: the receiver answered 2xx; failed: no attempt succeeded within WEBHOOK_RETRY_FOR_S of the job\'s end.',
+    }),
+    attempt_count: z.number().int().openapi({ description: 'Attempts made so far.' }),
+    next_attempt_at: z.string().nullable().openapi({ description: 'While pending after the job ended: the earliest time of the next attempt.' }),
+    attempts: z.array(CallbackAttemptSchema).max(ATTEMPT_LOG_SIZE).openapi({ description: `The latest ${ATTEMPT_LOG_SIZE} attempts, oldest first.` }),
+  })
+  .openapi('Callback', { description: "The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise)." });
 
 export const JobSchema = z
   .object({
@@ -65,8 +119,32 @@ export const JobSchema = z
     media: z.object({ extractor: z.string(), id: z.string() }).nullable(),
     result: z.object({ content_id: z.string(), artifacts: z.array(ArtifactSchema) }).nullable(),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    callback: z.union([CallbackSchema, z.null()]),
   })
   .openapi('Job');
+
+export const BatchItemSchema = z
+  .discriminatedUnion('outcome', [
+    z.object({
+      outcome: z.literal('accepted'),
+      url: z.string().openapi({ description: 'The URL as given.' }),
+      job: JobSchema,
+    }),
+    z.object({
+      outcome: z.literal('refused'),
+      url: z.string().openapi({ description: 'The URL as given.' }),
+      problem: ProblemSchema.openapi({ description: 'What submitSource would have answered for this URL alone (its status and stable code).' }),
+    }),
+  ])
+  .openapi('BatchItem');
+
+export const BatchResultSchema = z
+  .object({
+    accepted: z.number().int().openapi({ description: 'How many URLs got a job.' }),
+    refused: z.number().int().openapi({ description: 'How many did not.' }),
+    results: z.array(BatchItemSchema).openapi({ description: 'One item per URL, in the order given.' }),
+  })
+  .openapi('BatchResult');
 
 const ToolHealth = z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() });
 
@@ -89,4 +167,6 @@ export const HealthSchema = z
   .openapi('Health');
 
 export type JobRecord = z.infer<typeof JobSchema>;
+export type CallbackRecord = z.infer<typeof CallbackSchema>;
+export type BatchResult = z.infer<typeof BatchResultSchema>;
 export type HealthReport = z.infer<typeof HealthSchema>;

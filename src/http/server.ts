@@ -12,16 +12,15 @@ import { getRequestListener, type HttpBindings } from '@hono/node-server';
  * - Closing such a connection lingers (see lingerBeforeClosing), so that the answer reaches the
  *   client.
  * - `Expect: 100-continue`: Node answers 100 Continue by itself unless 'checkContinue' is
- *   handled. A Content-Length over the largest body any operation takes gets no 100, so the
- *   client need not send a body that would be refused; the app answers at once (413 for
- *   POST /sources).
+ *   handled. A Content-Length over the largest body the request's path takes gets no 100, so
+ *   the client need not send a body that would be refused; the app answers at once (413).
  */
 export interface HttpServerOptions {
   fetch: (request: Request, env: HttpBindings) => Response | Promise<Response>;
   hostname: string;
   port: number;
-  /** The largest request body any operation accepts. */
-  maxRequestBodyBytes: number;
+  /** The largest request body the operation at this path accepts. */
+  maxRequestBodyBytes: (path: string) => number;
 }
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
@@ -37,7 +36,8 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
   });
   const server = createServer(listener);
   server.on('checkContinue', (request: IncomingMessage, response) => {
-    if (!(declaredLength(request) > options.maxRequestBodyBytes)) response.writeContinue();
+    const path = (request.url ?? '/').split('?', 1)[0]!;
+    if (!(declaredLength(request) > options.maxRequestBodyBytes(path))) response.writeContinue();
     listener(request, response);
   });
   server.listen(options.port, options.hostname, () => onListening(server.address() as AddressInfo));

@@ -1,15 +1,16 @@
 import type { CacheEntryRow, Database, JobRow } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { cacheEntriesFor } from '../store/cache-entries.js';
+import { deliveryForJob, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
-import { getJobRow, type Ended } from './queue.js';
-import { submitSource, type SubmitDeps } from './submit.js';
+import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
+import { checkCallbackUrl, checkSource, queueChecked, submitSource, type SubmitDeps } from './submit.js';
 import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
 
 /**
- * The job operations the API offers, on any node: submit, read, cancel. They know nothing of
- * HTTP. Whichever node a job reaches, its record reads the same: everything comes from the
- * database. Jobs that end here (born done, canceled) are reported to `onEnded` once.
+ * The job operations the API offers, on any node: submit (one URL or a batch), read, cancel. They
+ * know nothing of HTTP. Whichever node a job reaches, its record reads the same: everything comes
+ * from the database. Jobs that end here (born done, canceled) are reported to `onEnded` once.
  */
 export interface JobServiceDeps extends Omit<SubmitDeps, 'onQueued'> {
   onEnded: (ended: Ended) => void;
@@ -20,23 +21,73 @@ export interface JobView {
   /** The job it waits for, whose state it shows while it waits. */
   leader: JobRow | undefined;
   artifacts: CacheEntryRow[];
+  /** Its callback's delivery, when it was submitted with a callback_url. */
+  callback: CallbackDeliveryRow | undefined;
 }
 
+export interface Submission {
+  url: string;
+  callbackUrl?: string;
+}
+
+/** One URL of a batch: its job, or why it got none (the error a single submission would have answered). */
+export type BatchItem = { url: string; job: JobRow } | { url: string; refusal: ServiceError };
+
 export interface JobService {
-  submit(url: string, requestId: string): Promise<JobRow>;
+  submit(input: Submission, requestId: string): Promise<JobRow>;
+  /**
+   * One job per URL, under the same rules as submit, in the order given (a URL given twice gets
+   * one job that the other follows). A refused callback_url refuses the whole batch (it throws);
+   * a refused URL refuses only its own item.
+   */
+  submitBatch(input: { urls: string[]; callbackUrl?: string }, requestId: string): Promise<BatchItem[]>;
   get(id: string): Promise<JobRow>;
   cancel(id: string): Promise<JobRow>;
   view(job: JobRow): Promise<JobView>;
 }
 
+/** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
+const BATCH_CHECK_CONCURRENCY = 8;
+
 export function createJobService(deps: JobServiceDeps): JobService {
   const database: Database = deps.database;
   const notifyQuietly = (channel: string, payload: string) => database.notify(channel, payload).catch(() => {});
+  const notifyQueued = () => void notifyQuietly(JOBS_QUEUED_CHANNEL, '');
+  const reportBornDone = (job: JobRow) => {
+    if (job.bornDone) deps.onEnded({ job, followers: [] });
+  };
   return {
-    async submit(url, requestId) {
-      const job = await submitSource({ deps: { ...deps, onQueued: () => void notifyQuietly(JOBS_QUEUED_CHANNEL, '') }, input: { url, requestId } });
-      if (job.bornDone) deps.onEnded({ job, followers: [] });
+    async submit({ url, callbackUrl }, requestId) {
+      const job = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
+      reportBornDone(job);
       return job;
+    },
+    async submitBatch({ urls, callbackUrl }, requestId) {
+      const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl);
+      const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) => refusalOr(checkSource(deps, url)));
+      // The workers are told once, after the whole batch is queued.
+      let queued = false;
+      const submitDeps: SubmitDeps = { ...deps, onQueued: () => (queued = true) };
+      const items: BatchItem[] = [];
+      try {
+        for (const [index, source] of checked.entries()) {
+          const url = urls[index]!;
+          if (source instanceof ServiceError) {
+            items.push({ url, refusal: source });
+            continue;
+          }
+          const job = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId }));
+          if (job instanceof ServiceError) {
+            items.push({ url, refusal: job });
+            continue;
+          }
+          reportBornDone(job);
+          items.push({ url, job });
+        }
+      } finally {
+        if (queued) notifyQueued();
+      }
+      return items;
     },
     async get(id) {
       const job = await getJobRow(database, id);
@@ -52,12 +103,43 @@ export function createJobService(deps: JobServiceDeps): JobService {
       if (changed) deps.onEnded({ job, followers: [] });
       return job;
     },
-    async view(job) {
-      const [leader, artifacts] = await Promise.all([
-        job.followsJobId ? getJobRow(database, job.followsJobId) : undefined,
+    async view(row) {
+      let job = row;
+      let leader = job.followsJobId && job.status === 'queued' ? await getJobRow(database, job.followsJobId) : undefined;
+      if (leader && FINAL_STATUSES.has(leader.status)) {
+        // The leader's end and its followers' commit together, so the row read before it was stale.
+        job = (await getJobRow(database, job.id)) ?? job;
+        leader = undefined;
+      }
+      const [artifacts, callback] = await Promise.all([
         job.contentId ? cacheEntriesFor(database, job.contentId) : [],
+        deliveryForJob(database, job.id),
       ]);
-      return { job, leader, artifacts };
+      return { job, leader, artifacts, callback };
     },
   };
+}
+
+/** The value, or the ServiceError that refused it; anything else is thrown on. */
+async function refusalOr<T>(work: Promise<T>): Promise<T | ServiceError> {
+  try {
+    return await work;
+  } catch (err) {
+    if (err instanceof ServiceError) return err;
+    throw err;
+  }
+}
+
+/** `fn` over every item, at most `limit` at once; results in the items' order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await fn(items[index]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return results;
 }

@@ -1,23 +1,31 @@
-import type { Database, JobRow } from '../db/database.js';
+import type { Database, JobRow, Queryable } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
 import { resolveAlias } from '../store/aliases.js';
 import { lockContent } from '../store/pins.js';
 import { recordUse } from '../store/usage.js';
+import { insertDelivery } from '../webhooks/deliveries.js';
 import { enqueueJob, insertJob } from './queue.js';
 
 /**
- * submitSource: URL policy, then one of three outcomes:
+ * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
  *  - the URL has an alias to content still stored → a job born done, nothing downloaded, and
  *    the content's use recorded; alias, file check, job and use are one transaction under the
  *    content's lock, so no node's eviction can remove the content in between;
  *  - a job for the same URL is already queued or running, on any node → a job that follows it;
  *  - otherwise → a queued job, and the workers are told.
+ * A callback's delivery row is written in the job's own transaction (src/webhooks/deliveries.ts:
+ * it becomes due when the job ends, however it ends).
+ *
+ * The steps are also offered apart for batches (./job-service.ts): every URL checked first, then
+ * the jobs queued one after the other.
  */
 export interface SubmitDeps {
   database: Database;
   now: () => number;
   newJobId: () => string;
+  /** The id of a callback's delivery: the receiver's idempotency key. */
+  newDeliveryId: () => string;
   /** Throws a ServiceError('refused', ...) when the URL's destination is not allowed. */
   checkDestination: (url: URL) => Promise<void>;
   /** Synchronous (ContentStore.hasSync): it runs inside the born-done transaction. */
@@ -28,15 +36,54 @@ export interface SubmitDeps {
   onQueued: () => void;
 }
 
+export interface CheckedSource {
+  url: URL;
+  urlKey: string;
+}
+
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
 
-export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; requestId?: string } }): Promise<JobRow> {
-  const url = parseSourceUrl(input.url);
+export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; callbackUrl?: string; requestId?: string } }): Promise<JobRow> {
+  const source = await checkSource(deps, input.url);
+  const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl);
+  return queueChecked(deps, source, { callbackUrl, requestId: input.requestId });
+}
+
+/** The source URL, parsed and its destination checked; throws the policy's ServiceError. */
+export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string): Promise<CheckedSource> {
+  const url = parseSourceUrl(raw);
   await deps.checkDestination(url);
-  const urlKey = aliasKey(url);
+  return { url, urlKey: aliasKey(url) };
+}
+
+/**
+ * A callback URL passes the same policy as a source URL (it is checked again at every attempt,
+ * src/webhooks/send.ts); its refusals carry the same codes, with the field named in `errors`.
+ */
+export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string): Promise<URL> {
+  try {
+    const url = parseSourceUrl(raw);
+    await deps.checkDestination(url);
+    return url;
+  } catch (err) {
+    if (!(err instanceof ServiceError)) throw err;
+    throw new ServiceError(err.kind, err.code, `callback_url: ${err.message}`, {
+      ...err.extra,
+      fieldErrors: [{ path: 'callback_url', message: err.message }],
+    });
+  }
+}
+
+/** Gives a checked source its job: born done, following another, or queued. */
+export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string }): Promise<JobRow> {
+  const { url, urlKey } = source;
   const id = deps.newJobId();
-  const requestId = input.requestId ?? null;
+  const requestId = options.requestId ?? null;
+  const withCallback = async (q: Queryable, job: JobRow, now: number) => {
+    if (options.callbackUrl) await insertDelivery(q, { id: deps.newDeliveryId(), jobId: job.id, url: options.callbackUrl.href, createdAt: now });
+    return job;
+  };
 
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const now = deps.now();
@@ -46,7 +93,7 @@ export async function submitSource({ deps, input }: { deps: SubmitDeps; input: {
       await lockContent(q, [aliased]);
       if ((await resolveAlias(q, 'url', urlKey)) !== aliased || !deps.contentPresent(aliased)) return undefined;
       await recordUse(q, aliased, now);
-      return insertJob(q, {
+      const job = await insertJob(q, {
         id,
         url: url.href,
         urlKey,
@@ -58,11 +105,19 @@ export async function submitSource({ deps, input }: { deps: SubmitDeps; input: {
         finishedAt: now,
         requestId,
       });
+      return withCallback(q, job, now);
     });
     if (bornDone) return bornDone;
 
     await deps.admitJob();
-    const job = await enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
+    const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
+    // With a callback, enqueueJob's own transactions join this one: the job and its delivery commit together.
+    const job = options.callbackUrl
+      ? await deps.database.transaction(async (q) => {
+          const queued = await enqueue();
+          return queued && withCallback(q, queued, now);
+        })
+      : await enqueue();
     if (job) {
       if (job.followsJobId === null) deps.onQueued();
       return job;
@@ -70,3 +125,4 @@ export async function submitSource({ deps, input }: { deps: SubmitDeps; input: {
   }
   throw new ServiceError('internal', 'internal_error', 'The job could not be queued; try again.');
 }
+

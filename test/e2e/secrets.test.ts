@@ -9,7 +9,8 @@ import { startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * Secrets generated at first start, when the configuration gives none: the API key
- * (DATA_DIR/api-key) and the URL signing secret (DATA_DIR/url-signing-secret), each mode 0600,
+ * (DATA_DIR/api-key), the URL signing secret (DATA_DIR/url-signing-secret) and the callbacks'
+ * signing secret (DATA_DIR/webhook-secret), each mode 0600,
  * the file's path logged but never its content, and the same secrets after a restart: the key
  * still opens the API and a signed URL handed out before the restart still plays.
  */
@@ -54,13 +55,19 @@ describe('secrets generated at first start', () => {
     let signedUrl: string;
     let key: { value: string; mode: number; ino: number };
     let signing: { value: string; mode: number; ino: number };
+    let webhook: { value: string; mode: number; ino: number };
 
     const first = await startService({ dataDir, apiKey: null, env });
     try {
       key = await secretFile('api-key');
       signing = await secretFile('url-signing-secret');
+      webhook = await secretFile('webhook-secret');
       expect(key.mode).toBe(0o600);
       expect(signing.mode).toBe(0o600);
+      expect(webhook.mode).toBe(0o600);
+      expect(webhook.value.length).toBeGreaterThanOrEqual(32);
+      expect(new Set([key.value, signing.value, webhook.value]).size).toBe(3);
+      expect(first.logs.find((l) => l.file === path.join(dataDir, 'webhook-secret'))).toMatchObject({ created: true });
       expect(key.value).toMatch(/^[A-Za-z0-9_-]{43}$/);
       expect(signing.value.length).toBeGreaterThanOrEqual(32);
       expect(signing.value).not.toBe(key.value);
@@ -78,7 +85,7 @@ describe('secrets generated at first start', () => {
       const played = await fetch(`${first.baseUrl}${signedUrl}`);
       expect(played.status).toBe(200);
       await played.arrayBuffer();
-      expectLoggedSafely(first, [key.value, signing.value], true);
+      expectLoggedSafely(first, [key.value, signing.value, webhook.value], true);
     } finally {
       await first.stop();
     }
@@ -88,8 +95,9 @@ describe('secrets generated at first start', () => {
       // Same files, untouched; the log says the key was read, not made.
       expect(await secretFile('api-key')).toEqual(key);
       expect(await secretFile('url-signing-secret')).toEqual(signing);
+      expect(await secretFile('webhook-secret')).toEqual(webhook);
       expect(second.apiKey).toBe(key.value);
-      expectLoggedSafely(second, [key.value, signing.value], false);
+      expectLoggedSafely(second, [key.value, signing.value, webhook.value], false);
 
       // The key from before the restart still opens the API.
       const res = await second.request('/jobs/none', { auth: false, headers: { 'x-api-key': key.value } });
@@ -111,10 +119,11 @@ describe('secrets generated at first start', () => {
     }
   });
 
-  it('with API_KEYS set, writes no api-key file', async () => {
-    const svc = await startService();
+  it('with API_KEYS and WEBHOOK_SECRET set, writes no api-key or webhook-secret file', async () => {
+    const svc = await startService({ env: { WEBHOOK_SECRET: 'a-configured-webhook-secret-0123456789' } });
     try {
       await expect(stat(path.join(svc.dataDir, 'api-key'))).rejects.toMatchObject({ code: 'ENOENT' });
+      await expect(stat(path.join(svc.dataDir, 'webhook-secret'))).rejects.toMatchObject({ code: 'ENOENT' });
       expect((await stat(path.join(svc.dataDir, 'url-signing-secret'))).mode & 0o777).toBe(0o600);
       expect(svc.logs.some((l) => typeof l.file === 'string' && l.file.endsWith('api-key'))).toBe(false);
     } finally {

@@ -19,7 +19,13 @@ describe('configuration', () => {
       nodeId: undefined,
       jobLeaseMs: 30_000,
       confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3', resident: true },
+      webhooks: { secret: undefined, timeoutMs: 10_000, retryBaseMs: 5_000, retryForMs: 86_400_000 },
     });
+  });
+
+  it('takes a fraction of a second as the callbacks\' retry base', () => {
+    const config = loadConfig({ WEBHOOK_RETRY_BASE_S: '0.25', WEBHOOK_TIMEOUT_S: '3', WEBHOOK_RETRY_FOR_S: '600', WEBHOOK_SECRET: ' a-webhook-secret-of-32-characters-0 ' });
+    expect(config.webhooks).toEqual({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
   });
 
   it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
@@ -50,6 +56,11 @@ describe('configuration', () => {
     ['MAX_DOWNLOAD_BYTES', '-1'],
     ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
     ['RESIDENT_SANDBOX', 'yes'],
+    ['WEBHOOK_SECRET', 'too-short'],
+    ['WEBHOOK_TIMEOUT_S', '0'],
+    ['WEBHOOK_RETRY_BASE_S', '0'],
+    ['WEBHOOK_RETRY_BASE_S', 'soon'],
+    ['WEBHOOK_RETRY_FOR_S', '1.5'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));

@@ -15,6 +15,7 @@ function submitDeps(fx: StoreFixture, now: number): SubmitDeps {
     database: fx.database,
     now: () => now,
     newJobId: () => `job-${++n}`,
+    newDeliveryId: () => `delivery-${n}`,
     checkDestination: async () => {},
     contentPresent: (cid) => fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: async () => {},

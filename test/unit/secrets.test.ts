@@ -3,7 +3,8 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'n
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { loadOrCreateSecret } from '../../src/secrets.js';
+import { loadOrCreateSecret, loadOrCreateServiceSecret } from '../../src/secrets.js';
+import { openTestDatabase } from '../support/test-database.js';
 
 /** loadOrCreateSecret: the API key and URL signing secret kept in the data dir when the configuration gives none. */
 let dir: string;
@@ -102,5 +103,43 @@ describe('loadOrCreateSecret', () => {
     loadOrCreateSecret(dir, 'api-key');
     loadOrCreateSecret(dir, 'api-key');
     expect(await readdir(dir)).toEqual(['api-key']);
+  });
+});
+
+describe('loadOrCreateServiceSecret', () => {
+  it('on SQLite, keeps the secret in the data dir', async () => {
+    const database = await openTestDatabase('sqlite');
+    try {
+      const made = await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'webhook-secret', now: 1, mirror: true });
+      expect(made).toMatchObject({ created: true, file: path.join(dir, 'webhook-secret') });
+      expect((await readFile(path.join(dir, 'webhook-secret'), 'utf8')).trim()).toBe(made.value);
+      expect(await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'webhook-secret', now: 2, mirror: true })).toEqual({ ...made, created: false });
+    } finally {
+      await database.close();
+    }
+  });
+
+  it('on PostgreSQL, makes one secret for every node and copies it to each node\'s data dir when it must be read', async () => {
+    const database = await openTestDatabase('postgres');
+    const otherDir = await mkdtemp(path.join(tmpdir(), 'secrets-unit-'));
+    try {
+      const [one, two] = await Promise.all(
+        [dir, otherDir].map((dataDir) => loadOrCreateServiceSecret({ database, dataDir, name: 'webhook-secret', now: 1, mirror: true })),
+      );
+      expect(one!.value).toBe(two!.value);
+      expect([one!.created, two!.created].sort()).toEqual([false, true]);
+      for (const dataDir of [dir, otherDir]) {
+        const file = path.join(dataDir, 'webhook-secret');
+        expect((await readFile(file, 'utf8')).trim()).toBe(one!.value);
+        expect((await stat(file)).mode & 0o777).toBe(0o600);
+      }
+      // Not mirrored: nothing in the data dir.
+      const unmirrored = await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'url-signing-secret', now: 1, mirror: false });
+      expect(unmirrored.file).toBeUndefined();
+      await expect(stat(path.join(dir, 'url-signing-secret'))).rejects.toMatchObject({ code: 'ENOENT' });
+    } finally {
+      await database.close();
+      await rm(otherDir, { recursive: true, force: true });
+    }
   });
 });

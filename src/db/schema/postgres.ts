@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { bigint, boolean, doublePrecision, index, integer, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core';
-import { ALIAS_KINDS, JOB_STATUSES } from './model.js';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
 
 /**
  * The PostgreSQL schema: the twin of ./sqlite.ts, whose comments say what each table and column is
@@ -100,3 +100,24 @@ export const serviceSecrets = pgTable('service_secrets', {
   value: text('value').notNull(),
   createdAt: int64('created_at').notNull(),
 });
+
+export const callbackDeliveries = pgTable(
+  'callback_deliveries',
+  {
+    id: text('id').primaryKey(),
+    jobId: text('job_id').notNull(),
+    url: text('url').notNull(),
+    status: text('status', { enum: CALLBACK_STATUSES }).notNull(),
+    createdAt: int64('created_at').notNull(),
+    nextAttemptAt: int64('next_attempt_at').notNull(),
+    attemptCount: integer('attempt_count').notNull().default(0),
+    attemptLog: text('attempt_log').notNull(),
+    lockOwner: text('lock_owner'),
+    leaseExpiresAt: int64('lease_expires_at'),
+    finishedAt: int64('finished_at'),
+  },
+  (t) => [
+    uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
+    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+  ],
+);

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
-import { ALIAS_KINDS, JOB_STATUSES } from './model.js';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
 
 /**
  * The SQLite schema (the embedded default). Its twin is ./postgres.ts: the same tables, columns,
@@ -131,3 +131,33 @@ export const serviceSecrets = sqliteTable('service_secrets', {
   value: text('value').notNull(),
   createdAt: integer('created_at').notNull(),
 });
+
+/**
+ * A job's callback (webhook): written with the job, in the same transaction, and due from the
+ * moment the job's status is final, so no way a job can end misses it (src/webhooks). Claimed
+ * with a lease like a job; the id is the idempotency id the receiver sees on every attempt.
+ */
+export const callbackDeliveries = sqliteTable(
+  'callback_deliveries',
+  {
+    id: text('id').primaryKey(),
+    jobId: text('job_id').notNull(),
+    url: text('url').notNull(),
+    status: text('status', { enum: CALLBACK_STATUSES }).notNull(),
+    createdAt: integer('created_at').notNull(),
+    /** No attempt before this time (the backoff); the job's end makes it due at once. */
+    nextAttemptAt: integer('next_attempt_at').notNull(),
+    attemptCount: integer('attempt_count').notNull().default(0),
+    /** JSON: the latest attempts, oldest first, at most ATTEMPT_LOG_SIZE of them (src/webhooks/deliveries.ts). */
+    attemptLog: text('attempt_log').notNull(),
+    /** The node making an attempt, while it makes it. */
+    lockOwner: text('lock_owner'),
+    leaseExpiresAt: integer('lease_expires_at'),
+    /** When it was delivered or given up. */
+    finishedAt: integer('finished_at'),
+  },
+  (t) => [
+    uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
+    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+  ],
+);

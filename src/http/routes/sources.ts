@@ -1,11 +1,15 @@
 import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
+import type { BatchItem, Submission } from '../../jobs/job-service.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonBody } from '../middleware/json-body.js';
-import { JobSchema, SubmitSourceBody, type JobRecord } from '../schemas.js';
+import { problemDocument, statusOf } from '../problem.js';
+import { BatchResultSchema, JobSchema, MAX_BATCH_URLS, SubmitSourceBatchBody, SubmitSourceBody, type BatchResult, type JobRecord } from '../schemas.js';
 
 export const MAX_BODY_BYTES = 8 * 1024;
+/** Room for MAX_BATCH_URLS URLs of the longest length, and a callback_url. */
+export const MAX_BATCH_BODY_BYTES = 256 * 1024;
 
 export const submitSourceRoute = createRoute({
   operationId: 'submitSource',
@@ -21,24 +25,74 @@ export const submitSourceRoute = createRoute({
       headers: { Location: { schema: { type: 'string' }, description: '/jobs/{id}' } },
       content: { 'application/json': { schema: JobSchema } },
     },
-    400: problemResponseSpec('Malformed body or URL.'),
+    400: problemResponseSpec('Malformed body, URL or callback_url.'),
     413: problemResponseSpec('Body larger than 8 KiB.'),
     415: problemResponseSpec('Body is not JSON.'),
-    422: problemResponseSpec("The URL's destination is refused by the address policy."),
+    422: problemResponseSpec("The URL's or the callback_url's destination is refused by the address policy."),
+    ...commonErrorResponses,
+  },
+});
+
+export const submitSourceBatchRoute = createRoute({
+  operationId: 'submitSourceBatch',
+  method: 'post',
+  path: '/sources/batch',
+  summary: `Submit up to ${MAX_BATCH_URLS} URLs at once: one job each, under the same rules as submitSource.`,
+  description:
+    'A well-formed batch is answered 200 whatever became of each URL: `results` has one item per URL, in the order given, either accepted (with its job record) or refused (with the problem document submitSource would have answered for it alone: 400, 422, 429 queue_full, 503 confinement_unavailable). A URL given twice gets one download that both jobs share. The whole batch is refused (400, 413, 415, 422) only when the body itself is: not JSON, not 1 to 100 strings, or a callback_url that is malformed or refused.',
+  security: apiKeySecurity,
+  middleware: [jsonBody({ maxBytes: MAX_BATCH_BODY_BYTES })] as const,
+  request: { body: { content: { 'application/json': { schema: SubmitSourceBatchBody } }, required: true } },
+  responses: {
+    200: {
+      description: 'The batch was taken: which URLs got a job and which were refused, and why.',
+      content: { 'application/json': { schema: BatchResultSchema } },
+    },
+    400: problemResponseSpec('Malformed body (not 1 to 100 strings, unknown members) or callback_url.'),
+    413: problemResponseSpec('Body larger than 256 KiB.'),
+    415: problemResponseSpec('Body is not JSON.'),
+    422: problemResponseSpec("The callback_url's destination is refused by the address policy."),
     ...commonErrorResponses,
   },
 });
 
 export function registerSourceRoutes(
   app: OpenAPIHono<AppEnv>,
-  deps: { submit: (url: string, requestId: string) => Promise<JobRow>; render: (job: JobRow) => Promise<JobRecord> },
+  deps: {
+    submit: (input: Submission, requestId: string) => Promise<JobRow>;
+    submitBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
+    render: (job: JobRow) => Promise<JobRecord>;
+  },
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
-    const { url } = c.req.valid('json');
-    const job = await deps.submit(url, c.get('requestId'));
+    const { url, callback_url: callbackUrl } = c.req.valid('json');
+    const job = await deps.submit({ url, callbackUrl }, c.get('requestId'));
     c.set('jobId', job.id);
-    c.get('log').info({ job_id: job.id, status: job.status, born_done: job.bornDone }, 'source submitted');
+    c.get('log').info({ job_id: job.id, status: job.status, born_done: job.bornDone, callback: callbackUrl !== undefined }, 'source submitted');
     c.header('Location', `/jobs/${job.id}`);
     return c.json(await deps.render(job), 202);
+  });
+
+  app.openapi(submitSourceBatchRoute, async (c) => {
+    const { urls, callback_url: callbackUrl } = c.req.valid('json');
+    const requestId = c.get('requestId');
+    const items = await deps.submitBatch({ urls, callbackUrl }, requestId);
+    const results: BatchResult['results'] = [];
+    for (const item of items) {
+      if ('job' in item) {
+        results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
+      } else {
+        const { refusal } = item;
+        // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
+        const retryAfter = refusal.extra.retryAfterSeconds;
+        const fields = { ...refusal.extra.fields, ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}) };
+        const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, { fieldErrors: refusal.extra.fieldErrors, fields });
+        results.push({ outcome: 'refused', url: item.url, problem });
+      }
+    }
+    const accepted = results.filter((result) => result.outcome === 'accepted').length;
+    const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
+    c.get('log').info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
+    return c.json({ accepted, refused: results.length - accepted, results }, 200);
   });
 }

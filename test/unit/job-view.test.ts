@@ -1,0 +1,59 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Database } from '../../src/db/database.js';
+import { createAdmission } from '../../src/jobs/admission.js';
+import { createJobService, type JobService } from '../../src/jobs/job-service.js';
+import { claimNextJob, getJobRow, markDone } from '../../src/jobs/queue.js';
+import { recordCacheEntry } from '../../src/store/cache-entries.js';
+import { BACKENDS, openTestDatabase } from '../support/test-database.js';
+
+/**
+ * A poll reads a follower's row, then its leader's. When the leader ends between the two reads,
+ * the view must not show the leader's end over the follower's stale queued row (a "done" job
+ * with no result).
+ */
+describe.each(BACKENDS)('the job view on %s', (kind) => {
+  let database: Database;
+  let service: JobService;
+
+  beforeEach(async () => {
+    database = await openTestDatabase(kind);
+    let ids = 0;
+    service = createJobService({
+      database,
+      now: () => 1000,
+      newJobId: () => `job-${++ids}`,
+      newDeliveryId: () => `delivery-${ids}`,
+      checkDestination: async () => {},
+      contentPresent: () => true,
+      admitJob: createAdmission({ database, maxQueuedJobs: 10, confinementOk: () => true }),
+      onEnded: () => {},
+    });
+  });
+  afterEach(async () => {
+    await database.close();
+  });
+
+  it('shows a follower whose leader ended after its row was read as ended itself, with the result', async () => {
+    const leader = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const follower = await service.submit({ url: 'https://m.example/a' }, 'req-2');
+    expect(follower.followsJobId).toBe(leader.id);
+
+    const queuedView = await service.view((await getJobRow(database, follower.id))!);
+    expect(queuedView.job.status).toBe('queued');
+    expect(queuedView.leader?.id).toBe(leader.id);
+
+    const stale = (await getJobRow(database, follower.id))!;
+    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    await database.transaction(async (q) => {
+      await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
+      await recordCacheEntry(q, { contentId: 'cid-a', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+    });
+    // The torn read the view has to mend: the row says queued, its leader is done.
+    expect(stale.status).toBe('queued');
+
+    const view = await service.view(stale);
+    expect(view.job).toMatchObject({ id: follower.id, status: 'done', contentId: 'cid-a' });
+    expect(view.leader).toBeUndefined();
+    expect(view.artifacts.map((a) => a.name)).toEqual(['audio.wav']);
+  });
+});
