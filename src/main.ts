@@ -34,6 +34,7 @@ import { createShutdown } from './ops/shutdown.js';
 import { recoverAtStartup } from './ops/startup.js';
 import { checkDestination, createSystemResolver } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
+import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
 import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
@@ -44,6 +45,7 @@ import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
+import { netscapeCookiesProblem } from './tools/ytdlp.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
 import { createCallbackSender } from './webhooks/send.js';
 
@@ -66,6 +68,14 @@ async function main(): Promise<void> {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
+  }
+  if (config.ytdlpCookiesFile !== undefined) {
+    // Checked once here so that a wrong file stops start-up; every job checks its own copy again.
+    const problem = await fs.readFile(config.ytdlpCookiesFile, 'utf8').then(netscapeCookiesProblem, (err: NodeJS.ErrnoException) => `it cannot be read (${err.code})`);
+    if (problem !== null) {
+      process.stderr.write(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${problem}\n`);
+      process.exit(2);
+    }
   }
   const log = createLogger(config.logLevel);
   const now = () => Date.now();
@@ -114,7 +124,8 @@ async function main(): Promise<void> {
   }
 
   const resolve = createSystemResolver();
-  // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
+  // Confined tools reach the guard through its Unix socket alone, and the resident yt-dlp listens
+  // on one: a private folder keeps them ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
   if (config.egressUpstreamProxy) {
     // Neither its address nor its credentials: the operator knows them, a log reader need not.
@@ -127,14 +138,26 @@ async function main(): Promise<void> {
     logger: log,
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
   });
-  const sandbox = createSandbox({
-    mode: config.confinement.mode,
-    unshare: config.confinement.unshare,
+  const hostNetns = readHostNetns();
+  let wakeWorkers = () => {};
+  const sandbox = createResidentSandbox({
+    spawned: createSandbox({
+      mode: config.confinement.mode,
+      unshare: config.confinement.unshare,
+      python: config.confinement.python,
+      guardSocket: guard.socketPath,
+      guardAuthority: guard.authority,
+      hostNetns,
+      run: runProcess,
+    }),
+    ytdlpPath: await locateTool(config.tools.ytdlp, config.searchPath),
     python: config.confinement.python,
+    socketPath: path.join(runtimeDir ?? config.dataDir, 'resident.sock'),
+    hostNetns,
     guardSocket: guard.socketPath,
-    guardAuthority: guard.authority,
-    hostNetns: readHostNetns(),
-    run: runProcess,
+    enabled: config.confinement.resident,
+    log,
+    onSettled: () => wakeWorkers(),
   });
   // Fail closed: without confinement nothing is fetched (submissions 503, workers idle), unless
   // the operator chose TOOL_CONFINEMENT=off. Checked again with every health check.
@@ -144,6 +167,8 @@ async function main(): Promise<void> {
   } else if (!confinement.ok) {
     log.error({ reason: confinement.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
   }
+  // In the background: tools are started on their own until the resident sandbox is ready.
+  await sandbox.start();
 
   const checkHealth = createHealthCheck({
     tools: config.tools,
@@ -205,6 +230,7 @@ async function main(): Promise<void> {
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
     openEgressSession: (label) => guard.openSession(label),
+    cookiesFile: config.ytdlpCookiesFile,
     onStored: () => sizeCap.request(),
     onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });
@@ -216,7 +242,7 @@ async function main(): Promise<void> {
     maxAttempts: config.maxAttempts,
     now,
     log,
-    canClaim: () => confinement.ok,
+    canClaim: () => confinement.ok && sandbox.settled(),
     runJob: async (job, ctx) => {
       const ended = await runJob(job, ctx);
       if (ended) jobEnded(ended);
@@ -225,6 +251,7 @@ async function main(): Promise<void> {
     onJobEnded: (ended) => jobEnded(ended),
   });
   busyWorkers = () => workers.busyCount();
+  wakeWorkers = () => workers.wake();
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
@@ -340,6 +367,7 @@ async function main(): Promise<void> {
       () => callbacks.stop(),
       () => sizeCap.stop(),
       () => usage.stop(),
+      () => sandbox.stop(),
       () => guard.close(),
       async () => {
         if (runtimeDir) await fs.rm(runtimeDir, { recursive: true, force: true });

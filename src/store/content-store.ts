@@ -59,13 +59,20 @@ export interface ContentStore {
 
 export async function sha256File(file: string): Promise<{ hex: string; bytes: number }> {
   const hash = createHash('sha256');
+  // One buffer, read into again and again: a file of any size allocates nothing more.
+  const buf = Buffer.allocUnsafe(1024 * 1024);
   let bytes = 0;
-  await pipeline(createReadStream(file, { highWaterMark: 1024 * 1024 }), async function* (source) {
-    for await (const chunk of source as AsyncIterable<Buffer>) {
-      hash.update(chunk);
-      bytes += chunk.length;
+  const handle = await fs.open(file, 'r');
+  try {
+    for (;;) {
+      const { bytesRead } = await handle.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      hash.update(buf.subarray(0, bytesRead));
+      bytes += bytesRead;
     }
-  });
+  } finally {
+    await handle.close();
+  }
   return { hex: hash.digest('hex'), bytes };
 }
 
