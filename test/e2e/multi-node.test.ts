@@ -196,20 +196,31 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     expect(new Set(files.map((file) => file.contentId))).toEqual(new Set(db.cacheEntries.map((row) => row.content_id)));
     expect(db.jobs.filter((job) => job.status === 'queued' || job.status === 'running')).toEqual([]);
     expect(await sql`select content_id, holder from store_pins`).toEqual([]);
-    expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
-    for (const svc of [b, api]) expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    // A job's record ends before its folder is removed: give the removal a moment.
+    for (const svc of [b, api]) {
+      const work = path.join(svc.dataDir, 'work');
+      const settle = Date.now() + 5_000;
+      while ((await readdir(work)).length > 0 && Date.now() < settle) await sleep(50);
+      expect(await readdir(work)).toEqual([]);
+    }
     for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
 
-    // The dead node's folder still holds its attempts' leftovers; a new node in its place clears them.
+    // The dead node's folder still holds its attempts' leftovers, and the shared root may hold a
+    // file it was staging when killed; a new node in its place clears them.
     const leftovers = await readdir(path.join(a.dataDir, 'work'));
+    const staged = await readdir(path.join(sharedRoot, '.incoming')).catch(() => []);
     const replacement = await startService({
       apiKey,
       dataDir: a.dataDir,
       env: { DATABASE_URL: databaseUrl, ARTIFACT_ROOT: sharedRoot, WORKER_CONCURRENCY: '1', JOB_LEASE_S: String(LEASE_S), FETCH_ALLOW_HOSTS: media.hostPort },
     });
     try {
-      expect(replacement.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({ work_folders_removed: leftovers.length });
+      expect(replacement.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
+        work_folders_removed: leftovers.length,
+        incoming_removed: staged.length,
+      });
       expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
+      expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
     } finally {
       await replacement.stop();
     }
