@@ -115,7 +115,11 @@ export async function freshDatabaseUrl(name?: string): Promise<string> {
   return createDatabase(adminUrl, name);
 }
 
-export async function startPostgresCluster(): Promise<PostgresCluster> {
+/**
+ * `durable`: PostgreSQL's own defaults for fsync, synchronous_commit and full_page_writes instead
+ * of the test settings (a benchmark measuring commits needs them).
+ */
+export async function startPostgresCluster(opts: { durable?: boolean } = {}): Promise<PostgresCluster> {
   const binDir = postgresBinDir();
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-pg-'));
   const name = path.basename(dir);
@@ -141,7 +145,7 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
     // A free port can be taken by someone else before postgres binds it: then try another.
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
-      const postmaster = spawnPostmaster(binDir, dataDir, socketDir, port, name, logPath, user);
+      const postmaster = spawnPostmaster(binDir, dataDir, socketDir, port, name, logPath, user, opts.durable ?? false);
       const exited = new Promise<void>((resolve) => postmaster.once('exit', () => resolve()));
       if (postmaster.pid === undefined) throw (await once(postmaster, 'error'))[0];
       const watchdog = startWatchdog(postmaster.pid, dir);
@@ -217,8 +221,18 @@ async function run(file: string, args: string[], user: { uid: number; gid: numbe
   }
 }
 
-function spawnPostmaster(binDir: string, dataDir: string, socketDir: string, port: number, name: string, logPath: string, user: { uid: number; gid: number } | null): ChildProcess {
-  const settings = { ...TEST_SETTINGS, listen_addresses: '127.0.0.1', port: String(port), unix_socket_directories: socketDir, cluster_name: name };
+function spawnPostmaster(
+  binDir: string,
+  dataDir: string,
+  socketDir: string,
+  port: number,
+  name: string,
+  logPath: string,
+  user: { uid: number; gid: number } | null,
+  durable: boolean,
+): ChildProcess {
+  const tuning = durable ? { max_connections: TEST_SETTINGS.max_connections! } : TEST_SETTINGS;
+  const settings = { ...tuning, listen_addresses: '127.0.0.1', port: String(port), unix_socket_directories: socketDir, cluster_name: name };
   // The log is a file, not a pipe to us: postgres must not depend on this process staying alive.
   const logFd = openSync(logPath, 'a');
   try {
