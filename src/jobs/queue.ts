@@ -1,4 +1,5 @@
 import { and, asc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
+import { prepared } from '../db/prepared.js';
 import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
 
 /**
@@ -42,7 +43,10 @@ export interface Ended {
 }
 
 export async function getJobRow(q: Queryable, id: string): Promise<JobRow | undefined> {
-  const [row] = await q.db.select().from(q.t.jobs).where(eq(q.t.jobs.id, id));
+  const query = prepared(q, 'job_by_id', ({ db, t }) =>
+    db.select().from(t.jobs).where(eq(t.jobs.id, sql.placeholder('id'))).prepare('job_by_id'),
+  );
+  const [row] = await query.execute({ id });
   return row;
 }
 
