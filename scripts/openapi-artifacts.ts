@@ -29,6 +29,7 @@ export function renderOpenApiJson(): string {
     getJob: unused,
     cancelJob: unused,
     renderJob: unused,
+    jobEvents: { open: unused, openCount: unused, closeAll: unused },
     serveArtifact: unused,
     checkHealth: unused,
     metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused }),

@@ -15,6 +15,7 @@ import { registerHealthRoute } from './http/routes/health.js';
 import { registerJobRoutes } from './http/routes/jobs.js';
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { registerSourceRoutes } from './http/routes/sources.js';
+import type { JobEventStreams } from './http/job-events.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -33,6 +34,8 @@ export interface AppDeps {
   getJob: (id: string) => Promise<JobRow>;
   cancelJob: (id: string) => Promise<JobRow>;
   renderJob: (job: JobRow) => Promise<JobRecord>;
+  /** getJobEvents' streams (src/http/job-events.ts). */
+  jobEvents: JobEventStreams;
   serveArtifact: Handler<AppEnv>;
   checkHealth: () => Promise<HealthReport>;
   metrics: Metrics;
@@ -87,7 +90,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('/jobs/*', keyed);
   registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
   registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob });
-  registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob });
+  registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob, events: deps.jobEvents });
 
   return app;
 }

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parseUpstreamProxy, type UpstreamProxy } from './egress/upstream-proxy.js';
 import { parseAllowHosts, type AllowList } from './policy/destination.js';
 
 /**
@@ -69,6 +70,24 @@ const envSchema = z.object({
     message: 'must be at least 32 characters',
   }),
   SIGNED_URL_TTL_S: positiveInt(24 * 3600),
+  EGRESS_UPSTREAM_PROXY: optionalString.transform((value, ctx) => {
+    if (value === undefined) return undefined;
+    const proxy = parseUpstreamProxy(value);
+    // The message never repeats the value: it may hold a password.
+    if (typeof proxy === 'string') {
+      ctx.addIssue({ code: 'custom', message: proxy });
+      return z.NEVER;
+    }
+    return proxy;
+  }),
+  EVENTS_KEEPALIVE_S: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(50, { message: "must be at most 50, below nginx's proxy_read_timeout (60 s)" })
+    .default(15),
+  EVENT_STREAMS_PER_KEY: positiveInt(20),
+  EVENT_STREAMS_PER_NODE: positiveInt(500),
   WEBHOOK_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
     message: 'must be at least 32 characters',
   }),
@@ -119,6 +138,10 @@ export interface Config {
   accelRedirectPrefix: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
+  /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
+  egressUpstreamProxy: UpstreamProxy | undefined;
+  /** getJobEvents: comment keep-alives this often, and how many streams a key and the node may hold. */
+  events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number };
   /** Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit, retries. */
   webhooks: { secret: string | undefined; timeoutMs: number; retryBaseMs: number; retryForMs: number };
   shutdownGraceMs: number;
@@ -168,6 +191,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
+    egressUpstreamProxy: e.EGRESS_UPSTREAM_PROXY,
+    events: { keepAliveMs: e.EVENTS_KEEPALIVE_S * 1000, maxPerKey: e.EVENT_STREAMS_PER_KEY, maxPerNode: e.EVENT_STREAMS_PER_NODE },
     webhooks: {
       secret: e.WEBHOOK_SECRET,
       timeoutMs: e.WEBHOOK_TIMEOUT_S * 1000,

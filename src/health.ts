@@ -9,7 +9,27 @@ import type { ConfinementStatus } from './sandbox/sandbox.js';
  * operator turned that off), a working database and a writable artifact root.
  * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
  * every second.
+ *
+ * A downloader older than DOWNLOADER_MAX_AGE_DAYS (by the date its version names) is reported
+ * as a warning, not as `degraded` or `unavailable`: it still fetches direct links, and what it
+ * no longer handles shows up as jobs failing. `degraded` stays the sign of tools running
+ * unconfined, a security matter that an old Debian package on every node would drown out.
  */
+export const DOWNLOADER_MAX_AGE_DAYS = 90;
+const DAY_MS = 24 * 3600 * 1000;
+
+/**
+ * The release date a yt-dlp version names: `2023.03.04`, or a nightly's `2024.08.06.232710`.
+ * Null for anything else.
+ */
+export function releaseDateOf(version: string | null): Date | null {
+  const m = /^(\d{4})\.(\d{1,2})\.(\d{1,2})(?:\.\d+)?(?:\s|$)/.exec(version?.trim() ?? '');
+  if (!m) return null;
+  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const date = new Date(Date.UTC(year, month - 1, day));
+  // Date.UTC rolls over (month 13, day 32); a real date reads back the same.
+  return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day ? date : null;
+}
 export interface HealthDeps {
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
   /** Starts a sandbox like a job's and looks inside (src/sandbox). */
@@ -54,8 +74,20 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
     return cached;
   }
 
+  function downloaderHealth(ytdlp: ToolState) {
+    const released = releaseDateOf(ytdlp.version);
+    const ageDays = released === null ? null : Math.max(0, Math.floor((deps.now() - released.getTime()) / DAY_MS));
+    return {
+      ...ytdlp,
+      released_on: released === null ? null : released.toISOString().slice(0, 10),
+      age_days: ageDays,
+      outdated: ageDays !== null && ageDays > DOWNLOADER_MAX_AGE_DAYS,
+    };
+  }
+
   return async () => {
     const { ytdlp, ffmpeg, ffprobe, confinement } = await tools();
+    const downloader = downloaderHealth(ytdlp);
     const databaseOk = await deps.pingDatabase().catch(() => false);
     const writable = await fs.access(deps.artifactRoot, constants.W_OK).then(
       () => true,
@@ -70,7 +102,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       // Fetching works, but with the tools unconfined: a state to be seen, not a failure.
       status: !canFetch ? 'unavailable' : confinement.mode === 'off' ? 'degraded' : 'ok',
       can_fetch: canFetch,
-      downloader: ytdlp,
+      downloader,
       ffmpeg,
       ffprobe,
       node_id: deps.nodeId,
@@ -81,6 +113,14 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
         ok: confinement.ok,
         reason: confinement.ok ? (confinement.mode === 'off' ? 'TOOL_CONFINEMENT=off' : null) : confinement.reason,
       },
+      warnings: downloader.outdated
+        ? [
+            {
+              code: 'downloader_outdated',
+              message: `yt-dlp ${downloader.version} is ${downloader.age_days} days old (more than ${DOWNLOADER_MAX_AGE_DAYS}): sites change, install a current release (README: A current yt-dlp).`,
+            },
+          ]
+        : [],
     };
   };
 }

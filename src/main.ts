@@ -9,16 +9,20 @@ import { openDatabase } from './db/open.js';
 import { createArtifactHandler } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
+import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
+import { createJobEventStreams } from './http/job-events.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { problemResponse } from './http/problem.js';
 import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
+import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createJobService } from './jobs/job-service.js';
+import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
@@ -49,6 +53,9 @@ const CALLBACK_LEASE_MARGIN_MS = 5_000;
  * workers → serve. The real clock, spawner, resolver, file system and process are wired here and
  * nowhere else.
  */
+/** How often event streams look at their jobs: progress is recorded every half second. */
+const JOB_EVENTS_POLL_MS = 500;
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -107,9 +114,13 @@ async function main(): Promise<void> {
   const resolve = createSystemResolver();
   // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
+  if (config.egressUpstreamProxy) {
+    // Neither its address nor its credentials: the operator knows them, a log reader need not.
+    log.info('the egress guard reaches checked destinations through the upstream proxy (EGRESS_UPSTREAM_PROXY)');
+  }
   const guard = await startEgressGuard({
     resolve,
-    dial: createTcpDialer(),
+    dial: config.egressUpstreamProxy ? createUpstreamProxyDialer(config.egressUpstreamProxy) : createTcpDialer(),
     allowHosts: config.allowHosts,
     logger: log,
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
@@ -143,6 +154,13 @@ async function main(): Promise<void> {
     artifactRoot: config.artifactRoot,
     now,
   });
+  void checkHealth().then(
+    (report) => {
+      for (const warning of report.warnings) log.warn({ code: warning.code }, warning.message);
+      log.info({ status: report.status, downloader: report.downloader.version, warnings: report.warnings.length }, 'first health check');
+    },
+    (err: unknown) => log.error({ err }, 'the first health check failed'),
+  );
   let busyWorkers = () => 0;
   const metrics = createMetrics({
     queueDepth: () => countQueued(database),
@@ -208,7 +226,7 @@ async function main(): Promise<void> {
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
     onEnded: (ended) => jobEnded(ended),
   });
-  const renderJob = async (job: JobRow) => {
+  const renderJob = async (job: JobRow): Promise<JobRecord> => {
     const view = await jobs.view(job);
     return toJobRecord(view.job, {
       leader: view.leader,
@@ -237,6 +255,15 @@ async function main(): Promise<void> {
     callbacks.wake();
   }
 
+  // Event streams follow jobs in the database, whichever node runs them: one query per tick for all.
+  const jobWatcher = createJobWatcher({
+    readJobs: (ids) => readJobRows(database, ids),
+    render: renderJob,
+    intervalMs: JOB_EVENTS_POLL_MS,
+    onError: (err) => log.error({ err }, 'reading watched jobs failed'),
+  });
+  const jobEvents = createJobEventStreams({ watcher: jobWatcher, render: renderJob, ...config.events });
+
   const app = createApp({
     log,
     checkKey,
@@ -245,6 +272,7 @@ async function main(): Promise<void> {
     getJob: (id) => jobs.get(id),
     cancelJob: (id) => jobs.cancel(id),
     renderJob,
+    jobEvents,
     serveArtifact: createArtifactHandler({
       artifactRoot: config.artifactRoot,
       accelRedirectPrefix: config.accelRedirectPrefix,
@@ -280,6 +308,9 @@ async function main(): Promise<void> {
     graceMs: config.shutdownGraceMs,
     closeServer: () => {
       server.close();
+      // Ended cleanly now, not cut off at exit: their clients resume (Last-Event-ID) on another node.
+      jobEvents.closeAll();
+      jobWatcher.stop();
       (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
     },
     stopWorkers: (graceMs) => workers.stop(graceMs),

@@ -123,6 +123,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The job's record as Server-Sent Events, each time its status or progress changes, until it ends.
+         * @description A `text/event-stream`: one `job` event per change, whose `data` is the job record (the same JSON as getJob) and whose `id` names that state; the first event is the current state, the last one the final state (done, failed or canceled), after which the stream ends. Comment lines (`: keep-alive`) keep an idle stream open. Reconnecting with `Last-Event-ID` sends the current state only if it differs from that one; 204 when that was the final state already. Answers the same on every node, whichever node runs the job.
+         */
+        get: operations["getJobEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -135,6 +155,12 @@ export interface components {
                 present: boolean;
                 path: string | null;
                 version: string | null;
+                /** @description The release date in the downloader's version (yt-dlp's are dates), YYYY-MM-DD; null when the version names none. */
+                released_on: string | null;
+                /** @description Days since that date. */
+                age_days: number | null;
+                /** @description Older than 90 days: sites change, and an old yt-dlp falls behind them. A warning only: it does not change `status`. */
+                outdated: boolean;
             };
             ffmpeg: {
                 present: boolean;
@@ -167,6 +193,11 @@ export interface components {
                 /** @description Why the tools cannot be confined (or that confinement is turned off). */
                 reason: string | null;
             };
+            /** @description What an operator should look at although the service works (`downloader_outdated`). */
+            warnings: {
+                code: string;
+                message: string;
+            }[];
         };
         Problem: {
             type: string;
@@ -753,6 +784,74 @@ export interface operations {
                 };
             };
             /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getJobEvents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `id` of the last event received, to resume from. */
+                "last-event-id"?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description The client has the final state already (its Last-Event-ID is the last event): nothing more will come. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests (`rate_limited`), or too many event streams open for this key or on this node (`too_many_event_streams`, with `limit`: `per_key` or `per_node`); see Retry-After. */
             429: {
                 headers: {
                     [name: string]: unknown;

@@ -24,6 +24,10 @@ import { checkDestination, splitHostPort, type AllowList, type Resolver } from '
  * (ftp:, file:...) or carries yt-dlp's smuggled options. Only holders of a live session's
  * credentials are served, so nothing else on the machine can use the guard to reach what the
  * policy refuses.
+ *
+ * Where the operator's own addresses are blocked, the Dialer it is given is the upstream proxy's
+ * (./upstream-proxy.ts): every check above happens first, and the upstream is asked for a tunnel
+ * to the checked address only.
  */
 
 /** Opens a TCP connection to a numeric address. Injected so tests never touch the network. */

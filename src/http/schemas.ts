@@ -148,11 +148,17 @@ export const BatchResultSchema = z
 
 const ToolHealth = z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() });
 
+const DownloaderHealth = ToolHealth.extend({
+  released_on: z.string().nullable().openapi({ description: "The release date in the downloader's version (yt-dlp's are dates), YYYY-MM-DD; null when the version names none." }),
+  age_days: z.number().int().nullable().openapi({ description: 'Days since that date.' }),
+  outdated: z.boolean().openapi({ description: 'Older than 90 days: sites change, and an old yt-dlp falls behind them. A warning only: it does not change `status`.' }),
+});
+
 export const HealthSchema = z
   .object({
     status: z.enum(['ok', 'degraded', 'unavailable']),
     can_fetch: z.boolean(),
-    downloader: ToolHealth,
+    downloader: DownloaderHealth,
     ffmpeg: ToolHealth,
     ffprobe: ToolHealth,
     node_id: z.string().openapi({ description: 'This node, among the nodes sharing the database.' }),
@@ -163,6 +169,9 @@ export const HealthSchema = z
       ok: z.boolean(),
       reason: z.string().nullable().openapi({ description: 'Why the tools cannot be confined (or that confinement is turned off).' }),
     }),
+    warnings: z
+      .array(z.object({ code: z.string(), message: z.string() }))
+      .openapi({ description: 'What an operator should look at although the service works (`downloader_outdated`).' }),
   })
   .openapi('Health');
 

@@ -204,7 +204,7 @@ describe('the interface description', () => {
     const operations = Object.values(served.paths)
       .flatMap((item) => Object.values(item).map((op) => op.operationId))
       .sort();
-    expect(operations).toEqual(['cancelJob', 'getArtifact', 'getHealth', 'getJob', 'getMetrics', 'submitSource', 'submitSourceBatch']);
+    expect(operations).toEqual(['cancelJob', 'getArtifact', 'getHealth', 'getJob', 'getJobEvents', 'getMetrics', 'submitSource', 'submitSourceBatch']);
   });
 });
 

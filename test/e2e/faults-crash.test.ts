@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
-import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
+import { HEAVY_TEST_TIMEOUT_MS, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 
@@ -145,5 +145,5 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
       }
       const db = await expectConsistent('after the last stop');
       expect(new Set(db.cacheEntries.map((r) => r.content_id)).size).toBe(rounds.flat().length);
-  });
+    }, HEAVY_TEST_TIMEOUT_MS);
 });

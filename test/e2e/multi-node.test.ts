@@ -8,7 +8,7 @@ import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
 import { processesMatching } from '../support/processes.js';
-import { ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
+import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
 
 /**
@@ -167,7 +167,7 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     await a.killGroup();
     const killedAt = Date.now();
 
-    const ended = await Promise.all(ids.map((id) => api.waitForJob(id, ['done', 'failed', 'canceled'], 120_000)));
+    const ended = await Promise.all(ids.map((id) => api.waitForJob(id, ['done', 'failed', 'canceled'], HEAVY_TEST_TIMEOUT_MS - 60_000)));
     expect(ended.map((job) => job.status)).toEqual(ids.map(() => 'done'));
     // Distinct audio per URL: distinct content, none lost.
     expect(new Set(ended.map((job) => job.result!.content_id)).size).toBe(JOBS);
@@ -213,5 +213,5 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     } finally {
       await replacement.stop();
     }
-  });
+  }, HEAVY_TEST_TIMEOUT_MS);
 });

@@ -3,11 +3,14 @@
  * script in `dir`; they answer `--version` / `-version` like the real tool (so the health check
  * finds them) and otherwise echo their whole command line to stderr, which carries server paths
  * and, for yt-dlp, the per-job proxy credentials, before exiting non-zero. A job's error
- * message must show none of that.
+ * message must show none of that. Two more work but differ: one claims a version (the health
+ * check reads its age), one converts late (so that a conversion can be watched).
  *
  *   const ytdlp = await writeFailingYtDlp(dir);           // YTDLP_PATH
  *   const ffmpeg = await writeFailingFfmpeg(dir);         // FFMPEG_PATH
  *   const noExec = await writeNotExecutable(dir);         // a file without the x bit
+ *   const old = await writeYtDlpOfVersion(dir, '2023.03.04'); // says it is that version
+ *   const slow = await writeSlowFfmpeg(dir, 2);          // converts, 2 s late
  */
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -50,4 +53,20 @@ export function writeFailingFfmpeg(dir: string, realFfmpeg = 'ffmpeg'): Promise<
 /** A regular file that is not executable: spawning it fails with EACCES. */
 export function writeNotExecutable(dir: string, name = 'yt-dlp'): Promise<string> {
   return script(dir, name, 'exit 0', 0o644);
+}
+
+/**
+ * A yt-dlp that says it is `version` (e.g. an old release, for the health check's age) and
+ * hands everything else to the real one.
+ */
+export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/usr/bin/yt-dlp'): Promise<string> {
+  return script(dir, 'yt-dlp', [`if [ "$1" = "--version" ]; then echo '${version}'; exit 0; fi`, `exec ${realYtDlp} "$@"`].join('\n'));
+}
+
+/**
+ * The real ffmpeg, started `delaySeconds` late: a conversion that lasts long enough to be seen
+ * (the CLI's "converting" phase).
+ */
+export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
+  return script(dir, 'ffmpeg', [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `sleep ${delaySeconds}`, `exec ${realFfmpeg} "$@"`].join('\n'));
 }

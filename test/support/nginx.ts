@@ -19,6 +19,11 @@ export interface NginxOptions {
   artifactRoot: string;
   /** Extra directives inside http {} (the benchmark adds a static server this way). */
   extraHttpConfig?: string;
+  /**
+   * The template's proxy_read_timeout, shortened, so that a test can see within seconds what
+   * nginx does to an answer that stays silent longer than that.
+   */
+  proxyReadTimeoutS?: number;
 }
 
 export interface RunningNginx {
@@ -55,12 +60,17 @@ export async function freePort(): Promise<number> {
 export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const prefix = await mkdtemp(path.join(tmpdir(), 'sf-nginx-'));
   const port = await freePort();
-  const site = renderTemplate(await readFile(TEMPLATE_PATH, 'utf8'), {
+  let site = renderTemplate(await readFile(TEMPLATE_PATH, 'utf8'), {
     APP_UPSTREAM: `127.0.0.1:${options.appPort}`,
     ARTIFACT_ROOT: options.artifactRoot.replace(/\/+$/, ''),
     NGINX_PORT: `127.0.0.1:${port}`,
     NGINX_ACCESS_LOG: path.join(prefix, 'access.json'),
   });
+  if (options.proxyReadTimeoutS !== undefined) {
+    const directive = /proxy_read_timeout \d+s;/;
+    if (!directive.test(site)) throw new Error('the nginx template sets no proxy_read_timeout to shorten');
+    site = site.replace(directive, `proxy_read_timeout ${options.proxyReadTimeoutS}s;`);
+  }
   await mkdir(path.join(prefix, 'conf.d'));
   await writeFile(path.join(prefix, 'conf.d', 'default.conf'), site);
   const errorLogPath = path.join(prefix, 'error.log');

@@ -116,10 +116,10 @@ export async function freshDatabaseUrl(name?: string): Promise<string> {
 }
 
 /**
- * `durable`: PostgreSQL's own defaults for fsync, synchronous_commit and full_page_writes instead
- * of the test settings (a benchmark measuring commits needs them).
+ * `durable`: PostgreSQL's own defaults for fsync and synchronous commit, as a deployment runs it;
+ * benchmarks that compare against SQLite (which syncs its commits) need it. Tests do not.
  */
-export async function startPostgresCluster(opts: { durable?: boolean } = {}): Promise<PostgresCluster> {
+export async function startPostgresCluster(options: { durable?: boolean } = {}): Promise<PostgresCluster> {
   const binDir = postgresBinDir();
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-pg-'));
   const name = path.basename(dir);
@@ -145,7 +145,7 @@ export async function startPostgresCluster(opts: { durable?: boolean } = {}): Pr
     // A free port can be taken by someone else before postgres binds it: then try another.
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
-      const postmaster = spawnPostmaster(binDir, dataDir, socketDir, port, name, logPath, user, opts.durable ?? false);
+      const postmaster = spawnPostmaster(binDir, dataDir, socketDir, port, name, logPath, user, options.durable ?? false);
       const exited = new Promise<void>((resolve) => postmaster.once('exit', () => resolve()));
       if (postmaster.pid === undefined) throw (await once(postmaster, 'error'))[0];
       const watchdog = startWatchdog(postmaster.pid, dir);

@@ -17,6 +17,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
+/**
+ * For the tests that run dozens of real downloads across restarts or nodes: a bound on a hang, not
+ * on speed. The e2e default (120 s) is met on a quiet machine and missed when other work shares
+ * its cores (seen at load average 24).
+ */
+export const HEAVY_TEST_TIMEOUT_MS = 300_000;
+
 export interface LogLine {
   level: number;
   msg: string;

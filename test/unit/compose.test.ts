@@ -156,6 +156,22 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/^USER node$/m);
   });
 
+  it('runs a current yt-dlp from PyPI, pinned by version and wheel hash, and names it in YTDLP_PATH', () => {
+    const version = /^ARG YTDLP_VERSION=(\S+)$/m.exec(dockerfile)?.[1];
+    const hash = /^ARG YTDLP_WHEEL_SHA256=(\S+)$/m.exec(dockerfile)?.[1];
+    expect(version).toMatch(/^\d{4}\.\d{1,2}\.\d{1,2}$/);
+    expect(hash).toMatch(/^[0-9a-f]{64}$/);
+    const install = /^ && \/opt\/yt-dlp\/bin\/pip install (.*)$/m.exec(dockerfile)?.[1] ?? '';
+    for (const flag of ['--require-hashes', '--no-deps', '--only-binary=:all:']) expect(install).toContain(flag);
+    expect(dockerfile).toContain(`printf 'yt-dlp==%s --hash=sha256:%s\\n' "$YTDLP_VERSION" "$YTDLP_WHEEL_SHA256"`);
+    const env = /^ENV (.*)$/m.exec(dockerfile)?.[1] ?? '';
+    const ytdlpPath = /\bYTDLP_PATH=(\S+)/.exec(env)?.[1];
+    expect(ytdlpPath).toBe('/opt/yt-dlp/bin/yt-dlp');
+    expect(loadConfig({ YTDLP_PATH: ytdlpPath }).tools.ytdlp).toBe(ytdlpPath);
+    // The README's pinned example is the image's pin.
+    expect(read('README.md')).toContain(`yt-dlp==${version} --hash=sha256:${hash}`);
+  });
+
   it('builds and runs on Node 22, which package.json allows', () => {
     const images = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((match) => match[1]);
     expect(images).toEqual(['node:22-bookworm-slim', 'node:22-bookworm-slim']);

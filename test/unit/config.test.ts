@@ -55,6 +55,13 @@ describe('configuration', () => {
     ['LOG_LEVEL', 'loud'],
     ['MAX_DOWNLOAD_BYTES', '-1'],
     ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
+    ['EGRESS_UPSTREAM_PROXY', 'proxy.internal:3128'],
+    ['EGRESS_UPSTREAM_PROXY', 'https://proxy.internal:3128'],
+    ['EGRESS_UPSTREAM_PROXY', 'http://proxy.internal:3128/some/path'],
+    ['EVENTS_KEEPALIVE_S', '0'],
+    ['EVENTS_KEEPALIVE_S', '60'],
+    ['EVENT_STREAMS_PER_KEY', '0'],
+    ['EVENT_STREAMS_PER_NODE', 'many'],
     ['WEBHOOK_SECRET', 'too-short'],
     ['WEBHOOK_TIMEOUT_S', '0'],
     ['WEBHOOK_RETRY_BASE_S', '0'],
@@ -63,5 +70,28 @@ describe('configuration', () => {
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}:`));
+  });
+
+  it('takes an upstream proxy for the egress guard, and never shows its password', () => {
+    const config = loadConfig({ EGRESS_UPSTREAM_PROXY: 'http://fetcher:s%40cret-Pass@proxy.internal:3128' });
+    const proxy = config.egressUpstreamProxy!;
+    expect({ host: proxy.host, port: proxy.port }).toEqual({ host: 'proxy.internal', port: 3128 });
+    expect(proxy.authorization).toBe(`Basic ${Buffer.from('fetcher:s@cret-Pass').toString('base64')}`);
+    // Serialized (as a logger would), the credentials are gone.
+    expect(JSON.stringify(config)).not.toMatch(/s%40cret|s@cret|ZmV0Y2hlcjpzQGNyZXQtUGFzcw/);
+    expect(JSON.parse(JSON.stringify(proxy))).toEqual({ host: 'proxy.internal', port: 3128, credentials: '[redacted]' });
+    expect(loadConfig({ EGRESS_UPSTREAM_PROXY: 'http://[::1]:8888' }).egressUpstreamProxy).toMatchObject({ host: '::1', port: 8888, authorization: null });
+    expect(loadConfig({}).egressUpstreamProxy).toBeUndefined();
+  });
+
+  it('names a bad upstream proxy without repeating it', () => {
+    const attempt = () => loadConfig({ EGRESS_UPSTREAM_PROXY: 'https://fetcher:hunter2-secret@proxy.internal:3128' });
+    expect(attempt).toThrow(/^Invalid configuration:\n  EGRESS_UPSTREAM_PROXY: must be an http:\/\/ URL/);
+    expect(attempt).not.toThrow(/hunter2/);
+  });
+
+  it('bounds event streams and keeps their keep-alive below nginx\'s read timeout', () => {
+    expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500 });
+    expect(loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
   });
 });

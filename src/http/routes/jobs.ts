@@ -1,7 +1,10 @@
-import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
+import { presentedKey } from '../api-key.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
+import { JOB_EVENT, type JobEventStreams } from '../job-events.js';
+import { keyIdentity } from '../middleware/rate-limit.js';
 import { JobIdParam, JobSchema, type JobRecord } from '../schemas.js';
 
 export const getJobRoute = createRoute({
@@ -33,9 +36,53 @@ export const cancelJobRoute = createRoute({
   },
 });
 
+export const getJobEventsRoute = createRoute({
+  operationId: 'getJobEvents',
+  method: 'get',
+  path: '/jobs/{id}/events',
+  summary: "The job's record as Server-Sent Events, each time its status or progress changes, until it ends.",
+  description: [
+    `A \`text/event-stream\`: one \`${JOB_EVENT}\` event per change, whose \`data\` is the job record (the same JSON as getJob) and whose`,
+    '`id` names that state; the first event is the current state, the last one the final state (done, failed or canceled),',
+    'after which the stream ends. Comment lines (`: keep-alive`) keep an idle stream open. Reconnecting with `Last-Event-ID`',
+    'sends the current state only if it differs from that one; 204 when that was the final state already.',
+    'Answers the same on every node, whichever node runs the job.',
+  ].join(' '),
+  security,
+  request: {
+    params: JobIdParam,
+    headers: z.object({
+      'last-event-id': z.string().max(200).optional().openapi({ description: 'The `id` of the last event received, to resume from.' }),
+    }),
+  },
+  responses: {
+    200: {
+      description: 'The event stream.',
+      content: {
+        'text/event-stream': {
+          schema: z.string().openapi({
+            example: 'retry: 1000\n\nid: 0xH1FRz6Xb1ysz5LR2QCaA\nevent: job\ndata: {"job_id":"c5b2b0d4-…","status":"running",…}\n\n',
+          }),
+        },
+      },
+    },
+    204: { description: 'The client has the final state already (its Last-Event-ID is the last event): nothing more will come.' },
+    404: problemResponseSpec('No such job.'),
+    ...commonErrorResponses,
+    429: problemResponseSpec(
+      'Too many requests (`rate_limited`), or too many event streams open for this key or on this node (`too_many_event_streams`, with `limit`: `per_key` or `per_node`); see Retry-After.',
+    ),
+  },
+});
+
 export function registerJobRoutes(
   app: OpenAPIHono<AppEnv>,
-  deps: { get: (id: string) => Promise<JobRow>; cancel: (id: string) => Promise<JobRow>; render: (job: JobRow) => Promise<JobRecord> },
+  deps: {
+    get: (id: string) => Promise<JobRow>;
+    cancel: (id: string) => Promise<JobRow>;
+    render: (job: JobRow) => Promise<JobRecord>;
+    events: JobEventStreams;
+  },
 ): void {
   app.openapi(getJobRoute, async (c) => {
     const job = await deps.get(c.req.valid('param').id);
@@ -47,5 +94,18 @@ export function registerJobRoutes(
     c.set('jobId', job.id);
     c.get('log').info({ job_id: job.id }, 'job canceled');
     return c.json(await deps.render(job), 200);
+  });
+  app.openapi(getJobEventsRoute, async (c) => {
+    const job = await deps.get(c.req.valid('param').id);
+    c.set('jobId', job.id);
+    // The key middleware has let only a valid key through.
+    const key = presentedKey(c.req.raw.headers)!;
+    const log = c.get('log');
+    return deps.events.open({
+      job,
+      lastEventId: c.req.valid('header')['last-event-id'],
+      keyIdentity: keyIdentity(key),
+      onEnd: (reason) => log.debug({ job_id: job.id, reason }, 'job event stream ended'),
+    });
   });
 }

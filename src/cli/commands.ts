@@ -1,0 +1,329 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { open, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { ApiError, createApiClient, TransportError, type ApiClient, type Job } from './api.js';
+import { EXIT, type ExitCode } from './exit-codes.js';
+import { createPlainView, createTerminalView, formatBytes, phaseOf, type Output, type ProgressView } from './progress.js';
+
+/**
+ * `source-fetch fetch|status|cancel`: the service's API from a shell. Everything it touches
+ * (arguments, environment, output streams, fetch, the working folder, Ctrl-C) comes in through
+ * CliDeps; src/cli/main.ts passes the real ones.
+ */
+export interface CliDeps {
+  argv: string[];
+  env: Record<string, string | undefined>;
+  stdout: Output & { isTTY: boolean };
+  stderr: Output;
+  cwd: string;
+  version: string;
+  /** Aborted on Ctrl-C. */
+  signal: AbortSignal;
+  fetch?: typeof fetch;
+}
+
+export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
+
+export const USAGE = `Usage:
+  source-fetch fetch <url> [-o FILE]   Fetch a URL's audio as a 44.1 kHz WAV: submit it, follow the job's
+                                       progress, save the WAV (default: <content id>.wav) and check that
+                                       its SHA-256 is the content id.
+  source-fetch status <job-id> [--json]
+                                       Show a job (--json: its whole record).
+  source-fetch cancel <job-id>         Cancel a queued or running job.
+
+Environment:
+  SOURCE_FETCH_URL       the service (or nginx in front of it); default ${DEFAULT_BASE_URL}
+  SOURCE_FETCH_API_KEY   an API key (required)
+
+Exit codes: 0 done, 1 job failed or canceled, 2 usage, 3 refused by the service (4xx),
+4 service unreachable or failing (5xx), 5 SHA-256 mismatch, 6 output not writable, 130 interrupted.
+`;
+
+class UsageError extends Error {}
+
+const FINAL = new Set<Job['status']>(['done', 'failed', 'canceled']);
+/** Consecutive failed attempts to follow the events before giving up. */
+const MAX_STREAM_FAILURES = 5;
+const POLL_MS = 1000;
+
+export async function runCli(deps: CliDeps): Promise<ExitCode> {
+  const err = (text: string) => deps.stderr.write(`source-fetch: ${text}\n`);
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(deps.argv);
+  } catch (e) {
+    err((e as Error).message);
+    deps.stderr.write(USAGE);
+    return EXIT.usage;
+  }
+  if (parsed.command === 'help') {
+    deps.stdout.write(USAGE);
+    return EXIT.ok;
+  }
+  if (parsed.command === 'version') {
+    deps.stdout.write(`${deps.version}\n`);
+    return EXIT.ok;
+  }
+
+  let api: ApiClient;
+  try {
+    api = createApiClient({ ...connection(deps.env), fetch: deps.fetch, userAgent: `source-fetch-cli/${deps.version}` });
+  } catch (e) {
+    err((e as Error).message);
+    return EXIT.usage;
+  }
+
+  let jobId: string | undefined;
+  try {
+    switch (parsed.command) {
+      case 'fetch':
+        return await fetchCommand(deps, api, parsed.url, parsed.output, (id) => (jobId = id));
+      case 'status':
+        return await statusCommand(deps, api, parsed.jobId, parsed.json);
+      case 'cancel':
+        return await cancelCommand(deps, api, parsed.jobId);
+    }
+  } catch (e) {
+    if (deps.signal.aborted) {
+      err(jobId ? `interrupted; job ${jobId} goes on in the service (source-fetch status ${jobId})` : 'interrupted');
+      return EXIT.interrupted;
+    }
+    if (e instanceof ApiError) {
+      err(`the service answered ${e.status}${e.problem ? ` ${e.problem.code}: ${e.problem.detail}` : ''}`);
+      return e.status >= 500 ? EXIT.unavailable : EXIT.refused;
+    }
+    if (e instanceof TransportError) {
+      err(e.message);
+      return EXIT.unavailable;
+    }
+    throw e;
+  }
+}
+
+type Parsed =
+  | { command: 'help' | 'version' }
+  | { command: 'fetch'; url: string; output: string | undefined }
+  | { command: 'status'; jobId: string; json: boolean }
+  | { command: 'cancel'; jobId: string };
+
+function parse(argv: string[]): Parsed {
+  let values: { output?: string; json?: boolean; help?: boolean; version?: boolean };
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        output: { type: 'string', short: 'o' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean' },
+      },
+    }));
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (values.help) return { command: 'help' };
+  if (values.version) return { command: 'version' };
+  const [command, argument, ...rest] = positionals;
+  if (command === undefined || command === 'help') return { command: 'help' };
+  if (rest.length > 0) throw new UsageError(`unexpected argument: ${rest[0]}`);
+  const only = (option: string, allowed: boolean) => {
+    if (!allowed) throw new UsageError(`${option} does not apply to ${command}`);
+  };
+  switch (command) {
+    case 'fetch':
+      if (!argument) throw new UsageError('fetch needs a URL');
+      only('--json', values.json === undefined);
+      if (values.output === '') throw new UsageError('-o needs a file name');
+      return { command, url: argument, output: values.output };
+    case 'status':
+    case 'cancel':
+      if (!argument) throw new UsageError(`${command} needs a job id`);
+      only('-o', values.output === undefined);
+      if (command === 'cancel') only('--json', values.json === undefined);
+      return command === 'status' ? { command, jobId: argument, json: values.json ?? false } : { command, jobId: argument };
+    default:
+      throw new UsageError(`unknown command: ${command}`);
+  }
+}
+
+function connection(env: Record<string, string | undefined>): { baseUrl: string; apiKey: string } {
+  const baseUrl = env.SOURCE_FETCH_URL?.trim() || DEFAULT_BASE_URL;
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new UsageError('SOURCE_FETCH_URL must be an http(s) URL, such as http://127.0.0.1:8080');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError('SOURCE_FETCH_URL must be an http(s) URL');
+  const apiKey = env.SOURCE_FETCH_API_KEY?.trim();
+  if (!apiKey) throw new UsageError('SOURCE_FETCH_API_KEY is not set (the service keeps a generated key in data/api-key)');
+  return { baseUrl, apiKey };
+}
+
+async function fetchCommand(deps: CliDeps, api: ApiClient, url: string, output: string | undefined, onJobId: (id: string) => void): Promise<ExitCode> {
+  const out = deps.stdout;
+  const submitted = await api.submit(url);
+  onJobId(submitted.job_id);
+  const view = out.isTTY ? createTerminalView(out) : createPlainView(out, submitted.job_id);
+  if (out.isTTY) out.write(`job ${submitted.job_id}\n`);
+  view.job(submitted);
+  let job: Job;
+  try {
+    job = FINAL.has(submitted.status) ? submitted : await follow(api, submitted, view, deps.signal);
+  } finally {
+    view.finish();
+  }
+  if (job.status !== 'done' || !job.result) {
+    const reason = job.error ? `${job.error.code}: ${job.error.message}` : 'canceled';
+    out.write(`job ${job.job_id}: ${job.status}: ${reason}\n`);
+    return EXIT.jobFailed;
+  }
+  const contentId = job.result.content_id;
+  out.write(`job ${job.job_id}: done${job.born_done ? ' (already stored)' : ''}, content id ${contentId}\n`);
+  const artifact = job.result.artifacts.find((a) => a.name === 'audio.wav') ?? job.result.artifacts[0];
+  if (!artifact) {
+    deps.stderr.write(`source-fetch: job ${job.job_id} is done but lists no artifact\n`);
+    return EXIT.unavailable;
+  }
+  const target = output ?? `${contentId}.wav`;
+  const saved = await save(deps, api, artifact.path, artifact.bytes, path.resolve(deps.cwd, target), contentId, view);
+  view.finish();
+  if (saved.result === 'write_failed') {
+    deps.stderr.write(`source-fetch: cannot write ${target}: ${saved.reason}\n`);
+    return EXIT.writeFailed;
+  }
+  if (saved.result === 'mismatch') {
+    deps.stderr.write(`source-fetch: the WAV's SHA-256 ${saved.digest} is not its content id ${contentId}; nothing was written to ${target}\n`);
+    return EXIT.checksumMismatch;
+  }
+  const details = [formatBytes(saved.bytes), artifact.duration !== null ? `${artifact.duration.toFixed(1)} s` : null, artifact.channels ? `${artifact.channels} ch` : null];
+  out.write(`wrote ${target} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
+  return EXIT.ok;
+}
+
+/** Follows the job's events to its end: reconnecting from the last event id, polling when streams are refused. */
+async function follow(api: ApiClient, start: Job, view: ProgressView, signal: AbortSignal): Promise<Job> {
+  let latest = start;
+  let lastEventId: string | undefined;
+  let failures = 0;
+  const seen = (job: Job) => {
+    latest = job;
+    failures = 0;
+    view.job(job);
+  };
+  while (!FINAL.has(latest.status)) {
+    try {
+      const ended = await api.followEvents(start.job_id, lastEventId, (job) => seen(job), signal);
+      if (ended === 'ended') {
+        // The server says our last state was the final one; read it to be sure.
+        seen(await api.getJob(start.job_id));
+        continue;
+      }
+      lastEventId = ended.lastEventId;
+      if (FINAL.has(latest.status)) break;
+      // The stream ended before the job did (its node is shutting down): resume, on any node.
+      failures++;
+      if (failures > MAX_STREAM_FAILURES) throw new TransportError('the event stream keeps ending before the job does');
+      await sleep(ended.retryMs ?? POLL_MS, undefined, { signal });
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 429) {
+        // Too many streams open (or requests): the job's record, polled, tells the same story.
+        await sleep(Math.max(POLL_MS, (e.retryAfterS ?? 0) * 1000), undefined, { signal });
+        seen(await api.getJob(start.job_id));
+        continue;
+      }
+      if (!(e instanceof TransportError) || ++failures > MAX_STREAM_FAILURES) throw e;
+      await sleep(POLL_MS * failures, undefined, { signal });
+    }
+  }
+  return latest;
+}
+
+type Saved = { result: 'ok'; bytes: number } | { result: 'mismatch'; digest: string } | { result: 'write_failed'; reason: string };
+
+/**
+ * Streams the artifact into a temporary file beside the target while hashing it, and renames it
+ * into place only when its SHA-256 is the content id.
+ */
+async function save(deps: CliDeps, api: ApiClient, artifactPath: string, expectedBytes: number, target: string, contentId: string, view: ProgressView): Promise<Saved> {
+  const res = await api.download(artifactPath, deps.signal);
+  const total = Number(res.headers.get('content-length')) || expectedBytes;
+  const partial = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(4).toString('hex')}.part`);
+  let file: Awaited<ReturnType<typeof open>>;
+  try {
+    file = await open(partial, 'wx');
+  } catch (e) {
+    // Unread, the answer would hold its connection (and the process) open.
+    await res.body?.cancel();
+    return { result: 'write_failed', reason: (e as NodeJS.ErrnoException).code ?? (e as Error).message };
+  }
+  const hash = createHash('sha256');
+  let bytes = 0;
+  let shownAt = 0;
+  let kept = false;
+  try {
+    if (!res.body) throw new TransportError('the artifact answer has no body');
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      hash.update(chunk);
+      try {
+        await file.write(chunk);
+      } catch (e) {
+        return { result: 'write_failed', reason: (e as NodeJS.ErrnoException).code ?? (e as Error).message };
+      }
+      bytes += chunk.byteLength;
+      const now = Date.now();
+      if (now - shownAt >= 100 || bytes === total) {
+        shownAt = now;
+        view.saving(bytes, total);
+      }
+    }
+    await file.sync();
+    const digest = hash.digest('hex');
+    if (digest !== contentId) return { result: 'mismatch', digest };
+    await file.close();
+    await rename(partial, target);
+    kept = true;
+    return { result: 'ok', bytes };
+  } catch (e) {
+    if (e instanceof TransportError || deps.signal.aborted) throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code && /^E[A-Z]+$/.test(code)) return { result: 'write_failed', reason: code };
+    throw new TransportError(`the artifact download broke off: ${(e as Error).message}`);
+  } finally {
+    await file.close().catch(() => {});
+    if (!kept) await rm(partial, { force: true });
+  }
+}
+
+async function statusCommand(deps: CliDeps, api: ApiClient, jobId: string, json: boolean): Promise<ExitCode> {
+  const job = await api.getJob(jobId);
+  if (json) {
+    deps.stdout.write(`${JSON.stringify(job, null, 2)}\n`);
+    return EXIT.ok;
+  }
+  const phase = phaseOf(job);
+  const percent = job.progress?.percent;
+  const lines: Array<[string, string | null]> = [
+    ['job', job.job_id],
+    ['status', phase === 'downloading' && percent != null ? `${job.status} (downloading ${percent}%)` : job.status === 'running' ? `running (${phase})` : job.status],
+    ['url', job.url],
+    ['created', job.created_at],
+    ['started', job.started_at],
+    ['finished', job.finished_at],
+    ['content', job.result?.content_id ?? null],
+    ['error', job.error ? `${job.error.code}: ${job.error.message}` : null],
+  ];
+  for (const [label, value] of lines) if (value !== null) deps.stdout.write(`${label.padEnd(9)}${value}\n`);
+  return EXIT.ok;
+}
+
+async function cancelCommand(deps: CliDeps, api: ApiClient, jobId: string): Promise<ExitCode> {
+  const job = await api.cancel(jobId);
+  deps.stdout.write(`job ${job.job_id}: ${job.status}\n`);
+  return EXIT.ok;
+}

@@ -1,0 +1,140 @@
+import { inArray } from 'drizzle-orm';
+import type { JobRow, Queryable } from '../db/database.js';
+
+/**
+ * Watches jobs for changes on behalf of this node's event streams, whichever node runs them:
+ * everything is read from the database. One timer and one query per tick serve every watched
+ * job on the node (plus one query for the leaders that queued followers show), so an open stream
+ * costs a row in that query, not a query of its own. A job's new state is rendered once per
+ * change, however many streams watch it.
+ *
+ * Polling rather than LISTEN/NOTIFY: a job changes in many places (claim, progress every half
+ * second, end, cancel, a lease taken back, a follower handed on), on any node; a poll of the row
+ * sees every one of them, including those no notification was sent for, and costs the same on
+ * SQLite.
+ */
+export interface JobWatcher<T> {
+  /**
+   * Calls `onChange` with the job rendered after each tick that finds it changed since this
+   * subscription last heard of it (the first tick always does). Returns the unsubscribe function.
+   */
+  watch(jobId: string, onChange: (rendered: T, job: JobRow) => void): () => void;
+  /** Subscriptions open now. */
+  size(): number;
+  stop(): void;
+}
+
+export interface JobWatcherDeps<T> {
+  readJobs: (ids: string[]) => Promise<JobRow[]>;
+  render: (job: JobRow) => Promise<T>;
+  intervalMs: number;
+  onError: (err: unknown) => void;
+}
+
+interface Subscription<T> {
+  onChange: (rendered: T, job: JobRow) => void;
+  /** The state this subscriber last heard of. */
+  seen: string | undefined;
+}
+
+export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
+  const watched = new Map<string, Set<Subscription<T>>>();
+  let timer: NodeJS.Timeout | undefined;
+  let ticking = false;
+  let subscriptions = 0;
+
+  async function tick(): Promise<void> {
+    const ids = [...watched.keys()];
+    if (ids.length === 0) return;
+    const rows = await deps.readJobs(ids);
+    // A queued follower shows its leader's state, so the leader's changes are its changes.
+    const leaderIds = [...new Set(rows.filter((row) => row.status === 'queued' && row.followsJobId).map((row) => row.followsJobId!))];
+    const leaders = new Map((leaderIds.length > 0 ? await deps.readJobs(leaderIds) : []).map((row) => [row.id, row]));
+    for (const job of rows) {
+      const subs = watched.get(job.id);
+      if (!subs) continue;
+      const state = stateOf(job, job.status === 'queued' && job.followsJobId ? leaders.get(job.followsJobId) : undefined);
+      const behind = [...subs].filter((sub) => sub.seen !== state);
+      if (behind.length === 0) continue;
+      let rendered: T;
+      try {
+        rendered = await deps.render(job);
+      } catch (err) {
+        // Tried again next tick: these subscribers have not seen this state yet.
+        deps.onError(err);
+        continue;
+      }
+      for (const sub of behind) {
+        // Unsubscribed while rendering: nobody to tell.
+        if (!subs.has(sub)) continue;
+        sub.seen = state;
+        sub.onChange(rendered, job);
+      }
+    }
+  }
+
+  function schedule(): void {
+    if (timer || watched.size === 0) return;
+    timer = setInterval(() => {
+      if (ticking) return;
+      ticking = true;
+      tick()
+        .catch(deps.onError)
+        .finally(() => {
+          ticking = false;
+        });
+    }, deps.intervalMs);
+    timer.unref();
+  }
+
+  function unschedule(): void {
+    if (timer && watched.size === 0) {
+      clearInterval(timer);
+      timer = undefined;
+    }
+  }
+
+  return {
+    watch(jobId, onChange) {
+      const sub: Subscription<T> = { onChange, seen: undefined };
+      let subs = watched.get(jobId);
+      if (!subs) watched.set(jobId, (subs = new Set()));
+      subs.add(sub);
+      subscriptions++;
+      schedule();
+      let active = true;
+      return () => {
+        if (!active) return;
+        active = false;
+        subscriptions--;
+        subs.delete(sub);
+        if (subs.size === 0) watched.delete(jobId);
+        unschedule();
+      };
+    },
+    size: () => subscriptions,
+    stop() {
+      watched.clear();
+      subscriptions = 0;
+      unschedule();
+    },
+  };
+}
+
+/**
+ * What the job record is made of, without what changes while nothing happens: the lease is
+ * renewed every second, and its owner is not shown.
+ */
+function stateOf(job: JobRow, leader: JobRow | undefined): string {
+  const shown = (row: JobRow) => {
+    const { leaseExpiresAt: _lease, lockOwner: _owner, ...rest } = row;
+    return rest;
+  };
+  return JSON.stringify([shown(job), leader ? shown(leader) : null]);
+}
+
+/** The rows of the jobs `ids` that exist, in one query. */
+export async function readJobRows(q: Queryable, ids: string[]): Promise<JobRow[]> {
+  if (ids.length === 0) return [];
+  return q.db.select().from(q.t.jobs).where(inArray(q.t.jobs.id, ids));
+}

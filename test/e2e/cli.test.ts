@@ -1,0 +1,255 @@
+/**
+ * The `source-fetch` CLI from the built package (dist/cli/main.js, package.json `bin`), against the
+ * real service and a media server on loopback: in a pseudo-terminal (util-linux `script`), where it
+ * draws a progress bar (the download's percentage, then converting), and through a pipe, where it
+ * prints plain lines; the WAV it writes hashes to its content id; every documented exit code.
+ */
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXIT } from '../../src/cli/exit-codes.js';
+import { artifactRelativePath } from '../../src/store/layout.js';
+import { writeSlowFfmpeg } from '../support/fake-tools.js';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { freePort } from '../support/nginx.js';
+import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+
+const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
+const CLI = path.join(ROOT, 'dist/cli/main.js');
+
+let media: MediaServer;
+let svc: ServiceHandle;
+let work: string;
+
+beforeAll(async () => {
+  work = await mkdtemp(path.join(tmpdir(), 'sf-cli-'));
+  media = await startMediaServer();
+  // 6 s of 44.1 kHz stereo WAV (1 MB) at 256 KB/s: a download of about 4 s, with progress.
+  const tone = await makeTone(FIXTURE_DIR, { seconds: 6, channels: 2, sampleRate: 44100, format: 'wav' });
+  for (const name of ['tty', 'pipe', 'interrupted']) media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 256 * 1024 });
+  const short = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'wav' });
+  media.serveFile('/short.wav', short.path, { contentType: 'audio/wav' });
+  media.route('/hang.wav', () => {});
+  // ffmpeg starts 2 s late: the conversion lasts long enough for "converting" to be seen.
+  const ffmpeg = await writeSlowFfmpeg(path.join(work, 'tools'), 2);
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg } });
+});
+
+afterAll(async () => {
+  await svc?.stop();
+  await media?.close();
+  await rm(work, { recursive: true, force: true });
+});
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function cliEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: process.env.HOME ?? '/root',
+    SHELL: '/bin/sh',
+    SOURCE_FETCH_URL: svc.baseUrl,
+    SOURCE_FETCH_API_KEY: svc.apiKey,
+    ...extra,
+  };
+}
+
+/** Runs a command to its end; `onStdout` sees the output as it comes. */
+function run(command: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; onStdout?: (text: string, kill: (signal: NodeJS.Signals) => void) => void } = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { env: opts.env ?? cliEnv(), cwd: opts.cwd ?? work, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+      opts.onStdout?.(stdout, (signal) => child.kill(signal));
+    });
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** The CLI with stdout a pipe. */
+const cli = (args: string[], opts: Parameters<typeof run>[2] = {}) => run(CLI, args, opts);
+
+/** The CLI in a pseudo-terminal: `script -qfec` runs it on a pty and exits with its code. */
+function cliInTerminal(args: string[]): Promise<Run> {
+  const quoted = [CLI, ...args].map((arg) => `'${arg.replaceAll("'", `'\\''`)}'`).join(' ');
+  return run('script', ['-qfec', quoted, '/dev/null']);
+}
+
+const sha256 = async (file: string) => createHash('sha256').update(await readFile(file)).digest('hex');
+const contentIdIn = (output: string) => /content id ([0-9a-f]{64})/.exec(output)?.[1];
+const jobIdIn = (output: string) => /job ([0-9a-f-]{36})/.exec(output)?.[1];
+
+describe('source-fetch fetch', () => {
+  it('in a terminal: a progress bar with the download percentage, then converting; the WAV written hashes to its content id', async () => {
+    const result = await cliInTerminal(['fetch', media.url('/tty.wav'), '-o', 'tty.wav']);
+    expect(result.code, result.stdout).toBe(EXIT.ok);
+    const screen = result.stdout;
+    // Each redraw starts with a carriage return and an erase-line.
+    const frames = screen.split('\r\x1b[2K').map((frame) => frame.replace(/\r?\n$/, ''));
+    const percentages = frames.map((frame) => /^downloading \[[#-]+\]\s+(\d+\.\d)%/.exec(frame)?.[1]).filter((p): p is string => p !== undefined).map(Number);
+    expect(percentages.length).toBeGreaterThanOrEqual(2);
+    expect(percentages).toEqual([...percentages].sort((a, b) => a - b));
+    expect(percentages.some((p) => p > 0 && p < 100)).toBe(true);
+    const converting = frames.findIndex((frame) => frame.startsWith('converting  [##########'));
+    expect(converting).toBeGreaterThan(frames.findIndex((frame) => frame.startsWith('downloading [')));
+    expect(screen).toMatch(/wrote tty\.wav \([\d.]+ MiB, 6\.0 s, 2 ch\): SHA-256 matches the content id/);
+
+    const cid = contentIdIn(screen)!;
+    expect(await sha256(path.join(work, 'tty.wav'))).toBe(cid);
+    expect((await svc.getJob(jobIdIn(screen)!)).result!.content_id).toBe(cid);
+  });
+
+  it('through a pipe, as the package bin (npx): plain lines, no escape codes; the WAV hashes to its content id', async () => {
+    const output = path.join(work, 'piped.wav');
+    const result = await run('npx', ['--no', '--', 'source-fetch', 'fetch', media.url('/pipe.wav'), '-o', output], { cwd: ROOT });
+    expect(result.code, result.stderr).toBe(EXIT.ok);
+    expect(result.stdout).not.toMatch(/[\x1b\r]/);
+    const jobId = jobIdIn(result.stdout)!;
+    const lines = result.stdout.trimEnd().split('\n');
+    for (const line of lines.slice(0, -1)) {
+      expect(line).toMatch(new RegExp(`^job ${jobId}: (queued|starting|downloading \\d+%|converting|saving the WAV|done, content id [0-9a-f]{64})$`));
+    }
+    const percents = lines.map((line) => /downloading (\d+)%/.exec(line)?.[1]).filter((p): p is string => p !== undefined).map(Number);
+    expect(percents.length).toBeGreaterThanOrEqual(2);
+    expect(percents).toEqual([...percents].sort((a, b) => a - b));
+    expect(lines).toContain(`job ${jobId}: converting`);
+    expect(lines.at(-1)).toMatch(new RegExp(`^wrote ${output.replaceAll('.', '\\.')} \\(.*\\): SHA-256 matches the content id$`));
+    expect(await sha256(output)).toBe(contentIdIn(result.stdout));
+  });
+
+  it('writes <content id>.wav by default; a URL already stored is born done', async () => {
+    const first = await cli(['fetch', media.url('/short.wav')]);
+    expect(first.code, first.stderr).toBe(EXIT.ok);
+    const cid = contentIdIn(first.stdout)!;
+    expect(await sha256(path.join(work, `${cid}.wav`))).toBe(cid);
+    const again = await cli(['fetch', media.url('/short.wav'), '-o', 'again.wav']);
+    expect(again.code).toBe(EXIT.ok);
+    expect(again.stdout).toContain(`done (already stored), content id ${cid}`);
+    expect(await sha256(path.join(work, 'again.wav'))).toBe(cid);
+  });
+});
+
+describe('exit codes', () => {
+  it('1: the job failed (its error code printed)', async () => {
+    const result = await cli(['fetch', media.url('/missing.wav')]);
+    expect(result.code).toBe(EXIT.jobFailed);
+    expect(result.stdout).toMatch(/: failed: http_error: /);
+  });
+
+  it('2: usage: unknown command, missing argument, missing key, bad URL', async () => {
+    expect((await cli(['frobnicate'])).code).toBe(EXIT.usage);
+    expect((await cli(['fetch'])).code).toBe(EXIT.usage);
+    expect((await cli(['status', 'a', 'b'])).code).toBe(EXIT.usage);
+    const noKey = await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_API_KEY: '' }) });
+    expect(noKey.code).toBe(EXIT.usage);
+    expect(noKey.stderr).toContain('SOURCE_FETCH_API_KEY is not set');
+    expect((await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_URL: 'ftp://127.0.0.1/' }) })).code).toBe(EXIT.usage);
+    // The control: help is not an error.
+    const help = await cli(['--help']);
+    expect(help.code).toBe(EXIT.ok);
+    expect(help.stdout).toContain('Exit codes:');
+  });
+
+  it('3: the service refused: a refused destination, a wrong key, no such job, a finished job', async () => {
+    const refused = await cli(['fetch', 'http://10.1.2.3/a.wav']);
+    expect(refused.code).toBe(EXIT.refused);
+    expect(refused.stderr).toContain('422 address_private');
+    const wrongKey = await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_API_KEY: 'not-the-key-0123456789' }) });
+    expect(wrongKey.code).toBe(EXIT.refused);
+    expect(wrongKey.stderr).toContain('401 unauthorized');
+    const missing = await cli(['status', 'no-such-job']);
+    expect(missing.code).toBe(EXIT.refused);
+    expect(missing.stderr).toContain('404 job_not_found');
+    const done = await cli(['fetch', media.url('/short.wav'), '-o', 'short-again.wav']);
+    const finished = await cli(['cancel', jobIdIn(done.stdout)!]);
+    expect(finished.code).toBe(EXIT.refused);
+    expect(finished.stderr).toContain('409 job_already_finished');
+  });
+
+  it('4: the service cannot be reached', async () => {
+    // A port nothing listens on.
+    const result = await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_URL: `http://127.0.0.1:${await freePort()}` }) });
+    expect(result.code).toBe(EXIT.unavailable);
+    expect(result.stderr).toContain('ECONNREFUSED');
+  });
+
+  it('5: a WAV whose SHA-256 is not its content id is not kept', async () => {
+    const first = await cli(['fetch', media.url('/short.wav'), '-o', 'intact.wav']);
+    const cid = contentIdIn(first.stdout)!;
+    // The stored file is damaged behind the service's back, keeping its size.
+    const stored = path.join(svc.dataDir, 'artifacts', artifactRelativePath(cid, 'audio.wav'));
+    const bytes = await readFile(stored);
+    const flipLastByte = () => bytes.writeUInt8(bytes.readUInt8(bytes.length - 1) ^ 0xff, bytes.length - 1);
+    flipLastByte();
+    await writeFile(stored, bytes);
+    try {
+      const dir = await mkdtemp(path.join(work, 'mismatch-'));
+      const result = await cli(['fetch', media.url('/short.wav'), '-o', 'damaged.wav'], { cwd: dir });
+      expect(result.code).toBe(EXIT.checksumMismatch);
+      expect(result.stderr).toContain(`is not its content id ${cid}`);
+      expect(await readdir(dir)).toEqual([]);
+    } finally {
+      flipLastByte();
+      await writeFile(stored, bytes);
+    }
+  });
+
+  it('6: the output cannot be written', async () => {
+    const result = await cli(['fetch', media.url('/short.wav'), '-o', path.join(work, 'no-such-dir', 'x.wav')]);
+    expect(result.code).toBe(EXIT.writeFailed);
+    expect(result.stderr).toContain('ENOENT');
+  });
+
+  it('130: interrupted while following; the job goes on in the service', async () => {
+    let sent = false;
+    const result = await cli(['fetch', media.url('/interrupted.wav')], {
+      onStdout: (text, kill) => {
+        if (!sent && /downloading \d+%/.test(text)) {
+          sent = true;
+          kill('SIGINT');
+        }
+      },
+    });
+    expect(result.code).toBe(EXIT.interrupted);
+    const jobId = jobIdIn(result.stdout)!;
+    expect(result.stderr).toContain(`interrupted; job ${jobId} goes on in the service`);
+    expect(['running', 'done']).toContain((await svc.getJob(jobId)).status);
+    expect(existsSync(path.join(work, 'interrupted.wav'))).toBe(false);
+  });
+});
+
+describe('source-fetch status and cancel', () => {
+  it('status shows a job; --json gives its record', async () => {
+    const done = await cli(['fetch', media.url('/short.wav'), '-o', 'status.wav']);
+    const jobId = jobIdIn(done.stdout)!;
+    const status = await cli(['status', jobId]);
+    expect(status.code).toBe(EXIT.ok);
+    expect(status.stdout).toMatch(new RegExp(`^job {6}${jobId}\\nstatus {3}done\\n`));
+    expect(status.stdout).toContain(`content  ${contentIdIn(done.stdout)}`);
+    const json = await cli(['status', jobId, '--json']);
+    expect(json.code).toBe(EXIT.ok);
+    expect(JSON.parse(json.stdout)).toMatchObject({ job_id: jobId, status: 'done', result: { content_id: contentIdIn(done.stdout) } });
+  });
+
+  it('cancel stops a running job', async () => {
+    const job = await svc.submit(media.url('/hang.wav'));
+    await svc.waitForJob(job.job_id, ['running']);
+    const result = await cli(['cancel', job.job_id]);
+    expect(result.code).toBe(EXIT.ok);
+    expect(result.stdout).toBe(`job ${job.job_id}: canceled\n`);
+    expect((await svc.getJob(job.job_id)).status).toBe('canceled');
+  });
+});

@@ -1,0 +1,419 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Database, JobRow } from '../../src/db/database.js';
+import { ServiceError } from '../../src/errors.js';
+import { createJobEventStreams, eventIdOf, type StreamEnd } from '../../src/http/job-events.js';
+import { toJobRecord } from '../../src/http/job-record.js';
+import type { JobRecord } from '../../src/http/schemas.js';
+import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
+import { claimNextJob, enqueueJob, getJobRow, markCanceled, recordProgress, renewLeases } from '../../src/jobs/queue.js';
+import { readFileSync } from 'node:fs';
+import { loadConfig } from '../../src/config.js';
+import { readEventStream as readEvents } from '../support/event-stream.js';
+import { TEMPLATE_PATH } from '../support/nginx.js';
+import { BACKENDS, openTestDatabase } from '../support/test-database.js';
+
+/**
+ * The job watcher on a real database of each kind (one query a tick for every watched job, one
+ * render per change), and the event streams' own logic (ids, resume, limits, slow clients,
+ * shutdown) over a watcher the test drives.
+ */
+
+const render = (job: JobRow, leader?: JobRow): JobRecord => toJobRecord(job, { leader, artifacts: [], sign: () => ({ query: 'sig', expiresAt: 0 }) });
+
+/** Resolves once `predicate` holds, checked at each call of `poke`; fails after 10 s. */
+function until(predicate: () => boolean, what: string): { poke: () => void; done: Promise<void> } {
+  let resolve!: () => void;
+  let reject!: (err: Error) => void;
+  const done = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 10_000);
+  const poke = () => {
+    if (predicate()) {
+      clearTimeout(timer);
+      resolve();
+    }
+  };
+  return { poke, done };
+}
+
+describe.each(BACKENDS)('job watcher on %s', (kind) => {
+  let database: Database;
+  let watcher: JobWatcher<JobRecord> | undefined;
+  let reads: string[][];
+  let renders: string[];
+  let ticks: (() => void)[];
+
+  beforeEach(async () => {
+    database = await openTestDatabase(kind);
+    reads = [];
+    renders = [];
+    ticks = [];
+  });
+  afterEach(async () => {
+    watcher?.stop();
+    await database.close();
+  });
+
+  function startWatcher(): JobWatcher<JobRecord> {
+    watcher = createJobWatcher<JobRecord>({
+      readJobs: async (ids) => {
+        reads.push([...ids].sort());
+        const rows = await readJobRows(database, ids);
+        queueMicrotask(() => ticks.forEach((fn) => fn()));
+        return rows;
+      },
+      render: async (job) => {
+        renders.push(job.id);
+        const leader = job.status === 'queued' && job.followsJobId ? await getJobRow(database, job.followsJobId) : undefined;
+        return render(job, leader);
+      },
+      intervalMs: 20,
+      onError: (err) => {
+        throw err;
+      },
+    });
+    return watcher;
+  }
+
+  const queued = async (id: string, url = `https://m.example/${id}`) => (await enqueueJob(database, { id, url, urlKey: url, createdAt: Date.now() }))!;
+  const lease = { owner: 'node-1', now: Date.now(), leaseMs: 60_000 };
+
+  it('reads every watched job in one query a tick, and renders a change once however many watch it', async () => {
+    await queued('a');
+    await queued('b');
+    const w = startWatcher();
+    const seen: Record<string, string[]> = { a1: [], a2: [], a3: [], b: [] };
+    const allHeard = until(() => Object.values(seen).every((list) => list.length >= 1), 'the first state');
+    for (const [name, job] of [['a1', 'a'], ['a2', 'a'], ['a3', 'a'], ['b', 'b']] as const) {
+      w.watch(job, (record) => {
+        seen[name]!.push(record.status);
+        allHeard.poke();
+      });
+    }
+    await allHeard.done;
+    expect(seen).toEqual({ a1: ['queued'], a2: ['queued'], a3: ['queued'], b: ['queued'] });
+    expect(renders.sort()).toEqual(['a', 'b']);
+    // One query for both jobs, every tick.
+    expect(reads.every((ids) => ids.join() === 'a,b')).toBe(true);
+
+    renders = [];
+    await claimNextJob(database, lease); // a: running
+    const running = until(() => seen.a1!.length === 2 && seen.a2!.length === 2 && seen.a3!.length === 2, 'running');
+    ticks.push(running.poke);
+    await running.done;
+    expect(seen.a1).toEqual(['queued', 'running']);
+    expect(renders).toEqual(['a']);
+    expect(seen.b).toEqual(['queued']);
+    expect(w.size()).toBe(4);
+  });
+
+  it('a lease renewed is no change; progress recorded is (the control)', async () => {
+    await queued('a');
+    await claimNextJob(database, lease);
+    const w = startWatcher();
+    const heard: JobRecord[] = [];
+    const first = until(() => heard.length === 1, 'the first state');
+    w.watch('a', (record) => {
+      heard.push(record);
+      first.poke();
+    });
+    await first.done;
+
+    // Five ticks after each of three lease renewals: nothing to tell.
+    for (let i = 0; i < 3; i++) {
+      await renewLeases(database, ['a'], { ...lease, now: Date.now() + i * 1000 });
+      const readsBefore = reads.length;
+      const fiveTicks = until(() => reads.length >= readsBefore + 5, 'five ticks');
+      ticks.push(fiveTicks.poke);
+      await fiveTicks.done;
+    }
+    expect(heard).toHaveLength(1);
+
+    await recordProgress(database, 'a', 'node-1', 1000, 4000);
+    const progressed = until(() => heard.length === 2, 'the progress');
+    ticks.push(progressed.poke);
+    await progressed.done;
+    expect(heard[1]!.progress).toEqual({ bytes_done: 1000, bytes_total: 4000, percent: 25 });
+  });
+
+  it("a queued follower's subscribers hear its leader's progress", async () => {
+    const url = 'https://m.example/same';
+    await queued('leader', url);
+    const follower = await queued('follower', url);
+    expect(follower.followsJobId).toBe('leader');
+    await claimNextJob(database, lease);
+    const w = startWatcher();
+    const heard: JobRecord[] = [];
+    const progressed = until(() => heard.some((record) => record.progress?.bytes_done === 500), "the leader's progress");
+    w.watch('follower', (record) => {
+      heard.push(record);
+      progressed.poke();
+    });
+    await recordProgress(database, 'leader', 'node-1', 500, null);
+    ticks.push(progressed.poke);
+    await progressed.done;
+    expect(heard.at(-1)).toMatchObject({ job_id: 'follower', status: 'running', progress: { bytes_done: 500, bytes_total: null, percent: null } });
+  });
+
+  it('stops polling when the last subscriber leaves, while a watcher with one goes on (the control)', async () => {
+    await queued('a');
+    const w = startWatcher();
+    const ticked = until(() => reads.length >= 1, 'a tick');
+    ticks.push(ticked.poke);
+    const unwatch = w.watch('a', () => {});
+    await ticked.done;
+    unwatch();
+    expect(w.size()).toBe(0);
+    const readsAfter = reads.length;
+
+    let otherReads = 0;
+    const fiveTicks = until(() => otherReads >= 5, "the other watcher's ticks");
+    const other = createJobWatcher({
+      readJobs: async (ids) => {
+        otherReads++;
+        queueMicrotask(fiveTicks.poke);
+        return readJobRows(database, ids);
+      },
+      render: async () => 0,
+      intervalMs: 20,
+      onError: () => {},
+    });
+    other.watch('a', () => {});
+    await fiveTicks.done;
+    other.stop();
+    // At most the one tick that was under way when the subscriber left.
+    expect(reads.length - readsAfter).toBeLessThanOrEqual(1);
+  });
+
+  it('marks a canceled job final for its subscribers', async () => {
+    await queued('a');
+    const w = startWatcher();
+    const heard: JobRecord[] = [];
+    const canceled = until(() => heard.at(-1)?.status === 'canceled', 'canceled');
+    w.watch('a', (record) => {
+      heard.push(record);
+      canceled.poke();
+    });
+    await markCanceled(database, 'a', Date.now());
+    ticks.push(canceled.poke);
+    await canceled.done;
+    expect(heard.map((record) => record.status)).toEqual(heard.length === 1 ? ['canceled'] : ['queued', 'canceled']);
+  });
+});
+
+/** A watcher the test drives: `push` delivers a row (rendered) to the job's subscribers. */
+function manualWatcher() {
+  const subs = new Map<string, Set<(record: JobRecord, job: JobRow) => void>>();
+  const watcher: JobWatcher<JobRecord> = {
+    watch(jobId, onChange) {
+      if (!subs.has(jobId)) subs.set(jobId, new Set());
+      subs.get(jobId)!.add(onChange);
+      return () => subs.get(jobId)?.delete(onChange);
+    },
+    size: () => [...subs.values()].reduce((n, set) => n + set.size, 0),
+    stop: () => subs.clear(),
+  };
+  return { watcher, push: (job: JobRow) => subs.get(job.id)?.forEach((fn) => fn(render(job), job)) };
+}
+
+const row = (overrides: Partial<JobRow> = {}): JobRow =>
+  ({
+    id: 'job-1',
+    url: 'https://m.example/a',
+    urlKey: 'https://m.example/a',
+    status: 'queued',
+    bornDone: false,
+    createdAt: 1_700_000_000_000,
+    startedAt: null,
+    finishedAt: null,
+    attempts: 0,
+    progressBytes: null,
+    progressTotalBytes: null,
+    followsJobId: null,
+    lockOwner: null,
+    leaseExpiresAt: null,
+    contentId: null,
+    errorCode: null,
+    errorMessage: null,
+    extractor: null,
+    mediaId: null,
+    mediaKey: null,
+    requestId: null,
+    ...overrides,
+  }) as JobRow;
+
+describe('job event streams', () => {
+  const ends: StreamEnd[] = [];
+  const make = (limits: { maxPerKey?: number; maxPerNode?: number; keepAliveMs?: number } = {}) => {
+    const { watcher, push } = manualWatcher();
+    const streams = createJobEventStreams({
+      watcher,
+      render: async (job) => render(job),
+      keepAliveMs: limits.keepAliveMs ?? 60_000,
+      maxPerKey: limits.maxPerKey ?? 10,
+      maxPerNode: limits.maxPerNode ?? 100,
+    });
+    const open = (job: JobRow, opts: { lastEventId?: string; key?: string } = {}) =>
+      streams.open({ job, lastEventId: opts.lastEventId, keyIdentity: opts.key ?? 'key-a', onEnd: (reason) => ends.push(reason) });
+    return { streams, push, open, watcher };
+  };
+  beforeEach(() => {
+    ends.length = 0;
+  });
+
+  it('sends the current state, each change, and the final state, then ends', async () => {
+    const { open, push, streams } = make();
+    const res = await open(row());
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    expect(res.headers.get('x-accel-buffering')).toBe('no');
+    const stream = readEvents(res);
+    await stream.waitFor(() => stream.events.length === 1, 'the first event');
+    push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000 }));
+    push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000 })); // the same state: no event
+    push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000, progressBytes: 50, progressTotalBytes: 100 }));
+    push(row({ status: 'failed', attempts: 1, startedAt: 1_700_000_001_000, finishedAt: 1_700_000_002_000, errorCode: 'http_error', errorMessage: 'HTTP 404' }));
+    await stream.ended;
+    const records = stream.records as unknown as JobRecord[];
+    expect(stream.events.every((event) => event.event === 'job')).toBe(true);
+    expect(records.map((record) => [record.status, record.progress?.percent ?? null])).toEqual([
+      ['queued', null],
+      ['running', null],
+      ['running', 50],
+      ['failed', null],
+    ]);
+    expect(new Set(stream.events.map((event) => event.id)).size).toBe(4);
+    expect(stream.events.map((event) => event.id)).toEqual(records.map(eventIdOf));
+    expect(stream.retryMs()).toBe(1000);
+    expect(ends).toEqual(['job_ended']);
+    expect(streams.openCount()).toBe(0);
+  });
+
+  it('resumes: the state the client has is not sent again; a final state it has gets 204', async () => {
+    const { open, push } = make();
+    const queuedRecord = render(row());
+    const resumed = readEvents(await open(row(), { lastEventId: eventIdOf(queuedRecord) }));
+    push(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }));
+    await resumed.ended;
+    expect(resumed.events.map((event) => (JSON.parse(event.data) as JobRecord).status)).toEqual(['canceled']);
+
+    // A client that missed the end: it gets the final state, and the stream ends.
+    const late = readEvents(await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), { lastEventId: eventIdOf(queuedRecord) }));
+    await late.ended;
+    expect(late.events.map((event) => event.id)).toEqual([resumed.events[0]!.id]);
+
+    const again = await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), { lastEventId: resumed.events[0]!.id });
+    expect(again.status).toBe(204);
+    expect(again.body).toBeNull();
+  });
+
+  it('event ids ignore the signed URLs, which change with every read', () => {
+    const done = row({ status: 'done', contentId: 'c'.repeat(64), finishedAt: 1_700_000_004_000 });
+    const artifact = { contentId: 'c'.repeat(64), name: 'audio.wav', bytes: 10, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 };
+    const signedAt = (at: number) =>
+      toJobRecord(done, { artifacts: [artifact as never], sign: () => ({ query: `expires=${at}&sig=${at}`, expiresAt: at * 1000 }) });
+    expect(signedAt(1).result?.artifacts[0]?.signed_url).not.toBe(signedAt(2).result?.artifacts[0]?.signed_url);
+    expect(eventIdOf(signedAt(1))).toBe(eventIdOf(signedAt(2)));
+    expect(eventIdOf(signedAt(1))).not.toBe(eventIdOf(render(row({ status: 'done', contentId: 'd'.repeat(64), finishedAt: 1_700_000_004_000 }))));
+  });
+
+  it("event ids ignore the callback's delivery, recorded on after the job ended: the final state known still gets 204", async () => {
+    const failed = row({ status: 'failed', finishedAt: 1_700_000_004_000, errorCode: 'http_error', errorMessage: 'HTTP 404' });
+    const delivery = (attempts: number): JobRecord['callback'] => ({
+      url: 'https://hooks.example/done',
+      delivery_id: 'delivery-1',
+      status: attempts < 2 ? 'pending' : 'delivered',
+      attempt_count: attempts,
+      next_attempt_at: null,
+      attempts: Array.from({ length: attempts }, (_, i) => ({ at: new Date(1_700_000_005_000 + i).toISOString(), status: i === 1 ? 200 : 503, error: null })),
+    });
+    const streamed = { ...render(failed), callback: delivery(0) };
+    const later = { ...render(failed), callback: delivery(2) };
+    expect(eventIdOf(later)).toBe(eventIdOf(streamed));
+    // The control: a change of the job itself is a new id.
+    expect(eventIdOf({ ...later, error: { code: 'http_error', message: 'HTTP 410' } })).not.toBe(eventIdOf(streamed));
+
+    const streams = createJobEventStreams({
+      watcher: manualWatcher().watcher,
+      render: async () => later,
+      keepAliveMs: 60_000,
+      maxPerKey: 10,
+      maxPerNode: 10,
+    });
+    const again = await streams.open({ job: failed, lastEventId: eventIdOf(streamed), keyIdentity: 'key-a' });
+    expect(again.status).toBe(204);
+  });
+
+  it('ends on the final state its view renders, though the row read before showed the job queued', async () => {
+    // A follower read queued just before its leader ended: its view reads it again, done.
+    const staleRow = row();
+    const doneRecord = render(row({ status: 'done', contentId: 'e'.repeat(64), finishedAt: 1_700_000_006_000 }));
+    const streams = createJobEventStreams({ watcher: manualWatcher().watcher, render: async () => doneRecord, keepAliveMs: 60_000, maxPerKey: 10, maxPerNode: 10 });
+    const stream = readEvents(await streams.open({ job: staleRow, lastEventId: undefined, keyIdentity: 'key-a', onEnd: (reason) => ends.push(reason) }));
+    await stream.ended;
+    expect(stream.records.map((record) => record.status)).toEqual(['done']);
+    expect(ends).toEqual(['job_ended']);
+    // And one that already has that state gets 204, as for a row read done.
+    expect((await streams.open({ job: staleRow, lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status).toBe(204);
+  });
+
+  it('limits streams per key and per node with 429 too_many_event_streams; a closed stream frees its place', async () => {
+    const { open } = make({ maxPerKey: 2, maxPerNode: 3 });
+    const a1 = readEvents(await open(row(), { key: 'a' }));
+    readEvents(await open(row(), { key: 'a' }));
+    const refusal = await open(row(), { key: 'a' }).catch((err: unknown) => err);
+    expect(refusal).toBeInstanceOf(ServiceError);
+    expect(refusal).toMatchObject({ kind: 'rate_limited', code: 'too_many_event_streams', extra: { retryAfterSeconds: 5, fields: { limit: 'per_key' } } });
+    readEvents(await open(row(), { key: 'b' }));
+    await expect(open(row(), { key: 'b' })).rejects.toMatchObject({ code: 'too_many_event_streams', extra: { fields: { limit: 'per_node' } } });
+    await a1.close();
+    await a1.ended;
+    expect(ends).toContain('client_closed');
+    expect((await open(row(), { key: 'b' })).status).toBe(200);
+  });
+
+  it('keeps an idle stream alive with comments', async () => {
+    const { open, streams } = make({ keepAliveMs: 20 });
+    const stream = readEvents(await open(row()));
+    await stream.waitFor(() => stream.comments >= 3, 'three keep-alives');
+    expect(stream.events).toHaveLength(1);
+    streams.closeAll();
+    await stream.ended;
+  });
+
+  it('ends the stream of a client that stops reading once 64 KiB wait for it', async () => {
+    const { open, push } = make();
+    const res = await open(row());
+    // Nobody reads the body. Each state carries a 2 KiB URL.
+    const url = `https://m.example/${'x'.repeat(2048)}`;
+    for (let i = 1; i <= 40 && ends.length === 0; i++) push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
+    expect(ends).toEqual(['client_too_slow']);
+    // What was queued before the end can still be read, then the stream is closed.
+    const stream = readEvents(res);
+    await stream.ended;
+    expect(stream.events.length).toBeGreaterThan(25);
+  });
+
+  it('a shutdown ends every stream', async () => {
+    const { open, streams, watcher } = make();
+    const one = readEvents(await open(row({ id: 'j1' })));
+    const two = readEvents(await open(row({ id: 'j2' })));
+    expect(watcher.size()).toBe(2);
+    streams.closeAll();
+    await Promise.all([one.ended, two.ended]);
+    expect(ends).toEqual(['shutdown', 'shutdown']);
+    expect(watcher.size()).toBe(0);
+  });
+
+  it("keep-alives come more often than nginx's proxy_read_timeout could close an idle stream, whatever the configuration", () => {
+    const app = /location \/ \{[^}]*\}/.exec(readFileSync(TEMPLATE_PATH, 'utf8'))?.[0] ?? '';
+    const timeoutS = Number(/proxy_read_timeout (\d+)s;/.exec(app)?.[1]);
+    expect(timeoutS).toBeGreaterThan(0);
+    expect(loadConfig({}).events.keepAliveMs).toBeLessThan(timeoutS * 1000);
+    // The largest value the configuration takes is still below it; the timeout itself is refused.
+    expect(() => loadConfig({ EVENTS_KEEPALIVE_S: String(timeoutS) })).toThrow(/EVENTS_KEEPALIVE_S/);
+    expect(loadConfig({ EVENTS_KEEPALIVE_S: '50' }).events.keepAliveMs).toBeLessThan(timeoutS * 1000);
+  });
+});
