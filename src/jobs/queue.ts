@@ -56,6 +56,41 @@ export async function insertJob(q: Queryable, job: NewJobRow): Promise<JobRow> {
   return row!;
 }
 
+export interface BornDoneJob {
+  id: string;
+  url: string;
+  urlKey: string;
+  contentId: string;
+  /** Created, started and finished at once. */
+  at: number;
+  requestId: string | null;
+}
+
+/** Inserts a job that is done as it is made: its URL's content is already stored. */
+export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise<JobRow> {
+  const query = prepared(q, 'insert_born_done_job', ({ db, t: { jobs } }) => {
+    const at = sql.placeholder('at');
+    return db
+      .insert(jobs)
+      .values({
+        id: sql.placeholder('id'),
+        url: sql.placeholder('url'),
+        urlKey: sql.placeholder('urlKey'),
+        status: 'done',
+        bornDone: true,
+        contentId: sql.placeholder('contentId'),
+        createdAt: at,
+        startedAt: at,
+        finishedAt: at,
+        requestId: sql.placeholder('requestId'),
+      })
+      .returning()
+      .prepare('insert_born_done_job');
+  });
+  const [row] = await query.execute({ ...job });
+  return row!;
+}
+
 /** The job that currently leads work on a URL, if any. */
 export async function activeLeaderFor(q: Queryable, urlKey: string): Promise<JobRow | undefined> {
   const [row] = await q.db
