@@ -20,8 +20,8 @@ FROM node:22-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg yt-dlp python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /data /artifacts \
- && chown node:node /data /artifacts
+ && mkdir -p /data /artifacts /nginx-usage \
+ && chown node:node /data /artifacts /nginx-usage
 # The yt-dlp the service runs: a release from PyPI, pinned by version and by the SHA-256 of its
 # wheel (pip refuses any other file), into a venv that also sees Debian's libraries. It has no
 # required dependencies (--no-deps keeps pip from fetching any). To update, set both arguments
@@ -40,8 +40,9 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY drizzle ./drizzle
-# Runs inside each tool's network namespace (src/sandbox); Python 3 comes with yt-dlp.
-COPY src/sandbox/confine.py ./src/sandbox/confine.py
+# Run inside the tools' network namespaces (src/sandbox): confine.py for each tool started on its
+# own, resident.py for the resident sandbox that imports yt-dlp once. Python 3 comes with yt-dlp.
+COPY src/sandbox/confine.py src/sandbox/resident.py ./src/sandbox/
 USER node
 ENV NODE_ENV=production HOST=0.0.0.0 DATA_DIR=/data ARTIFACT_ROOT=/artifacts YTDLP_PATH=/opt/yt-dlp/bin/yt-dlp
 EXPOSE 8080

@@ -40,11 +40,13 @@ const envSchema = z.object({
     message: 'each key must be at least 16 characters with no whitespace',
   }),
   YTDLP_PATH: z.string().min(1).default('yt-dlp'),
+  YTDLP_COOKIES_FILE: optionalString,
   FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
   FFPROBE_PATH: z.string().min(1).default('ffprobe'),
   TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
   UNSHARE_PATH: z.string().min(1).default('unshare'),
   SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
+  RESIDENT_SANDBOX: z.enum(['on', 'off']).default('on'),
   WORKER_CONCURRENCY: z.coerce.number().int().min(0).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
@@ -66,6 +68,8 @@ const envSchema = z.object({
   ACCEL_REDIRECT_PREFIX: optionalString.refine((value) => value === undefined || /^\/[^\s?#]*\/$/.test(value), {
     message: 'must be a path that starts and ends with "/", for example /_artifacts/',
   }),
+  /** nginx's log of the artifacts it served on signed URLs (nginx/templates), read for eviction. */
+  NGINX_USAGE_LOG: optionalString,
   URL_SIGNING_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
     message: 'must be at least 32 characters',
   }),
@@ -117,8 +121,13 @@ export interface Config {
   /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
   apiKeys: string[];
   tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
-  /** How the tools are kept from the network but through the egress guard (src/sandbox). */
-  confinement: { mode: 'netns' | 'off'; unshare: string; python: string };
+  /** A Netscape cookies file for yt-dlp (each job gets a copy); never logged. */
+  ytdlpCookiesFile: string | undefined;
+  /**
+   * How the tools are kept from the network but through the egress guard (src/sandbox); resident:
+   * whether they run in the resident sandbox, yt-dlp imported once (src/sandbox/resident.ts).
+   */
+  confinement: { mode: 'netns' | 'off'; unshare: string; python: string; resident: boolean };
   workerConcurrency: number;
   fetchTimeoutMs: number;
   maxDownloadBytes: number;
@@ -136,6 +145,7 @@ export interface Config {
   allowHosts: AllowList;
   searchPath: string;
   accelRedirectPrefix: string | null;
+  nginxUsageLog: string | null;
   urlSigningSecret: string | undefined;
   signedUrlTtlS: number;
   /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
@@ -174,7 +184,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
-    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON },
+    ytdlpCookiesFile: e.YTDLP_COOKIES_FILE === undefined ? undefined : path.resolve(e.YTDLP_COOKIES_FILE),
+    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, resident: e.RESIDENT_SANDBOX === 'on' },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
@@ -189,6 +200,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     allowHosts: e.FETCH_ALLOW_HOSTS.list,
     searchPath: e.PATH,
     accelRedirectPrefix: e.ACCEL_REDIRECT_PREFIX ?? null,
+    nginxUsageLog: e.NGINX_USAGE_LOG === undefined ? null : path.resolve(e.NGINX_USAGE_LOG),
     urlSigningSecret: e.URL_SIGNING_SECRET,
     signedUrlTtlS: e.SIGNED_URL_TTL_S,
     egressUpstreamProxy: e.EGRESS_UPSTREAM_PROXY,

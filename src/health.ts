@@ -4,9 +4,10 @@ import type { HealthReport } from './http/schemas.js';
 import type { ConfinementStatus } from './sandbox/sandbox.js';
 
 /**
- * The health check: can this service fetch right now? It needs the downloader, ffmpeg and
- * ffprobe (every job probes its download), tools confined to the egress guard (unless the
- * operator turned that off), a working database and a writable artifact root.
+ * The health check: can this service fetch right now? It needs the downloader and ffmpeg,
+ * tools confined to the egress guard (unless the operator turned that off), a working database
+ * and a writable artifact root. ffprobe is still reported, but no job runs it any more (the
+ * conversion itself tells what is not audio), so it is not needed to fetch.
  * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
  * every second.
  *
@@ -97,7 +98,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       (s) => s.bavail * s.bsize,
       () => null,
     );
-    const canFetch = ytdlp.present && ffmpeg.present && ffprobe.present && confinement.ok && databaseOk && writable;
+    const canFetch = ytdlp.present && ffmpeg.present && confinement.ok && databaseOk && writable;
     return {
       // Fetching works, but with the tools unconfined: a state to be seen, not a failure.
       status: !canFetch ? 'unavailable' : confinement.mode === 'off' ? 'degraded' : 'ok',

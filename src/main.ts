@@ -6,8 +6,9 @@ import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
-import { createArtifactHandler } from './delivery/handler.js';
+import { createArtifactDelivery } from './delivery/handler.js';
 import { createUrlSigner } from './delivery/signed-url.js';
+import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
 import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
@@ -15,6 +16,7 @@ import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
+import { acceptedRequestId } from './http/middleware/request-id.js';
 import { problemResponse } from './http/problem.js';
 import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
 import type { JobRecord } from './http/schemas.js';
@@ -32,6 +34,7 @@ import { createShutdown } from './ops/shutdown.js';
 import { recoverAtStartup } from './ops/startup.js';
 import { checkDestination, createSystemResolver } from './policy/destination.js';
 import { destinationOf } from './policy/source-url.js';
+import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
 import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
@@ -42,6 +45,7 @@ import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
+import { netscapeCookiesProblem } from './tools/ytdlp.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
 import { createCallbackSender } from './webhooks/send.js';
 
@@ -65,6 +69,14 @@ async function main(): Promise<void> {
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
   }
+  if (config.ytdlpCookiesFile !== undefined) {
+    // Checked once here so that a wrong file stops start-up; every job checks its own copy again.
+    const problem = await fs.readFile(config.ytdlpCookiesFile, 'utf8').then(netscapeCookiesProblem, (err: NodeJS.ErrnoException) => `it cannot be read (${err.code})`);
+    if (problem !== null) {
+      process.stderr.write(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${problem}\n`);
+      process.exit(2);
+    }
+  }
   const log = createLogger(config.logLevel);
   const now = () => Date.now();
   const nodeId = config.nodeId ?? makeNodeId(os.hostname(), process.pid);
@@ -72,7 +84,7 @@ async function main(): Promise<void> {
   await fs.mkdir(config.dataDir, { recursive: true });
   await fs.mkdir(config.artifactRoot, { recursive: true });
   const database = await openDatabase(config.database, nodeId);
-  const store = createContentStore(config.artifactRoot, createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }));
+  const store = createContentStore(config.artifactRoot, createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }), nodeId);
   await recoverAtStartup({
     database,
     store,
@@ -112,7 +124,8 @@ async function main(): Promise<void> {
   }
 
   const resolve = createSystemResolver();
-  // Confined tools reach the guard through its Unix socket alone; a private folder keeps it ours.
+  // Confined tools reach the guard through its Unix socket alone, and the resident yt-dlp listens
+  // on one: a private folder keeps them ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
   if (config.egressUpstreamProxy) {
     // Neither its address nor its credentials: the operator knows them, a log reader need not.
@@ -125,14 +138,26 @@ async function main(): Promise<void> {
     logger: log,
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
   });
-  const sandbox = createSandbox({
-    mode: config.confinement.mode,
-    unshare: config.confinement.unshare,
+  const hostNetns = readHostNetns();
+  let wakeWorkers = () => {};
+  const sandbox = createResidentSandbox({
+    spawned: createSandbox({
+      mode: config.confinement.mode,
+      unshare: config.confinement.unshare,
+      python: config.confinement.python,
+      guardSocket: guard.socketPath,
+      guardAuthority: guard.authority,
+      hostNetns,
+      run: runProcess,
+    }),
+    ytdlpPath: await locateTool(config.tools.ytdlp, config.searchPath),
     python: config.confinement.python,
+    socketPath: path.join(runtimeDir ?? config.dataDir, 'resident.sock'),
+    hostNetns,
     guardSocket: guard.socketPath,
-    guardAuthority: guard.authority,
-    hostNetns: readHostNetns(),
-    run: runProcess,
+    enabled: config.confinement.resident,
+    log,
+    onSettled: () => wakeWorkers(),
   });
   // Fail closed: without confinement nothing is fetched (submissions 503, workers idle), unless
   // the operator chose TOOL_CONFINEMENT=off. Checked again with every health check.
@@ -142,6 +167,8 @@ async function main(): Promise<void> {
   } else if (!confinement.ok) {
     log.error({ reason: confinement.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
   }
+  // In the background: tools are started on their own until the resident sandbox is ready.
+  await sandbox.start();
 
   const checkHealth = createHealthCheck({
     tools: config.tools,
@@ -168,7 +195,20 @@ async function main(): Promise<void> {
     storeTotals: () => readStoreTotals(database),
     downloaderPresent: async () => (await checkHealth()).downloader.present,
   });
-  const usage = createUsageRecorder({ database, now, onError: (err) => log.error({ err }, 'recording uses failed') });
+  const nginxUsage = config.nginxUsageLog
+    ? createUsageLogReader({
+        file: config.nginxUsageLog,
+        onUse: (cid, at) => usage.touch(cid, at),
+        onMalformed: (lines) => log.warn({ file: config.nginxUsageLog, lines }, 'nginx usage log: skipped lines that are not "<time> <content id>"'),
+        onError: (err, action) => log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
+      })
+    : undefined;
+  const usage = createUsageRecorder({
+    database,
+    now,
+    onError: (err) => log.error({ err }, 'recording uses failed'),
+    collect: nginxUsage && (() => void nginxUsage.drain()),
+  });
   const sizeCap = createSizeCap({
     database,
     store,
@@ -190,6 +230,7 @@ async function main(): Promise<void> {
     workDir: config.workDir,
     limits: { timeoutMs: config.fetchTimeoutMs, maxDownloadBytes: config.maxDownloadBytes, maxDurationS: config.maxDurationS },
     openEgressSession: (label) => guard.openSession(label),
+    cookiesFile: config.ytdlpCookiesFile,
     onStored: () => sizeCap.request(),
     onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });
@@ -201,7 +242,7 @@ async function main(): Promise<void> {
     maxAttempts: config.maxAttempts,
     now,
     log,
-    canClaim: () => confinement.ok,
+    canClaim: () => confinement.ok && sandbox.settled(),
     runJob: async (job, ctx) => {
       const ended = await runJob(job, ctx);
       if (ended) jobEnded(ended);
@@ -210,9 +251,18 @@ async function main(): Promise<void> {
     onJobEnded: (ended) => jobEnded(ended),
   });
   busyWorkers = () => workers.busyCount();
+  wakeWorkers = () => workers.wake();
 
   const signer = createUrlSigner(signingSecret, { now });
   const checkKey = createKeyChecker(apiKeys);
+  const delivery = createArtifactDelivery({
+    artifactRoot: config.artifactRoot,
+    accelRedirectPrefix: config.accelRedirectPrefix,
+    checkKey,
+    signer,
+    onServed: (cid) => usage.touch(cid),
+    now,
+  });
   const jobs = createJobService({
     database,
     now,
@@ -273,14 +323,7 @@ async function main(): Promise<void> {
     cancelJob: (id) => jobs.cancel(id),
     renderJob,
     jobEvents,
-    serveArtifact: createArtifactHandler({
-      artifactRoot: config.artifactRoot,
-      accelRedirectPrefix: config.accelRedirectPrefix,
-      checkKey,
-      signer,
-      onServed: (cid) => usage.touch(cid),
-      now,
-    }),
+    serveArtifact: delivery.handle,
     checkHealth,
     metrics,
     rateLimiter:
@@ -289,8 +332,14 @@ async function main(): Promise<void> {
         : undefined,
   });
 
+  // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
+  const signedLane =
+    config.accelRedirectPrefix === null
+      ? delivery.signedLane({ log, observeRequest: (...args) => metrics.observeRequest(...args), requestIdFor: acceptedRequestId })
+      : undefined;
   const server = startHttpServer(
     {
+      beforeApp: signedLane && ((req, res, toApp) => (shutdown.stopping ? toApp() : signedLane(req, res, toApp))),
       fetch: (req, ...rest) =>
         shutdown.stopping
           ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
@@ -318,6 +367,7 @@ async function main(): Promise<void> {
       () => callbacks.stop(),
       () => sizeCap.stop(),
       () => usage.stop(),
+      () => sandbox.stop(),
       () => guard.close(),
       async () => {
         if (runtimeDir) await fs.rm(runtimeDir, { recursive: true, force: true });

@@ -1,23 +1,34 @@
 /**
  * Delivery benchmark, run by hand (not part of the test suite):
  *
- *   npm run build && npx tsx bench/delivery/run.ts [seconds per case, default 5]
+ *   npm run build && npx tsx bench/delivery/run.ts [seconds per case, default 5] [rounds, default 3]
  *
- * One 10 MB WAV, servers on loopback, wrk as the load (Debian package wrk):
- *   nginx static    nginx serving the artifact root directly: the ceiling
- *   nginx+accel     nginx in front of the delivery handler in a bare Hono app, bytes by
- *                   X-Accel-Redirect (nginx/templates), API key header
- *   app fallback    that bare app streaming the file itself (src/delivery/file-body.ts)
- *   svc+accel       nginx in front of the whole service (dist/main.js: request id, access log,
- *                   metrics, rate limit), which fetched the WAV itself; the job's signed URL
- *   svc fallback    the whole service streaming it, signed URL
- *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor
- * each for the whole file and for random 64 KiB ranges. Prints requests/s, MB/s, p99 latency
- * and each as a ratio to nginx static. Every nginx writes the same JSON access log line per
- * request; the services write theirs to a file.
+ * One 10 MB WAV, servers on loopback, wrk as the load (Debian package wrk), each case for the
+ * whole file and for random 64 KiB ranges, the cases interleaved round after round; the table is
+ * the median of the rounds (the machine is shared: single runs vary by ±20%). Cases:
+ *   nginx static    nginx serving the artifact root directly, plain `location` + `alias`: the
+ *                   ceiling everything is measured against
+ *   static+ofc      the same with the open_file_cache the signed location uses: what that cache
+ *                   alone is worth, so that the signed case is not flattered by it
+ *   nginx signed    nginx/templates in front of the delivery handler in a bare Hono app, asked
+ *                   with a signed URL: nginx answers alone after one authorization by the app
+ *   njs hmac        what the template does not do, for comparison: nginx checking the HMAC
+ *                   itself in njs (bench/delivery/njs-hmac.js) with the signed location's file
+ *                   settings; only where Debian's libnginx-mod-http-js is installed
+ *   nginx keyed     the same with the API key: the app answers each request with X-Accel-Redirect
+ *   app fallback    that bare app streaming the file itself, signed URL
+ *   svc signed      nginx in front of the whole service (dist/main.js: request id, access log,
+ *                   metrics, rate limit, usage log), which fetched the WAV itself; the job's
+ *                   signed URL, as a browser asks
+ *   svc fallback    the whole service streaming it, the job's signed URL
+ *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor of the fallback
+ * Prints requests/s, MB/s, p99 latency, each as a ratio to nginx static, and the fallbacks' rates
+ * as a ratio to node plain. Every nginx writes the same JSON access log line per request; the
+ * services write theirs to a file; the services run with their default rate limit, which does not
+ * count signed URLs (they carry no API key).
  */
 import { execFile } from 'node:child_process';
-import { createReadStream } from 'node:fs';
+import { createReadStream, existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -28,11 +39,15 @@ import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../.
 import { freePort, startNginx } from '../../test/support/nginx.js';
 import { startMediaServer } from '../../test/support/media-server.js';
 import { startBenchService } from './service.js';
-import { API_KEY, createArtifactStore, startDeliveryApp } from './stack.js';
+import { API_KEY, createArtifactStore, SIGNING_SECRET, startDeliveryApp } from './stack.js';
+
+const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
 
 const run = promisify(execFile);
 const SECONDS = Number(process.argv[2] ?? 5);
-const CONNECTIONS = 16;
+const ROUNDS = Number(process.argv[3] ?? 3);
+const THREADS = 2;
+const CONNECTIONS = 32;
 const RANGE_BYTES = 64 * 1024;
 const WAV_SECONDS = 57; // 44.1 kHz 16-bit stereo: 57 s ≈ 10 MB
 
@@ -52,62 +67,94 @@ async function main(): Promise<void> {
   const plain = await startPlainNode(file, bytes.length);
   const media = await startMediaServer();
   media.serveFile('/bench.wav', file, { contentType: 'audio/wav' });
+  const scripts = await mkdtemp(path.join(tmpdir(), 'sf-bench-'));
+  // The service behind nginx reads nginx's usage log, as in compose.
+  const usageLog = path.join(scripts, 'usage.log');
   const services = await Promise.all(
-    ['/_artifacts/', null].map((accelRedirectPrefix) =>
-      startBenchService({ sourceUrl: media.url('/bench.wav'), allowHost: media.hostPort, accelRedirectPrefix }),
+    (['/_artifacts/', null] as const).map((accelRedirectPrefix) =>
+      startBenchService({
+        sourceUrl: media.url('/bench.wav'),
+        allowHost: media.hostPort,
+        accelRedirectPrefix,
+        env: accelRedirectPrefix ? { NGINX_USAGE_LOG: usageLog } : {},
+      }),
     ),
   );
   const [accelService, fallbackService] = services as [(typeof services)[0], (typeof services)[0]];
-  const serviceNginx = await startNginx({ appPort: accelService.port, artifactRoot: accelService.artifactRoot });
+  const serviceNginx = await startNginx({ appPort: accelService.port, artifactRoot: accelService.artifactRoot, usageLogPath: usageLog });
   const staticPort = await freePort();
-  const scripts = await mkdtemp(path.join(tmpdir(), 'sf-bench-'));
-  // The ceiling writes the same JSON access log line per request as the X-Accel server does.
+  const njs = existsSync(NJS_MODULE);
+  // njs reads it at configuration time, from nginx's environment.
+  process.env.SOURCE_FETCH_BENCH_SIGNING_SECRET = SIGNING_SECRET;
+  // The ceilings write the same JSON access log line per request as the artifact locations do.
   const nginx = await startNginx({
     appPort: accelApp.port,
     artifactRoot: store.root,
+    extraMainConfig: njs ? `load_module ${NJS_MODULE};` : '',
     extraHttpConfig: `
+    ${njs ? `js_import sf_njs from ${path.join(import.meta.dirname, 'njs-hmac.js')}; js_set $sf_njs_remaining sf_njs.remaining;` : ''}
     server {
         listen 127.0.0.1:${staticPort};
         access_log ${path.join(scripts, 'static-access.json')} source_fetch_json;
         location /static/ { alias ${store.root}/; sendfile on; tcp_nopush on; }
+        location /static-ofc/ { alias ${store.root}/; sendfile on; tcp_nopush on; open_file_cache max=1024 inactive=20s; open_file_cache_valid 2s; }
+        ${njs ? njsLocation(store.root) : ''}
     }`,
   });
   const rangeScript = path.join(scripts, 'range.lua');
   await writeFile(rangeScript, rangeLua(bytes.length));
 
+  const relative = artifactRelativePath(cid, AUDIO_ARTIFACT_NAME);
   const artifact = artifactUrlPath(cid, AUDIO_ARTIFACT_NAME);
-  // Signed URLs carry their own credentials: no API key header, so the services' per-key rate
-  // limit does not count these requests (as for a browser).
+  // Signed URLs carry their own credentials: no API key header (as for a browser). Valid for the
+  // whole run.
+  const signed = accelApp.signedPath(cid, AUDIO_ARTIFACT_NAME, 6 * 3600);
   const targets: Array<[string, string, { apiKey: boolean }]> = [
-    ['nginx static', `http://127.0.0.1:${staticPort}/static/${artifactRelativePath(cid, AUDIO_ARTIFACT_NAME)}`, { apiKey: true }],
-    ['nginx+accel', nginx.url(artifact), { apiKey: true }],
-    ['app fallback', `http://127.0.0.1:${fallbackApp.port}${artifact}`, { apiKey: true }],
-    ['svc+accel', serviceNginx.url(accelService.signedPath), { apiKey: false }],
+    ['nginx static', `http://127.0.0.1:${staticPort}/static/${relative}`, { apiKey: false }],
+    ['static+ofc', `http://127.0.0.1:${staticPort}/static-ofc/${relative}`, { apiKey: false }],
+    ['nginx signed', nginx.url(signed), { apiKey: false }],
+    ...(njs ? [['njs hmac', `http://127.0.0.1:${staticPort}/njs${signed}`, { apiKey: false }] as [string, string, { apiKey: boolean }]] : []),
+    ['nginx keyed', nginx.url(artifact), { apiKey: true }],
+    ['app fallback', `http://127.0.0.1:${fallbackApp.port}${signed}`, { apiKey: false }],
+    ['svc signed', serviceNginx.url(accelService.signedPath), { apiKey: false }],
     ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
-    ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: true }],
+    ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: false }],
   ];
 
-  console.log(`delivery benchmark: ${(bytes.length / 1e6).toFixed(1)} MB WAV, wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per case, loopback`);
+  console.log(
+    `delivery benchmark: ${(bytes.length / 1e6).toFixed(1)} MB WAV, wrk -t${THREADS} -c${CONNECTIONS} -d${SECONDS}s per case, ` +
+      `${ROUNDS} rounds interleaved, medians; loopback`,
+  );
   try {
     for (const [label, script] of [
       ['whole file', undefined],
       ['64 KiB ranges', rangeScript],
     ] as const) {
-      const results = new Map<string, Result>();
-      for (const [name, url, { apiKey }] of targets) results.set(name, await wrk(url, script, apiKey));
+      const rounds = new Map<string, Result[]>(targets.map(([name]) => [name, []]));
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const [name, url, { apiKey }] of targets) rounds.get(name)!.push(await wrk(url, script, apiKey));
+      }
+      const results = new Map([...rounds].map(([name, list]) => [name, medianOf(list)]));
       const ceiling = results.get('nginx static')!;
+      const floor = results.get('node plain')!;
       console.log(`\n${label}`);
-      console.log(`${'case'.padEnd(14)}${'req/s'.padStart(10)}${'MB/s'.padStart(10)}${'p99 ms'.padStart(10)}${'req/s ×'.padStart(10)}${'MB/s ×'.padStart(9)}${'p99 ×'.padStart(9)}${'errors'.padStart(8)}`);
+      console.log(
+        `${'case'.padEnd(14)}${'req/s'.padStart(9)}${'MB/s'.padStart(8)}${'p99 ms'.padStart(9)}` +
+          `${'× static'.padStart(10)}${'× plain'.padStart(9)}${'errors'.padStart(8)}   req/s of each round`,
+      );
       for (const [name, r] of results) {
         console.log(
           name.padEnd(14) +
-            r.requestsPerSecond.toFixed(0).padStart(10) +
-            r.megabytesPerSecond.toFixed(0).padStart(10) +
-            r.p99Ms.toFixed(2).padStart(10) +
+            r.requestsPerSecond.toFixed(0).padStart(9) +
+            r.megabytesPerSecond.toFixed(0).padStart(8) +
+            r.p99Ms.toFixed(2).padStart(9) +
             (r.requestsPerSecond / ceiling.requestsPerSecond).toFixed(2).padStart(10) +
-            (r.megabytesPerSecond / ceiling.megabytesPerSecond).toFixed(2).padStart(9) +
-            (r.p99Ms / ceiling.p99Ms).toFixed(2).padStart(9) +
-            String(r.errors).padStart(8),
+            (r.requestsPerSecond / floor.requestsPerSecond).toFixed(2).padStart(9) +
+            String(r.errors).padStart(8) +
+            `   ${rounds
+              .get(name)!
+              .map((each) => each.requestsPerSecond.toFixed(0))
+              .join(' ')}`,
         );
       }
     }
@@ -122,6 +169,43 @@ async function main(): Promise<void> {
     await rm(scripts, { recursive: true, force: true });
     await store.remove();
   }
+}
+
+/** The signed location's file settings, behind an HMAC check in njs instead of the app's answer. */
+function njsLocation(root: string): string {
+  return `
+        location ~ "^/njs/artifacts/(?<sf_njs_cid>(?<sf_njs_shard>[0-9a-f]{2})[0-9a-f]{62})/(?<sf_njs_name>[A-Za-z0-9_-][A-Za-z0-9._-]{0,250}\\.wav)$" {
+            set $sf_njs_left $sf_njs_remaining;
+            if ($sf_njs_left = "") { return 403; }
+            alias ${root}/$sf_njs_shard/$sf_njs_cid/$sf_njs_name;
+            disable_symlinks on from=${root};
+            open_file_cache max=1024 inactive=20s;
+            open_file_cache_valid 2s;
+            sendfile on;
+            tcp_nopush on;
+            max_ranges 1;
+            types { }
+            default_type audio/wav;
+            etag off;
+            add_header ETag "\\"$sf_njs_cid\\"";
+            add_header Cache-Control "public, max-age=$sf_njs_left, immutable";
+            add_header X-Content-Type-Options nosniff;
+        }`;
+}
+
+/** Each figure's median over the rounds; errors summed. */
+function medianOf(list: Result[]): Result {
+  const median = (values: number[]) => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const middle = Math.floor(sorted.length / 2);
+    return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+  };
+  return {
+    requestsPerSecond: median(list.map((r) => r.requestsPerSecond)),
+    megabytesPerSecond: median(list.map((r) => r.megabytesPerSecond)),
+    p99Ms: median(list.map((r) => r.p99Ms)),
+    errors: list.reduce((sum, r) => sum + r.errors, 0),
+  };
 }
 
 /** The floor: what a few lines of plain Node do, with the same single-range support. */
@@ -157,7 +241,7 @@ end
 }
 
 async function wrk(url: string, script: string | undefined, apiKey: boolean): Promise<Result> {
-  const args = ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []), ...(script ? ['-s', script] : []), url];
+  const args = [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []), ...(script ? ['-s', script] : []), url];
   const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? NaN);
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(stdout);

@@ -23,13 +23,21 @@ export interface BenchService {
   stop(): Promise<void>;
 }
 
-export async function startBenchService(opts: { sourceUrl: string; allowHost: string; accelRedirectPrefix: string | null }): Promise<BenchService> {
+export async function startBenchService(opts: {
+  sourceUrl: string;
+  allowHost: string;
+  accelRedirectPrefix: string | null;
+  /** More of the service's environment (e.g. NGINX_USAGE_LOG). */
+  env?: Record<string, string>;
+  /** Options for node itself, e.g. ['--cpu-prof'] to profile the service. */
+  nodeArgs?: string[];
+}): Promise<BenchService> {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-bench-service-'));
   const apiKey = randomBytes(24).toString('base64url');
   const logFile = path.join(dataDir, 'service.log');
   const log = createWriteStream(logFile);
   await once(log, 'open');
-  const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), path.join(ROOT, 'dist/main.js')], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -39,6 +47,7 @@ export async function startBenchService(opts: { sourceUrl: string; allowHost: st
       API_KEYS: apiKey,
       FETCH_ALLOW_HOSTS: opts.allowHost,
       ...(opts.accelRedirectPrefix ? { ACCEL_REDIRECT_PREFIX: opts.accelRedirectPrefix } : {}),
+      ...opts.env,
     },
     stdio: ['ignore', log, log],
   });

@@ -2,7 +2,8 @@
  * The delivery stack without the job pipeline, shared by the delivery tests and the benchmark:
  * an artifact root in a temp folder holding real 44.1 kHz WAVs at their content addresses (with
  * a secret file next to the root that must never be served), and the delivery handler mounted
- * in a tiny Hono app on 127.0.0.1 with the service's real error handler.
+ * in a tiny Hono app on 127.0.0.1 with the service's real error handler; without nginx, the
+ * signed lane in front of it, as src/main.ts mounts it.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -11,10 +12,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
-import { createArtifactHandler } from '../../src/delivery/handler.js';
+import { createServer, type RequestListener, type ServerOptions } from 'node:http';
+import { AUTHORIZE_ONLY_HEADER, createArtifactDelivery } from '../../src/delivery/handler.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
+import { acceptedRequestId } from '../../src/http/middleware/request-id.js';
 import { createErrorHandler } from '../../src/http/problem.js';
+import { createLogger } from '../../src/logger.js';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { makeTone } from '../../test/support/media.js';
 
@@ -65,6 +69,10 @@ export interface SeenRequest {
   method: string;
   path: string;
   range: string | undefined;
+  /** nginx asking whether a signed URL may be served (it then serves it without the app). */
+  authorizeOnly: boolean;
+  /** Answered by the signed lane, before the Hono app. */
+  lane: boolean;
 }
 
 export interface DeliveryApp {
@@ -84,6 +92,8 @@ export async function startDeliveryApp(options: {
   now?: () => number;
   /** Keep `seen` and `served` (default true; the benchmark turns it off). */
   record?: boolean;
+  /** The signed lane in front of the app (default: without nginx, as the service does). */
+  signedLane?: boolean;
 }): Promise<DeliveryApp> {
   const record = options.record ?? true;
   const signer = createUrlSigner(SIGNING_SECRET, { now: options.now });
@@ -93,23 +103,37 @@ export async function startDeliveryApp(options: {
   app.onError(createErrorHandler(() => ({ error: () => undefined })));
   if (record) {
     app.use('*', async (c, next) => {
-      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range') });
+      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), authorizeOnly: c.req.header(AUTHORIZE_ONLY_HEADER) !== undefined, lane: false });
       await next();
     });
   }
-  app.on(
-    ['GET', 'HEAD'],
-    '/artifacts/:cid/:name',
-    createArtifactHandler({
-      artifactRoot: options.root,
-      accelRedirectPrefix: options.accelRedirectPrefix,
-      checkKey: createKeyChecker([API_KEY]),
-      signer,
-      onServed: record ? (cid) => served.push(cid) : undefined,
-    }),
-  );
+  const delivery = createArtifactDelivery({
+    artifactRoot: options.root,
+    accelRedirectPrefix: options.accelRedirectPrefix,
+    checkKey: createKeyChecker([API_KEY]),
+    signer,
+    onServed: record ? (cid) => served.push(cid) : undefined,
+  });
+  app.on(['GET', 'HEAD'], '/artifacts/:cid/:name', delivery.handle);
+  const lane =
+    (options.signedLane ?? options.accelRedirectPrefix === null)
+      ? delivery.signedLane({ log: createLogger('silent'), observeRequest: () => undefined, requestIdFor: acceptedRequestId })
+      : undefined;
+  const withLane = ((serverOptions: ServerOptions, listener: RequestListener) =>
+    createServer(serverOptions, (req, res) => {
+      if (!lane) return listener(req, res);
+      let declined = false;
+      lane(req, res, () => {
+        declined = true;
+        listener(req, res);
+      });
+      // What the lane answered never reaches the app's recorder above.
+      const range = req.headers.range;
+      const path = (req.url ?? '').split('?')[0]!;
+      if (record) res.once('close', () => declined || seen.push({ method: req.method!, path, range, authorizeOnly: false, lane: true }));
+    })) as typeof createServer;
   const server: ServerType = await new Promise((resolve) => {
-    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, () => resolve(s));
+    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0, createServer: withLane }, () => resolve(s));
   });
   return {
     port: (server.address() as AddressInfo).port,

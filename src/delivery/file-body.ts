@@ -1,4 +1,5 @@
 import { close as fsClose, constants, open as fsOpen, read as fsRead } from 'node:fs';
+import type { ServerResponse } from 'node:http';
 
 /**
  * The bodies of fallback responses: bytes start..end (inclusive) of one file, never the whole
@@ -7,36 +8,86 @@ import { close as fsClose, constants, open as fsOpen, read as fsRead } from 'nod
  * @hono/node-server cancels the stream when the client goes away, and the cancel lets go of the
  * file at once.
  *
- * Requests in flight for the same file share one descriptor: the first opens it, the last one to
- * finish closes it, and none is kept once no request needs it. Under load a hot artifact then
- * costs one read per request instead of open, read and close (three trips through libuv's thread
- * pool), which is what keeps the fallback ahead of a plain fs.createReadStream server on small
- * ranges. Reads are positional, so sharing is safe. The callback API is used throughout: the
- * FileHandle API's objects and promise plumbing cost a third of the app's time per request.
+ * Requests for the same file share one descriptor: the first opens it, and it is closed once no
+ * request has needed it for `lingerMs` (default 200 ms; 0: as soon as the last one finishes).
+ * Under load a hot artifact then costs one read per request instead of open, read and close
+ * (three trips through libuv's thread pool), which is what keeps the fallback ahead of a plain
+ * fs.createReadStream server on small ranges: small ranges finish so fast that requests in flight
+ * seldom overlap, and without the linger most of them opened and closed the file again (a
+ * profile of the signed lane under 64 KiB ranges spent 3% of its main thread in open and close
+ * alone, besides the thread-pool round trips). An evicted file is thus kept open (its disk space
+ * held) that much longer. Reads are positional, so sharing is safe. The callback API is used
+ * throughout: the FileHandle API's objects and promise plumbing cost a third of the app's time
+ * per request.
  *
  * Large chunks matter too: each costs one read, one promise round and one socket write, so 512 KiB
  * chunks move a 10 MB file in 20 rounds where fs.createReadStream's default 64 KiB needs 160.
  */
 export const CHUNK_BYTES = 512 * 1024;
+// Chunk buffers `send` keeps for reuse: 32 MiB at most.
+const MAX_SPARE_BUFFERS = 64;
 
 // O_NOFOLLOW: the path was resolved without symlinks; do not follow one swapped in since.
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW;
 
 export type FileBody = (absolutePath: string, start: number, end: number) => Promise<Uint8Array | ReadableStream<Uint8Array>>;
 
+/**
+ * Bytes start..end of a file straight to a node response (the signed lane, src/delivery/
+ * signed-lane.ts), with the same chunks and descriptor sharing. `writeHead` is called once the
+ * first chunk is read: a file that cannot be opened or read rejects before anything is written,
+ * so the caller can still answer otherwise. Resolves once the last byte is handed to the socket,
+ * or the client has gone.
+ */
+export type FileSender = (res: ServerResponse, absolutePath: string, start: number, end: number, writeHead: () => void) => Promise<void>;
+
+export interface FileBodies {
+  body: FileBody;
+  send: FileSender;
+}
+
 interface SharedFile {
   fd: Promise<number>;
   users: number;
+  /** performance.now() when the last user left. */
+  idleSince: number;
 }
 
-export function createFileBodies(): FileBody {
+export function createFileBodies(options: { lingerMs?: number } = {}): FileBodies {
+  const lingerMs = options.lingerMs ?? 200;
   const shared = new Map<string, SharedFile>();
+  let sweeper: NodeJS.Timeout | undefined;
+
+  const forget = (absolutePath: string, entry: SharedFile, fd: number | undefined) => {
+    if (shared.get(absolutePath) === entry) shared.delete(absolutePath);
+    if (fd !== undefined) fsClose(fd, () => undefined);
+  };
+
+  /** Closes the files idle for lingerMs; runs while any file is idle. */
+  function sweep(): void {
+    const now = performance.now();
+    let idle = 0;
+    for (const [absolutePath, entry] of shared) {
+      if (entry.users > 0) continue;
+      if (now - entry.idleSince < lingerMs) {
+        idle++;
+        continue;
+      }
+      // An idle entry's descriptor has been opened (its users awaited it).
+      void entry.fd.then((fd) => forget(absolutePath, entry, fd));
+      shared.delete(absolutePath);
+    }
+    if (idle === 0 && sweeper) {
+      clearInterval(sweeper);
+      sweeper = undefined;
+    }
+  }
 
   /** The file's descriptor, opened or shared; `release` exactly once when done with it. */
   async function acquire(absolutePath: string): Promise<{ fd: number; release: () => void }> {
     let entry = shared.get(absolutePath);
     if (!entry) {
-      entry = { fd: openFile(absolutePath), users: 0 };
+      entry = { fd: openFile(absolutePath), users: 0, idleSince: 0 };
       shared.set(absolutePath, entry);
     }
     entry.users++;
@@ -44,8 +95,12 @@ export function createFileBodies(): FileBody {
     const leave = (fd: number | undefined) => {
       current.users--;
       if (current.users > 0) return;
-      if (shared.get(absolutePath) === current) shared.delete(absolutePath);
-      if (fd !== undefined) fsClose(fd, () => undefined);
+      if (fd === undefined || lingerMs === 0) return forget(absolutePath, current, fd);
+      current.idleSince = performance.now();
+      if (!sweeper) {
+        sweeper = setInterval(sweep, lingerMs);
+        sweeper.unref();
+      }
     };
     let fd: number;
     try {
@@ -65,7 +120,7 @@ export function createFileBodies(): FileBody {
     };
   }
 
-  return async (absolutePath, start, end) => {
+  const body: FileBody = async (absolutePath, start, end) => {
     // Acquired before answering: a missing file is an error (404) before any header is sent.
     const file = await acquire(absolutePath);
     const length = end - start + 1;
@@ -78,10 +133,91 @@ export function createFileBodies(): FileBody {
     }
     return streamFrom(file, start, length);
   };
+
+  // Chunk buffers of `send`, reused once the socket is done with them: fresh buffers of this
+  // size are mapped and faulted in by the allocator each time, and that cost more than the
+  // copies themselves when streaming whole files.
+  const spare: Buffer[] = [];
+  const takeBuffer = () => spare.pop() ?? Buffer.allocUnsafeSlow(CHUNK_BYTES);
+  const giveBack = (buffer: Buffer) => () => {
+    if (spare.length < MAX_SPARE_BUFFERS) spare.push(buffer);
+  };
+
+  const send: FileSender = async (res, absolutePath, start, end, writeHead) => {
+    const file = await acquire(absolutePath);
+    let position = start;
+    let remaining = end - start + 1;
+    let buffer = takeBuffer();
+    let filled: number;
+    try {
+      filled = await readInto(file.fd, buffer, Math.min(CHUNK_BYTES, remaining), position);
+    } catch (err) {
+      file.release();
+      giveBack(buffer)();
+      throw err;
+    }
+    writeHead();
+    try {
+      for (;;) {
+        position += filled;
+        remaining -= filled;
+        const chunk = buffer.subarray(0, filled);
+        if (remaining === 0) {
+          res.end(chunk, giveBack(buffer));
+          return;
+        }
+        // Read the next chunk while this one drains; the written buffer goes back once written.
+        const next = takeBuffer();
+        const reading = readInto(file.fd, next, Math.min(CHUNK_BYTES, remaining), position);
+        const drained = res.write(chunk, giveBack(buffer)) || (!res.destroyed && (await drainedOrClosed(res)));
+        buffer = next;
+        filled = await reading;
+        if (!drained || res.destroyed) return;
+      }
+    } catch (err) {
+      // A short file must not end a response below its Content-Length: cut the connection.
+      res.destroy(err as Error);
+    } finally {
+      // Never while a read is in flight (see streamFrom): every read above is awaited first.
+      file.release();
+    }
+  };
+
+  return { body, send };
+}
+
+/** Resolves true once `res` drains, false if the client goes away first. */
+function drainedOrClosed(res: ServerResponse): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (drained: boolean) => () => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      resolve(drained);
+    };
+    const onDrain = done(true);
+    const onClose = done(false);
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
 }
 
 function openFile(absolutePath: string): Promise<number> {
   return new Promise((resolve, reject) => fsOpen(absolutePath, OPEN_FLAGS, (err, fd) => (err ? reject(err) : resolve(fd))));
+}
+
+/** Fills buffer[0, length) from the file at `position`; resolves `length`. */
+function readInto(fd: number, buffer: Buffer, length: number, position: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const readFrom = (filled: number): void => {
+      fsRead(fd, buffer, filled, length - filled, position + filled, (err, bytesRead) => {
+        if (err) return reject(err);
+        if (bytesRead === 0) return reject(new Error('artifact file is shorter than its recorded size'));
+        if (filled + bytesRead < length) return readFrom(filled + bytesRead);
+        resolve(length);
+      });
+    };
+    readFrom(0);
+  });
 }
 
 function readExactly(fd: number, position: number, length: number): Promise<Buffer> {

@@ -6,68 +6,149 @@ import { artifactNotFound, createArtifactResolver, invalidArtifactPath, type Res
 import { httpDate, ifRangeAllows, isNotModified } from './conditional.js';
 import { createFileBodies, type FileBody } from './file-body.js';
 import { parseRange } from './range.js';
-import { representationHeaders } from './representation.js';
+import { cachingHeaders, representationHeaders, type AccessGrant } from './representation.js';
+import { createSignedLane, type SignedLane, type SignedLaneOptions } from './signed-lane.js';
 import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js';
 
 /**
  * getArtifact, `GET|HEAD /artifacts/:cid/:name`. The app decides who may read what and answers
  * conditional requests itself; the bytes then come from nginx (internal redirect, when
  * `accelRedirectPrefix` is set) or from the app's own streaming fallback.
+ *
+ * nginx also asks, once per signed URL and then at most every AUTHORIZATION_CACHE_MAX_S, whether
+ * that URL may be served (AUTHORIZE_ONLY_HEADER); it keeps the answer and serves the URL's bytes
+ * itself until then (nginx/templates/default.conf.template).
  */
+export const AUTHORIZE_ONLY_HEADER = 'x-artifact-authorize-only';
+/**
+ * How long nginx may reuse a yes for one signed URL (never past the signature's expiry). Short, so
+ * that a rotated signing secret stops old URLs within it; long enough that a listener seeking
+ * through a track costs the app about one request a minute.
+ */
+export const AUTHORIZATION_CACHE_MAX_S = 60;
+/**
+ * Caching headers on answers nginx completes (internal redirects, authorizations): nginx adds
+ * them to successes only, so that its own 404 for content evicted meanwhile is never cached.
+ */
+export const PROXY_CACHE_CONTROL_HEADER = 'x-artifact-cache-control';
+export const PROXY_EXPIRES_HEADER = 'x-artifact-expires';
+
 export interface ArtifactHandlerDeps {
   artifactRoot: string;
   /** e.g. '/_artifacts/': answer with X-Accel-Redirect instead of the bytes. */
   accelRedirectPrefix: string | null;
   checkKey: KeyChecker;
   signer: UrlSigner;
-  /** Called after each 200, 206 or 304; the caller batches these into store touches. */
+  /** Called after each 200, 206 or 304 (not after authorizations); the caller batches these into store touches. */
   onServed?: (cid: string) => void;
-  /** Milliseconds; ages remembered path resolutions. Default Date.now. */
+  /** Milliseconds; ages remembered path resolutions and dates authorizations. Default Date.now. */
   now?: () => number;
 }
 
 export type ArtifactHandler = (c: Context) => Promise<Response>;
 
+export interface ArtifactDelivery {
+  /** getArtifact in the Hono app. */
+  handle: ArtifactHandler;
+  /**
+   * Signed URLs straight from node's server, for the fallback (src/delivery/signed-lane.ts);
+   * shares the path resolutions and open files of `handle`.
+   */
+  signedLane(options: SignedLaneOptions): SignedLane;
+}
+
 export function createArtifactHandler(deps: ArtifactHandlerDeps): ArtifactHandler {
+  return createArtifactDelivery(deps).handle;
+}
+
+export function createArtifactDelivery(deps: ArtifactHandlerDeps): ArtifactDelivery {
   const served = deps.onServed ?? (() => undefined);
-  const resolve = createArtifactResolver(deps.artifactRoot, { now: deps.now ?? Date.now });
-  const fileBody = createFileBodies();
-  return async (c) => {
+  const now = deps.now ?? Date.now;
+  const resolve = createArtifactResolver(deps.artifactRoot, { now });
+  const bodies = createFileBodies();
+  const handle: ArtifactHandler = async (c) => {
     const cid = c.req.param('cid');
     const name = c.req.param('name');
     if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
-    authorize(c, deps, cid, name);
+    if (c.req.header(AUTHORIZE_ONLY_HEADER) !== undefined) return authorization(c, cid, name);
+    const grant = authorize(c, deps, cid, name);
     const file = await resolve(cid, name);
 
     const headers = representationHeaders(cid, name);
     headers['last-modified'] = httpDate(file.mtimeMs);
+    const caching = cachingHeaders(grant);
+
     const validators = { etag: headers.etag!, mtimeMs: file.mtimeMs };
     if (isNotModified(c.req.raw.headers, validators)) {
       served(cid);
-      return new Response(null, { status: 304, headers });
+      return new Response(null, { status: 304, headers: { ...headers, ...caching } });
     }
 
     if (deps.accelRedirectPrefix !== null) {
       // nginx answers Range and HEAD itself from the internal location.
       headers['x-accel-redirect'] = deps.accelRedirectPrefix + encodePath(file.relativePath);
-      // nginx would keep this header even on its 404 for a file evicted meanwhile, and a 404
-      // must not be cached for a year; the internal location adds it to successes only.
-      delete headers['cache-control'];
       served(cid);
-      return new Response(null, { status: 200, headers });
+      return new Response(null, { status: 200, headers: { ...headers, ...forProxy(caching) } });
     }
 
-    const response = await streamFile(c, file, headers, validators, fileBody);
+    const response = await streamFile(c, file, { ...headers, ...caching }, validators, bodies.body);
     if (response.status !== 416) served(cid);
     return response;
   };
+
+  return {
+    handle,
+    signedLane: (options) => createSignedLane({ signer: deps.signer, resolve, bodies, served, now }, options),
+  };
+
+  /**
+   * nginx asking whether it may serve this URL: yes (200, no body) with the headers the bytes
+   * would carry and how long nginx may reuse the yes; any refusal is a bare 403 (nginx then
+   * hands the request to the app, which answers it with its problem document). Serves nothing,
+   * so it is no use of the content.
+   */
+  async function authorization(c: Context, cid: string, name: string): Promise<Response> {
+    let grant: AccessGrant;
+    let file: ResolvedArtifact;
+    try {
+      grant = authorize(c, deps, cid, name);
+      file = await resolve(cid, name);
+    } catch (err) {
+      if (err instanceof ServiceError) return new Response(null, { status: 403 });
+      throw err;
+    }
+    const headers = representationHeaders(cid, name);
+    headers['last-modified'] = httpDate(file.mtimeMs);
+    return new Response(null, { status: 200, headers: { ...headers, ...forProxy(cachingHeaders(grant)), 'x-accel-expires': authorizationExpiry(grant, now()) } });
+  }
+}
+
+/** The caching headers under the names nginx copies onto its successes only. */
+function forProxy(caching: ReturnType<typeof cachingHeaders>): Record<string, string> {
+  return {
+    [PROXY_CACHE_CONTROL_HEADER]: caching['cache-control'],
+    ...(caching.expires ? { [PROXY_EXPIRES_HEADER]: caching.expires } : {}),
+  };
+}
+
+/**
+ * X-Accel-Expires of an authorization: the last whole second in which nginx may reuse it ('0':
+ * never). nginx still serves a cached answer during its expiry second itself, while the signature
+ * is void from the start of the expiry second: hence one second before it.
+ */
+function authorizationExpiry(grant: AccessGrant, nowMs: number): string {
+  if (grant.by === 'key') return '0';
+  const until = Math.min(Math.floor(grant.expiresAtMs / 1000) - 1, Math.floor(nowMs / 1000) + AUTHORIZATION_CACHE_MAX_S);
+  return `@${until}`;
 }
 
 /** A valid API key, or else a valid signature for exactly this cid and name. */
-function authorize(c: Context, deps: ArtifactHandlerDeps, cid: string, name: string): void {
-  if (deps.checkKey(presentedKey(c.req.raw.headers))) return;
-  const verdict = deps.signer.verify(cid, name, c.req.query(EXPIRES_PARAM), c.req.query(SIGNATURE_PARAM));
-  if (verdict === 'ok') return;
+function authorize(c: Context, deps: ArtifactHandlerDeps, cid: string, name: string): AccessGrant {
+  if (deps.checkKey(presentedKey(c.req.raw.headers))) return { by: 'key' };
+  const expires = c.req.query(EXPIRES_PARAM);
+  const verdict = deps.signer.verify(cid, name, expires, c.req.query(SIGNATURE_PARAM));
+  // verify accepted the expiry's form (digits only).
+  if (verdict === 'ok') return { by: 'signature', expiresAtMs: Number(expires) * 1000 };
   if (verdict === 'expired') throw new ServiceError('forbidden', 'signature_expired', 'This signed URL has expired.');
   if (verdict === 'invalid') throw new ServiceError('forbidden', 'signature_invalid', 'This signed URL is not valid.');
   throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
@@ -80,7 +161,6 @@ async function streamFile(
   validators: { etag: string; mtimeMs: number },
   fileBody: FileBody,
 ): Promise<Response> {
-  headers['accept-ranges'] = 'bytes';
   const range = ifRangeAllows(c.req.header('if-range') ?? null, validators) ? parseRange(c.req.header('range'), file.size) : { kind: 'none' as const };
   if (range.kind === 'unsatisfiable') {
     return problemResponse(416, 'range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
@@ -89,6 +169,8 @@ async function streamFile(
     });
   }
   const status = range.kind === 'range' ? 206 : 200;
+  // Advertised on whole answers only, as nginx does (a 206 shows ranges work already).
+  if (status === 200) headers['accept-ranges'] = 'bytes';
   const start = range.kind === 'range' ? range.start : 0;
   const end = range.kind === 'range' ? range.end : file.size - 1;
   headers['content-length'] = String(end - start + 1);

@@ -1,14 +1,34 @@
 /**
  * The headers that describe an artifact, the same in both delivery modes. Content under an
- * address never changes, so it may be cached for a year and its ETag is the content id: an
- * ETag only has to tell versions of one URL apart, and one URL (cid, name) has one version.
+ * address never changes, so its ETag is the content id (an ETag only has to tell versions of one
+ * URL apart, and one URL (cid, name) has one version) and it may be cached as long as the
+ * credential that fetched it allows (see cachingHeaders).
  */
 const CONTENT_TYPE_BY_EXTENSION: Record<string, string> = {
   wav: 'audio/wav',
   json: 'application/json',
 };
 
-export const IMMUTABLE_CACHE_CONTROL = 'public, max-age=31536000, immutable';
+/**
+ * How a request was let in: with an API key, or with a signed URL that expires at `expiresAtMs`.
+ */
+export type AccessGrant = { by: 'key' } | { by: 'signature'; expiresAtMs: number };
+
+/** A key holder's own cache may keep the bytes for a year; a shared cache must not keep them. */
+export const KEYED_CACHE_CONTROL = 'private, max-age=31536000, immutable';
+/**
+ * A signed URL is its own credential, so a shared cache may keep the answer for whoever presents
+ * the same URL, but no longer than the signature lives: Expires carries that limit as an absolute
+ * time. No max-age: nginx answers signed URLs from a cached authorization without computing
+ * anything, and a max-age fixed when that authorization was cached would outlive the signature;
+ * an absolute Expires is the same for every answer.
+ */
+export const SIGNED_CACHE_CONTROL = 'public, immutable';
+
+export function cachingHeaders(grant: AccessGrant): { 'cache-control': string; expires?: string } {
+  if (grant.by === 'key') return { 'cache-control': KEYED_CACHE_CONTROL };
+  return { 'cache-control': SIGNED_CACHE_CONTROL, expires: new Date(grant.expiresAtMs).toUTCString() };
+}
 
 export function contentTypeOf(name: string): string {
   const dot = name.lastIndexOf('.');
@@ -31,7 +51,6 @@ export function representationHeaders(cid: string, name: string): Record<string,
   return {
     'content-type': contentTypeOf(name),
     'content-disposition': contentDisposition(name),
-    'cache-control': IMMUTABLE_CACHE_CONTROL,
     etag: etagOf(cid),
     // Names other than the WAV get the generic type; never let a browser sniff them into HTML.
     'x-content-type-options': 'nosniff',

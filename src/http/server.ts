@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
 
@@ -21,6 +21,11 @@ export interface HttpServerOptions {
   port: number;
   /** The largest request body the operation at this path accepts. */
   maxRequestBodyBytes: (path: string) => number;
+  /**
+   * Answers some requests straight from node's server, ahead of the app (the fallback's signed
+   * lane, src/delivery/signed-lane.ts); calls `toApp` for every other one.
+   */
+  beforeApp?: (req: IncomingMessage, res: ServerResponse, toApp: () => void) => void;
 }
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
@@ -34,7 +39,8 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
     }
     return response;
   });
-  const server = createServer(listener);
+  const before = options.beforeApp;
+  const server = createServer(before ? (req, res) => before(req, res, () => listener(req, res)) : listener);
   server.on('checkContinue', (request: IncomingMessage, response) => {
     const path = (request.url ?? '/').split('?', 1)[0]!;
     if (!(declaredLength(request) > options.maxRequestBodyBytes(path))) response.writeContinue();

@@ -16,7 +16,8 @@ import { nodeIdParts } from './node-id.js';
  *  - Job folders under the work dir, and tool processes working in them, that belong to no live
  *    process any more: removed, killed. A folder whose job another live node on this machine is
  *    running is left alone.
- *  - Staged store files long abandoned (src/store/content-store.ts, clearIncoming).
+ *  - Staged store files of a dead node of this machine, or long abandoned by any (src/store/
+ *    content-store.ts, clearIncoming).
  *  - The store reconciled with its rows (src/store/reconcile.ts), by one node at a time (a node
  *    that finds another reconciling skips it; that one's pass covers its leftovers too).
  */
@@ -49,19 +50,21 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
           .map((row) => [row.id, row.owner!] as const),
   );
   const ownHost = nodeIdParts(deps.nodeId)?.host;
+  const isDeadNode = (nodeId: string): boolean => {
+    const parts = nodeIdParts(nodeId);
+    // A configured NODE_ID is this node's own, from before a restart; another machine's is not ours to judge.
+    if (parts === undefined) return nodeId === deps.nodeId;
+    return parts.host === ownHost && !deps.isProcessAlive(parts.pid);
+  };
   const isOrphan = (folder: string): boolean => {
     const owner = owners.get(jobIdOf(folder));
-    if (owner === undefined) return true;
-    const parts = nodeIdParts(owner);
-    // A configured NODE_ID is this node's own, from before a restart; another machine's is not ours to judge.
-    if (parts === undefined) return owner === deps.nodeId;
-    return parts.host === ownHost && !deps.isProcessAlive(parts.pid);
+    return owner === undefined || isDeadNode(owner);
   };
   const orphanFolders = folders.filter(isOrphan);
   const toolsKilled = await killOrphanedTools(deps.workDir, isOrphan);
   for (const folder of orphanFolders) await fs.rm(path.join(deps.workDir, folder), { recursive: true, force: true });
 
-  const incomingRemoved = await deps.store.clearIncoming(deps.now());
+  const incomingRemoved = await deps.store.clearIncoming(deps.now(), isDeadNode);
   let reconciled;
   if (await takeLease(deps.database, RECONCILE_LEASE, deps.nodeId, deps.now(), RECONCILE_LEASE_MS)) {
     try {

@@ -137,12 +137,18 @@ def serve_bridge(listener, guard_path):
         threading.Thread(target=run, args=(upstream, client), daemon=True).start()
 
 
-def start_bridge(port, guard_path):
+def open_bridge(port):
+    """Loopback up and the bridge's port bound; serve_bridge() then forwards what connects."""
     bring_loopback_up()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(('127.0.0.1', port))
     listener.listen(64)
+    return listener
+
+
+def start_bridge(port, guard_path):
+    listener = open_bridge(port)
     threading.Thread(target=serve_bridge, args=(listener, guard_path), daemon=True).start()
 
 
@@ -193,6 +199,12 @@ def main():
 
     if not command:
         fail(SETUP_FAILED, 'no command given')
+    return supervise(command, lifeline)
+
+
+def supervise(command, lifeline):
+    """Starts the tool as our child, passes signals on to it, reaps every orphan it leaves behind,
+    and returns its status as an exit code (128 + the signal that killed it)."""
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)
     except OSError as err:

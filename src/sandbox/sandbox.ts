@@ -127,7 +127,7 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
         // The lifeline: confine.py ends the sandbox when this pipe closes, i.e. when we die.
         keepStdinOpen: true,
       });
-      return interpret(result);
+      return interpretSandboxed(result);
     },
     async check() {
       const result = await deps.run({
@@ -137,7 +137,7 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
         killGraceMs: 500,
         stdoutCaptureBytes: 64 * 1024,
       });
-      const interpreted = interpret(result);
+      const interpreted = interpretSandboxed(result);
       if (interpreted.notFound) return { mode: 'netns', ok: false, reason: `${deps.unshare} or ${deps.python} is not installed` };
       if (interpreted.confinementFailure !== null) return { mode: 'netns', ok: false, reason: interpreted.confinementFailure };
       if (result.exitCode !== 0) return { mode: 'netns', ok: false, reason: `the sandbox check exited with ${result.exitCode ?? result.signal}` };
@@ -156,8 +156,8 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
   };
 }
 
-/** Tells a sandbox that failed to start from a tool that ran and failed. */
-function interpret(result: RunProcessResult): SandboxedResult {
+/** Tells a sandbox that failed to start (or a tool that could not be started) from a tool that ran and failed. */
+export function interpretSandboxed(result: RunProcessResult): SandboxedResult {
   const ownLine = result.stderrTail.split('\n').find((line) => line.startsWith(MARKER));
   if (result.notFound) return { ...result, notFound: false, confinementFailure: 'unshare is not installed' };
   if (result.exitCode === NOT_FOUND && ownLine) return { ...result, notFound: true, confinementFailure: null };

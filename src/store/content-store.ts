@@ -53,19 +53,29 @@ export interface ContentStore {
   /** Removes one file of a content id; synchronous like removeSync. */
   removeArtifactSync(contentId: string, name: string): void;
   pathOf(contentId: string, name: string): string;
-  /** Removes leftovers of interrupted writes, old enough that no live node is still writing them. */
-  clearIncoming(now: number): Promise<number>;
+  /**
+   * Removes leftovers of interrupted writes: those staged by a writer that `isGone` says is dead,
+   * and any old enough that no live node can still be writing it.
+   */
+  clearIncoming(now: number, isGone: (writer: string) => boolean): Promise<number>;
 }
 
 export async function sha256File(file: string): Promise<{ hex: string; bytes: number }> {
   const hash = createHash('sha256');
+  // One buffer, read into again and again: a file of any size allocates nothing more.
+  const buf = Buffer.allocUnsafe(1024 * 1024);
   let bytes = 0;
-  await pipeline(createReadStream(file, { highWaterMark: 1024 * 1024 }), async function* (source) {
-    for await (const chunk of source as AsyncIterable<Buffer>) {
-      hash.update(chunk);
-      bytes += chunk.length;
+  const handle = await fs.open(file, 'r');
+  try {
+    for (;;) {
+      const { bytesRead } = await handle.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      hash.update(buf.subarray(0, bytesRead));
+      bytes += bytesRead;
     }
-  });
+  } finally {
+    await handle.close();
+  }
   return { hex: hash.digest('hex'), bytes };
 }
 
@@ -78,7 +88,14 @@ async function fsyncPath(target: string, flags: string): Promise<void> {
   }
 }
 
-export function createContentStore(root: string, pins: ContentPins): ContentStore {
+/** A staged file's name: its writer (a node id), then a time and a random part. */
+const STAGED_NAME = /^(.+)\.\d+\.[0-9a-f]{24}$/;
+
+/**
+ * `writer` names this node in the files it stages, so that a node starting where a dead one was
+ * can remove that one's leftovers at once, while a live neighbour's stay.
+ */
+export function createContentStore(root: string, pins: ContentPins, writer: string): ContentStore {
   const incoming = path.join(root, INCOMING_DIR);
 
   const pathOf = (contentId: string, name: string) => path.join(root, artifactRelativePath(contentId, name));
@@ -95,7 +112,7 @@ export function createContentStore(root: string, pins: ContentPins): ContentStor
 
   async function stageFile(sourceFile: string): Promise<string> {
     await fs.mkdir(incoming, { recursive: true });
-    const staged = path.join(incoming, `${Date.now()}-${randomBytes(12).toString('hex')}`);
+    const staged = path.join(incoming, `${writer}.${Date.now()}.${randomBytes(12).toString('hex')}`);
     try {
       await fs.rename(sourceFile, staged);
     } catch (err) {
@@ -149,13 +166,16 @@ export function createContentStore(root: string, pins: ContentPins): ContentStor
       rmSync(pathOf(contentId, name), { force: true });
     },
 
-    async clearIncoming(now) {
+    async clearIncoming(now, isGone) {
       let removed = 0;
       for (const entry of await fs.readdir(incoming).catch(() => [] as string[])) {
         const file = path.join(incoming, entry);
-        const info = await fs.stat(file).catch(() => null);
-        // Another node may be staging right now: only what is long abandoned goes.
-        if (!info || now - info.mtimeMs < STALE_INCOMING_MS) continue;
+        const stagedBy = STAGED_NAME.exec(entry)?.[1];
+        if (stagedBy === undefined || !isGone(stagedBy)) {
+          const info = await fs.stat(file).catch(() => null);
+          // Its writer may be staging it right now: only what is long abandoned goes.
+          if (!info || now - info.mtimeMs < STALE_INCOMING_MS) continue;
+        }
         await fs.rm(file, { recursive: true, force: true });
         removed++;
       }

@@ -7,7 +7,8 @@ import type { Database, Queryable } from '../db/database.js';
  * write per request: touches are coalesced in memory and written in one transaction per flush.
  */
 export interface UsageRecorder {
-  touch(contentId: string): void;
+  /** A use now, or at `atMs` when it happened elsewhere earlier (never later than now). */
+  touch(contentId: string, atMs?: number): void;
   flush(): Promise<number>;
   start(): void;
   stop(): Promise<void>;
@@ -28,15 +29,25 @@ export async function recordUse(q: Queryable, contentId: string, at: number): Pr
   await query.execute({ contentId, at });
 }
 
-export function createUsageRecorder(deps: { database: Database; now: () => number; flushIntervalMs?: number; onError?: (err: unknown) => void }): UsageRecorder {
+export function createUsageRecorder(deps: {
+  database: Database;
+  now: () => number;
+  flushIntervalMs?: number;
+  onError?: (err: unknown) => void;
+  /** Called first in every flush, to touch uses recorded elsewhere (nginx's usage log). */
+  collect?: () => void;
+}): UsageRecorder {
   let pending = new Map<string, number>();
   let timer: NodeJS.Timeout | undefined;
 
   const recorder: UsageRecorder = {
-    touch(contentId) {
-      pending.set(contentId, deps.now());
+    touch(contentId, atMs) {
+      const now = deps.now();
+      const at = atMs === undefined ? now : Math.min(atMs, now);
+      pending.set(contentId, Math.max(pending.get(contentId) ?? 0, at));
     },
     async flush() {
+      deps.collect?.();
       if (pending.size === 0) return 0;
       const batch = pending;
       pending = new Map();

@@ -1,7 +1,7 @@
 /**
- * ffmpeg/ffprobe argument builders and the ffprobe JSON parser. Nothing here runs a process.
+ * ffmpeg's argument builder. Nothing here runs a process.
  *
- * The input is a file someone on the internet chose, so both tools get two whitelists:
+ * The input is a file someone on the internet chose, so ffmpeg gets two whitelists:
  * - protocols: only `file` (paths are passed as `file:<path>`, so a name containing ":" is never
  *   read as a protocol);
  * - demuxers: only media containers. Without it a "media" file whose content is an HLS playlist
@@ -46,14 +46,24 @@ export interface ConvertArgsOptions {
   input: string;
   /** A path the caller owns and that does not exist yet: ffmpeg is told never to overwrite. */
   output: string;
-  /** Channels of the input's first audio stream (from parseProbe): 1 stays mono, 2+ or unknown becomes stereo. */
-  inputChannels: number | null;
   maxDurationS: number;
 }
 
 /**
- * First audio stream → PCM s16le WAV at 44.1 kHz, mono or stereo, cut at maxDurationS.
+ * How far past the duration limit the conversion goes: a WAV longer than the limit shows that the
+ * media was, with no prober run before (the conversion stops there in any case).
+ */
+export const DURATION_OVERRUN_S = 1;
+
+/**
+ * First audio stream → PCM s16le WAV at 44.1 kHz, cut DURATION_OVERRUN_S past maxDurationS.
+ * Mono stays mono, anything else becomes stereo: aformat picks the nearest of the two layouts and
+ * ffmpeg's standard downmix does the rest, byte for byte what `-ac 1` or `-ac 2` chosen from the
+ * input's channel count give (checked with ffmpeg 5.1 on mono, stereo, 2.1, 3.0, 4.0, quad, 5.1
+ * and 7.1), without having to know that count first.
  * The WAV carries no metadata and no encoder tag, so the same input gives the same bytes.
+ * ffmpeg opens its output only once it has opened the input and found an audio stream in it: an
+ * output file that does not exist after a failure means the input is not audio.
  */
 export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
   return [
@@ -70,9 +80,9 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     '-map',
     '0:a:0',
     '-t',
-    String(opts.maxDurationS),
-    '-ac',
-    opts.inputChannels === 1 ? '1' : '2',
+    String(opts.maxDurationS + DURATION_OVERRUN_S),
+    '-af',
+    'aformat=channel_layouts=mono|stereo',
     '-ar',
     String(OUTPUT_SAMPLE_RATE),
     '-c:a',
@@ -87,59 +97,4 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     'wav',
     `file:${opts.output}`,
   ];
-}
-
-/** ffprobe: streams and container of one local file, as JSON on stdout. */
-export function buildProbeArgs(input: string): string[] {
-  return [
-    '-v',
-    'error',
-    ...INPUT_GUARDS,
-    '-print_format',
-    'json',
-    '-show_streams',
-    '-show_format',
-    `file:${input}`,
-  ];
-}
-
-export interface ProbeSummary {
-  /** 0 means the file has no audio: the worker fails the job with its own code. */
-  audioStreams: number;
-  /** Of the first audio stream. */
-  channels: number | null;
-  sampleRate: number | null;
-  durationS: number | null;
-  formatName: string | null;
-}
-
-/** Summarises ffprobe's JSON; throws when it is not ffprobe JSON at all. */
-export function parseProbe(json: string): ProbeSummary {
-  let data: unknown;
-  try {
-    data = JSON.parse(json);
-  } catch {
-    throw new Error('ffprobe output is not valid JSON');
-  }
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
-    throw new Error('ffprobe output is not an object');
-  }
-  const { streams, format } = data as { streams?: unknown; format?: unknown };
-  const streamList = Array.isArray(streams) ? (streams as Array<Record<string, unknown>>) : [];
-  const formatObj = typeof format === 'object' && format !== null ? (format as Record<string, unknown>) : {};
-  const audio = streamList.filter((s) => typeof s === 'object' && s !== null && s.codec_type === 'audio');
-  const first = audio[0];
-  return {
-    audioStreams: audio.length,
-    channels: positiveNumber(first?.channels),
-    sampleRate: positiveNumber(first?.sample_rate),
-    durationS: positiveNumber(formatObj.duration) ?? positiveNumber(first?.duration),
-    formatName: typeof formatObj.format_name === 'string' ? formatObj.format_name : null,
-  };
-}
-
-/** ffprobe prints some numbers as strings ("44100", "3.000000") and "N/A" when unknown. */
-function positiveNumber(value: unknown): number | null {
-  const n = typeof value === 'number' ? value : typeof value === 'string' ? Number(value) : NaN;
-  return Number.isFinite(n) && n > 0 ? n : null;
 }

@@ -314,7 +314,7 @@ export class LineSplitter {
 }
 
 /** Keeps the last `limit` bytes pushed. */
-class TailBuffer {
+export class TailBuffer {
   private chunks: Buffer[] = [];
   private size = 0;
 
@@ -337,7 +337,7 @@ class TailBuffer {
 }
 
 /** Keeps the first `limit` bytes pushed. */
-class HeadBuffer {
+export class HeadBuffer {
   private chunks: Buffer[] = [];
   private size = 0;
   truncated = false;

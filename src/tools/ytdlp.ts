@@ -80,30 +80,62 @@ export interface YtDlpNetworkOptions {
    */
   noFfmpegDir?: string;
   /**
-   * A file written with proxyConfigText(): all of yt-dlp's HTTP goes through the proxy it names.
-   * The proxy URL carries the guard's per-job credentials, so it is handed over in a file only
-   * the service's user can read, never on the command line (/proc/<pid>/cmdline is readable by
-   * every local user). --ignore-config still loads files given by --config-locations.
+   * A file written with configFileText(): the proxy yt-dlp must use (the guard, with the job's
+   * own credentials) and the cookies to send, if any. Handed over in a file only the service's
+   * user can read, never on the command line (/proc/<pid>/cmdline is readable by every local
+   * user). --ignore-config still loads files given by --config-locations.
    */
-  proxyConfigFile?: string;
+  configFile?: string;
   socketTimeoutS?: number;
 }
 
-function networkArgs({ proxyConfigFile, socketTimeoutS, noFfmpegDir }: YtDlpNetworkOptions): string[] {
+function networkArgs({ configFile, socketTimeoutS, noFfmpegDir }: YtDlpNetworkOptions): string[] {
   const args: string[] = [];
   if (noFfmpegDir !== undefined) args.push('--ffmpeg-location', noFfmpegDir);
-  if (proxyConfigFile !== undefined) args.push('--config-locations', proxyConfigFile);
+  if (configFile !== undefined) args.push('--config-locations', configFile);
   if (socketTimeoutS !== undefined) args.push('--socket-timeout', String(socketTimeoutS));
   return args;
 }
 
 /**
- * The text of a yt-dlp configuration file that sets the proxy. yt-dlp splits such files like a
- * shell (quotes, `#` comments), so a URL with anything that would need escaping is refused.
+ * A job's copy of the operator's cookies (YTDLP_COOKIES_FILE), in its folder: yt-dlp writes its
+ * cookie jar back to the file it loaded, so what one job's sites set never reaches another job,
+ * nor the operator's file. Relative, to the tool's cwd (the job's folder): no server path in it.
  */
-export function proxyConfigText(proxyUrl: string): string {
-  if (!/^[A-Za-z0-9:/@.%_~\[\]-]+$/.test(proxyUrl)) throw new Error('proxy URL has characters a yt-dlp config file would split or comment out');
-  return `--proxy "${proxyUrl}"\n`;
+export const COOKIES_FILE_NAME = 'cookies.txt';
+
+/**
+ * The text of a yt-dlp configuration file that sets the proxy and, with cookies, the job's copy
+ * of them. yt-dlp splits such files like a shell (quotes, `#` comments), so a URL with anything
+ * that would need escaping is refused.
+ */
+export function configFileText(opts: { proxyUrl?: string; cookies?: boolean }): string {
+  const lines: string[] = [];
+  if (opts.proxyUrl !== undefined) {
+    if (!/^[A-Za-z0-9:/@.%_~\[\]-]+$/.test(opts.proxyUrl)) throw new Error('proxy URL has characters a yt-dlp config file would split or comment out');
+    lines.push(`--proxy "${opts.proxyUrl}"`);
+  }
+  if (opts.cookies) lines.push(`--cookies ${COOKIES_FILE_NAME}`);
+  return lines.map((line) => `${line}\n`).join('');
+}
+
+/**
+ * Why `text` is not a cookies file yt-dlp reads without complaint (Netscape format: its header
+ * line, then comments, blank lines and lines of 7 tab-separated fields), or null when it is.
+ * Checked before a file reaches yt-dlp, which would echo a line it skips to stderr, and so into a
+ * job's error: the reason names a line by its number, never its content.
+ */
+export function netscapeCookiesProblem(text: string): string | null {
+  const lines = text.split(/\r?\n/);
+  if (!/^#( Netscape)? HTTP Cookie File/.test(lines[0] ?? '')) return 'its first line is not "# Netscape HTTP Cookie File"';
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!.replace(/^#HttpOnly_/, '');
+    if (line.trim() === '' || line.startsWith('#')) continue;
+    const fields = line.split('\t');
+    if (fields.length !== 7) return `line ${i + 1} does not have 7 tab-separated fields`;
+    if (!/^\d*$/.test(fields[4]!)) return `line ${i + 1} has an expiry that is not a number`;
+  }
+  return null;
 }
 
 /** Metadata only: prints the info JSON on stdout, downloads no media. */
@@ -203,12 +235,17 @@ export interface MediaInfo {
   protocols: string[];
 }
 
+/** Request headers the info JSON must not carry into the download (see withoutReplayedHeaders). */
+const NOT_REPLAYED_HEADERS = new Set(['ytdl-request-proxy', 'cookie']);
+
 /**
  * The info JSON the download step replays, without any `Ytdl-request-proxy` header: yt-dlp
  * honours that header (from an extractor, or from options smuggled into a URL) by dropping or
- * replacing its proxy for the request. Throws on text that is not JSON.
+ * replacing its proxy for the request. Nor any `Cookie` header: the download takes cookies from
+ * its own jar, for each request's host, instead of sending what the metadata run computed for
+ * one URL wherever a request ends up. Throws on text that is not JSON.
  */
-export function withoutProxyOverrides(text: string): string {
+export function withoutReplayedHeaders(text: string): string {
   const strip = (value: unknown): void => {
     if (Array.isArray(value)) {
       value.forEach(strip);
@@ -216,7 +253,7 @@ export function withoutProxyOverrides(text: string): string {
       for (const [key, inner] of Object.entries(value)) {
         if (key === 'http_headers' && typeof inner === 'object' && inner !== null) {
           for (const header of Object.keys(inner)) {
-            if (header.toLowerCase() === 'ytdl-request-proxy') delete (inner as Record<string, unknown>)[header];
+            if (NOT_REPLAYED_HEADERS.has(header.toLowerCase())) delete (inner as Record<string, unknown>)[header];
           }
         }
         strip(inner);

@@ -1,10 +1,12 @@
 /**
  * getArtifact end to end, one table run against both delivery modes: a real nginx (Debian's)
- * rendering nginx/templates in front of the app in X-Accel-Redirect mode, and the app's own
- * streaming fallback. Malformed paths go over a raw socket so that no client library
+ * rendering nginx/templates in front of the app in X-Accel-Redirect mode (signed URLs answered by
+ * nginx alone after one authorization by the app, keyed requests through the app), and the app's
+ * own streaming fallback. Malformed paths go over a raw socket so that no client library
  * normalises them first.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,19 +53,47 @@ afterAll(async () => {
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
+/** The expiry a signed path carries, as the HTTP date its Expires header must be. */
+function expiresOf(signedPath: string): string {
+  const expires = Number(new URL(signedPath, 'http://x').searchParams.get('expires'));
+  return new Date(expires * 1000).toUTCString();
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return check();
+}
+
 describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) => {
   const base = () => (mode === 'nginx' ? nginx.url('') : `http://127.0.0.1:${fallbackApp.port}`);
   const port = () => (mode === 'nginx' ? nginx.port : fallbackApp.port);
   const app = () => (mode === 'nginx' ? accelApp : fallbackApp);
-  const signed = () => base() + app().signedPath(wav.cid);
+  // One signed path for the table: nginx keys its authorizations by the request URI.
+  let signedPath: string;
+  beforeAll(() => {
+    signedPath = app().signedPath(wav.cid);
+  });
+  const signed = () => base() + signedPath;
   const keyed = { authorization: `Bearer ${API_KEY}` };
 
-  function expectRepresentationHeaders(res: Response) {
+  /** Signed answers may be cached by anyone until the signature expires; keyed ones privately. */
+  function expectRepresentationHeaders(res: Response, credential?: { signedPath: string } | 'keyed') {
+    const access = credential ?? { signedPath };
     expect(res.headers.get('content-type')).toBe('audio/wav');
     expect(res.headers.get('content-disposition')).toBe(`inline; filename="audio.wav"; filename*=UTF-8''audio.wav`);
-    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
     expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
     expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    if (access === 'keyed') {
+      expect(res.headers.get('cache-control')).toBe('private, max-age=31536000, immutable');
+      expect(res.headers.get('expires')).toBeNull();
+    } else {
+      expect(res.headers.get('cache-control')).toBe('public, immutable');
+      expect(res.headers.get('expires')).toBe(expiresOf(access.signedPath));
+    }
   }
 
   it('GET with a signed URL answers the whole file, byte-identical, with the right headers', async () => {
@@ -76,16 +106,29 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('accept-ranges')).toBe('bytes');
     expect(Date.parse(res.headers.get('last-modified') ?? '')).not.toBeNaN();
     expect(res.headers.get('x-accel-redirect')).toBeNull();
-    expect(app().served).toContain(wav.cid);
+    expect(res.headers.get('x-accel-expires')).toBeNull();
+    expect(res.headers.get('x-artifact-cache-control')).toBeNull();
+    // The fallback counts the serve itself; behind nginx, nginx's usage log does (the app only
+    // authorized the URL, which is no use of the content).
+    if (mode === 'fallback') expect(app().served).toContain(wav.cid);
+    else expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
   });
 
-  it('GET with the API key, as a bearer token or X-API-Key', async () => {
+  it('GET with the API key, as a bearer token or X-API-Key: cached privately only', async () => {
     const url = base() + artifactUrlPath(wav.cid, 'audio.wav');
     for (const headers of [keyed, { 'x-api-key': API_KEY }]) {
       const res = await fetch(url, { headers });
       expect(res.status).toBe(200);
       expect(sha256(new Uint8Array(await res.arrayBuffer()))).toBe(wav.cid);
+      expectRepresentationHeaders(res, 'keyed');
     }
+  });
+
+  it('a key and a signature together: the key decides (private)', async () => {
+    const res = await fetch(signed(), { headers: keyed });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    expectRepresentationHeaders(res, 'keyed');
   });
 
   it.each([
@@ -104,11 +147,20 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(Buffer.from(await res.arrayBuffer()).equals(wav.bytes.subarray(start, end + 1))).toBe(true);
   });
 
-  it('an unsatisfiable Range answers 416 with Content-Range bytes */size', async () => {
-    const res = await fetch(signed(), { headers: { range: `bytes=${wav.bytes.length}-` } });
-    expect(res.status).toBe(416);
-    expect(res.headers.get('content-range')).toBe(`bytes */${wav.bytes.length}`);
-    await res.arrayBuffer();
+  it('an unsatisfiable Range answers 416 problem+json with Content-Range bytes */size', async () => {
+    for (const headers of [{}, keyed]) {
+      const res = await fetch(signed(), { headers: { ...headers, range: `bytes=${wav.bytes.length}-` } });
+      expect(res.status).toBe(416);
+      expect(res.headers.get('content-range')).toBe(`bytes */${wav.bytes.length}`);
+      expect(res.headers.get('content-type')).toBe('application/problem+json');
+      expect(((await res.json()) as { code: string }).code).toBe('range_not_satisfiable');
+    }
+  });
+
+  it('several ranges at once answer the whole file with 200, like the fallback', async () => {
+    const res = await fetch(signed(), { headers: { range: 'bytes=0-9,20-29' } });
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer()).equals(wav.bytes)).toBe(true);
   });
 
   it('If-Range with the ETag keeps the Range; with another validator the whole file comes', async () => {
@@ -133,10 +185,12 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     for (const tag of [`"${wav.cid}"`, `W/"${wav.cid}"`, `"x", "${wav.cid}"`, '*']) {
       const res = await fetch(signed(), { headers: { 'if-none-match': tag } });
       expect(res.status).toBe(304);
-      expect(res.headers.get('etag')).toBe(`"${wav.cid}"`);
-      expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+      expectRepresentationHeaders(res);
       expect((await res.arrayBuffer()).byteLength).toBe(0);
     }
+    const keyedNotModified = await fetch(signed(), { headers: { ...keyed, 'if-none-match': `"${wav.cid}"` } });
+    expect(keyedNotModified.status).toBe(304);
+    expectRepresentationHeaders(keyedNotModified, 'keyed');
     const changed = await fetch(signed(), { headers: { 'if-none-match': '"other"' } });
     expect(changed.status).toBe(200);
     await changed.arrayBuffer();
@@ -165,23 +219,42 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(((await expired.json()) as { code: string }).code).toBe('signature_expired');
   });
 
-  it('unknown content answers 404 problem+json', async () => {
-    const res = await fetch(base() + artifactUrlPath('d'.repeat(64), 'audio.wav'), { headers: keyed });
-    expect(res.status).toBe(404);
-    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+  it('unknown content answers 404 problem+json, with a key or a valid signature', async () => {
+    const unknown = 'd'.repeat(64);
+    for (const [target, headers] of [
+      [artifactUrlPath(unknown, 'audio.wav'), keyed],
+      [app().signedPath(unknown), {}],
+    ] as const) {
+      const res = await fetch(base() + target, { headers });
+      expect(res.status).toBe(404);
+      expect(res.headers.get('content-type')).toBe('application/problem+json');
+      expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+    }
   });
 
-  it('content removed since its last serve (evicted) answers 404 problem+json that is not cached', async () => {
-    const cid = await store.add(Buffer.from(`evicted soon through ${mode}`));
-    const url = base() + artifactUrlPath(cid, 'audio.wav');
-    expect((await fetch(url, { headers: keyed })).status).toBe(200);
-    // The app still remembers where the file was; the open (fallback) or nginx finds it gone.
+  it.each(['keyed', 'signed'] as const)('content removed since its last serve (evicted) answers 404 problem+json that is not cached (%s)', async (access) => {
+    const cid = await store.add(Buffer.from(`evicted soon through ${mode}, ${access}`));
+    const target = access === 'keyed' ? artifactUrlPath(cid, 'audio.wav') : app().signedPath(cid);
+    const headers = access === 'keyed' ? keyed : {};
+    const first = await fetch(base() + target, { headers });
+    expect(first.status).toBe(200);
+    await first.arrayBuffer();
+    // The app still remembers where the file was, and nginx its yes to the signed URL; the open
+    // (fallback) or nginx finds the file gone (nginx's open descriptor of a hot file is checked
+    // again within 2 s).
     await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
-    const res = await fetch(url, { headers: keyed });
-    expect(res.status).toBe(404);
-    expect(res.headers.get('content-type')).toBe('application/problem+json');
-    expect(res.headers.get('cache-control') ?? '').not.toContain('immutable');
-    expect(((await res.json()) as { code: string }).code).toBe('artifact_not_found');
+    let res: Response | undefined;
+    const gone = await eventually(async () => {
+      res = await fetch(base() + target, { headers });
+      if (res.status === 404) return true;
+      await res.arrayBuffer();
+      return false;
+    }, 5000);
+    expect(gone).toBe(true);
+    expect(res!.headers.get('content-type')).toBe('application/problem+json');
+    expect(res!.headers.get('cache-control')).toBeNull();
+    expect(res!.headers.get('expires')).toBeNull();
+    expect(((await res!.json()) as { code: string }).code).toBe('artifact_not_found');
   });
 
   it.each([
@@ -211,27 +284,137 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     '/_artifacts/../secret.txt',
     '/_artifacts/%2e%2e/secret.txt',
     '/secret.txt',
-  ])('refuses %j and never serves a byte outside the root', async (pattern) => {
+  ])('refuses %j and never serves a byte outside the root, with a key or a signature', async (pattern) => {
     const target = pattern
       .replaceAll('{cid}', wav.cid)
       .replaceAll('{CID}', wav.cid.toUpperCase())
       .replaceAll('{link}', LINK_CID)
       .replaceAll('{link2}', LINK_CID.slice(0, 2))
       .replaceAll('{long}', 'a'.repeat(300));
-    const res = await rawRequest(port(), 'GET', target, keyed);
-    expect(res.status).toBeGreaterThanOrEqual(400);
-    expect(res.status).toBeLessThan(500);
-    expect(res.raw.toString('latin1')).not.toContain(SECRET_MARKER);
+    // The signature of the very path asked for, when it has the form of one (the symlink), else
+    // that of the real WAV: either way a valid signature rides along.
+    const [, cid, name] = /^\/artifacts\/([0-9a-f]{64})\/([^/]+)$/.exec(target) ?? [];
+    const query = app().signer.sign(cid ?? wav.cid, cid && name ? decodeURIComponent(name) : 'audio.wav', 600).query;
+    for (const [label, res] of [
+      ['keyed', await rawRequest(port(), 'GET', target, keyed)],
+      ['signed', await rawRequest(port(), 'GET', `${target}?${query}`)],
+    ] as const) {
+      expect(res.status, label).toBeGreaterThanOrEqual(400);
+      expect(res.status, label).toBeLessThan(500);
+      expect(res.raw.toString('latin1'), label).not.toContain(SECRET_MARKER);
+    }
+  });
+});
+
+describe('both modes', () => {
+  // Headers that describe the answer, not the connection or the moment.
+  const COMPARED = ['content-type', 'content-disposition', 'content-length', 'content-range', 'accept-ranges', 'cache-control', 'expires', 'etag', 'last-modified', 'x-content-type-options'];
+  const described = (res: Response) => Object.fromEntries(COMPARED.map((name) => [name, res.headers.get(name)]));
+
+  it.each([
+    ['signed, whole', {}],
+    ['signed, range', { range: 'bytes=100-199' }],
+    ['signed, not modified', { 'if-none-match': '*' }],
+    ['keyed, whole', { 'x-api-key': API_KEY }],
+    ['keyed, range', { 'x-api-key': API_KEY, range: 'bytes=100-199' }],
+  ] as const)('answer with the same headers: %s', async (_label, headers) => {
+    // The same signed URL in both: the apps share the signing secret.
+    const target = accelApp.signedPath(wav.cid);
+    const viaNginx = await fetch(nginx.url(target), { headers });
+    const viaApp = await fetch(`http://127.0.0.1:${fallbackApp.port}${target}`, { headers });
+    expect(viaNginx.status).toBe(viaApp.status);
+    expect(described(viaNginx)).toEqual(described(viaApp));
+    expect(Buffer.from(await viaNginx.arrayBuffer()).equals(Buffer.from(await viaApp.arrayBuffer()))).toBe(true);
+  });
+});
+
+describe('signed URLs behind nginx', () => {
+  const artifactLines = (cid: string) =>
+    nginx
+      .accessLog()
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, string>)
+      .filter((line) => line.cid === cid);
+
+  it('are answered by nginx alone after one authorization by the app, which is logged without a trip upstream', async () => {
+    const cid = await store.add(Buffer.from('answered by nginx alone'.repeat(1000)));
+    const target = accelApp.signedPath(cid);
+    accelApp.seen.length = 0;
+    for (let i = 0; i < 10; i++) {
+      const res = await fetch(nginx.url(target), { headers: { range: `bytes=${i * 100}-${i * 100 + 99}` }, method: i === 9 ? 'HEAD' : 'GET' });
+      expect(res.status).toBe(206);
+      await res.arrayBuffer();
+    }
+    // One question, carrying nothing of the client's (no Range), and no request for the bytes.
+    expect(accelApp.seen).toEqual([{ method: 'GET', path: artifactUrlPath(cid, 'audio.wav'), range: undefined, authorizeOnly: true, lane: false }]);
+    expect(accelApp.served).not.toContain(cid);
+    const lines = artifactLines(cid);
+    expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
+    // Each serve is a use of the content, written to the usage log for the app.
+    expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
+    expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+  });
+
+  it('stop being served when the signature expires, though nginx keeps the authorization', async () => {
+    const cid = await store.add(Buffer.from('expires in two seconds'));
+    const target = accelApp.signedPath(cid, 'audio.wav', 2);
+    const first = await fetch(nginx.url(target));
+    expect(first.status).toBe(200);
+    expect(first.headers.get('expires')).toBe(expiresOf(target));
+    await first.arrayBuffer();
+    const expiresAtMs = Date.parse(expiresOf(target));
+    let last: Response | undefined;
+    const refused = await eventually(async () => {
+      const sentAt = Date.now();
+      last = await fetch(nginx.url(target));
+      if (last.status === 403) return true;
+      expect(last.status).toBe(200);
+      // Never served from the kept authorization once the signature has expired.
+      expect(sentAt).toBeLessThan(expiresAtMs);
+      await last.arrayBuffer();
+      return false;
+    }, 4000);
+    expect(refused).toBe(true);
+    expect(((await last!.json()) as { code: string }).code).toBe('signature_expired');
+    expect(Date.now()).toBeGreaterThanOrEqual(Date.parse(expiresOf(target)));
+  });
+
+  it('never keep a refusal, nor a yes given to a key, for the signed URL', async () => {
+    const cid = await store.add(Buffer.from('only for key holders'));
+    const good = accelApp.signer.sign(cid, 'audio.wav', 600);
+    const forged = `${artifactUrlPath(cid, 'audio.wav')}?expires=${good.expires}&sig=${(good.signature[0] === 'A' ? 'B' : 'A') + good.signature.slice(1)}`;
+    // With the key, the forged URL is served (the key decides) ...
+    const keyedAnswer = await fetch(nginx.url(forged), { headers: { 'x-api-key': API_KEY } });
+    expect(keyedAnswer.status).toBe(200);
+    await keyedAnswer.arrayBuffer();
+    // ... which lets no one in without it, again and again.
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(nginx.url(forged));
+      expect(res.status).toBe(403);
+      expect(((await res.json()) as { code: string }).code).toBe('signature_invalid');
+    }
+    // The control: the genuine signature is served.
+    const genuine = await fetch(nginx.url(`${artifactUrlPath(cid, 'audio.wav')}?${good.query}`));
+    expect(genuine.status).toBe(200);
+    await genuine.arrayBuffer();
   });
 });
 
 describe('nginx in front', () => {
   it('answers 404 for /_artifacts/ asked for directly, in any spelling', async () => {
     const rel = artifactRelativePath(wav.cid, 'audio.wav');
-    for (const target of [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`, `/_ARTIFACTS/${rel}`]) {
+    // Spellings nginx normalizes to its internal location: nginx's own 404, a problem document.
+    const internal = [`/_artifacts/${rel}`, `/%5Fartifacts/${rel}`, `/_artifacts//${rel}`, `/x/../_artifacts/${rel}`];
+    for (const target of [...internal, `/_ARTIFACTS/${rel}`]) {
       const res = await rawRequest(nginx.port, 'GET', target, { authorization: `Bearer ${API_KEY}` });
       expect(res.status, target).toBeGreaterThanOrEqual(400);
       expect(res.raw.includes(wav.bytes.subarray(0, 4096))).toBe(false);
+      if (internal.includes(target)) {
+        expect(res.status, target).toBe(404);
+        expect(res.headers.get('content-type'), target).toBe('application/problem+json');
+        expect(res.raw.toString('latin1'), target).toContain('"code":"artifact_not_found"');
+      }
     }
   });
 

@@ -20,6 +20,7 @@ const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 
 let media: MediaServer;
 let svc: ServiceHandle;
+let toneBytes: Buffer;
 let v4: CountingListener;
 let v6: CountingListener | undefined;
 
@@ -29,6 +30,7 @@ beforeAll(async () => {
   if (await ipv6LoopbackAvailable()) v6 = await startCountingListener('::1');
   const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });
   media.serveFile('/ok.mp3', tone.path, { contentType: 'audio/mpeg' });
+  toneBytes = await readFile(tone.path);
   svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
 });
 
@@ -47,6 +49,41 @@ async function expectRefused(url: string, host: string) {
   // The per-job proxy credentials never reach the job record.
   expect(JSON.stringify(job)).not.toMatch(/@127\.0\.0\.1:\d+/);
   return job;
+}
+
+/** A slow allowed HLS stream (its one segment takes 1.5 s), to keep yt-dlp running long enough to be looked at. */
+let slowRoutes = 0;
+function slowHls(): string {
+  const n = ++slowRoutes;
+  media.route(`/slow.m3u8`, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
+    res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\n${media.url('/slow-seg.mp3')}\n#EXT-X-ENDLIST\n`);
+  });
+  media.route('/slow-seg.mp3', async (_req, res) => {
+    res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': toneBytes.length });
+    res.write(toneBytes.subarray(0, 100));
+    await sleep(1500);
+    res.end(toneBytes.subarray(100));
+  });
+  return `n=${n}`;
+}
+
+/** The job's proxy password, from its yt-dlp config file, which only the service's user may read. */
+async function proxyPasswordIn(configFile: string): Promise<string> {
+  expect((await stat(configFile)).mode & 0o777).toBe(0o600);
+  const config = await readFile(configFile, 'utf8');
+  const proxy = /^--proxy "(http:\/\/[^"\s]+@127\.0\.0\.1:\d+)"$/m.exec(config)![1]!;
+  const password = new URL(proxy).password;
+  expect(password.length).toBeGreaterThanOrEqual(32);
+  return password;
+}
+
+async function waitForResident(service: ServiceHandle): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!service.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident')) {
+    if (Date.now() > deadline) throw new Error('the resident sandbox did not start');
+    await sleep(50);
+  }
 }
 
 describe('egress guard, end to end', () => {
@@ -114,46 +151,63 @@ describe('egress guard, end to end', () => {
     expect(v4.connections).toBe(0);
   });
 
-  it('runs yt-dlp with the guard as its proxy and the native HLS downloader, so segments cannot bypass the guard', async () => {
-    // A slow allowed HLS stream keeps yt-dlp running long enough to read its command line.
-    const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'mp3' });
-    const bytes = await readFile(tone.path);
-    media.route('/slow.m3u8', (_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-      res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\n${media.url('/slow-seg.mp3')}\n#EXT-X-ENDLIST\n`);
-    });
-    media.route('/slow-seg.mp3', async (_req, res) => {
-      res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': bytes.length });
-      res.write(bytes.subarray(0, 100));
-      await sleep(1500);
-      res.end(bytes.subarray(100));
-    });
-    const submitted = await svc.submit(media.url('/slow.m3u8'));
-    let cmdline = '';
+  it('runs yt-dlp with the guard as its proxy and the native HLS downloader, so segments cannot bypass the guard (RESIDENT_SANDBOX=off)', async () => {
+    // Each tool started on its own: yt-dlp's arguments are on its command line, to be read.
+    const own = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, RESIDENT_SANDBOX: 'off' } });
+    try {
+      const submitted = await own.submit(media.url(`/slow.m3u8?${slowHls()}`));
+      let cmdline = '';
+      const deadline = Date.now() + 20_000;
+      while (!cmdline.includes('--load-info-json') && Date.now() < deadline) {
+        for (const pid of await processesMatching(submitted.job_id)) {
+          const text = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+          if (text.includes('--load-info-json')) cmdline = text.join(' ');
+        }
+        await sleep(50);
+      }
+      expect(cmdline).toContain('--hls-prefer-native');
+      expect(cmdline).toContain('--no-playlist');
+      // The guard's per-job credentials are not on the command line, which every local user can
+      // read, but in a file only the service's user can.
+      expect(cmdline).not.toContain('--proxy');
+      const configFile = /--config-locations (\S+)/.exec(cmdline)![1]!;
+      const password = await proxyPasswordIn(configFile);
+      expect(cmdline).not.toContain(password);
+      const job = await own.waitForJob(submitted.job_id, ['done', 'failed']);
+      expect(job.error).toBeNull();
+      expect(job.status).toBe('done');
+      // The proxy credentials are in no log line.
+      expect(own.output()).not.toContain(password);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it("runs yt-dlp in the resident sandbox with no arguments on any command line, the guard's credentials in a 0600 file", async () => {
+    await waitForResident(svc);
+    const submitted = await svc.submit(media.url(`/slow.m3u8?${slowHls()}`));
+    let configFile: string | undefined;
+    let cmdlines: string[][] = [];
     const deadline = Date.now() + 20_000;
-    while (!cmdline.includes('--load-info-json') && Date.now() < deadline) {
+    // The download runs once the info JSON is written; the processes then naming the job's folder
+    // are the run's leader ("sandbox", folder) and yt-dlp's ("yt-dlp", folder).
+    while (configFile === undefined && Date.now() < deadline) {
+      cmdlines = [];
       for (const pid of await processesMatching(submitted.job_id)) {
-        const text = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-        if (text.includes('--load-info-json')) cmdline = text.join(' ');
+        const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0').filter((arg) => arg !== '');
+        cmdlines.push(argv);
+        const folder = argv[0] === 'yt-dlp' ? argv[1] : undefined;
+        if (folder && (await stat(path.join(folder, 'info.json')).catch(() => null))) configFile = path.join(folder, 'yt-dlp.conf');
       }
       await sleep(50);
     }
-    expect(cmdline).toContain('--hls-prefer-native');
-    expect(cmdline).toContain('--no-playlist');
-    // The guard's per-job credentials are not on the command line, which every local user can
-    // read, but in a file only the service's user can.
-    expect(cmdline).not.toContain('--proxy');
-    const configFile = /--config-locations (\S+)/.exec(cmdline)![1]!;
-    const config = await readFile(configFile, 'utf8');
-    expect((await stat(configFile)).mode & 0o777).toBe(0o600);
-    const proxy = /^--proxy "(http:\/\/[^"\s]+@127\.0\.0\.1:\d+)"$/m.exec(config)![1]!;
-    const password = new URL(proxy).password;
-    expect(password.length).toBeGreaterThanOrEqual(32);
-    expect(cmdline).not.toContain(password);
+    expect(configFile).toBeDefined();
+    for (const argv of cmdlines) expect(argv.length, argv.join(' ')).toBe(2);
+    const password = await proxyPasswordIn(configFile!);
+    expect(cmdlines.flat().join(' ')).not.toContain(password);
     const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
     expect(job.error).toBeNull();
     expect(job.status).toBe('done');
-    // The proxy credentials are in no log line.
     expect(svc.output()).not.toContain(password);
   });
 });

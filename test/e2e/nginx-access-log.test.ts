@@ -7,11 +7,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { rawRequest } from '../support/raw-http.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
- * command the README gives) parses the log and reports the artifact routes.
+ * command the README gives) parses the log and reports the artifact routes. And the request id
+ * nginx hands on: a client's is kept only when well-formed, as the app would keep it.
  */
 const run = promisify(execFile);
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -87,12 +89,17 @@ describe('nginx JSON access log', () => {
     const artifactLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}');
     expect(artifactLines.length).toBe(4);
     for (const line of artifactLines) {
-      expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted` });
+      // nginx answered signed URLs alone: no upstream time.
+      expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted`, upstream_time: '' });
       expect(Number(line.request_time)).toBeGreaterThanOrEqual(0);
-      expect(Number(line.upstream_time)).toBeGreaterThanOrEqual(0);
       expect(Number(line.bytes_sent)).toBeGreaterThan(0);
     }
     expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206', '206', '206']);
+    // The app was asked once per distinct signed URL (three of them), never for the bytes; its
+    // log of those questions carries no signature either.
+    const appArtifactLines = svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
+    expect(appArtifactLines.length).toBe(3);
+    expect(svc.output()).not.toContain(signature);
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
     expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
 
@@ -114,3 +121,68 @@ describe('nginx JSON access log', () => {
     expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
   });
 });
+
+describe('request ids through nginx', () => {
+  const WELL_FORMED = 'client-id_1.2:3';
+  const lineWith = (requestId: string) =>
+    nginx
+      .accessLog()
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as LogLine)
+      .find((line) => line.request_id === requestId);
+
+  it('keeps a well-formed X-Request-Id end to end: answer, app log and access log', async () => {
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': WELL_FORMED });
+    expect(res.status).toBe(404);
+    expect(res.headers.get('x-request-id')).toBe(WELL_FORMED);
+    expect(JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()).request_id).toBe(WELL_FORMED);
+    await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404));
+    await expectEventually(() => lineWith(WELL_FORMED)?.status === '404');
+  });
+
+  it.each([
+    ['a space', 'has space'],
+    ['129 characters', 'a'.repeat(129)],
+    ['200 characters', 'b'.repeat(200)],
+    ['a vertical tab', 'tab\u000bbed'],
+    ['a form feed', 'form\u000cfeed'],
+    ['a DEL', 'del\u007f'],
+    ['a non-ASCII letter', 'caf\u00e9'],
+    ['a quote', 'quo"te'],
+  ])('replaces one with %s by its own, everywhere the request is seen', async (_label, offered) => {
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': offered });
+    expect(res.status).toBe(404);
+    const used = res.headers.get('x-request-id')!;
+    expect(used).toMatch(/^[0-9a-f]{32}$/);
+    expect(res.raw.toString('latin1')).not.toContain(offered);
+    // The app received nginx's id (it would have made its own otherwise) and logged it.
+    await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === used));
+    await expectEventually(() => lineWith(used)?.status === '404');
+    expect(nginx.accessLog()).not.toContain(offered);
+  });
+
+  it('keeps it on artifacts nginx answers alone, too', async () => {
+    const job = (await svc.waitForJob(((await (await fetch(nginx.url('/sources'), {
+      method: 'POST',
+      headers: { authorization: `Bearer ${svc.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/log.m4a') }),
+    })).json()) as { job_id: string }).job_id, ['done']));
+    const signed = job.result!.artifacts[0]!.signed_url;
+    for (const [offered, kept] of [[`${WELL_FORMED}.signed`, true], ['not kept', false]] as const) {
+      const res = await rawRequest(nginx.port, 'GET', signed, { range: 'bytes=0-3', 'x-request-id': offered });
+      expect(res.status).toBe(206);
+      const used = res.headers.get('x-request-id')!;
+      if (kept) expect(used).toBe(offered);
+      else expect(used).toMatch(/^[0-9a-f]{32}$/);
+      await expectEventually(() => lineWith(used)?.status === '206');
+    }
+  });
+});
+
+/** The service's log lines and nginx's arrive a moment after the answer. */
+async function expectEventually(check: () => boolean): Promise<void> {
+  const deadline = Date.now() + 3000;
+  while (!check() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25));
+  expect(check()).toBe(true);
+}

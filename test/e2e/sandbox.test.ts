@@ -1,10 +1,13 @@
-import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, mkdtemp, open, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEgressGuard } from '../../src/egress/guard.js';
+import { createLogger } from '../../src/logger.js';
+import { createResidentSandbox, type ResidentSandbox } from '../../src/sandbox/resident.js';
 import { createSandbox, readHostNetns, REFUSED_CONNECT, type Sandbox } from '../../src/sandbox/sandbox.js';
 import { runProcess, type RunProcessResult } from '../../src/tools/process.js';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
@@ -14,9 +17,10 @@ import { startPlainProxy, type PlainProxy } from '../support/plain-proxy.js';
 import { processesMatching } from '../support/processes.js';
 
 /**
- * The sandbox alone, with the real tools and no other safeguard: each input below is run twice,
- * once as a plain process (the control: it really does reach the trap) and once confined (it
- * does not). yt-dlp's proxy here is a plain forward proxy with no policy beyond the one allowed
+ * The sandbox alone, with the real tools and no other safeguard: each input below is run three
+ * times, as a plain process (the control: it really does reach the trap), confined in a sandbox
+ * of its own, and confined in a child of the resident sandbox (src/sandbox/resident.ts, yt-dlp
+ * imported there): neither of these two reaches it. yt-dlp's proxy here is a plain forward proxy with no policy beyond the one allowed
  * media server, and yt-dlp gets an ffmpeg to hand downloads to: none of the belts the service
  * adds on top (the guard's redirect checks, the fragment refusal, no ffmpeg for yt-dlp, the
  * protocol whitelists of our ffmpeg runs) is in play. Whatever reaches the trap can only have
@@ -32,6 +36,8 @@ let tcpProxy: PlainProxy;
 let unixProxy: PlainProxy;
 let dir: string;
 let sandbox: Sandbox;
+let resident: ResidentSandbox;
+let residentSocket: string;
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'sf-sandbox-'));
@@ -69,9 +75,25 @@ beforeAll(async () => {
     playlist([`#EXT-X-KEY:METHOD=SAMPLE-AES,URI="${media.url('/key.bin')}",KEYFORMAT="identity"`, '#EXTINF:2.0,', `httpproxy://${trap.authority}/127.0.0.1:80/seg.ts`]),
   );
   media.redirect('/to-ftp', `ftp://${trap.authority}/a.mp3`);
+  media.serveFile('/slow.mp3', tone.path, { contentType: 'audio/mpeg', throttleBytesPerSec: 1024 });
+
+  residentSocket = path.join(dir, 'resident.sock');
+  resident = createResidentSandbox({
+    spawned: sandbox,
+    ytdlpPath: '/usr/bin/yt-dlp',
+    python: '/usr/bin/python3',
+    socketPath: residentSocket,
+    hostNetns: readHostNetns(),
+    guardSocket: socketPath,
+    enabled: true,
+    log: createLogger('silent'),
+  });
+  await resident.start();
+  await waitFor(() => resident.runs() === 'resident', 60_000);
 });
 
 afterAll(async () => {
+  await resident?.stop();
   await media?.close();
   await trap?.close();
   await tcpProxy?.close();
@@ -85,18 +107,19 @@ async function trapCount(): Promise<number> {
   return trap.connections;
 }
 
-/** Runs a command unconfined (the control) or confined, and returns what the trap saw meanwhile. */
+/** Runs a command unconfined (the control), in a sandbox of its own, or in the resident sandbox, and returns what the trap saw meanwhile. */
 async function run(
-  confined: boolean,
+  how: 'plain' | 'confined' | 'resident',
   command: string,
   args: (proxy: string) => string[],
 ): Promise<{ reached: number; result: RunProcessResult & { confinementFailure?: string | null } }> {
   const before = await trapCount();
   const cwd = await mkdtemp(path.join(dir, 'run-'));
   const common = { command, cwd, timeoutMs: 60_000, stdoutCaptureBytes: 1 << 20 };
-  const result = confined
-    ? await sandbox.run({ ...common, args: args(`http://${sandbox.guardAuthority}`), network: 'guard' })
-    : await runProcess({ ...common, args: args(tcpProxy.url!) });
+  const result =
+    how === 'plain'
+      ? await runProcess({ ...common, args: args(tcpProxy.url!) })
+      : await (how === 'confined' ? sandbox : resident).run({ ...common, args: args(`http://${sandbox.guardAuthority}`), network: 'guard' });
   return { reached: (await trapCount()) - before, result };
 }
 
@@ -128,12 +151,13 @@ describe('the sandbox, against the real tools', () => {
     expect(await sandbox.check()).toEqual({ mode: 'netns', ok: false, reason: 'the egress guard is not reachable from the sandbox (HTTP/1.1 403 Forbidden)' });
   });
 
-  it('control: yt-dlp fetches a local HLS playlist through the bridge', async () => {
-    const { reached, result } = await run(true, 'yt-dlp', ytdlp(media.url('/local.m3u8')));
+  it.each(['confined', 'resident'] as const)('control: yt-dlp fetches a local HLS playlist through the bridge (%s)', async (how) => {
+    const before = unixProxy.requests.length;
+    const { reached, result } = await run(how, 'yt-dlp', ytdlp(media.url('/local.m3u8')));
     expect(result.stderrTail).not.toMatch(/ERROR/);
     expect(result.exitCode).toBe(0);
     expect(reached).toBe(0);
-    expect(unixProxy.requests.some((line) => line.includes('/seg0.mp3'))).toBe(true);
+    expect(unixProxy.requests.slice(before).some((line) => line.includes('/seg0.mp3'))).toBe(true);
   });
 
   const cases: Array<[string, string, (proxy: string) => string[]]> = [
@@ -148,14 +172,16 @@ describe('the sandbox, against the real tools', () => {
   ];
 
   for (const [name, command, args] of cases) {
-    it(`${name}: reaches the trap as a plain process, and not from the sandbox`, async () => {
-      const control = await run(false, command, args);
+    it(`${name}: reaches the trap as a plain process, and neither from a sandbox nor from the resident sandbox`, async () => {
+      const control = await run('plain', command, args);
       expect(control.reached, control.result.stderrTail).toBeGreaterThan(0);
-      const confined = await run(true, command, args);
-      expect(confined.reached, confined.result.stderrTail).toBe(0);
-      expect(confined.result.confinementFailure).toBeNull();
-      // What the service sees in the tool's output, to fail the job with direct_connection_refused.
-      expect(confined.result.stderrTail).toMatch(REFUSED_CONNECT);
+      for (const how of ['confined', 'resident'] as const) {
+        const confined = await run(how, command, args);
+        expect(confined.reached, `${how}: ${confined.result.stderrTail}`).toBe(0);
+        expect(confined.result.confinementFailure).toBeNull();
+        // What the service sees in the tool's output, to fail the job with direct_connection_refused.
+        expect(confined.result.stderrTail, how).toMatch(REFUSED_CONNECT);
+      }
     });
   }
 
@@ -170,6 +196,7 @@ describe('the sandbox, against the real tools', () => {
     expect((await runProcess({ command: 'python3', args: send('control'), timeoutMs: 10_000 })).exitCode).toBe(0);
     // Sent without error, onto the sandbox's own loopback, where nobody receives it.
     expect((await sandbox.run({ command: 'python3', args: send('confined'), network: 'guard', timeoutMs: 10_000 })).exitCode).toBe(0);
+    expect((await resident.run({ command: 'python3', args: send('resident'), network: 'guard', timeoutMs: 10_000 })).exitCode).toBe(0);
     // Our own datagram last: once it is in, anything sent before it on this loopback is too.
     udp.send('marker', udp.address().port, '127.0.0.1');
     await waitFor(() => received.includes('marker'));
@@ -177,11 +204,11 @@ describe('the sandbox, against the real tools', () => {
     expect(received.sort()).toEqual(['control', 'marker']);
   });
 
-  it('ends the whole sandbox, helpers included, when the tool is killed', async () => {
+  it.each(['confined', 'resident'] as const)('ends the whole sandbox, helpers included, when the tool is killed (%s)', async (how) => {
     const marker = `sandbox-orphan-${process.pid}-${Date.now()}`;
     const controller = new AbortController();
     // The tool starts a helper in a session of its own (setsid), out of our process group.
-    const running = sandbox.run({
+    const running = (how === 'confined' ? sandbox : resident).run({
       command: 'sh',
       args: ['-c', `setsid sh -c 'sleep 300; : ${marker}' & echo started; exec sleep 300`],
       network: 'none',
@@ -238,6 +265,172 @@ describe('the sandbox, against the real tools', () => {
     expect(await shared.check()).toEqual({ mode: 'netns', ok: false, reason: 'not in a network namespace of its own' });
   });
 });
+
+describe('the resident sandbox', () => {
+  /** The resident's own process (not its confine.py, nor unshare). */
+  async function residentPid(): Promise<number> {
+    for (const pid of await processesMatching(`--listen ${residentSocket}`)) {
+      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
+      if (argv.some((arg) => arg.endsWith('resident.py')) && !argv.some((arg) => arg.endsWith('confine.py'))) return pid;
+    }
+    throw new Error('no resident process');
+  }
+
+  /** A run that prints its namespaces and PID as JSON, then waits to be killed. */
+  function namespaceReport(marker: string) {
+    const lines: string[] = [];
+    const controller = new AbortController();
+    const script = `import json,os,sys,time; print(json.dumps({"net": os.readlink("/proc/self/ns/net"), "pid": os.readlink("/proc/self/ns/pid_for_children"), "user": os.readlink("/proc/self/ns/user")}), flush=True); time.sleep(300) # ${marker}`;
+    const done = resident.run({ command: 'python3', args: ['-c', script], network: 'none', signal: controller.signal, onStdoutLine: (line) => lines.push(line), killGraceMs: 200 });
+    return { lines, stop: () => controller.abort(), done };
+  }
+
+  it("runs in a network namespace of its own, like any tool: not the service's", async () => {
+    const pid = await residentPid();
+    expect(await readlink(`/proc/${pid}/ns/net`)).not.toBe(readHostNetns());
+  });
+
+  it('gives each run namespaces of its own, and one run cannot signal another', async () => {
+    const a = namespaceReport(`run-a-${process.pid}`);
+    const b = namespaceReport(`run-b-${process.pid}`);
+    await waitFor(() => a.lines.length > 0 && b.lines.length > 0);
+    const nsA = JSON.parse(a.lines[0]!) as Record<string, string>;
+    const nsB = JSON.parse(b.lines[0]!) as Record<string, string>;
+    const own = await readlink(`/proc/${await residentPid()}/ns/net`);
+    for (const kind of ['net', 'pid', 'user']) expect(nsA[kind], kind).not.toBe(nsB[kind]);
+    for (const ns of [nsA, nsB]) expect([readHostNetns(), own]).not.toContain(ns.net);
+    const [pidA] = await processesMatching(`run-a-${process.pid}`);
+    expect(pidA).toBeGreaterThan(0);
+    // Control: from outside, run A is there to be signalled.
+    expect(() => process.kill(pidA!, 0)).not.toThrow();
+    const probe = await resident.run({
+      command: 'python3',
+      args: ['-c', `import os\ntry:\n    os.kill(${pidA}, 0); print("reached")\nexcept ProcessLookupError:\n    print("no such process")`],
+      network: 'none',
+      stdoutCaptureBytes: 1024,
+    });
+    expect(probe.stdout.trim()).toBe('no such process');
+    a.stop();
+    b.stop();
+    await Promise.all([a.done, b.done]);
+  });
+
+  it("keeps a yt-dlp run's memory from other runs (a process of the run's own is readable: the control)", async () => {
+    const controller = new AbortController();
+    const cwd = path.join(dir, `memory-${process.pid}`);
+    await mkdir(cwd);
+    const running = resident.run({
+      command: 'yt-dlp',
+      args: ytdlp(media.url('/slow.mp3'), ['-o', `${cwd}/source.%(ext)s`])(`http://${sandbox.guardAuthority}`),
+      cwd,
+      network: 'guard',
+      signal: controller.signal,
+      killGraceMs: 200,
+    });
+    try {
+      let pids: number[] = [];
+      // The run's leader and its PID 1, the process running yt-dlp, both name the run's folder.
+      await waitFor(async () => (pids = await processesMatching(cwd)).length === 2, 30_000);
+      const script = [
+        'import subprocess, sys',
+        'def attempt(pid):',
+        '    try:',
+        '        open(f"/proc/{pid}/environ", "rb").read()',
+        '        return "read"',
+        '    except PermissionError:',
+        '        return "denied"',
+        '    except OSError as err:',
+        '        return type(err).__name__',
+        // The control: a child of this run's own, by its PID as /proc (the service's) knows it.
+        'own = subprocess.Popen(["python3", "-c", "import os, time; print(os.readlink(\'/proc/self\'), flush=True); time.sleep(30)"], stdout=subprocess.PIPE)',
+        'own_pid = int(own.stdout.readline())',
+        `print(attempt(own_pid), ${pids.map((pid) => `attempt(${pid})`).join(', ')})`,
+        'own.kill()',
+      ].join('\n');
+      const attempt = await resident.run({ command: 'python3', args: ['-c', script], network: 'none', stdoutCaptureBytes: 1024 });
+      expect(attempt.stdout.trim()).toBe('read denied denied');
+    } finally {
+      controller.abort();
+      await running;
+    }
+  });
+
+  it("never holds a run's request in its own memory, which every later run inherits", async () => {
+    const marker = `secret-of-one-run-${randomBytes(8).toString('hex')}`;
+    const result = await resident.run({ command: 'sh', args: ['-c', `echo ${marker}`], network: 'none', stdoutCaptureBytes: 1024 });
+    expect(result.stdout.trim()).toBe(marker);
+    const memory = await writableMemoryOf(await residentPid());
+    // Control: the scan finds what the resident does hold, such as the socket it listens on.
+    expect(memory.includes(Buffer.from(residentSocket))).toBe(true);
+    expect(memory.includes(Buffer.from(marker))).toBe(false);
+  });
+
+  it('starts again after dying; meanwhile each run is started on its own', async () => {
+    process.kill(await residentPid(), 'SIGKILL');
+    await waitFor(() => resident.runs() === 'spawned');
+    const meanwhile = await resident.run({ command: 'sh', args: ['-c', 'echo $PPID'], network: 'none', stdoutCaptureBytes: 1024 });
+    expect(meanwhile.exitCode).toBe(0);
+    await waitFor(() => resident.runs() === 'resident', 60_000);
+    const again = await run('resident', 'yt-dlp', ytdlp(media.url('/local.m3u8')));
+    expect(again.result.exitCode).toBe(0);
+  });
+
+  it('runs a yt-dlp it cannot import (a standalone build, or a wrapper) as a process of its own, confined the same way', async () => {
+    const wrapper = path.join(dir, 'yt-dlp-wrapper');
+    await writeFile(wrapper, '#!/bin/sh\nexec /usr/bin/yt-dlp "$@"\n');
+    await chmod(wrapper, 0o755);
+    const lines: string[] = [];
+    const log = createLogger('info', { write: (line: string) => void lines.push(line) });
+    const other = createResidentSandbox({
+      spawned: sandbox,
+      ytdlpPath: wrapper,
+      python: '/usr/bin/python3',
+      socketPath: path.join(dir, 'resident-wrapper.sock'),
+      hostNetns: readHostNetns(),
+      guardSocket: path.join(dir, 'proxy.sock'),
+      enabled: true,
+      log,
+    });
+    try {
+      await other.start();
+      await waitFor(() => other.runs() === 'resident', 60_000);
+      expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.runs === 'resident')).toMatchObject({
+        msg: 'tool runs',
+        ytdlp: 'spawned',
+        reason: expect.stringMatching(/^YTDLP_PATH: its interpreter is not Python/),
+      });
+      const before = await trapCount();
+      const fetched = await other.run({ command: wrapper, args: ytdlp(media.url('/local.m3u8'))(`http://${sandbox.guardAuthority}`), cwd: await mkdtemp(path.join(dir, 'run-')), network: 'guard' });
+      expect(fetched.exitCode, fetched.stderrTail).toBe(0);
+      const trapped = await other.run({ command: wrapper, args: ytdlp(media.url('/ftp-segments.m3u8'))(`http://${sandbox.guardAuthority}`), cwd: await mkdtemp(path.join(dir, 'run-')), network: 'guard' });
+      expect(trapped.stderrTail).toMatch(REFUSED_CONNECT);
+      expect((await trapCount()) - before).toBe(0);
+    } finally {
+      await other.stop();
+    }
+  });
+});
+
+/** The writable memory (heap, stacks, anonymous mappings) of a process, read through /proc. */
+async function writableMemoryOf(pid: number): Promise<Buffer> {
+  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
+  const handle = await open(`/proc/${pid}/mem`, 'r');
+  const parts: Buffer[] = [];
+  try {
+    for (const line of maps.split('\n')) {
+      const m = /^([0-9a-f]+)-([0-9a-f]+) rw/.exec(line);
+      if (!m) continue;
+      const start = parseInt(m[1]!, 16);
+      const length = parseInt(m[2]!, 16) - start;
+      const buf = Buffer.alloc(length);
+      const { bytesRead } = await handle.read(buf, 0, length, start).catch(() => ({ bytesRead: 0 }));
+      parts.push(buf.subarray(0, bytesRead));
+    }
+  } finally {
+    await handle.close();
+  }
+  return Buffer.concat(parts);
+}
 
 async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -17,6 +17,8 @@ export const TEMPLATE_PATH = fileURLToPath(new URL('../../nginx/templates/defaul
 export interface NginxOptions {
   appPort: number;
   artifactRoot: string;
+  /** Where nginx writes its usage log; default a file in its temp folder. */
+  usageLogPath?: string;
   /** Extra directives inside http {} (the benchmark adds a static server this way). */
   extraHttpConfig?: string;
   /**
@@ -24,6 +26,8 @@ export interface NginxOptions {
    * nginx does to an answer that stays silent longer than that.
    */
   proxyReadTimeoutS?: number;
+  /** Extra directives in the main context (the benchmark loads njs this way). */
+  extraMainConfig?: string;
 }
 
 export interface RunningNginx {
@@ -32,6 +36,8 @@ export interface RunningNginx {
   stop(): Promise<void>;
   errorLog(): string;
   accessLog(): string;
+  /** The file nginx writes the artifacts it served on signed URLs to (the app's NGINX_USAGE_LOG). */
+  usageLogPath: string;
 }
 
 /**
@@ -60,11 +66,14 @@ export async function freePort(): Promise<number> {
 export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const prefix = await mkdtemp(path.join(tmpdir(), 'sf-nginx-'));
   const port = await freePort();
+  const usageLogPath = options.usageLogPath ?? path.join(prefix, 'usage.log');
   let site = renderTemplate(await readFile(TEMPLATE_PATH, 'utf8'), {
     APP_UPSTREAM: `127.0.0.1:${options.appPort}`,
     ARTIFACT_ROOT: options.artifactRoot.replace(/\/+$/, ''),
     NGINX_PORT: `127.0.0.1:${port}`,
     NGINX_ACCESS_LOG: path.join(prefix, 'access.json'),
+    NGINX_USAGE_LOG: usageLogPath,
+    NGINX_AUTHORIZATION_CACHE: path.join(prefix, 'authorizations'),
   });
   if (options.proxyReadTimeoutS !== undefined) {
     const directive = /proxy_read_timeout \d+s;/;
@@ -78,6 +87,7 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const temp = (name: string) => path.join(prefix, name);
   // Mirrors the official image's /etc/nginx/nginx.conf, with every path in the temp folder.
   const main = `
+${options.extraMainConfig ?? ''}
 ${process.getuid?.() === 0 ? 'user root;' : ''}
 daemon off;
 worker_processes 1;
@@ -120,6 +130,7 @@ ${options.extraHttpConfig ?? ''}
     url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
     errorLog: () => safeRead(errorLogPath),
     accessLog: () => safeRead(accessLogPath),
+    usageLogPath,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM'); // fast shutdown: master and worker exit

@@ -31,7 +31,7 @@ export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { 
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
   const database = await openTestDatabase(kind);
   let holders = 0;
-  const store = createContentStore(path.join(dir, 'artifacts'), createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }));
+  const store = createContentStore(path.join(dir, 'artifacts'), createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }), 'test-node');
   await mkdir(store.root, { recursive: true });
 
   async function walk(): Promise<Array<{ contentId: string; size: number }>> {

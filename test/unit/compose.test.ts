@@ -4,6 +4,7 @@
  * template that test/support/nginx.ts renders for a real nginx.
  */
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
@@ -25,6 +26,7 @@ interface Service {
   expose?: string[];
   healthcheck?: { test: string[] };
   depends_on?: Record<string, { condition: string }>;
+  tmpfs?: string[];
 }
 const compose = parse(read('compose.yaml')) as { services: Record<string, Service>; volumes: Record<string, unknown> };
 const app = compose.services.app!;
@@ -51,6 +53,25 @@ function interpolate(env: Record<string, string>, set: Record<string, string> = 
 function mount(volumes: string[], target: string) {
   const found = volumes.map((v) => v.split(':')).find((parts) => parts[1] === target);
   return found && { source: found[0]!, target: found[1]!, readOnly: found[2] === 'ro' };
+}
+
+/**
+ * nginx writes the artifacts it served on signed URLs to a file on `volume`, which the app reads
+ * and empties for eviction; nginx keeps the app's authorizations on a tmpfs.
+ */
+function expectUsageLogShared(appService: Service, nginxService: Service, volume: string, set: Record<string, string> = {}): void {
+  const nginxEnv = interpolate(nginxService.environment);
+  const appConfig = loadConfig(interpolate(appService.environment, set));
+  const nginxSide = mount(nginxService.volumes, path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!));
+  const appSide = mount(appService.volumes, path.posix.dirname(appConfig.nginxUsageLog!));
+  expect(nginxSide).toEqual({ source: volume, target: path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!), readOnly: false });
+  // The app empties the file after reading it: it mounts the volume read-write.
+  expect(appSide).toEqual({ source: volume, target: path.posix.dirname(appConfig.nginxUsageLog!), readOnly: false });
+  expect(path.posix.basename(nginxEnv.NGINX_USAGE_LOG!)).toBe(path.posix.basename(appConfig.nginxUsageLog!));
+  expect(Object.keys(compose.volumes)).toContain(volume);
+  // The image makes the folder the app's, so that a new volume starts out writable by it.
+  expect(read('Dockerfile')).toMatch(new RegExp(`chown node:node [^\\n]*${appSide!.target}\\b`));
+  expect(nginxService.tmpfs).toEqual([nginxEnv.NGINX_AUTHORIZATION_CACHE]);
 }
 
 describe('compose.yaml', () => {
@@ -98,6 +119,10 @@ describe('compose.yaml', () => {
     expect(nginx.volumes.some((v) => v.startsWith('data:'))).toBe(false);
   });
 
+  it("shares nginx's usage log with the app, at the path each is told, and keeps authorizations in memory", () => {
+    expectUsageLogShared(app, nginx, 'nginx-usage');
+  });
+
   it('checks health on both services and starts nginx once the app is healthy', () => {
     expect(app.healthcheck?.test.join(' ')).toContain('/healthz');
     expect(nginx.healthcheck?.test.join(' ')).toContain('/healthz');
@@ -140,6 +165,10 @@ describe('compose.yaml, the scaled profile', () => {
     expect(mount(app.volumes, '/artifacts')?.source).not.toBe('artifacts-shared');
     expect(interpolate(front.environment).APP_UPSTREAM).toBe(`app-node:${interpolate(node.environment, set).PORT}`);
     renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), interpolate(front.environment));
+  });
+
+  it("shares nginx's usage log with every node, apart from the single-node one, and keeps authorizations in memory", () => {
+    expectUsageLogShared(node, front, 'nginx-usage-shared', set);
   });
 });
 

@@ -18,7 +18,7 @@ describe('configuration', () => {
       database: { kind: 'sqlite', path: path.resolve('data/source-fetch.sqlite') },
       nodeId: undefined,
       jobLeaseMs: 30_000,
-      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3' },
+      confinement: { mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3', resident: true },
       webhooks: { secret: undefined, timeoutMs: 10_000, retryBaseMs: 5_000, retryForMs: 86_400_000 },
     });
   });
@@ -62,6 +62,7 @@ describe('configuration', () => {
     ['EVENTS_KEEPALIVE_S', '60'],
     ['EVENT_STREAMS_PER_KEY', '0'],
     ['EVENT_STREAMS_PER_NODE', 'many'],
+    ['RESIDENT_SANDBOX', 'yes'],
     ['WEBHOOK_SECRET', 'too-short'],
     ['WEBHOOK_TIMEOUT_S', '0'],
     ['WEBHOOK_RETRY_BASE_S', '0'],

@@ -14,7 +14,8 @@ import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 const [root, workDir, ...files] = process.argv.slice(2);
 if (!root || !workDir || files.length === 0) throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
 // Pins do not matter here: nothing evicts.
-const store = createContentStore(root, { pin: async () => async () => {} });
+// The parent knows every writer named put-loop-* is dead once it has killed them.
+const store = createContentStore(root, { pin: async () => async () => {} }, `put-loop-${process.pid}`);
 process.stdout.write('ready\n');
 for (let i = 0; ; i++) {
   const source = path.join(workDir, `source-${process.pid}-${i}`);

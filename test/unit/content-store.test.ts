@@ -36,7 +36,7 @@ const LATER = () => Date.now() + 2 * 60 * 60 * 1000;
 async function setup() {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-content-'));
   const pins = memoryPins();
-  const store = createContentStore(path.join(dir, 'artifacts'), pins);
+  const store = createContentStore(path.join(dir, 'artifacts'), pins, 'this-node');
   const write = async (name: string, data: Buffer) => {
     const file = path.join(dir, name);
     await writeFile(file, data);
@@ -103,12 +103,14 @@ describe('content store', () => {
     const { store } = await setup();
     const incoming = path.join(store.root, INCOMING_DIR);
     await mkdir(incoming, { recursive: true });
-    // What a crash between staging and rename leaves behind.
-    await writeFile(path.join(incoming, 'crashed-write'), randomBytes(10));
-    // Just staged: another node sharing the store may be writing it right now.
-    expect(await store.clearIncoming(Date.now())).toBe(0);
-    expect(await readdir(incoming)).toEqual(['crashed-write']);
-    expect(await store.clearIncoming(LATER())).toBe(1);
+    // What a crash between staging and rename leaves behind: named by its writer, or by nobody known.
+    const staged = (writer: string) => `${writer}.${Date.now()}.${randomBytes(12).toString('hex')}`;
+    const [dead, live] = [staged('host-1-4242-a1b2c3'), staged('host-1-4343-d4e5f6')];
+    for (const name of [dead, live, 'crashed-write']) await writeFile(path.join(incoming, name), randomBytes(10));
+    // Just staged: only the dead writer's goes; a live one may be writing right now.
+    expect(await store.clearIncoming(Date.now(), (writer) => writer === 'host-1-4242-a1b2c3')).toBe(1);
+    expect((await readdir(incoming)).sort()).toEqual(['crashed-write', live].sort());
+    expect(await store.clearIncoming(LATER(), () => false)).toBe(2);
     expect(await readdir(incoming)).toEqual([]);
     expect((await readdir(store.root)).filter((entry) => entry !== INCOMING_DIR)).toEqual([]);
   });
@@ -147,7 +149,8 @@ describe('content store', () => {
             bytes: expected.get(file.contentId),
           });
         }
-        leftovers += await store.clearIncoming(LATER());
+        // Both writers are dead: their leftovers go at once, however fresh.
+        leftovers += await store.clearIncoming(Date.now(), (writer) => writer.startsWith('put-loop-'));
         expect(await readdir(path.join(store.root, INCOMING_DIR)).catch(() => [])).toEqual([]);
       }
     } finally {

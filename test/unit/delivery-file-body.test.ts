@@ -1,16 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
+import { createServer, get, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHUNK_BYTES, createFileBodies } from '../../src/delivery/file-body.js';
+import { CHUNK_BYTES, createFileBodies, type FileBodies } from '../../src/delivery/file-body.js';
 
 /** The fallback's file reader: exact bytes, nothing left open, refusals where the file is wrong. */
 let dir: string;
 let file: string;
 let link: string;
 const data = randomBytes(3 * CHUNK_BYTES + 12_345);
-const fileBody = createFileBodies();
+// Closed as soon as the last request is done, as far as these checks are concerned.
+const fileBody = createFileBodies({ lingerMs: 0 }).body;
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'sf-file-body-'));
@@ -103,5 +106,113 @@ describe('fileBody', () => {
       await new Promise((resolve) => setTimeout(resolve, 5));
       expect(await openDescriptorsOn(file)).toBe(0);
     }
+  });
+});
+
+async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return check();
+}
+
+describe('the linger', () => {
+  it('keeps a file open between requests that follow each other, and closes it once idle', async () => {
+    const bodies = createFileBodies({ lingerMs: 100 });
+    expect(Buffer.from((await bodies.body(file, 0, 3)) as Uint8Array).equals(data.subarray(0, 4))).toBe(true);
+    // Still open: the next request needs no open.
+    expect(await openDescriptorsOn(file)).toBe(1);
+    expect(Buffer.from((await bodies.body(file, 4, 7)) as Uint8Array).equals(data.subarray(4, 8))).toBe(true);
+    expect(await openDescriptorsOn(file)).toBe(1);
+    const closedAt = Date.now();
+    expect(await eventually(async () => (await openDescriptorsOn(file)) === 0, 2000)).toBe(true);
+    // Not before the linger (the sweep runs every lingerMs).
+    expect(Date.now() - closedAt).toBeGreaterThanOrEqual(90);
+  });
+});
+
+describe('send, straight to a node response', () => {
+  let server: Server;
+  let handle: (req: IncomingMessage, res: ServerResponse) => void;
+  let port: number;
+
+  beforeAll(async () => {
+    server = createServer((req, res) => handle(req, res));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  /** GETs from the server, whose handler sends bytes start..end of `target` with `bodies`. */
+  function fetchSent(bodies: FileBodies, target: string, start: number, end: number) {
+    const heads: number[] = [];
+    const failures: unknown[] = [];
+    handle = (_req, res) => {
+      bodies
+        .send(res, target, start, end, () => {
+          heads.push(Date.now());
+          res.writeHead(200, { 'content-length': String(end - start + 1) });
+        })
+        .catch((err: unknown) => {
+          failures.push(err);
+          res.writeHead(404).end();
+        });
+    };
+    return { heads, failures, response: fetch(`http://127.0.0.1:${port}/`) };
+  }
+
+  it.each([
+    ['a small range', 100, 65_635],
+    ['exactly one chunk', 0, CHUNK_BYTES - 1],
+    ['one byte more than a chunk', 1, CHUNK_BYTES + 1],
+    ['the whole file', 0, data.length - 1],
+  ])('%s: exactly bytes start..end, and the file is closed after', async (_label, start, end) => {
+    const bodies = createFileBodies({ lingerMs: 0 });
+    const sent = fetchSent(bodies, file, start, end);
+    const res = await sent.response;
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer()).equals(data.subarray(start, end + 1))).toBe(true);
+    expect(sent.heads.length).toBe(1);
+    expect(await eventually(async () => (await openDescriptorsOn(file)) === 0, 1000)).toBe(true);
+  });
+
+  it('reuses its chunk buffers: many sends of the whole file give the same bytes every time', async () => {
+    const bodies = createFileBodies({ lingerMs: 0 });
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        const sent = fetchSent(bodies, file, 0, data.length - 1);
+        return Buffer.from(await (await sent.response).arrayBuffer());
+      }),
+    );
+    for (const answer of answers) expect(answer.equals(data)).toBe(true);
+  });
+
+  it('rejects before writing a head when the file is missing or a symlink', async () => {
+    for (const target of [path.join(dir, 'gone.wav'), link]) {
+      const sent = fetchSent(createFileBodies({ lingerMs: 0 }), target, 0, 10);
+      expect((await sent.response).status).toBe(404);
+      expect(sent.heads).toEqual([]);
+      expect(sent.failures.length).toBe(1);
+    }
+  });
+
+  it('a client that goes away mid-file releases the file', async () => {
+    const bodies = createFileBodies({ lingerMs: 0 });
+    handle = (_req, res) => {
+      void bodies.send(res, file, 0, data.length - 1, () => res.writeHead(200, { 'content-length': String(data.length) }));
+    };
+    await new Promise<void>((resolve, reject) => {
+      get(`http://127.0.0.1:${port}/`, (res) => {
+        res.once('data', () => {
+          res.destroy();
+          resolve();
+        });
+      }).on('error', reject);
+    });
+    expect(await eventually(async () => (await openDescriptorsOn(file)) === 0, 1000)).toBe(true);
   });
 });

@@ -17,7 +17,7 @@ import { createStoreFixture, type StoreFixture } from '../support/store-fixture.
 import { BACKENDS } from '../support/test-database.js';
 
 /**
- * The fetch task on a real database (each kind) and artifact root, with stand-ins for yt-dlp, ffprobe and
+ * The fetch task on a real database (each kind) and artifact root, with stand-ins for yt-dlp and
  * ffmpeg: the probe answers a fixed media identity, the download writes a small file, and the
  * conversion writes a fixed WAV.
  */
@@ -78,10 +78,6 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
       opts.onStdoutLine?.(file);
       return OK;
     }
-    if (opts.command === 'ffprobe') {
-      calls.push('ffprobe');
-      return { ...OK, stdout: JSON.stringify({ streams: [{ codec_type: 'audio', channels: 1, sample_rate: '8000' }], format: { duration: '1.0' } }) };
-    }
     calls.push('ffmpeg');
     await writeFile(opts.args.at(-1)!.replace(/^file:/, ''), wavBytes);
     return OK;
@@ -99,7 +95,7 @@ async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: t
     store: opts.store ?? fx.store,
     now: () => opts.now,
     sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
-    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     workDir: path.join(fx.dir, 'work'),
     limits: { timeoutMs: 10_000, maxDownloadBytes: 1_000_000, maxDurationS: 3600 },
     openEgressSession: () => ({
@@ -144,7 +140,7 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     const tools = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://video.example/w/abc' }, wav(3));
 
     const job = await runJob(fx, { url: 'https://attacker.example/w/abc', run: tools.run, now: 5000, hostsContacted: ['attacker.example'] });
-    expect(tools.calls).toEqual(['probe', 'download', 'ffprobe', 'ffmpeg']);
+    expect(tools.calls).toEqual(['probe', 'download', 'ffmpeg']);
     expect(job.status).toBe('done');
     expect(job.contentId).not.toBe(real);
     // The real media's alias still points at the real audio; nothing else was aliased as media.

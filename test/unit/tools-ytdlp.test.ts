@@ -5,11 +5,12 @@ import {
   classifyYtDlpFailure,
   cleanToolMessage,
   GUARDED_FORMAT,
-  withoutProxyOverrides,
+  configFileText,
   isGuardedProtocol,
+  netscapeCookiesProblem,
   parseInfoJson,
-  proxyConfigText,
   parseProgressLine,
+  withoutReplayedHeaders,
 } from '../../src/tools/ytdlp.js';
 
 describe('buildProbeArgs', () => {
@@ -27,24 +28,44 @@ describe('buildProbeArgs', () => {
     ]);
   });
 
-  it('names the proxy configuration file and the socket timeout before the URL', () => {
-    const args = buildProbeArgs({ url: '-x', proxyConfigFile: '/w/job/proxy.conf', socketTimeoutS: 15 });
-    expect(args.slice(-6)).toEqual(['--config-locations', '/w/job/proxy.conf', '--socket-timeout', '15', '--', '-x']);
+  it('names the configuration file and the socket timeout before the URL', () => {
+    const args = buildProbeArgs({ url: '-x', configFile: '/w/job/yt-dlp.conf', socketTimeoutS: 15 });
+    expect(args.slice(-6)).toEqual(['--config-locations', '/w/job/yt-dlp.conf', '--socket-timeout', '15', '--', '-x']);
   });
 });
 
-describe('proxyConfigText', () => {
+describe('configFileText', () => {
   it('sets the proxy in a line yt-dlp splits like a shell', () => {
-    expect(proxyConfigText('http://3f0c-1:tok_en-9@127.0.0.1:8899')).toBe('--proxy "http://3f0c-1:tok_en-9@127.0.0.1:8899"\n');
-    expect(proxyConfigText('http://job:t@[::1]:8899')).toBe('--proxy "http://job:t@[::1]:8899"\n');
+    expect(configFileText({ proxyUrl: 'http://3f0c-1:tok_en-9@127.0.0.1:8899' })).toBe('--proxy "http://3f0c-1:tok_en-9@127.0.0.1:8899"\n');
+    expect(configFileText({ proxyUrl: 'http://job:t@[::1]:8899' })).toBe('--proxy "http://job:t@[::1]:8899"\n');
+  });
+
+  it("names the job's copy of the cookies by a path relative to the job's folder", () => {
+    expect(configFileText({ proxyUrl: 'http://j:t@127.0.0.1:1', cookies: true })).toBe('--proxy "http://j:t@127.0.0.1:1"\n--cookies cookies.txt\n');
+    expect(configFileText({ cookies: true })).toBe('--cookies cookies.txt\n');
   });
 
   it.each(['http://a:b c@127.0.0.1:1', 'http://a:b"c@127.0.0.1:1', "http://a:b'c@127.0.0.1:1", 'http://a:b#c@127.0.0.1:1', 'http://a:b\\c@127.0.0.1:1', 'http://a:b\nc@127.0.0.1:1'])(
     'refuses %j rather than write a line that splits differently',
     (url) => {
-      expect(() => proxyConfigText(url)).toThrow(/config file/);
+      expect(() => configFileText({ proxyUrl: url })).toThrow(/config file/);
     },
   );
+});
+
+describe('netscapeCookiesProblem', () => {
+  const header = '# Netscape HTTP Cookie File\n';
+  it('takes the format yt-dlp reads: header, comments, blank lines, #HttpOnly_ lines, 7 tab-separated fields', () => {
+    expect(netscapeCookiesProblem(`${header}# a comment\n\n.example.com\tTRUE\t/\tTRUE\t1999999999\tsid\tabc\n#HttpOnly_example.com\tFALSE\t/\tFALSE\t0\tx\ty\n`)).toBeNull();
+    expect(netscapeCookiesProblem('# HTTP Cookie File\r\n127.0.0.1\tFALSE\t/\tFALSE\t\tsession\tv\r\n')).toBeNull();
+  });
+
+  it('names what is wrong by line number, never by content', () => {
+    expect(netscapeCookiesProblem('.example.com\tTRUE\t/\tTRUE\t0\tsid\tsecret-value\n')).toBe('its first line is not "# Netscape HTTP Cookie File"');
+    expect(netscapeCookiesProblem(`${header}.example.com TRUE / TRUE 0 sid secret-value\n`)).toBe('line 2 does not have 7 tab-separated fields');
+    expect(netscapeCookiesProblem(`${header}\n.example.com\tTRUE\t/\tTRUE\tsoon\tsid\tsecret-value\n`)).toBe('line 3 has an expiry that is not a number');
+    expect(netscapeCookiesProblem('[{"name": "sid", "value": "secret-value"}]')).not.toContain('secret');
+  });
 });
 
 describe('buildDownloadArgs', () => {
@@ -53,7 +74,7 @@ describe('buildDownloadArgs', () => {
       infoJsonPath: '/w/job/info.json',
       url: 'https://example.com/a.mp3',
       outputDir: '/w/job/download',
-      proxyConfigFile: '/w/job/proxy.conf',
+      configFile: '/w/job/yt-dlp.conf',
       maxBytes: 1000,
       socketTimeoutS: 20,
     });
@@ -81,7 +102,7 @@ describe('buildDownloadArgs', () => {
       'never',
       '--abort-on-unavailable-fragment',
       '--config-locations',
-      '/w/job/proxy.conf',
+      '/w/job/yt-dlp.conf',
       '--socket-timeout',
       '20',
       '--max-filesize',
@@ -212,17 +233,17 @@ describe('guarded protocols', () => {
   });
 });
 
-describe('withoutProxyOverrides', () => {
-  it('drops every Ytdl-request-proxy header, in any case and at any depth, and keeps the rest', () => {
+describe('withoutReplayedHeaders', () => {
+  it('drops every Ytdl-request-proxy and Cookie header, in any case and at any depth, and keeps the rest', () => {
     const info = {
       id: 'x',
-      http_headers: { 'Ytdl-request-proxy': '__noproxy__', 'User-Agent': 'a' },
+      http_headers: { 'Ytdl-request-proxy': '__noproxy__', 'User-Agent': 'a', Cookie: 'sid=1' },
       formats: [
-        { url: 'http://h/a', http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r' } },
+        { url: 'http://h/a', http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r', cookie: 'sid=1' } },
         { url: 'http://h/b', fragments: [{ path: 'x', http_headers: { 'Ytdl-Request-Proxy': '__noproxy__' } }] },
       ],
     };
-    expect(JSON.parse(withoutProxyOverrides(JSON.stringify(info)))).toEqual({
+    expect(JSON.parse(withoutReplayedHeaders(JSON.stringify(info)))).toEqual({
       id: 'x',
       http_headers: { 'User-Agent': 'a' },
       formats: [
@@ -233,7 +254,7 @@ describe('withoutProxyOverrides', () => {
   });
 
   it('throws on text that is not JSON', () => {
-    expect(() => withoutProxyOverrides('null x')).toThrow();
+    expect(() => withoutReplayedHeaders('null x')).toThrow();
   });
 });
 

@@ -7,7 +7,12 @@ import { cleanToolMessage } from '../../tools/ytdlp.js';
 import type { Downloaded } from './download.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
 
-/** Step 5, convert: ffmpeg (confined, no network) to PCM 16-bit WAV at 44.1 kHz. */
+/**
+ * Step 4, convert: ffmpeg (confined, no network, local files of media containers only) to PCM
+ * 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg cannot
+ * open, or opens without finding an audio stream, fails with not_audio; what it can only partly
+ * decode, with media_corrupt.
+ */
 export interface Converted {
   wavPath: string;
   header: WavHeader;
@@ -15,16 +20,19 @@ export interface Converted {
 
 /** What ffmpeg (at -loglevel error) says about an input it could only partly decode. */
 const CORRUPT_INPUT = /partial file|Error while decoding stream|Invalid data found when processing input/i;
+/** ffmpeg's words for an input with nothing to map at 0:a:0. */
+const NO_AUDIO_STREAM = /matches no streams/i;
 
-export function convertToWav(ctx: FetchContext, downloaded: Downloaded, audio: ffmpeg.ProbeSummary): Promise<Outcome<Converted>> {
+export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
-    const run = await ctx.runTool(
-      'ffmpeg',
-      ffmpeg.buildConvertArgs({ input: downloaded.path, output: wavPath, inputChannels: audio.channels ?? 2, maxDurationS: ctx.limits.maxDurationS }),
-    );
+    const run = await ctx.runTool('ffmpeg', ffmpeg.buildConvertArgs({ input: downloaded.path, output: wavPath, maxDurationS: ctx.limits.maxDurationS }));
     if (run.exitCode !== 0) {
       if (/No space left on device/i.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
+      // ffmpeg opens its output only after its input, once an audio stream is found in it; and it
+      // names an input it could not open at the start of its line.
+      const inputRefused = NO_AUDIO_STREAM.test(run.stderrTail) || run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
+      if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
       throw new JobFailure({ code: 'conversion_failed', message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.' });
     }
     // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
@@ -37,6 +45,26 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded, audio: f
     }
     return { wavPath, header: await readWavHeader(wavPath) };
   });
+}
+
+/** Not media at all, media without audio, or media too damaged to open (a truncated MP4 without its index, say). */
+function notAudio(stderrTail: string, hide: string[]): JobFailure {
+  if (NO_AUDIO_STREAM.test(stderrTail)) return new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
+  const reason = cleanToolMessage(stderrTail, hide)
+    .split('\n')
+    .pop()
+    ?.replace(/^(?:file:)?\S*\[(?:path|redacted)\]\S*:\s*/, '');
+  return new JobFailure({
+    code: 'not_audio',
+    message: `The downloaded file could not be read as audio${reason ? ` (${reason.slice(0, 200)})` : ''}.`,
+  });
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.stat(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 async function readWavHeader(file: string): Promise<WavHeader> {

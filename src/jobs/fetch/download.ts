@@ -25,7 +25,7 @@ const PROGRESS_INTERVAL_MS = 500;
 export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Probed): Promise<Outcome<Downloaded>> {
   return step(async () => {
     const infoJsonPath = path.join(ctx.workDir, 'info.json');
-    await fs.writeFile(infoJsonPath, probed.infoText);
+    await fs.writeFile(infoJsonPath, probed.infoText, { mode: 0o600 });
     const downloadDir = path.join(ctx.workDir, 'download');
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;

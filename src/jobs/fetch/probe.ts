@@ -9,7 +9,7 @@ import { durationExceeded, JobFailure, step, type FetchContext, type Outcome } f
  */
 export interface Probed {
   info: ytdlp.MediaInfo;
-  /** The info JSON the download replays, without proxy overrides. */
+  /** The info JSON the download replays, without proxy overrides or cookies. */
   infoText: string;
   mediaKey: string | undefined;
 }
@@ -27,7 +27,7 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
     let infoText: string;
     try {
       info = ytdlp.parseInfoJson(probe.stdout);
-      infoText = ytdlp.withoutProxyOverrides(probe.stdout);
+      infoText = ytdlp.withoutReplayedHeaders(probe.stdout);
     } catch {
       throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
     }

@@ -27,7 +27,7 @@ export async function step<T>(body: () => Promise<T>): Promise<Outcome<T>> {
   }
 }
 
-export type ToolName = 'ytdlp' | 'ffmpeg' | 'ffprobe';
+export type ToolName = 'ytdlp' | 'ffmpeg';
 
 export interface ToolOutput {
   onStdoutLine?: (line: string) => void;

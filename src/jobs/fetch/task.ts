@@ -16,7 +16,7 @@ import { verifyAudio } from './verify.js';
 
 /**
  * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
- *   probe → media alias → download → verify → convert → commit
+ *   probe → media alias → download → convert → verify → commit
  * Each step returns its value or a typed failure; the first failure ends the job (failed, with
  * its code and message). The database is touched by the media alias step and at the commit (and
  * for progress); everything else happens in a per-attempt folder under the work dir, removed at
@@ -35,7 +35,7 @@ export interface FetchTaskDeps {
   now: () => number;
   /** Runs the tools, confined to the egress guard (or not, when the operator turned that off). */
   sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
-  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  tools: { ytdlp: string; ffmpeg: string };
   workDir: string;
   limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
   /** Every connection the downloader makes goes through this guard, when present. */
@@ -43,7 +43,11 @@ export interface FetchTaskDeps {
   /** Told about each stored content (the store's size cap hooks in here). */
   onStored?: (contentId: string, bytes: number) => void;
   onDownloaded?: (bytes: number) => void;
+  /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
+  cookiesFile?: string;
 }
+
+const COOKIES_UNUSABLE: JobError = { code: 'internal_error', message: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used." };
 
 export function createFetchTask(deps: FetchTaskDeps) {
   return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
@@ -53,7 +57,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([jobCtx.signal, deadline]);
     const proxyUrl = egress?.proxyUrlAt(deps.sandbox.guardAuthority);
-    const proxyConfigFile = path.join(workDir, 'proxy.conf');
+    // The proxy with the job's credentials, and its cookies: never on a command line.
+    const configFile = path.join(workDir, 'yt-dlp.conf');
     // An empty folder as yt-dlp's ffmpeg: it must download by itself, over HTTP(S), or not at all.
     const noFfmpegDir = path.join(workDir, 'no-ffmpeg');
     /** A confined tool's first attempt to connect around the guard, as it reported it. */
@@ -66,8 +71,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
       log,
       signal,
       workDir,
-      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : [])],
-      ytdlpOptions: { noFfmpegDir, ...(proxyUrl ? { proxyConfigFile } : {}) },
+      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : []), ...(deps.cookiesFile ? [deps.cookiesFile] : [])],
+      ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
       async runTool(name, args, output = {}) {
@@ -91,7 +96,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
           throw new JobFailure(
             name === 'ytdlp'
               ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
-              : { code: 'converter_missing', message: `The converter (${name}) is not installed or not executable.` },
+              : { code: 'converter_missing', message: 'The converter (ffmpeg) is not installed or not executable.' },
           );
         }
         if (signal.aborted) throw new Error('aborted');
@@ -110,14 +115,22 @@ export function createFetchTask(deps: FetchTaskDeps) {
       egress?.close();
       await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     };
+    const stepMs: Record<string, number> = {};
     let error: JobError;
     try {
       await fs.rm(workDir, { recursive: true, force: true });
-      await fs.mkdir(noFfmpegDir, { recursive: true });
-      if (proxyUrl) await fs.writeFile(proxyConfigFile, ytdlp.proxyConfigText(proxyUrl), { mode: 0o600, flag: 'wx' });
+      // Only the service's user may look inside: the job's credentials and cookies are in there.
+      await fs.mkdir(deps.workDir, { recursive: true });
+      await fs.mkdir(workDir, { mode: 0o700 });
+      await fs.mkdir(noFfmpegDir);
+      if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, ytdlp.COOKIES_FILE_NAME));
+      if (proxyUrl || deps.cookiesFile) {
+        await fs.writeFile(configFile, ytdlp.configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), { mode: 0o600, flag: 'wx' });
+      }
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
+        log.debug(stepMs, 'fetch steps');
         return outcome.value;
       }
       error = outcome.error;
@@ -125,35 +138,67 @@ export function createFetchTask(deps: FetchTaskDeps) {
       error = toJobError(err);
     }
     await cleanUp();
-    return fail(error);
+    const failed = await fail(error);
+    // Once the job's end is recorded, as on success.
+    log.debug(stepMs, 'fetch steps');
+    return failed;
 
     async function pipeline(): Promise<Outcome<Ended | undefined>> {
-      const probed = await probeMedia(ctx);
+      const probed = await timed('probe', () => probeMedia(ctx));
       if (!probed.ok) return probed;
-      const media = await resolveMedia(ctx, deps, probed.value);
+      const media = await timed('media_alias', () => resolveMedia(ctx, deps, probed.value));
       if (!media.ok) return media;
       if (media.value.kind === 'reused') return { ok: true, value: media.value.ended };
       // Following another job's download, or no longer ours: nothing more to do here.
       if (media.value.kind !== 'download') return { ok: true, value: undefined };
-      const downloaded = await downloadMedia(
-        ctx,
-        {
-          onProgress: (bytes, total) =>
-            void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
-          refusals: () => egress?.refusals() ?? [],
-        },
-        probed.value,
+      const downloaded = await timed('download', () =>
+        downloadMedia(
+          ctx,
+          {
+            onProgress: (bytes, total) =>
+              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
+            refusals: () => egress?.refusals() ?? [],
+          },
+          probed.value,
+        ),
       );
       if (!downloaded.ok) return downloaded;
-      const audio = await verifyAudio(ctx, downloaded.value);
-      if (!audio.ok) return audio;
-      const converted = await convertToWav(ctx, downloaded.value, audio.value);
+      const converted = await timed('convert', () => convertToWav(ctx, downloaded.value));
       if (!converted.ok) return converted;
+      const audio = await timed('verify', () => verifyAudio(ctx, converted.value));
+      if (!audio.ok) return audio;
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await commitContent(ctx, deps, converted.value, probed.value.mediaKey);
+      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, probed.value.mediaKey));
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
       return committed;
+    }
+
+    /** Runs a step and notes how long it took, for the 'fetch steps' line (where a job's time goes). */
+    async function timed<T>(name: string, body: () => Promise<T>): Promise<T> {
+      const started = performance.now();
+      try {
+        return await body();
+      } finally {
+        stepMs[`${name}_ms`] = Math.round(performance.now() - started);
+      }
+    }
+
+    /** The operator's cookies, checked (yt-dlp would echo a line it cannot read), into the job's folder. */
+    async function copyCookies(from: string, to: string): Promise<void> {
+      let text: string;
+      try {
+        text = await fs.readFile(from, 'utf8');
+      } catch (err) {
+        log.error({ errno: (err as NodeJS.ErrnoException).code }, 'YTDLP_COOKIES_FILE cannot be read');
+        throw new JobFailure(COOKIES_UNUSABLE);
+      }
+      const problem = ytdlp.netscapeCookiesProblem(text);
+      if (problem !== null) {
+        log.error({ problem }, 'YTDLP_COOKIES_FILE is not a Netscape cookies file');
+        throw new JobFailure(COOKIES_UNUSABLE);
+      }
+      await fs.writeFile(to, text, { mode: 0o600, flag: 'wx' });
     }
 
     /** A refusal by the guard or the sandbox explains a failure better than the tool's own words. */

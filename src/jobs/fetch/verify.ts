@@ -1,34 +1,18 @@
-import * as ffmpeg from '../../tools/ffmpeg.js';
-import { cleanToolMessage } from '../../tools/ytdlp.js';
-import type { Downloaded } from './download.js';
-import { durationExceeded, JobFailure, step, type FetchContext, type Outcome } from './step.js';
+import type { Converted } from './convert.js';
+import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
-/** Step 4, verify: ffprobe (confined, local files of media containers only) says it is audio. */
-export function verifyAudio(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<ffmpeg.ProbeSummary>> {
+/**
+ * Step 5, verify: the WAV holds audio, and no more than MAX_DURATION_S of it. The conversion ran
+ * a little past the limit (ffmpeg.DURATION_OVERRUN_S), so a WAV longer than the limit means the
+ * media is longer, whatever its container claimed.
+ */
+export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Outcome<Converted>> {
   return step(async () => {
-    const run = await ctx.runTool('ffprobe', ffmpeg.buildProbeArgs(downloaded.path), { stdoutCaptureBytes: 1024 * 1024 });
-    const media = run.exitCode === 0 ? safeParseProbe(run.stdout) : undefined;
-    if (!media) {
-      // Not media at all, or media too damaged to open (a truncated MP4 without its index, say).
-      const reason = cleanToolMessage(run.stderrTail, ctx.hide)
-        .split('\n')
-        .pop()
-        ?.replace(/^(?:file:)?\S*\[(?:path|redacted)\]\S*:\s*/, '');
-      throw new JobFailure({
-        code: 'not_audio',
-        message: `The downloaded file could not be read as audio${reason ? ` (${reason.slice(0, 200)})` : ''}.`,
-      });
+    const { header } = converted;
+    if (header.dataBytes === 0) throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
+    if (header.durationS > ctx.limits.maxDurationS) {
+      throw new JobFailure({ code: 'duration_exceeded', message: `The media lasts more than the limit of ${ctx.limits.maxDurationS} s.` });
     }
-    if (media.audioStreams === 0) throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
-    if (media.durationS !== null && media.durationS > ctx.limits.maxDurationS) throw durationExceeded(media.durationS, ctx.limits.maxDurationS);
-    return media;
+    return converted;
   });
-}
-
-function safeParseProbe(text: string): ffmpeg.ProbeSummary | undefined {
-  try {
-    return ffmpeg.parseProbe(text);
-  } catch {
-    return undefined;
-  }
 }

@@ -1,0 +1,350 @@
+"""
+The resident sandbox: one long-lived process per service that forks a confined child for each tool
+run, instead of starting unshare, Python and confine.py for every run; and with yt-dlp imported
+once, so that yt-dlp runs in that child without starting Python and importing yt-dlp each time
+(twice a job). Started by src/sandbox/resident.ts inside a sandbox of its own, with no network:
+
+    unshare --user --map-root-user --net --pid --fork --kill-child -- \
+        python3 -I -S confine.py --host-netns NS --lifeline -- \
+        PYTHON resident.py --listen SOCKET --host-netns NS [--bridge PORT=GUARD_SOCKET] \
+            [--ytdlp LAUNCHER] --title-room '      ...'
+
+With --ytdlp it imports yt-dlp as LAUNCHER (a Python launcher script, `from yt_dlp import main`,
+run by PYTHON, its interpreter) would, and warms it up with no job data. It prints one JSON line,
+{"ready": true, "ytdlp": VERSION or null} or {"ready": false, "reason": ...}, then accepts
+connections on SOCKET. It never reads from them: each connection is one run, served by a child
+forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it). Nothing of any run
+ever enters this process, whose memory every later run inherits.
+
+A run, in the forked child (the run's leader):
+  1. a session of its own, so that the service can kill the run's process group; it sends its
+     PID as the service sees it (frame P) and reads the request, one JSON line:
+     {"command", "argv", "cwd", "network": "guard" or "none"};
+  2. a user, network and PID namespace of its own: its own credentials, nothing but its own
+     loopback, and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py gives a
+     tool it starts; it checks that it is confined so;
+  3. forks the run's PID 1, which serves the bridge, and either runs yt_dlp.main(argv) itself
+     (when command is the imported LAUNCHER) or starts command as confine.py does (passing
+     signals on, reaping orphans): stdin /dev/null, stdout and stderr on pipes, cwd;
+  4. relays stdout (frame O) and stderr (frame E), then the exit status (frame X, JSON). A setup
+     failure is frame F with the reason. End of file on the connection kills the run.
+Frames: one type byte, a 4-byte big-endian length, the payload. A run's processes name the
+run's cwd (the job's folder) in their command line, as a spawned tool's arguments would.
+"""
+
+import ctypes
+import gc
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+# Beside this file; under -I (no yt-dlp to import) the script's folder is not on sys.path.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import confine  # noqa: E402
+
+# yt-dlp is imported as its launcher script would see it: its own folder first, not this one.
+sys.path = [entry for entry in sys.path if entry != HERE]
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+MAX_REQUEST_BYTES = 1 << 20
+CHUNK = 64 * 1024
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def parse_args(argv):
+    opts = {'bridge': None, 'ytdlp': None, 'title_room': 0}
+    for i in range(0, len(argv), 2):
+        arg, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        if value is None:
+            raise SystemExit(f'resident.py: {arg} needs a value')
+        if arg == '--listen':
+            opts['listen'] = value
+        elif arg == '--host-netns':
+            opts['host_netns'] = value
+        elif arg == '--bridge':
+            port, _, path = value.partition('=')
+            opts['bridge'] = (int(port), path)
+        elif arg == '--ytdlp':
+            opts['ytdlp'] = value
+        elif arg == '--title-room':
+            opts['title_room'] = len(value)
+        else:
+            raise SystemExit(f'resident.py: unknown argument {arg!r}')
+    for required in ('listen', 'host_netns'):
+        if required not in opts:
+            raise SystemExit(f'resident.py: --{required.replace("_", "-")} is required')
+    return opts
+
+
+def report(**fields):
+    sys.stdout.write(json.dumps(fields) + '\n')
+    sys.stdout.flush()
+
+
+def import_ytdlp(launcher):
+    """Imports yt_dlp as the launcher script would: its folder first on sys.path, like a script's."""
+    sys.path.insert(0, os.path.dirname(launcher))
+    import yt_dlp
+    return yt_dlp
+
+
+def warm_up(yt_dlp):
+    """Work every run would repeat, done once here: no job data, no network."""
+    from yt_dlp.extractor import gen_extractor_classes
+    from yt_dlp.utils import unified_timestamp
+    for ie in gen_extractor_classes():
+        # Compiles and caches each extractor's _VALID_URL on its class.
+        ie.suitable('http://warm-up.invalid/')
+    import yt_dlp.extractor.generic  # noqa: F401 (the extractor of direct media links)
+    # yt-dlp reads Last-Modified and the like with strptime, whose formats compile on first use.
+    unified_timestamp('Sat, 01 Jan 2000 00:00:00 GMT')
+    yt_dlp.parse_options(['--ignore-config', '--skip-download', 'http://warm-up.invalid/'])
+
+
+def set_title(room, words):
+    """Shows `words` as this process's command line (ps, /proc/PID/cmdline), in the room reserved in argv."""
+    if room == 0:
+        return
+    try:
+        with open('/proc/self/stat', 'rb') as f:
+            fields = f.read().rsplit(b')', 1)[1].split()
+        # Fields 48 and 49 (arg_start, arg_end), counted from 1; the list starts at field 3.
+        start, end = int(fields[45]), int(fields[46])
+        title = b'\0'.join(os.fsencode(w) for w in words)[:end - start - 1]
+        with open('/proc/self/mem', 'r+b', buffering=0) as mem:
+            mem.seek(start)
+            mem.write(title.ljust(end - start, b'\0'))
+    except OSError:
+        pass
+
+
+def send(conn, kind, payload):
+    conn.sendall(struct.pack('>cI', kind, len(payload)) + payload)
+
+
+def read_request(conn):
+    data = b''
+    while b'\n' not in data:
+        chunk = conn.recv(CHUNK)
+        if not chunk:
+            raise EOFError('the service closed the connection before the request')
+        data += chunk
+        if len(data) > MAX_REQUEST_BYTES:
+            raise ValueError('request too long')
+    request = json.loads(data.split(b'\n', 1)[0])
+    command, argv, cwd, network = request['command'], request['argv'], request['cwd'], request['network']
+    if not (isinstance(command, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str) and network in ('guard', 'none')):
+        raise ValueError('malformed request')
+    return command, argv, cwd, network
+
+
+def unshare(flags):
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def enter_own_namespaces():
+    """A user namespace (its root is this sandbox's root, the service's user outside), a network
+    namespace and, for the next child, a PID namespace, all of the run's own."""
+    unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID)
+    for name, text in (('setgroups', 'deny'), ('uid_map', '0 0 1'), ('gid_map', '0 0 1')):
+        with open(f'/proc/self/{name}', 'w') as f:
+            f.write(text)
+
+
+def check_confined(host_netns, resident_netns):
+    own = os.readlink('/proc/self/ns/net')
+    if own in (host_netns, resident_netns):
+        raise OSError('not in a network namespace of its own')
+    found = confine.interfaces()
+    if found != ['lo']:
+        raise OSError(f'the network namespace has interfaces besides lo: {",".join(found)}')
+
+
+def is_launcher(command, launcher_path):
+    found = shutil.which(command)
+    return launcher_path is not None and found is not None and os.path.realpath(found) == launcher_path
+
+
+def run_pid1(yt_dlp, command, argv, cwd, out_w, err_w, bridge):
+    """The run's PID 1: the bridge's threads (its leader may not start threads: its children's
+    PID namespace is not its own), and the tool. Never returns."""
+    code = confine.SETUP_FAILED
+    try:
+        # Dies with the leader (PID 1 of a namespace ignores what it has no handler for).
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in (devnull, out_w, err_w):
+            os.close(fd)
+        os.chdir(cwd)
+        if bridge is not None:
+            threading.Thread(target=confine.serve_bridge, args=bridge, daemon=True).start()
+        if yt_dlp is None:
+            code = confine.supervise([command, *argv], lifeline=False)
+        else:
+            code = run_ytdlp(yt_dlp, argv)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def run_ytdlp(yt_dlp, argv):
+    """yt-dlp's main(), returning the status the interpreter would exit with."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda s, _frame: os._exit(128 + s))
+    sys.argv = ['yt-dlp', *argv]
+    try:
+        yt_dlp.main(argv)
+    except SystemExit as end:
+        if end.code is None:
+            return 0
+        if isinstance(end.code, int):
+            return end.code
+        sys.stderr.write(f'{end.code}\n')
+        return 1
+    return 0
+
+
+def relay(conn, pid1, out_r, err_r):
+    """Output to the service until the run's pipes close, then its status. A closed connection kills the run."""
+    kinds = {out_r: b'O', err_r: b'E'}
+    open_fds = [out_r, err_r]
+    while open_fds:
+        readable, _, _ = select.select([*open_fds, conn], [], [])
+        # The service sends nothing after the request: readable with nothing to read means it is gone.
+        if conn in readable and not conn.recv(CHUNK):
+            os.kill(pid1, signal.SIGKILL)
+            os._exit(1)
+        for fd in readable:
+            if fd is conn:
+                continue
+            data = os.read(fd, CHUNK)
+            if data:
+                send(conn, kinds[fd], data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    _, status, usage = os.wait4(pid1, 0)
+    if os.WIFSIGNALED(status):
+        outcome = {'code': None, 'signal': signal.Signals(os.WTERMSIG(status)).name}
+    else:
+        outcome = {'code': os.WEXITSTATUS(status), 'signal': None}
+    # CPU of the run's processes (PID 1 and every child it reaped), for the service's profile.
+    outcome['cpu_s'] = round(usage.ru_utime + usage.ru_stime, 3)
+    send(conn, b'X', json.dumps(outcome).encode())
+
+
+def serve_run(yt_dlp, opts, conn, resident_netns):
+    """The run's leader (see the module's docstring). Never returns."""
+    try:
+        os.setsid()
+        # Its memory will hold the run's request and, for yt-dlp, the job's credentials: other
+        # runs (the same user, in user namespaces of their own) may not read it through /proc.
+        libc.prctl(PR_SET_DUMPABLE, 0)
+        # The resident's stdio is its report to the service: a run writes to its connection only.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        # /proc is the service's: its "self" is this process as the service sees it.
+        send(conn, b'P', os.readlink('/proc/self').encode())
+        command, argv, cwd, network = read_request(conn)
+        set_title(opts['title_room'], ['sandbox', cwd])
+        try:
+            enter_own_namespaces()
+            check_confined(opts['host_netns'], resident_netns)
+            listener = None
+            if network == 'guard':
+                if opts['bridge'] is None:
+                    raise OSError('no egress guard to bridge to')
+                listener = confine.open_bridge(opts['bridge'][0])
+        except OSError as err:
+            send(conn, b'F', f'{err.strerror or err}'.encode())
+            os._exit(confine.SETUP_FAILED)
+        in_process = yt_dlp if is_launcher(command, opts['ytdlp']) else None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid1 = os.fork()
+        if pid1 == 0:
+            conn.close()
+            os.close(out_r)
+            os.close(err_r)
+            set_title(opts['title_room'], ['yt-dlp' if in_process else 'sandbox', cwd])
+            run_pid1(in_process, command, argv, cwd, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
+        os.close(out_w)
+        os.close(err_w)
+        if listener is not None:
+            listener.close()
+        relay(conn, pid1, out_r, err_r)
+        os._exit(0)
+    except BaseException:
+        # The connection is gone (the run was given up): nothing more to tell anyone.
+        os._exit(1)
+
+
+def serve(yt_dlp, opts):
+    resident_netns = os.readlink('/proc/self/ns/net')
+    if os.path.exists(opts['listen']):
+        os.unlink(opts['listen'])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(opts['listen'])
+    listener.listen(64)
+    # Children inherit these objects and never collect them: no copy-on-write for the collector.
+    gc.freeze()
+    report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None)
+    while True:
+        conn, _ = listener.accept()
+        first = os.fork()
+        if first == 0:
+            listener.close()
+            if os.fork() == 0:
+                serve_run(yt_dlp, opts, conn, resident_netns)
+            os._exit(0)
+        conn.close()
+        os.waitpid(first, 0)
+
+
+def main():
+    opts = parse_args(sys.argv[1:])
+    if opts['ytdlp'] is not None:
+        opts['ytdlp'] = os.path.realpath(opts['ytdlp'])
+    try:
+        if os.readlink('/proc/self/ns/net') == opts['host_netns'] or confine.interfaces() != ['lo']:
+            raise RuntimeError('not confined: resident.py runs only inside confine.py')
+        yt_dlp = None
+        if opts['ytdlp'] is not None:
+            yt_dlp = import_ytdlp(opts['ytdlp'])
+            warm_up(yt_dlp)
+    except BaseException as err:
+        report(ready=False, reason=f'{type(err).__name__}: {err}'[:500])
+        return 1
+    serve(yt_dlp, opts)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,277 @@
+/**
+ * The signed lane: without nginx, signed URLs are answered straight from node's server, before the
+ * Hono app (src/delivery/signed-lane.ts). It must take only what it can answer exactly as the app
+ * would, hand everything else to the app, and leave the same traces (log line, metrics, usage).
+ * First the delivery stack in this process (the lane in front of the bare app, as in the
+ * benchmark), then the built service.
+ */
+import { createHash } from 'node:crypto';
+import { mkdir, open, readdir, readFile, readlink, rm, unlink } from 'node:fs/promises';
+import { get } from 'node:http';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_KEY, createArtifactStore, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
+import { createUrlSigner } from '../../src/delivery/signed-url.js';
+import { METRIC_PREFIX } from '../../src/metrics.js';
+import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
+import { makeTone } from '../support/media.js';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { rawRequest } from '../support/raw-http.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+async function eventually(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return check();
+}
+
+describe('the signed lane in front of the app', () => {
+  let store: ArtifactStore;
+  let wav: { cid: string; bytes: Buffer };
+  let app: DeliveryApp;
+  const base = () => `http://127.0.0.1:${app.port}`;
+  const last = () => app.seen.at(-1)!;
+
+  beforeAll(async () => {
+    store = await createArtifactStore();
+    wav = await store.addWav(3);
+    app = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await store?.remove();
+  });
+
+  it('answers signed GETs (whole, range, If-Range) and HEADs itself, byte-exact, and counts the serve', async () => {
+    const target = app.signedPath(wav.cid);
+    app.served.length = 0;
+    const whole = await fetch(base() + target);
+    expect(whole.status).toBe(200);
+    expect(sha256(new Uint8Array(await whole.arrayBuffer()))).toBe(wav.cid);
+    expect(last()).toMatchObject({ lane: true, method: 'GET' });
+
+    const ranged = await fetch(base() + target, { headers: { range: 'bytes=1000-1999', 'if-range': `"${wav.cid}"` } });
+    expect(ranged.status).toBe(206);
+    expect(Buffer.from(await ranged.arrayBuffer()).equals(wav.bytes.subarray(1000, 2000))).toBe(true);
+    expect(last()).toMatchObject({ lane: true, range: 'bytes=1000-1999' });
+
+    const staleIfRange = await fetch(base() + target, { headers: { range: 'bytes=0-9', 'if-range': '"other"' } });
+    expect(staleIfRange.status).toBe(200);
+    await staleIfRange.arrayBuffer();
+
+    const head = await rawRequest(app.port, 'HEAD', target);
+    expect(head.status).toBe(200);
+    expect(head.bodyBytes).toBe(0);
+    expect(head.headers.get('content-length')).toBe(String(wav.bytes.length));
+    expect(last()).toMatchObject({ lane: true, method: 'HEAD' });
+    expect(app.served).toEqual([wav.cid, wav.cid, wav.cid, wav.cid]);
+  });
+
+  it('answers with the headers the app gives the same signed URL', async () => {
+    const { expires, signature } = app.signer.sign(wav.cid, 'audio.wav', 600);
+    const canonical = `${artifactUrlPath(wav.cid, 'audio.wav')}?expires=${expires}&sig=${signature}`;
+    // The same credential in another order: the lane leaves it to the app.
+    const reordered = `${artifactUrlPath(wav.cid, 'audio.wav')}?sig=${signature}&expires=${expires}`;
+    for (const headers of [{}, { range: 'bytes=100-199' }] as Array<Record<string, string>>) {
+      const viaLane = await fetch(base() + canonical, { headers });
+      await viaLane.arrayBuffer();
+      expect(last().lane).toBe(true);
+      const viaApp = await fetch(base() + reordered, { headers });
+      await viaApp.arrayBuffer();
+      expect(last().lane).toBe(false);
+      expect(viaLane.status).toBe(viaApp.status);
+      // The bare app here has no middleware: the request id and the proxy's log headers are
+      // compared in the service below.
+      const named = (res: Response) =>
+        Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id', 'x-route-template', 'x-content-id', 'keep-alive', 'connection'].includes(name)));
+      expect(named(viaLane)).toEqual(named(viaApp));
+      expect(viaLane.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    }
+  });
+
+  it.each([
+    ['an API key', (signed: string) => [signed, { 'x-api-key': API_KEY }], 200, undefined],
+    ['If-None-Match', (signed: string) => [signed, { 'if-none-match': '*' }], 304, undefined],
+    ['an unsatisfiable range', (signed: string) => [signed, { range: 'bytes=99999999-' }], 416, 'range_not_satisfiable'],
+    ['a tampered signature', (signed: string) => [signed.replace(/sig=(.)/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`), {}], 403, 'signature_invalid'],
+    ['another parameter', (signed: string) => [`${signed}&x=1`, {}], 200, undefined],
+    ['no signature', (signed: string) => [signed.split('?')[0]!, {}], 401, 'unauthorized'],
+  ] as const)('hands a request with %s to the app', async (_label, make, status, code) => {
+    const [target, headers] = make(app.signedPath(wav.cid));
+    const res = await fetch(base() + target, { headers });
+    expect(res.status).toBe(status);
+    if (code) expect(((await res.json()) as { code: string }).code).toBe(code);
+    else await res.arrayBuffer();
+    expect(last().lane).toBe(false);
+  });
+
+  it('hands an expired signature to the app once it expires, though it verified it before', async () => {
+    const target = app.signedPath(wav.cid, 'audio.wav', 2);
+    const first = await fetch(base() + target);
+    expect(first.status).toBe(200);
+    await first.arrayBuffer();
+    expect(last().lane).toBe(true);
+    let res: Response | undefined;
+    expect(
+      await eventually(async () => {
+        res = await fetch(base() + target);
+        if (res.status === 403) return true;
+        await res.arrayBuffer();
+        return false;
+      }, 4000),
+    ).toBe(true);
+    expect(((await res!.json()) as { code: string }).code).toBe('signature_expired');
+    expect(last().lane).toBe(false);
+  });
+
+  it('hands content evicted since it was served to the app, which answers 404', async () => {
+    const cid = await store.add(Buffer.from('evicted while the lane remembers it'));
+    const target = app.signedPath(cid);
+    expect((await fetch(base() + target)).status).toBe(200);
+    await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
+    let res: Response | undefined;
+    expect(
+      await eventually(async () => {
+        res = await fetch(base() + target);
+        if (res.status === 404) return true;
+        await res.arrayBuffer();
+        return false;
+      }, 5000),
+    ).toBe(true);
+    expect(((await res!.json()) as { code: string }).code).toBe('artifact_not_found');
+  });
+});
+
+describe('the signed lane in the service', () => {
+  const BIG_CID = '2'.repeat(64);
+  const GIB = 1024 ** 3;
+  let media: MediaServer;
+  let svc: ServiceHandle;
+  let signed: string;
+  let cid: string;
+  let signer: ReturnType<typeof createUrlSigner>;
+  let bigFile: string;
+
+  beforeAll(async () => {
+    media = await startMediaServer();
+    const tone = await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), { seconds: 2, channels: 2, sampleRate: 44100, format: 'flac' });
+    media.serveFile('/lane.flac', tone.path, { contentType: 'audio/flac' });
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+    const job = await svc.waitForJob((await svc.submit(media.url('/lane.flac'))).job_id, ['done', 'failed']);
+    expect(job.status).toBe('done');
+    cid = job.result!.content_id;
+    signed = job.result!.artifacts[0]!.signed_url;
+    signer = createUrlSigner((await readFile(path.join(svc.dataDir, 'url-signing-secret'), 'utf8')).trim());
+    // Sparse, 1 GiB long: the path resolution checks a content id's form, not its hash.
+    bigFile = path.join(svc.dataDir, 'artifacts', artifactRelativePath(BIG_CID, 'audio.wav'));
+    await mkdir(path.dirname(bigFile), { recursive: true });
+    const handle = await open(bigFile, 'w');
+    await handle.truncate(GIB);
+    await handle.close();
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+    await media?.close();
+  });
+
+  const requestLines = () => svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
+
+  it("leaves the app's traces: one access-log line with the same fields, the request metrics and the request id", async () => {
+    const [pathPart, query] = signed.split('?') as [string, string];
+    const params = new URLSearchParams(query);
+    const reordered = `${pathPart}?sig=${params.get('sig')}&expires=${params.get('expires')}`;
+    const before = requestLines().length;
+    const viaLane = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'lane-request-1' });
+    const viaApp = await rawRequest(svc.port, 'GET', reordered, { range: 'bytes=0-99', 'x-request-id': 'app-request-1' });
+    expect([viaLane.status, viaApp.status]).toEqual([206, 206]);
+    expect(viaLane.headers.get('x-request-id')).toBe('lane-request-1');
+    const replaced = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'not kept' });
+    expect(replaced.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await eventually(() => requestLines().length === before + 3, 3000)).toBe(true);
+    const [laneLine, appLine] = requestLines().slice(before);
+    expect(laneLine).toMatchObject({ request_id: 'lane-request-1', method: 'GET', status: 206 });
+    expect(appLine).toMatchObject({ request_id: 'app-request-1', method: 'GET', status: 206 });
+    const shape = (line: Record<string, unknown>) => Object.keys(line).filter((key) => key !== 'time').sort();
+    expect(shape(laneLine!)).toEqual(shape(appLine!));
+    const named = (res: { headers: Map<string, string> }) => Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id'].includes(name)));
+    expect(named(viaLane)).toEqual(named(viaApp));
+    expect(viaLane.headers.get('x-route-template')).toBe('/artifacts/{cid}/{name}');
+    expect(viaLane.headers.get('x-content-id')).toBe(cid);
+    const metrics = await (await svc.request('/metrics')).text();
+    const served = metrics.split('\n').find((line) => line.startsWith(`${METRIC_PREFIX}http_requests_total{`) && line.includes('route="/artifacts/{cid}/{name}"') && line.includes('status="206"'));
+    expect(Number(served?.split(' ')[1])).toBe(3);
+    // No signature in the log.
+    expect(svc.output()).not.toContain(params.get('sig')!);
+  });
+
+  it('records the use for eviction', async () => {
+    const lastUse = () => {
+      const db = new Database(path.join(svc.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
+      try {
+        return (db.prepare('select last_used_at from cache_entries where content_id = ?').get(cid) as { last_used_at: number }).last_used_at;
+      } finally {
+        db.close();
+      }
+    };
+    const before = lastUse();
+    const res = await fetch(`${svc.baseUrl}${signed}`);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    expect(await eventually(() => lastUse() > before, 3000)).toBe(true);
+  });
+
+  /** How many of the service's descriptors are open on `file`. */
+  async function openDescriptorsOn(file: string): Promise<number> {
+    const pid = svc.process.pid!;
+    let count = 0;
+    for (const fd of await readdir(`/proc/${pid}/fd`)) {
+      if ((await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')) === file) count++;
+    }
+    return count;
+  }
+
+  const rss = async () => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${svc.process.pid}/status`, 'utf8'))![1]) * 1024;
+
+  it('streams 1 GiB in flat memory, and a client that goes away mid-file releases the file', async () => {
+    const target = `${artifactUrlPath(BIG_CID, 'audio.wav')}?${signer.sign(BIG_CID, 'audio.wav', 600).query}`;
+    const before = await rss();
+    let peak = before;
+    const sampler = setInterval(() => void rss().then((now) => (peak = Math.max(peak, now))), 20);
+    const received = await new Promise<number>((resolve, reject) => {
+      let total = 0;
+      get(`${svc.baseUrl}${target}`, (res) => {
+        expect(res.statusCode).toBe(200);
+        res.on('data', (chunk: Buffer) => (total += chunk.length));
+        res.on('end', () => resolve(total));
+      }).on('error', reject);
+    });
+    clearInterval(sampler);
+    expect(received).toBe(GIB);
+    expect(peak - before).toBeLessThan(128 * 1024 * 1024);
+    const lastLine = requestLines().at(-1);
+    expect(lastLine).toMatchObject({ status: 200 });
+
+    // Gone after 16 MiB: the lane stops reading and lets go of the file.
+    await new Promise<void>((resolve, reject) => {
+      let total = 0;
+      get(`${svc.baseUrl}${target}`, (res) => {
+        res.on('data', (chunk: Buffer) => {
+          total += chunk.length;
+          if (total < 16 * 1024 * 1024) return;
+          res.destroy();
+          resolve();
+        });
+      }).on('error', reject);
+    });
+    expect(await eventually(async () => (await openDescriptorsOn(bigFile)) === 0, 2000)).toBe(true);
+    await rm(bigFile);
+  });
+});
