@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
-import { mkdirSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync } from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import BetterSqlite3 from 'better-sqlite3';
@@ -8,6 +9,7 @@ import { drizzle as drizzleSync } from 'drizzle-orm/better-sqlite3';
 import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { drizzle as drizzleProxy } from 'drizzle-orm/sqlite-proxy';
 import type { Database, Db, Queryable, Tables } from './database.js';
+import { createGroupSync } from './group-sync.js';
 import * as sqliteSchema from './schema/sqlite.js';
 
 /** drizzle/ sits at the package root, one level above both src/ and dist/. */
@@ -16,8 +18,17 @@ const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/sqlite', import.m
 const STATEMENT_CACHE_SIZE = 500;
 
 /**
- * SQLite in one file: WAL mode (readers never block the writer), synchronous=NORMAL (durable
- * across process crashes in WAL mode), migrations applied on open.
+ * SQLite in one file, WAL mode (readers never block the writer), migrations applied on open.
+ *
+ * Durability: no write is reported done (a transaction's promise, an autocommit write's) before
+ * it is on disk, so a 202 survives a power cut. SQLite's synchronous=FULL would get that by an
+ * fsync of the WAL inside every COMMIT, on the event loop, one per transaction. Here COMMIT only
+ * appends to the WAL (synchronous=NORMAL), and the writer then waits for an fdatasync of the WAL
+ * file, made in the thread pool and shared by every write committed before it started (group
+ * commit, ./group-sync.ts). The WAL holds every frame of a commit and is replayed in order up to
+ * its last whole commit, so once it is synced the commit and all before it survive, as with FULL.
+ * Checkpoints sync the WAL and the database file themselves (NORMAL does that). The folder is
+ * synced once at open, so the database and WAL files' entries are on disk too.
  *
  * better-sqlite3 is synchronous and one connection serves the whole process, so a transaction
  * whose code awaits between its queries would otherwise take in the queries of whatever else runs
@@ -26,14 +37,24 @@ const STATEMENT_CACHE_SIZE = 500;
  * tracked with AsyncLocalStorage) run; the others wait for its COMMIT. Queries still execute
  * synchronously, on prepared statements kept by SQL text.
  */
-export function openSqlite(file: string): Database {
+export interface SqliteOptions {
+  /** Makes the WAL's committed frames durable; default: fdatasync of the -wal file. Tests pass one they control. */
+  syncWal?: (walFile: string) => Promise<void>;
+}
+
+export function openSqlite(file: string, options: SqliteOptions = {}): Database {
   mkdirSync(path.dirname(file), { recursive: true });
   const client = new BetterSqlite3(file);
   client.pragma('journal_mode = WAL');
+  // Durable through the group sync below, not per COMMIT.
   client.pragma('synchronous = NORMAL');
   client.pragma('busy_timeout = 5000');
   client.pragma('foreign_keys = ON');
   migrate(drizzleSync(client), { migrationsFolder: MIGRATIONS_FOLDER });
+  syncFolder(path.dirname(file));
+  const walFile = `${file}-wal`;
+  const wal = options.syncWal ? { sync: () => options.syncWal!(walFile), close: async () => {} } : openWalSync(walFile);
+  const group = createGroupSync(wal.sync);
 
   const statements = new Map<string, BetterSqlite3.Statement>();
   const prepare = (text: string): BetterSqlite3.Statement => {
@@ -46,9 +67,9 @@ export function openSqlite(file: string): Database {
     return statement;
   };
 
-  const context = new AsyncLocalStorage<symbol>();
+  const context = new AsyncLocalStorage<Transaction>();
   /** The open transaction, if any. */
-  let owner: symbol | null = null;
+  let owner: Transaction | null = null;
   const released = new EventEmitter().setMaxListeners(0);
   const free = () => new Promise((resolve) => released.once('free', resolve));
 
@@ -56,14 +77,18 @@ export function openSqlite(file: string): Database {
     async (text, params, method) => {
       // Outside the open transaction: wait for its end. The last check and the statement run
       // with no await in between, so no transaction can begin in the gap.
-      while (owner !== null && owner !== context.getStore()) await free();
+      const inside = context.getStore();
+      while (owner !== null && owner !== inside) await free();
       const statement = prepare(text);
-      if (method === 'run') {
-        statement.run(...params);
-        return { rows: [] };
+      let rows: unknown[] = [];
+      if (method === 'run') statement.run(...params);
+      else rows = (method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params)) as unknown[];
+      if (!statement.readonly) {
+        // Inside a transaction its COMMIT waits; an autocommit write waits here.
+        if (owner !== null && owner === inside) owner.wrote = true;
+        else await group.durable();
       }
-      const rows = method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params);
-      return { rows: rows as unknown[] };
+      return { rows };
     },
     { schema: sqliteSchema },
   );
@@ -77,17 +102,17 @@ export function openSqlite(file: string): Database {
     async transaction(fn) {
       const current = context.getStore();
       if (current !== undefined && current === owner) return fn(q);
-      const token = Symbol('transaction');
-      return context.run(token, async () => {
+      const token: Transaction = { wrote: false };
+      const result = await context.run(token, async () => {
         // Checked and taken with no await in between.
         while (owner !== null) await free();
         owner = token;
         try {
           client.exec('BEGIN IMMEDIATE');
           try {
-            const result = await fn(q);
+            const value = await fn(q);
             client.exec('COMMIT');
-            return result;
+            return value;
           } catch (err) {
             if (client.inTransaction) client.exec('ROLLBACK');
             throw err;
@@ -97,6 +122,9 @@ export function openSqlite(file: string): Database {
           released.emit('free');
         }
       });
+      // The gate is open again: the next transactions commit while this one waits for the disk.
+      if (token.wrote) await group.durable();
+      return result;
     },
     async notify(channel, payload) {
       channels.emit(channel, payload);
@@ -111,7 +139,40 @@ export function openSqlite(file: string): Database {
       return client.prepare('select 1 as ok').get() !== undefined;
     },
     async close() {
+      await group.settled();
+      await wal.close();
       client.close();
     },
   };
+}
+
+interface Transaction {
+  /** Whether it wrote anything, so that its end must wait for the disk. */
+  wrote: boolean;
+}
+
+/** fdatasync of the WAL, through one descriptor kept open (SQLite keeps the file while the database is open). */
+function openWalSync(walFile: string): { sync: () => Promise<void>; close: () => Promise<void> } {
+  let handle: Promise<FileHandle> | undefined;
+  return {
+    async sync() {
+      handle ??= open(walFile, 'r').catch((err: unknown) => {
+        handle = undefined;
+        throw err;
+      });
+      await (await handle).datasync();
+    },
+    async close() {
+      if (handle) await (await handle).close();
+    },
+  };
+}
+
+function syncFolder(folder: string): void {
+  const fd = openSync(folder, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -1,4 +1,5 @@
 import { and, asc, eq, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
+import { prepared } from '../db/prepared.js';
 import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
 
 /**
@@ -42,13 +43,51 @@ export interface Ended {
 }
 
 export async function getJobRow(q: Queryable, id: string): Promise<JobRow | undefined> {
-  const [row] = await q.db.select().from(q.t.jobs).where(eq(q.t.jobs.id, id));
+  const query = prepared(q, 'job_by_id', ({ db, t }) =>
+    db.select().from(t.jobs).where(eq(t.jobs.id, sql.placeholder('id'))).prepare('job_by_id'),
+  );
+  const [row] = await query.execute({ id });
   return row;
 }
 
 /** Inserts a job exactly as given (a born-done job, say). */
 export async function insertJob(q: Queryable, job: NewJobRow): Promise<JobRow> {
   const [row] = await q.db.insert(q.t.jobs).values(job).returning();
+  return row!;
+}
+
+export interface BornDoneJob {
+  id: string;
+  url: string;
+  urlKey: string;
+  contentId: string;
+  /** Created, started and finished at once. */
+  at: number;
+  requestId: string | null;
+}
+
+/** Inserts a job that is done as it is made: its URL's content is already stored. */
+export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise<JobRow> {
+  const query = prepared(q, 'insert_born_done_job', ({ db, t: { jobs } }) => {
+    const at = sql.placeholder('at');
+    return db
+      .insert(jobs)
+      .values({
+        id: sql.placeholder('id'),
+        url: sql.placeholder('url'),
+        urlKey: sql.placeholder('urlKey'),
+        status: 'done',
+        bornDone: true,
+        contentId: sql.placeholder('contentId'),
+        createdAt: at,
+        startedAt: at,
+        finishedAt: at,
+        requestId: sql.placeholder('requestId'),
+      })
+      .returning()
+      .prepare('insert_born_done_job');
+  });
+  const [row] = await query.execute({ ...job });
   return row!;
 }
 

@@ -5,7 +5,7 @@ import { resolveAlias } from '../store/aliases.js';
 import { lockContent } from '../store/pins.js';
 import { recordUse } from '../store/usage.js';
 import { insertDelivery } from '../webhooks/deliveries.js';
-import { enqueueJob, insertJob } from './queue.js';
+import { enqueueJob, insertBornDoneJob } from './queue.js';
 
 /**
  * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
@@ -93,18 +93,7 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
       await lockContent(q, [aliased]);
       if ((await resolveAlias(q, 'url', urlKey)) !== aliased || !deps.contentPresent(aliased)) return undefined;
       await recordUse(q, aliased, now);
-      const job = await insertJob(q, {
-        id,
-        url: url.href,
-        urlKey,
-        status: 'done',
-        bornDone: true,
-        contentId: aliased,
-        createdAt: now,
-        startedAt: now,
-        finishedAt: now,
-        requestId,
-      });
+      const job = await insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId });
       return withCallback(q, job, now);
     });
     if (bornDone) return bornDone;

@@ -1,5 +1,6 @@
-import { and, eq } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import type { AliasKind, Queryable } from '../db/database.js';
+import { prepared } from '../db/prepared.js';
 
 /**
  * Aliases point a submitted URL (kind 'url', normalized by aliasKey) or a downloader media
@@ -24,12 +25,15 @@ export async function setAlias(q: Queryable, kind: AliasKind, key: string, conte
 
 /** The content id an alias points to, only while that content still has a cache row. */
 export async function resolveAlias(q: Queryable, kind: AliasKind, key: string): Promise<string | undefined> {
-  const { aliases, cacheEntries } = q.t;
-  const [row] = await q.db
-    .select({ contentId: aliases.contentId })
-    .from(aliases)
-    .innerJoin(cacheEntries, eq(cacheEntries.contentId, aliases.contentId))
-    .where(and(eq(aliases.kind, kind), eq(aliases.key, key)))
-    .limit(1);
+  const query = prepared(q, 'alias_content', ({ db, t: { aliases, cacheEntries } }) =>
+    db
+      .select({ contentId: aliases.contentId })
+      .from(aliases)
+      .innerJoin(cacheEntries, eq(cacheEntries.contentId, aliases.contentId))
+      .where(and(eq(aliases.kind, sql.placeholder('kind')), eq(aliases.key, sql.placeholder('key'))))
+      .limit(1)
+      .prepare('alias_content'),
+  );
+  const [row] = await query.execute({ kind, key });
   return row?.contentId;
 }

@@ -1,5 +1,6 @@
-import { and, eq } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Queryable } from '../db/database.js';
+import { prepared } from '../db/prepared.js';
 
 /** The cache rows that track stored artifacts (kind → content id and file name). */
 export const SOURCE_WAV_KIND = 'source_wav';
@@ -15,7 +16,10 @@ export async function recordCacheEntry(q: Queryable, entry: NewCacheEntry, now: 
 }
 
 export async function cacheEntriesFor(q: Queryable, contentId: string): Promise<CacheEntryRow[]> {
-  return q.db.select().from(q.t.cacheEntries).where(eq(q.t.cacheEntries.contentId, contentId));
+  const query = prepared(q, 'cache_entries_by_content', ({ db, t }) =>
+    db.select().from(t.cacheEntries).where(eq(t.cacheEntries.contentId, sql.placeholder('contentId'))).prepare('cache_entries_by_content'),
+  );
+  return query.execute({ contentId });
 }
 
 export async function cacheEntryFor(q: Queryable, contentId: string, name: string): Promise<CacheEntryRow | undefined> {

@@ -1,4 +1,5 @@
-import { and, eq, lt } from 'drizzle-orm';
+import { and, eq, lt, sql } from 'drizzle-orm';
+import { prepared } from '../db/prepared.js';
 import type { Database, Queryable } from '../db/database.js';
 
 /**
@@ -18,11 +19,14 @@ export interface UsageRecorder {
  * the job that reuses it. Never moves a use back in time.
  */
 export async function recordUse(q: Queryable, contentId: string, at: number): Promise<void> {
-  const { cacheEntries } = q.t;
-  await q.db
-    .update(cacheEntries)
-    .set({ lastUsedAt: at })
-    .where(and(eq(cacheEntries.contentId, contentId), lt(cacheEntries.lastUsedAt, at)));
+  const query = prepared(q, 'record_use', ({ db, t: { cacheEntries } }) =>
+    db
+      .update(cacheEntries)
+      .set({ lastUsedAt: sql`${sql.placeholder('at')}` })
+      .where(and(eq(cacheEntries.contentId, sql.placeholder('contentId')), lt(cacheEntries.lastUsedAt, sql.placeholder('at'))))
+      .prepare('record_use'),
+  );
+  await query.execute({ contentId, at });
 }
 
 export function createUsageRecorder(deps: {

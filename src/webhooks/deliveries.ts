@@ -1,5 +1,6 @@
 import { and, asc, eq, exists, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
 import type { Queryable, Tables } from '../db/database.js';
+import { prepared } from '../db/prepared.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 
 /**
@@ -41,7 +42,10 @@ export async function insertDelivery(q: Queryable, delivery: { id: string; jobId
 }
 
 export async function deliveryForJob(q: Queryable, jobId: string): Promise<CallbackDeliveryRow | undefined> {
-  const [row] = await q.db.select().from(q.t.callbackDeliveries).where(eq(q.t.callbackDeliveries.jobId, jobId));
+  const query = prepared(q, 'delivery_by_job', ({ db, t }) =>
+    db.select().from(t.callbackDeliveries).where(eq(t.callbackDeliveries.jobId, sql.placeholder('jobId'))).prepare('delivery_by_job'),
+  );
+  const [row] = await query.execute({ jobId });
   return row;
 }
 

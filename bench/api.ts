@@ -1,0 +1,219 @@
+/**
+ * API benchmark, run by hand (not part of the test suite):
+ *
+ *   npm run build && npx tsx bench/api.ts [seconds per case, default 10] [rounds, default 3]
+ *
+ * The whole service (dist/main.js: request id, access log at info written to a file, metrics;
+ * RATE_LIMIT_PER_MINUTE=0, the per-key rate limit off) on loopback, against a trivial Node JSON
+ * server (http.createServer answering the same job record bytes) on the same machine, driven by
+ * wrk -t2 -c32 (Debian package wrk):
+ *   GET /jobs/{id}          a done job's record (its signed URL made per request)
+ *   POST /sources           a URL already stored: a born-done job, committed durably before its 202
+ * on SQLite (a file in a temp data dir) and on PostgreSQL (DATABASE_URL if set, else a throwaway
+ * cluster started here with PostgreSQL's durable defaults: fsync and synchronous_commit on).
+ * Each round measures the trivial server and then the service, case by case; the figures printed
+ * are medians over the rounds of req/s, of the ratio service ÷ trivial (per round), and of p99.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { makeTone } from '../test/support/media.js';
+import { startMediaServer, type MediaServer } from '../test/support/media-server.js';
+import { startPostgresCluster } from '../test/support/postgres.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const SECONDS = Number(process.argv[2] ?? 10);
+const ROUNDS = Number(process.argv[3] ?? 3);
+const THREADS = 2;
+const CONNECTIONS = 32;
+const run = promisify(execFile);
+
+interface Measure {
+  requestsPerSecond: number;
+  p99Ms: number;
+  /** Non-2xx answers and socket errors. */
+  errors: number;
+}
+
+interface Target {
+  port: number;
+  stop(): Promise<void>;
+}
+
+interface ServiceTarget extends Target {
+  apiKey: string;
+  /** A done job's id, and the URL whose submission is born done. */
+  jobId: string;
+  sourceUrl: string;
+  /** The job record as GET /jobs/{id} answers it: the trivial server answers these bytes. */
+  record: string;
+}
+
+async function main(): Promise<void> {
+  const scratch = await mkdtemp(path.join(tmpdir(), 'sf-bench-api-'));
+  const media = await startMediaServer();
+  const tone = await makeTone(path.join(scratch, 'media'), { seconds: 3, channels: 2, sampleRate: 44100, format: 'm4a' });
+  media.serveFile('/bench.m4a', tone.path, { contentType: tone.contentType });
+  const postScript = path.join(scratch, 'post.lua');
+  await writeFile(postScript, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify({ url: media.url('/bench.m4a') }))}\n`);
+
+  const ownCluster = process.env.DATABASE_URL ? undefined : await startPostgresCluster({ durable: true });
+  const postgresUrl = process.env.DATABASE_URL ?? (await ownCluster!.createDatabase());
+  const stops: Array<() => Promise<void>> = [() => media.close(), async () => ownCluster?.stop(), () => rm(scratch, { recursive: true, force: true })];
+  try {
+    console.log(
+      `API benchmark: wrk -t${THREADS} -c${CONNECTIONS} -d${SECONDS}s per case, ${ROUNDS} rounds, loopback; rate limit off (RATE_LIMIT_PER_MINUTE=0); ` +
+        `load average before: ${loadavg().map((n) => n.toFixed(2)).join(' ')}`,
+    );
+    for (const [backend, env] of [
+      ['sqlite', {}],
+      ['postgres', { DATABASE_URL: postgresUrl }],
+    ] as const) {
+      const service = await startService(env, media);
+      stops.unshift(() => service.stop());
+      const trivial = await startTrivialServer(service.record);
+      stops.unshift(() => trivial.stop());
+      const auth = ['-H', `Authorization: Bearer ${service.apiKey}`];
+      const cases = {
+        'GET /jobs/{id}': { path: `/jobs/${service.jobId}`, args: auth },
+        'POST /sources (born done)': { path: '/sources', args: [...auth, '-s', postScript] },
+      };
+      const results = new Map<string, { trivial: Measure[]; service: Measure[] }>();
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const [name, { path: urlPath, args }] of Object.entries(cases)) {
+          const entry = results.get(name) ?? { trivial: [], service: [] };
+          entry.trivial.push(await wrk(`http://127.0.0.1:${trivial.port}${urlPath}`, args));
+          entry.service.push(await wrk(`http://127.0.0.1:${service.port}${urlPath}`, args));
+          results.set(name, entry);
+        }
+      }
+      console.log(`\n${backend}`);
+      console.log(`${'case'.padEnd(28)}${'trivial req/s'.padStart(15)}${'service req/s'.padStart(15)}${'× trivial'.padStart(11)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}   rounds (req/s, p99 ms)`);
+      for (const [name, { trivial: base, service: measured }] of results) {
+        const ratios = measured.map((m, i) => m.requestsPerSecond / base[i]!.requestsPerSecond);
+        console.log(
+          name.padEnd(28) +
+            median(base.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
+            median(measured.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
+            median(ratios).toFixed(3).padStart(11) +
+            median(measured.map((m) => m.p99Ms)).toFixed(1).padStart(9) +
+            String(measured.reduce((sum, m) => sum + m.errors, 0)).padStart(8) +
+            '   ' +
+            measured.map((m) => `${m.requestsPerSecond.toFixed(0)}/${m.p99Ms.toFixed(1)}`).join(', '),
+        );
+      }
+      await stops.shift()!();
+      await stops.shift()!();
+    }
+    console.log(`\nload average after: ${loadavg().map((n) => n.toFixed(2)).join(' ')}`);
+  } finally {
+    for (const stop of stops) await stop();
+  }
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+/** The baseline: plain Node answering the job record for any GET, and after reading the body for any POST. */
+async function startTrivialServer(body: string): Promise<Target> {
+  const server: Server = createServer((req, res) => {
+    const answer = () => {
+      res.writeHead(req.method === 'POST' ? 202 : 200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    };
+    if (req.method === 'POST') req.resume().once('end', answer);
+    else answer();
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { port: (server.address() as AddressInfo).port, stop: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+/** dist/main.js on a temp data dir, its log in a file; fetches the tone once so that its URL is stored. */
+async function startService(env: Record<string, string>, media: MediaServer): Promise<ServiceTarget> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-bench-api-service-'));
+  const apiKey = randomBytes(24).toString('base64url');
+  const logFile = path.join(dataDir, 'service.log');
+  const log = createWriteStream(logFile);
+  await once(log, 'open');
+  const child: ChildProcess = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      DATA_DIR: dataDir,
+      API_KEYS: apiKey,
+      FETCH_ALLOW_HOSTS: media.hostPort,
+      RATE_LIMIT_PER_MINUTE: '0',
+      // Room for every born-done job wrk makes (born-done jobs are never queued, but be explicit).
+      MAX_QUEUED_JOBS: '1000000',
+      ...env,
+    },
+    stdio: ['ignore', log, log],
+  });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await once(child, 'exit');
+    }
+    log.close();
+    await rm(dataDir, { recursive: true, force: true });
+  };
+  try {
+    const port = await listeningPort(logFile, child);
+    const base = `http://127.0.0.1:${port}`;
+    const auth = { authorization: `Bearer ${apiKey}` };
+    const sourceUrl = media.url('/bench.m4a');
+    const submitted = await fetch(`${base}/sources`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ url: sourceUrl }) });
+    const { job_id: jobId } = (await submitted.json()) as { job_id: string };
+    for (let i = 0; i < 600; i++) {
+      const answer = await fetch(`${base}/jobs/${jobId}`, { headers: auth });
+      const record = await answer.text();
+      const { status } = JSON.parse(record) as { status: string };
+      if (status === 'done') return { port, apiKey, jobId, sourceUrl, record, stop };
+      if (status === 'failed' || status === 'canceled') throw new Error(`bench fetch ${status}: ${record}`);
+      await sleep(100);
+    }
+    throw new Error('bench fetch did not finish in 60 s');
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+async function listeningPort(logFile: string, child: ChildProcess): Promise<number> {
+  for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null) throw new Error(`service exited at start:\n${await readFile(logFile, 'utf8')}`);
+    for (const line of (await readFile(logFile, 'utf8')).split('\n')) {
+      if (line.includes('"listening"')) return (JSON.parse(line) as { port: number }).port;
+    }
+    await sleep(50);
+  }
+  throw new Error('service did not start in 15 s (run `npm run build` first)');
+}
+
+async function wrk(url: string, args: string[]): Promise<Measure> {
+  const { stdout } = await run('wrk', [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...args, url], { maxBuffer: 1 << 20 });
+  const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? 0);
+  const p99 = /^\s+99%\s+([\d.]+)(us|ms|s)\s*$/m.exec(stdout);
+  const ms: Record<string, number> = { us: 1e-3, ms: 1, s: 1000 };
+  return {
+    requestsPerSecond: number(/Requests\/sec:\s+([\d.]+)/),
+    p99Ms: p99 ? Number(p99[1]) * ms[p99[2]!]! : NaN,
+    errors: number(/Non-2xx or 3xx responses:\s+(\d+)/) + number(/Socket errors:.*?timeout (\d+)/),
+  };
+}
+
+await main();

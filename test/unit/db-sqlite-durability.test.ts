@@ -1,0 +1,123 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { eq, sql } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Database } from '../../src/db/database.js';
+import { openSqlite } from '../../src/db/sqlite.js';
+
+/**
+ * The SQLite database on a real file, with its WAL sync held by the test: nothing that wrote is
+ * reported done before a sync that began after its COMMIT has finished, concurrent transactions
+ * share syncs, and one that fails rolls back alone.
+ */
+interface Held {
+  calls: Array<() => void>;
+  calledTimes(n: number): Promise<void>;
+}
+
+let dir: string;
+let database: Database | undefined;
+
+async function openHeld(): Promise<{ database: Database; held: Held; walFiles: string[] }> {
+  dir = await mkdtemp(path.join(tmpdir(), 'sf-durable-'));
+  const calls: Array<() => void> = [];
+  const walFiles: string[] = [];
+  let called = () => {};
+  database = openSqlite(path.join(dir, 'db.sqlite'), {
+    syncWal: (walFile) =>
+      new Promise<void>((resolve) => {
+        walFiles.push(walFile);
+        calls.push(resolve);
+        called();
+      }),
+  });
+  const held: Held = {
+    calls,
+    async calledTimes(n) {
+      while (calls.length < n) await new Promise<void>((resolve) => (called = resolve));
+    },
+  };
+  return { database, held, walFiles };
+}
+
+afterEach(async () => {
+  await database?.close();
+  database = undefined;
+  await rm(dir, { recursive: true, force: true });
+});
+
+const job = (id: string) => ({ id, url: `https://media.example/${id}`, urlKey: `https://media.example/${id}`, status: 'queued' as const, createdAt: 1 });
+
+async function state(promise: Promise<unknown>): Promise<string> {
+  let seen = 'pending';
+  promise.then(
+    () => (seen = 'resolved'),
+    () => (seen = 'rejected'),
+  );
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+  return seen;
+}
+
+async function jobCount(db: Database): Promise<number> {
+  const [row] = await db.db.select({ n: sql<number>`count(*)` }).from(db.t.jobs);
+  return Number(row!.n);
+}
+
+describe('SQLite durability', () => {
+  it('a transaction that wrote resolves only after a sync of the WAL that began after its commit', async () => {
+    const { database: db, held, walFiles } = await openHeld();
+    const written = db.transaction(async (q) => {
+      await q.db.insert(q.t.jobs).values(job('a'));
+      return 'committed';
+    });
+    await held.calledTimes(1);
+    // Committed (readable) but not yet reported: the 202 would wait here.
+    expect(await jobCount(db)).toBe(1);
+    expect(await state(written)).toBe('pending');
+    held.calls[0]!();
+    await expect(written).resolves.toBe('committed');
+    expect(walFiles).toEqual([path.join(dir, 'db.sqlite-wal')]);
+  });
+
+  it('reads wait for no sync; an autocommit write does', async () => {
+    const { database: db, held } = await openHeld();
+    expect(await db.transaction(async (q) => jobCount(q as Database))).toBe(0);
+    expect(await jobCount(db)).toBe(0);
+    expect(held.calls).toHaveLength(0);
+
+    const write = db.db.insert(db.t.jobs).values(job('b')).then(() => 'done');
+    await held.calledTimes(1);
+    expect(await state(write)).toBe('pending');
+    held.calls[0]!();
+    await expect(write).resolves.toBe('done');
+  });
+
+  it('concurrent transactions commit one after another and share the syncs; one that throws rolls back alone', async () => {
+    const { database: db, held } = await openHeld();
+    const ids = Array.from({ length: 10 }, (_, i) => `job-${i}`);
+    const writes = ids.map((id, i) =>
+      db.transaction(async (q) => {
+        await q.db.insert(q.t.jobs).values(job(id));
+        if (i === 4) throw new Error('this one fails');
+        return id;
+      }),
+    );
+    await held.calledTimes(1);
+    // Every other transaction commits while the first sync is held.
+    while ((await jobCount(db)) < 9) await new Promise((resolve) => setImmediate(resolve));
+    await expect(writes[4]).rejects.toThrow('this one fails');
+    expect((await Promise.all(writes.map(state))).filter((s) => s === 'pending')).toHaveLength(9);
+
+    held.calls[0]!();
+    await held.calledTimes(2);
+    held.calls[1]!();
+    const outcomes = await Promise.allSettled(writes);
+    expect(outcomes.map((o) => o.status)).toEqual(ids.map((_, i) => (i === 4 ? 'rejected' : 'fulfilled')));
+    // Two syncs for nine commits: the first one's, and one for the eight that came while it ran.
+    expect(held.calls).toHaveLength(2);
+    const [failed] = await db.db.select().from(db.t.jobs).where(eq(db.t.jobs.id, 'job-4'));
+    expect(failed).toBeUndefined();
+    expect(await jobCount(db)).toBe(9);
+  });
+});
