@@ -2,56 +2,12 @@
  * What the delivery handler tells nginx when nginx only asks whether a signed URL may be served:
  * in-process, with a fixed clock and a real file.
  */
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { Hono } from 'hono';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AUTHORIZATION_CACHE_MAX_S, AUTHORIZE_ONLY_HEADER, createArtifactHandler } from '../../src/delivery/handler.js';
-import { createUrlSigner } from '../../src/delivery/signed-url.js';
-import { createKeyChecker } from '../../src/http/api-key.js';
-import { createErrorHandler } from '../../src/http/problem.js';
-import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
+import { describe, expect, it } from 'vitest';
+import { AUTHORIZATION_CACHE_MAX_S, AUTHORIZE_ONLY_HEADER } from '../../src/delivery/handler.js';
+import { artifactUrlPath } from '../../src/store/layout.js';
+import { artifactAppFixture, CID, expiredSignedPath, httpDate, KEY, NOW, signedPath } from '../support/artifact-app.js';
 
-const CID = 'c'.repeat(64);
-const KEY = 'unit-test-key-0123456789';
-const NOW = 1_800_000_000_000;
-
-let root: string;
-const served: string[] = [];
-
-function appFor(accelRedirectPrefix: string | null) {
-  const app = new Hono();
-  app.onError(createErrorHandler(() => ({ error: () => undefined })));
-  app.on(
-    ['GET', 'HEAD'],
-    '/artifacts/:cid/:name',
-    createArtifactHandler({
-      artifactRoot: root,
-      accelRedirectPrefix,
-      checkKey: createKeyChecker([KEY]),
-      signer: createUrlSigner('unit-test-signing-secret', { now: () => NOW }),
-      onServed: (cid) => served.push(cid),
-      now: () => NOW,
-    }),
-  );
-  return app;
-}
-
-const signer = createUrlSigner('unit-test-signing-secret', { now: () => NOW });
-const signedPath = (ttl: number, cid = CID) => `${artifactUrlPath(cid, 'audio.wav')}?${signer.sign(cid, 'audio.wav', ttl).query}`;
-const httpDate = (unixSeconds: number) => new Date(unixSeconds * 1000).toUTCString();
-
-beforeAll(async () => {
-  root = await mkdtemp(path.join(tmpdir(), 'sf-authz-'));
-  const file = path.join(root, artifactRelativePath(CID, 'audio.wav'));
-  await mkdir(path.dirname(file), { recursive: true });
-  await writeFile(file, 'RIFF....WAVE');
-});
-
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const { served, appFor } = artifactAppFixture();
 
 describe("nginx's authorization of a signed URL", () => {
   const ask = (target: string, headers: Record<string, string> = {}) => appFor('/_artifacts/').request(target, { headers: { [AUTHORIZE_ONLY_HEADER]: '1', ...headers } });
@@ -85,7 +41,7 @@ describe("nginx's authorization of a signed URL", () => {
   it.each([
     ['no credential', artifactUrlPath(CID, 'audio.wav')],
     ['an altered signature', signedPath(600).replace(/sig=(.)/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`)],
-    ['an expired signature', `${artifactUrlPath(CID, 'audio.wav')}?${createUrlSigner('unit-test-signing-secret', { now: () => NOW - 3_600_000 }).sign(CID, 'audio.wav', 60).query}`],
+    ['an expired signature', expiredSignedPath()],
     ['unknown content', signedPath(600, 'd'.repeat(64))],
   ])('says a bare 403 to %s (the app then answers the request itself)', async (_label, target) => {
     const res = await ask(target);

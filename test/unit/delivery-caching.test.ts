@@ -1,56 +1,11 @@
 /**
  * What the delivery handler tells caches: in-process, with a fixed clock and a real file.
  */
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { Hono } from 'hono';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createArtifactHandler } from '../../src/delivery/handler.js';
-import { createUrlSigner } from '../../src/delivery/signed-url.js';
-import { createKeyChecker } from '../../src/http/api-key.js';
-import { createErrorHandler } from '../../src/http/problem.js';
-import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
+import { describe, expect, it } from 'vitest';
+import { artifactUrlPath } from '../../src/store/layout.js';
+import { artifactAppFixture, CID, httpDate, KEY, NOW, signedPath } from '../support/artifact-app.js';
 
-const CID = 'c'.repeat(64);
-const KEY = 'unit-test-key-0123456789';
-const NOW = 1_800_000_000_000;
-
-let root: string;
-const served: string[] = [];
-
-function appFor(accelRedirectPrefix: string | null) {
-  const app = new Hono();
-  app.onError(createErrorHandler(() => ({ error: () => undefined })));
-  app.on(
-    ['GET', 'HEAD'],
-    '/artifacts/:cid/:name',
-    createArtifactHandler({
-      artifactRoot: root,
-      accelRedirectPrefix,
-      checkKey: createKeyChecker([KEY]),
-      signer: createUrlSigner('unit-test-signing-secret', { now: () => NOW }),
-      onServed: (cid) => served.push(cid),
-      now: () => NOW,
-    }),
-  );
-  return app;
-}
-
-const signer = createUrlSigner('unit-test-signing-secret', { now: () => NOW });
-const signedPath = (ttl: number, cid = CID) => `${artifactUrlPath(cid, 'audio.wav')}?${signer.sign(cid, 'audio.wav', ttl).query}`;
-const httpDate = (unixSeconds: number) => new Date(unixSeconds * 1000).toUTCString();
-
-beforeAll(async () => {
-  root = await mkdtemp(path.join(tmpdir(), 'sf-authz-'));
-  const file = path.join(root, artifactRelativePath(CID, 'audio.wav'));
-  await mkdir(path.dirname(file), { recursive: true });
-  await writeFile(file, 'RIFF....WAVE');
-});
-
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const { appFor } = artifactAppFixture();
 
 describe('caching headers by credential', () => {
   it.each([null, '/_artifacts/'])('keyed answers are private; signed ones public until the signature expires (accel %s)', async (prefix) => {
