@@ -1,7 +1,7 @@
 import { createConnection, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.js';
-import { HeadBuffer, LineSplitter, TailBuffer, type RunProcessOptions, type RunProcessResult } from '../tools/process.js';
+import { HeadBuffer, superviseRun, TailBuffer, type RunProcessOptions, type RunProcessResult } from '../tools/process.js';
 import { inspectYtDlpLauncher } from '../tools/ytdlp-launcher.js';
 import { BRIDGE_PORT, interpretSandboxed, type Sandbox, type SandboxedResult, type ToolNetwork } from './sandbox.js';
 
@@ -219,9 +219,7 @@ export function runInResident(socket: Socket, opts: RunProcessOptions & { networ
     let connected = false;
     let pid: number | undefined;
     let setupFailure: string | null = null;
-    let callbackError: unknown = null;
     let killTimer: NodeJS.Timeout | undefined;
-    let timeoutTimer: NodeJS.Timeout | undefined;
     let terminating = false;
     let pending: Buffer = Buffer.alloc(0);
 
@@ -246,32 +244,7 @@ export function runInResident(socket: Socket, opts: RunProcessOptions & { networ
         socket.destroy();
       }, killGraceMs);
     };
-    const onAbort = () => {
-      result.aborted = true;
-      terminate();
-    };
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-    if (opts.timeoutMs !== undefined) {
-      timeoutTimer = setTimeout(() => {
-        result.timedOut = true;
-        terminate();
-      }, opts.timeoutMs);
-    }
-    const guarded = (fn: ((line: string) => void) | undefined) =>
-      fn &&
-      ((line: string) => {
-        if (callbackError !== null) return;
-        try {
-          fn(line);
-        } catch (err) {
-          callbackError = err;
-          terminate();
-        }
-      });
-    const stdoutLines = guarded(opts.onStdoutLine);
-    const stderrLines = guarded(opts.onStderrLine);
-    const stdoutSplitter = stdoutLines ? new LineSplitter(stdoutLines) : null;
-    const stderrSplitter = stderrLines ? new LineSplitter(stderrLines) : null;
+    const { stdoutSplitter, stderrSplitter, callbackError, release } = superviseRun(opts, result, terminate);
 
     const onFrame = (kind: string, payload: Buffer) => {
       if (kind === 'P') {
@@ -309,8 +282,7 @@ export function runInResident(socket: Socket, opts: RunProcessOptions & { networ
     });
     socket.on('close', () => {
       clearTimeout(killTimer);
-      clearTimeout(timeoutTimer);
-      opts.signal?.removeEventListener('abort', onAbort);
+      release();
       // The run's leader speaks first: without a word from it, nothing ran.
       if (!connected || (pid === undefined && !terminating)) {
         resolve('unavailable');
@@ -325,7 +297,8 @@ export function runInResident(socket: Socket, opts: RunProcessOptions & { networ
         result.stdout = stdoutCapture.text();
         result.stdoutTruncated = stdoutCapture.truncated;
       }
-      if (callbackError !== null) reject(callbackError);
+      const thrown = callbackError();
+      if (thrown !== null) reject(thrown);
       else if (setupFailure !== null) resolve({ ...result, confinementFailure: setupFailure });
       else resolve(interpretSandboxed(result));
     });

@@ -180,9 +180,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
   child.stdin?.on('error', () => {});
 
   return new Promise<RunProcessResult>((resolve, reject) => {
-    let callbackError: unknown = null;
     let killTimer: NodeJS.Timeout | undefined;
-    let timeoutTimer: NodeJS.Timeout | undefined;
     let settled = false;
 
     const terminate = (): void => {
@@ -191,34 +189,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       killTimer = setTimeout(() => signalGroup(pid, 'SIGKILL'), killGraceMs);
     };
 
-    const onAbort = (): void => {
-      result.aborted = true;
-      terminate();
-    };
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-    if (opts.timeoutMs !== undefined) {
-      timeoutTimer = setTimeout(() => {
-        result.timedOut = true;
-        terminate();
-      }, opts.timeoutMs);
-    }
-
-    const guarded = (fn: ((line: string) => void) | undefined) =>
-      fn &&
-      ((line: string) => {
-        if (callbackError !== null) return;
-        try {
-          fn(line);
-        } catch (err) {
-          callbackError = err;
-          terminate();
-        }
-      });
-
-    const stdoutLines = guarded(opts.onStdoutLine);
-    const stderrLines = guarded(opts.onStderrLine);
-    const stdoutSplitter = stdoutLines ? new LineSplitter(stdoutLines) : null;
-    const stderrSplitter = stderrLines ? new LineSplitter(stderrLines) : null;
+    const { stdoutSplitter, stderrSplitter, callbackError, release } = superviseRun(opts, result, terminate);
 
     child.stdout?.on('data', (chunk: Buffer) => {
       stdoutCapture?.push(chunk);
@@ -254,17 +225,61 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       if (pid !== undefined) liveGroups.delete(pid);
       child.stdin?.destroy();
       clearTimeout(killTimer);
-      clearTimeout(timeoutTimer);
-      opts.signal?.removeEventListener('abort', onAbort);
+      release();
       result.stderrTail = stderrTail.text();
       if (stdoutCapture) {
         result.stdout = stdoutCapture.text();
         result.stdoutTruncated = stdoutCapture.truncated;
       }
-      if (callbackError !== null) reject(callbackError);
+      const thrown = callbackError();
+      if (thrown !== null) reject(thrown);
       else resolve(result);
     }
   });
+}
+
+/**
+ * What every way of running a tool shares (a process here, a run of the resident sandbox): the
+ * abort signal and the time limit stop it, marked in the result; a line callback that throws
+ * stops it too, and its first error is kept for the caller to reject with. `release` undoes the
+ * listener and the timer once the run is over.
+ */
+export function superviseRun(opts: RunProcessOptions, result: RunProcessResult, terminate: () => void) {
+  let callbackError: unknown = null;
+  let timeoutTimer: NodeJS.Timeout | undefined;
+  const onAbort = (): void => {
+    result.aborted = true;
+    terminate();
+  };
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  if (opts.timeoutMs !== undefined) {
+    timeoutTimer = setTimeout(() => {
+      result.timedOut = true;
+      terminate();
+    }, opts.timeoutMs);
+  }
+  const guarded = (fn: ((line: string) => void) | undefined) =>
+    fn &&
+    ((line: string) => {
+      if (callbackError !== null) return;
+      try {
+        fn(line);
+      } catch (err) {
+        callbackError = err;
+        terminate();
+      }
+    });
+  const stdoutLines = guarded(opts.onStdoutLine);
+  const stderrLines = guarded(opts.onStderrLine);
+  return {
+    stdoutSplitter: stdoutLines ? new LineSplitter(stdoutLines) : null,
+    stderrSplitter: stderrLines ? new LineSplitter(stderrLines) : null,
+    callbackError: (): unknown => callbackError,
+    release(): void {
+      clearTimeout(timeoutTimer);
+      opts.signal?.removeEventListener('abort', onAbort);
+    },
+  };
 }
 
 function withSpawnError(result: RunProcessResult, err: unknown): RunProcessResult {
