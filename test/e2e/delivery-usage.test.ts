@@ -90,12 +90,7 @@ describe('usage of content nginx serves alone', () => {
       await res.arrayBuffer();
     }
     // nginx answered alone: no upstream time in its log; the app was only asked to authorize.
-    const served = nginx
-      .accessLog()
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, string>)
-      .filter((line) => line.cid === older.cid);
+    const served = await nginx.accessLines((line) => line.cid === older.cid, (lines) => lines.length >= 3);
     expect(served.map((line) => [line.status, line.upstream_time])).toEqual([
       ['206', ''],
       ['206', ''],

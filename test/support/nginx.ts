@@ -30,12 +30,20 @@ export interface NginxOptions {
   extraMainConfig?: string;
 }
 
+/** One line of the template's JSON access log. */
+export type AccessLine = Record<string, string>;
+
 export interface RunningNginx {
   port: number;
   url(pathAndQuery: string): string;
   stop(): Promise<void>;
   errorLog(): string;
   accessLog(): string;
+  /**
+   * The access log's lines that `select` keeps, once `ready` holds for them. nginx writes a line
+   * after the answer has gone out, so a client can hold the answer before the line exists.
+   */
+  accessLines(select: (line: AccessLine) => boolean, ready: (lines: AccessLine[]) => boolean, timeoutMs?: number): Promise<AccessLine[]>;
   /** The file nginx writes the artifacts it served on signed URLs to (the app's NGINX_USAGE_LOG). */
   usageLogPath: string;
 }
@@ -130,6 +138,20 @@ ${options.extraHttpConfig ?? ''}
     url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
     errorLog: () => safeRead(errorLogPath),
     accessLog: () => safeRead(accessLogPath),
+    async accessLines(select, ready, timeoutMs = 5000) {
+      const read = () =>
+        safeRead(accessLogPath)
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => JSON.parse(line) as AccessLine)
+          .filter(select);
+      const deadline = Date.now() + timeoutMs;
+      for (let lines = read(); ; lines = read()) {
+        if (ready(lines)) return lines;
+        if (Date.now() >= deadline) throw new Error(`nginx's access log did not reach the expected lines within ${timeoutMs} ms:\n${JSON.stringify(lines, null, 1)}`);
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+    },
     usageLogPath,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
