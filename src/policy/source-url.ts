@@ -55,6 +55,8 @@ export function parseSourceUrl(raw: string): URL {
   if (url.username !== '' || url.password !== '') {
     invalid('url_credentials_not_allowed', 'URLs must not carry a user name or password.');
   }
+  // The URL standard takes port 0, but nothing can be connected to there.
+  if (url.port === '0') invalid('port_invalid', 'Port 0 is not a valid TCP port.');
   const host = hostForCheck(url);
   if (host === '') invalid('url_host_missing', 'The URL has no host.');
   if (!host.includes(':') && host.split('.').includes('')) {

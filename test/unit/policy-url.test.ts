@@ -53,6 +53,11 @@ describe('parseSourceUrl', () => {
     ['https://media.example/a#%255F%255Fyoutubedl%255Fsmuggle=1', 'url_smuggled_data'],
     ['https://media.example/a#%E0%A4%A__youtubedl_smuggle', 'url_smuggled_data'],
     ['https://media.example/a#youtubedl_smuggle', 'accepted'],
+    // Found by the URL property test (seed -445558100): refused before any destination check.
+    ['http://A:0', 'port_invalid'],
+    ['https://media.example:0/a', 'port_invalid'],
+    ['https://media.example:00/a', 'port_invalid'],
+    ['https://media.example:65535/a', 'accepted'],
   ])('%j → %s', (raw, code) => {
     expect(codeOf(raw)).toBe(code);
   });
