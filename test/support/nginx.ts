@@ -38,6 +38,8 @@ export interface RunningNginx {
   url(pathAndQuery: string): string;
   stop(): Promise<void>;
   errorLog(): string;
+  /** What nginx wrote to its standard error (the template's `error_log stderr crit` lines). */
+  stderr(): string;
   accessLog(): string;
   /**
    * The access log's lines that `select` keeps, once `ready` holds for them. nginx writes a line
@@ -137,6 +139,7 @@ ${options.extraHttpConfig ?? ''}
     port,
     url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
     errorLog: () => safeRead(errorLogPath),
+    stderr: () => stderr,
     accessLog: () => safeRead(accessLogPath),
     async accessLines(select, ready, timeoutMs = 5000) {
       const read = () =>
