@@ -3,6 +3,10 @@
  *
  *   npm run build && npx tsx bench/api.ts [seconds per case, default 10] [rounds, default 3]
  *
+ * BENCH_BACKENDS (sqlite,postgres) and BENCH_CASES (a pattern on the case names) pick cases;
+ * BENCH_SERVICE_NODE_ARGS passes Node options to the service, e.g. a CPU profile:
+ *   BENCH_BACKENDS=sqlite BENCH_CASES=GET BENCH_SERVICE_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' npx tsx bench/api.ts
+ *
  * The whole service (dist/main.js: request id, access log at info written to a file, metrics;
  * RATE_LIMIT_PER_MINUTE=0, the per-key rate limit off) on loopback, against a trivial Node JSON
  * server (http.createServer answering the same job record bytes) on the same machine, driven by
@@ -35,6 +39,9 @@ const ROUNDS = Number(process.argv[3] ?? 3);
 const THREADS = 2;
 const CONNECTIONS = 32;
 const run = promisify(execFile);
+// For profiling one case: BENCH_BACKENDS=sqlite BENCH_CASES=GET (a pattern on the case names).
+const BACKENDS = (process.env.BENCH_BACKENDS ?? 'sqlite,postgres').split(',');
+const CASES = process.env.BENCH_CASES ? new RegExp(process.env.BENCH_CASES) : undefined;
 
 interface Measure {
   requestsPerSecond: number;
@@ -65,8 +72,8 @@ async function main(): Promise<void> {
   const postScript = path.join(scratch, 'post.lua');
   await writeFile(postScript, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify({ url: media.url('/bench.m4a') }))}\n`);
 
-  const ownCluster = process.env.DATABASE_URL ? undefined : await startPostgresCluster({ durable: true });
-  const postgresUrl = process.env.DATABASE_URL ?? (await ownCluster!.createDatabase());
+  const ownCluster = process.env.DATABASE_URL || !BACKENDS.includes('postgres') ? undefined : await startPostgresCluster({ durable: true });
+  const postgresUrl = process.env.DATABASE_URL ?? (await ownCluster?.createDatabase()) ?? '';
   const stops: Array<() => Promise<void>> = [() => media.close(), async () => ownCluster?.stop(), () => rm(scratch, { recursive: true, force: true })];
   try {
     console.log(
@@ -77,6 +84,7 @@ async function main(): Promise<void> {
       ['sqlite', {}],
       ['postgres', { DATABASE_URL: postgresUrl }],
     ] as const) {
+      if (!BACKENDS.includes(backend)) continue;
       const service = await startService(env, media);
       stops.unshift(() => service.stop());
       const trivial = await startTrivialServer(service.record);
@@ -89,6 +97,7 @@ async function main(): Promise<void> {
       const results = new Map<string, { trivial: Measure[]; service: Measure[] }>();
       for (let round = 0; round < ROUNDS; round++) {
         for (const [name, { path: urlPath, args }] of Object.entries(cases)) {
+          if (CASES && !CASES.test(name)) continue;
           const entry = results.get(name) ?? { trivial: [], service: [] };
           entry.trivial.push(await wrk(`http://127.0.0.1:${trivial.port}${urlPath}`, args));
           entry.service.push(await wrk(`http://127.0.0.1:${service.port}${urlPath}`, args));
@@ -147,7 +156,9 @@ async function startService(env: Record<string, string>, media: MediaServer): Pr
   const logFile = path.join(dataDir, 'service.log');
   const log = createWriteStream(logFile);
   await once(log, 'open');
-  const child: ChildProcess = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
+  // BENCH_SERVICE_NODE_ARGS, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, profiles the service under load.
+  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, path.join(ROOT, 'dist/main.js')], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',

@@ -4,9 +4,7 @@ import type { JobRow } from './db/database.js';
 import type { BatchItem, Submission } from './jobs/job-service.js';
 import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
-import { accessLog } from './http/middleware/access-log.js';
 import { keyIdentity, rateLimit, type RateLimiter } from './http/middleware/rate-limit.js';
-import { requestId } from './http/middleware/request-id.js';
 import { requireApiKey } from './http/middleware/require-api-key.js';
 import { OPENAPI_DOCUMENT } from './http/openapi.js';
 import { createErrorHandler, problemResponse } from './http/problem.js';
@@ -19,8 +17,7 @@ import type { JobEventStreams } from './http/job-events.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { proxyLogHeaders } from './http/middleware/proxy-log-headers.js';
-import { requestMetrics } from './http/middleware/request-metrics.js';
+import { requestContext } from './http/middleware/request-context.js';
 
 /**
  * The HTTP application: middleware, the error handler and the routes. It does no I/O of its
@@ -48,18 +45,16 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
     defaultHook: (result, c) => {
       if (result.success) return;
       const fieldErrors = result.error.issues.map((issue) => ({ path: issue.path.join('.') || '(body)', message: issue.message }));
-      return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId: c.get('requestId'), fieldErrors });
+      return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId: c.get('facts').id, fieldErrors });
     },
   });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', { type: 'http', scheme: 'bearer' });
   app.openAPIRegistry.registerComponent('securitySchemes', 'apiKeyHeader', { type: 'apiKey', in: 'header', name: 'X-API-Key' });
 
-  app.use('*', requestId({ log: deps.log }));
-  app.use('*', accessLog());
-  app.use('*', requestMetrics({ metrics: deps.metrics }));
-  app.use('*', proxyLogHeaders());
-  app.onError(createErrorHandler((c) => c.get('log') ?? deps.log));
+  // The request id, access log and metrics are the request envelope's (src/http/request-envelope.ts).
+  app.use('*', requestContext({ log: deps.log }));
+  app.onError(createErrorHandler((c) => c.get('facts')?.log ?? deps.log));
   if (deps.rateLimiter) {
     // Counted per valid key, on every route but the health check; requests without a valid key
     // are not counted here (authentication answers them 401).
@@ -75,7 +70,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
       }),
     );
   }
-  app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('requestId') }));
+  app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('facts').id }));
 
   // Open: the health check (for probes) and the interface description.
   registerHealthRoute(app, { check: deps.checkHealth });

@@ -16,7 +16,7 @@ import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
-import { acceptedRequestId } from './http/middleware/request-id.js';
+import { createRequestEnvelope } from './http/request-envelope.js';
 import { problemResponse } from './http/problem.js';
 import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
 import type { JobRecord } from './http/schemas.js';
@@ -335,10 +335,11 @@ async function main(): Promise<void> {
   // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
   const signedLane =
     config.accelRedirectPrefix === null
-      ? delivery.signedLane({ log, observeRequest: (...args) => metrics.observeRequest(...args), requestIdFor: acceptedRequestId })
+      ? delivery.signedLane({ log })
       : undefined;
   const server = startHttpServer(
     {
+      envelope: createRequestEnvelope({ log, observeRequest: (...args) => metrics.observeRequest(...args) }),
       beforeApp: signedLane && ((req, res, toApp) => (shutdown.stopping ? toApp() : signedLane(req, res, toApp))),
       fetch: (req, ...rest) =>
         shutdown.stopping

@@ -16,7 +16,7 @@ import { createServer, type RequestListener, type ServerOptions } from 'node:htt
 import { AUTHORIZE_ONLY_HEADER, createArtifactDelivery } from '../../src/delivery/handler.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
-import { acceptedRequestId } from '../../src/http/middleware/request-id.js';
+import { createRequestEnvelope } from '../../src/http/request-envelope.js';
 import { createErrorHandler } from '../../src/http/problem.js';
 import { createLogger } from '../../src/logger.js';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
@@ -117,16 +117,20 @@ export async function startDeliveryApp(options: {
   app.on(['GET', 'HEAD'], '/artifacts/:cid/:name', delivery.handle);
   const lane =
     (options.signedLane ?? options.accelRedirectPrefix === null)
-      ? delivery.signedLane({ log: createLogger('silent'), observeRequest: () => undefined, requestIdFor: acceptedRequestId })
+      ? delivery.signedLane({ log: createLogger('silent') })
       : undefined;
+  // Around both, as around the service's: the request id (the lane's request is compared with the app's).
+  const envelope = createRequestEnvelope({ log: createLogger('silent'), observeRequest: () => undefined });
   const withLane = ((serverOptions: ServerOptions, listener: RequestListener) =>
     createServer(serverOptions, (req, res) => {
-      if (!lane) return listener(req, res);
+      if (!lane) return envelope(req, res, () => listener(req, res));
       let declined = false;
-      lane(req, res, () => {
-        declined = true;
-        listener(req, res);
-      });
+      envelope(req, res, () =>
+        lane(req, res, () => {
+          declined = true;
+          listener(req, res);
+        }),
+      );
       // What the lane answered never reaches the app's recorder above.
       const range = req.headers.range;
       const path = (req.url ?? '').split('?')[0]!;

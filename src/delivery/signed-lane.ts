@@ -1,6 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
-import { CONTENT_ID_HEADER, ROUTE_TEMPLATE_HEADER } from '../http/middleware/proxy-log-headers.js';
+import { CONTENT_ID_HEADER, ROUTE_TEMPLATE_HEADER } from '../http/middleware/request-context.js';
+import { requestFacts } from '../http/request-envelope.js';
+import { ARTIFACT_ROUTE } from '../http/route-template.js';
 import type { ArtifactResolver } from './artifact-path.js';
 import { httpDate, ifRangeAllows } from './conditional.js';
 import type { FileBodies } from './file-body.js';
@@ -22,18 +24,16 @@ import type { UrlSigner } from './signed-url.js';
  *
  * The checks are the app's own: the same signer (its yes remembered per URL, the expiry checked
  * again on every request), the same path resolution and O_NOFOLLOW open, the same headers
- * (representation, caching, Range, If-Range). What the app's middleware adds to every answer is
- * done here too: the request id (the same rule), one access-log line with the same fields, the
- * request metrics, and the route and content id headers for a proxy's log
- * (src/http/middleware/*; test/e2e/delivery-signed-lane.test.ts compares both ways).
+ * (representation, caching, Range, If-Range). It runs inside the request envelope, which gives
+ * it the request id, the access-log line and the metrics as it gives them to the app; the lane
+ * names its route, and adds the route and content id headers for a proxy's log as the app's
+ * middleware does (test/e2e/delivery-signed-lane.test.ts compares both ways).
  */
 export type SignedLane = (req: IncomingMessage, res: ServerResponse, otherwise: () => void) => void;
 
 export interface SignedLaneOptions {
+  /** For the lane's own failures; each request's line is the envelope's. */
   log: Logger;
-  observeRequest: (method: string, route: string, status: number, seconds: number) => void;
-  /** The request id to use, given the client's X-Request-Id (src/http/middleware/request-id.ts). */
-  requestIdFor: (offered: string | undefined) => string;
 }
 
 export interface SignedLaneShared {
@@ -44,7 +44,6 @@ export interface SignedLaneShared {
   now: () => number;
 }
 
-export const ARTIFACT_ROUTE = '/artifacts/{cid}/{name}';
 const SIGNED_ARTIFACT = /^\/artifacts\/([0-9a-f]{64})\/([A-Za-z0-9_-][A-Za-z0-9._-]{0,250}\.wav)\?expires=([0-9]{1,12})&sig=([A-Za-z0-9_-]{43})$/;
 // Signed URLs whose signature was checked, with their expiry (ms); oldest forgotten first.
 const MAX_VERIFIED = 4096;
@@ -62,7 +61,6 @@ export function createSignedLane(shared: SignedLaneShared, options: SignedLaneOp
   }
 
   async function answer(req: IncomingMessage, res: ServerResponse, cid: string, name: string, expiresAtMs: number, otherwise: () => void): Promise<void> {
-    const started = performance.now();
     let file;
     try {
       file = await shared.resolve(cid, name);
@@ -76,7 +74,6 @@ export function createSignedLane(shared: SignedLaneShared, options: SignedLaneOp
     const end = range.kind === 'range' ? range.end : file.size - 1;
     const status = range.kind === 'range' ? 206 : 200;
 
-    const requestId = options.requestIdFor(headerValue(req.headers['x-request-id']));
     const head: string[] = [];
     const add = (fields: Record<string, string | undefined>) => {
       for (const key in fields) if (fields[key] !== undefined) head.push(key, fields[key]);
@@ -86,14 +83,13 @@ export function createSignedLane(shared: SignedLaneShared, options: SignedLaneOp
     add(cachingHeaders({ by: 'signature', expiresAtMs }));
     add({ 'content-length': String(end - start + 1) });
     add(status === 206 ? { 'content-range': `bytes ${start}-${end}/${file.size}` } : { 'accept-ranges': 'bytes' });
-    add({ 'x-request-id': requestId, [ROUTE_TEMPLATE_HEADER.toLowerCase()]: ARTIFACT_ROUTE, [CONTENT_ID_HEADER.toLowerCase()]: cid });
+    add({ [ROUTE_TEMPLATE_HEADER.toLowerCase()]: ARTIFACT_ROUTE, [CONTENT_ID_HEADER.toLowerCase()]: cid });
 
     const writeHead = () => {
+      const facts = requestFacts(req);
+      if (facts) facts.route = ARTIFACT_ROUTE;
       res.writeHead(status, head);
       shared.served(cid);
-      const seconds = (performance.now() - started) / 1000;
-      options.log.info({ request_id: requestId, method: req.method, route: ARTIFACT_ROUTE, status, latency_ms: Math.round(seconds * 10000) / 10 }, 'request');
-      options.observeRequest(req.method!, ARTIFACT_ROUTE, status, seconds);
     };
     // Like the app: HEAD never opens the file.
     if (req.method === 'HEAD') {

@@ -28,6 +28,7 @@ export interface UrlSigner {
 const EXPIRES_FORMAT = /^[0-9]{1,12}$/;
 // 32 bytes of HMAC-SHA256 in unpadded base64url.
 const SIGNATURE_FORMAT = /^[A-Za-z0-9_-]{43}$/;
+const RECENT_SIGNATURES = 1024;
 
 export function createUrlSigner(secret: Buffer | string, opts: { now?: () => number } = {}): UrlSigner {
   const key = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
@@ -36,13 +37,26 @@ export function createUrlSigner(secret: Buffer | string, opts: { now?: () => num
 
   const mac = (cid: string, name: string, expires: string): string =>
     createHmac('sha256', key).update(`artifact-v1\n${cid}\n${name}\n${expires}`).digest('base64url');
+  // A job record polled many times a second signs the same URL with the same expiry (whole
+  // seconds) each time: the MAC is made once. Bounded; forgotten wholesale when full.
+  const recent = new Map<string, string>();
+  const signature = (cid: string, name: string, expires: string): string => {
+    const canonical = `${cid}\n${name}\n${expires}`;
+    let known = recent.get(canonical);
+    if (known === undefined) {
+      if (recent.size >= RECENT_SIGNATURES) recent.clear();
+      known = mac(cid, name, expires);
+      recent.set(canonical, known);
+    }
+    return known;
+  };
 
   return {
     sign(cid, name, ttlSeconds) {
       if (!Number.isInteger(ttlSeconds) || ttlSeconds <= 0) throw new Error('ttlSeconds must be a positive integer');
       const expires = Math.floor(now() / 1000) + ttlSeconds;
-      const signature = mac(cid, name, String(expires));
-      return { expires, signature, query: `${EXPIRES_PARAM}=${expires}&${SIGNATURE_PARAM}=${signature}` };
+      const sig = signature(cid, name, String(expires));
+      return { expires, signature: sig, query: `${EXPIRES_PARAM}=${expires}&${SIGNATURE_PARAM}=${sig}` };
     },
     verify(cid, name, expires, signature) {
       if (!expires && !signature) return 'missing';

@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, hash, timingSafeEqual } from 'node:crypto';
 
 /**
  * Checks a presented API key against the configured set. Keys are compared as SHA-256 digests
@@ -11,7 +11,7 @@ export function createKeyChecker(keys: readonly string[]): KeyChecker {
   const digests = keys.map((key) => createHash('sha256').update(key).digest());
   return (presented) => {
     if (presented === undefined || presented === '') return false;
-    const candidate = createHash('sha256').update(presented).digest();
+    const candidate = hash('sha256', presented, 'buffer');
     let match = false;
     for (const digest of digests) {
       if (timingSafeEqual(digest, candidate)) match = true;

@@ -1,11 +1,9 @@
-import type { Logger } from '../logger.js';
+import type { RequestFacts } from './request-envelope.js';
 
 /** Per-request values set by middleware. */
 export interface AppEnv {
   Variables: {
-    requestId: string;
-    log: Logger;
-    /** The job a request created or addressed, for its access-log line. */
-    jobId?: string;
+    /** The request id, its logger, and the route and job for its access-log line. */
+    facts: RequestFacts;
   };
 }

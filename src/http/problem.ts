@@ -113,7 +113,7 @@ export interface ErrorLogger {
  */
 export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
   return (err: Error, c: Context): Response => {
-    const requestId = c.get('requestId' as never) as string | undefined;
+    const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
     if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
     if (err instanceof HTTPException) {
       const status = err.status;

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
+import type { RequestEnvelope } from './request-envelope.js';
 
 /**
  * The Node HTTP server in front of the app, for what @hono/node-server leaves to the server:
@@ -26,6 +27,8 @@ export interface HttpServerOptions {
    * lane, src/delivery/signed-lane.ts); calls `toApp` for every other one.
    */
   beforeApp?: (req: IncomingMessage, res: ServerResponse, toApp: () => void) => void;
+  /** Around every request, whoever answers it: request id, access log, metrics. */
+  envelope: RequestEnvelope;
 }
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
@@ -40,11 +43,12 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
     return response;
   });
   const before = options.beforeApp;
-  const server = createServer(before ? (req, res) => before(req, res, () => listener(req, res)) : listener);
-  server.on('checkContinue', (request: IncomingMessage, response) => {
+  const answer = before ? (req: IncomingMessage, res: ServerResponse) => before(req, res, () => listener(req, res)) : listener;
+  const server = createServer((req, res) => options.envelope(req, res, () => answer(req, res)));
+  server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     const path = (request.url ?? '/').split('?', 1)[0]!;
     if (!(declaredLength(request) > options.maxRequestBodyBytes(path))) response.writeContinue();
-    listener(request, response);
+    options.envelope(request, response, () => listener(request, response));
   });
   server.listen(options.port, options.hostname, () => onListening(server.address() as AddressInfo));
   return server;

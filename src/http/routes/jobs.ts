@@ -86,21 +86,21 @@ export function registerJobRoutes(
 ): void {
   app.openapi(getJobRoute, async (c) => {
     const job = await deps.get(c.req.valid('param').id);
-    c.set('jobId', job.id);
+    c.get('facts').jobId = job.id;
     return c.json(await deps.render(job), 200);
   });
   app.openapi(cancelJobRoute, async (c) => {
     const job = await deps.cancel(c.req.valid('param').id);
-    c.set('jobId', job.id);
-    c.get('log').info({ job_id: job.id }, 'job canceled');
+    c.get('facts').jobId = job.id;
+    c.get('facts').log.info({ job_id: job.id }, 'job canceled');
     return c.json(await deps.render(job), 200);
   });
   app.openapi(getJobEventsRoute, async (c) => {
     const job = await deps.get(c.req.valid('param').id);
-    c.set('jobId', job.id);
+    c.get('facts').jobId = job.id;
     // The key middleware has let only a valid key through.
     const key = presentedKey(c.req.raw.headers)!;
-    const log = c.get('log');
+    const log = c.get('facts').log;
     return deps.events.open({
       job,
       lastEventId: c.req.valid('header')['last-event-id'],

@@ -66,16 +66,16 @@ export function registerSourceRoutes(
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
     const { url, callback_url: callbackUrl } = c.req.valid('json');
-    const job = await deps.submit({ url, callbackUrl }, c.get('requestId'));
-    c.set('jobId', job.id);
-    c.get('log').info({ job_id: job.id, status: job.status, born_done: job.bornDone, callback: callbackUrl !== undefined }, 'source submitted');
+    const job = await deps.submit({ url, callbackUrl }, c.get('facts').id);
+    c.get('facts').jobId = job.id;
+    c.get('facts').log.info({ job_id: job.id, status: job.status, born_done: job.bornDone, callback: callbackUrl !== undefined }, 'source submitted');
     c.header('Location', `/jobs/${job.id}`);
     return c.json(await deps.render(job), 202);
   });
 
   app.openapi(submitSourceBatchRoute, async (c) => {
     const { urls, callback_url: callbackUrl } = c.req.valid('json');
-    const requestId = c.get('requestId');
+    const requestId = c.get('facts').id;
     const items = await deps.submitBatch({ urls, callbackUrl }, requestId);
     const results: BatchResult['results'] = [];
     for (const item of items) {
@@ -92,7 +92,7 @@ export function registerSourceRoutes(
     }
     const accepted = results.filter((result) => result.outcome === 'accepted').length;
     const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
-    c.get('log').info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
+    c.get('facts').log.info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
     return c.json({ accepted, refused: results.length - accepted, results }, 200);
   });
 }
