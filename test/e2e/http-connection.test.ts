@@ -74,6 +74,31 @@ async function expectConnectionReusable(conn: RawConnection): Promise<void> {
   expect(next.headers.get('connection')).toBe('keep-alive');
 }
 
+describe('a request body it reads', () => {
+  const accented = `${ACCEPTED_URL}?t=\u00e9\u266b`;
+  it.each([
+    ['with a byte order mark, in 3-byte chunks', Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), jsonBody(accented)]), 3, new URL(accented).href],
+    ['of exactly the limit, in 1000-byte chunks', jsonBody(ACCEPTED_URL, LIMIT), 1000, ACCEPTED_URL],
+  ])('%s: read whole, as the web Request reads text (UTF-8 split across chunks, BOM dropped)', async (_name, body, chunkBytes, url) => {
+    const conn = await connection();
+    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }));
+    conn.write(chunked(body, chunkBytes));
+    const accepted = await conn.readMessage();
+    expect(accepted.status).toBe(202);
+    expect((JSON.parse(accepted.body.toString('utf8')) as { url: string }).url).toBe(url);
+    await expectConnectionReusable(conn);
+  });
+
+  it('that is not JSON: 400 invalid_json, and the connection stays usable', async () => {
+    const conn = await connection();
+    const body = Buffer.from('{"url": ');
+    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }));
+    conn.write(body);
+    expectProblem(await conn.readMessage(), 400, 'invalid_json');
+    await expectConnectionReusable(conn);
+  });
+});
+
 describe('a request body the service does not read', () => {
   it('control: a body it reads to the end keeps the connection, and the next request on it is answered', async () => {
     const conn = await connection();
