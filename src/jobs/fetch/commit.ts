@@ -11,9 +11,10 @@ import { step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
- * recorded, so no node's eviction can remove it or an identical copy stored earlier), then the
- * job, its followers, the cache row and the aliases are recorded in one transaction. A job that
- * is no longer this node's (canceled meanwhile) records nothing: undefined.
+ * recorded, so no node's eviction can remove it or an identical copy stored earlier), the
+ * attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
+ * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
+ * longer this node's (canceled meanwhile) records nothing: undefined.
  */
 export interface CommitDeps {
   database: Database;
@@ -21,11 +22,18 @@ export interface CommitDeps {
   now: () => number;
 }
 
-export function commitContent(ctx: FetchContext, deps: CommitDeps, converted: Converted, mediaKey: string | undefined): Promise<Outcome<Ended | undefined>> {
+export function commitContent(
+  ctx: FetchContext,
+  deps: CommitDeps,
+  converted: Converted,
+  mediaKey: string | undefined,
+  discardWork: () => Promise<void>,
+): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
     const { database, store } = deps;
     const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME);
     try {
+      await discardWork();
       const now = deps.now();
       const { header } = converted;
       const outcome = await database.transaction(async (q) => {

@@ -110,7 +110,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (match && directAttempt === null) directAttempt = match[0];
     }
 
-    /** The attempt's folder and guard session end before a failure is recorded: a failed job leaves nothing behind. */
+    /** The attempt's folder and guard session end before its end is recorded, done or failed: a job that has ended leaves nothing behind. */
     const cleanUp = async () => {
       egress?.close();
       await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
@@ -169,7 +169,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (!audio.ok) return audio;
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, probed.value.mediaKey));
+      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, probed.value.mediaKey, cleanUp));
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
       return committed;
     }
