@@ -18,22 +18,19 @@
  * Each round measures the trivial server and then the service, case by case; the figures printed
  * are medians over the rounds of req/s, of the ratio service ÷ trivial (per round), and of p99.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { createWriteStream } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { makeTone } from '../test/support/media.js';
 import { startMediaServer, type MediaServer } from '../test/support/media-server.js';
 import { startPostgresCluster } from '../test/support/postgres.js';
+import { startBenchService } from './service.js';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
 const SECONDS = Number(process.argv[2] ?? 10);
 const ROUNDS = Number(process.argv[3] ?? 3);
 const THREADS = 2;
@@ -149,70 +146,22 @@ async function startTrivialServer(body: string): Promise<Target> {
   return { port: (server.address() as AddressInfo).port, stop: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-/** dist/main.js on a temp data dir, its log in a file; fetches the tone once so that its URL is stored. */
+/** The whole service (bench/service.ts), rate limit off; it fetches the tone once so that its URL is stored. */
 async function startService(env: Record<string, string>, media: MediaServer): Promise<ServiceTarget> {
-  const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-bench-api-service-'));
-  const apiKey = randomBytes(24).toString('base64url');
-  const logFile = path.join(dataDir, 'service.log');
-  const log = createWriteStream(logFile);
-  await once(log, 'open');
-  // BENCH_SERVICE_NODE_ARGS, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, profiles the service under load.
-  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, path.join(ROOT, 'dist/main.js')], {
-    cwd: ROOT,
+  const sourceUrl = media.url('/bench.m4a');
+  const service = await startBenchService({
+    sourceUrl,
+    allowHost: media.hostPort,
     env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DATA_DIR: dataDir,
-      API_KEYS: apiKey,
-      FETCH_ALLOW_HOSTS: media.hostPort,
       RATE_LIMIT_PER_MINUTE: '0',
       // Room for every born-done job wrk makes (born-done jobs are never queued, but be explicit).
       MAX_QUEUED_JOBS: '1000000',
       ...env,
     },
-    stdio: ['ignore', log, log],
+    // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, to profile the service under load.
+    nodeArgs: (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean),
   });
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
-    }
-    log.close();
-    await rm(dataDir, { recursive: true, force: true });
-  };
-  try {
-    const port = await listeningPort(logFile, child);
-    const base = `http://127.0.0.1:${port}`;
-    const auth = { authorization: `Bearer ${apiKey}` };
-    const sourceUrl = media.url('/bench.m4a');
-    const submitted = await fetch(`${base}/sources`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ url: sourceUrl }) });
-    const { job_id: jobId } = (await submitted.json()) as { job_id: string };
-    for (let i = 0; i < 600; i++) {
-      const answer = await fetch(`${base}/jobs/${jobId}`, { headers: auth });
-      const record = await answer.text();
-      const { status } = JSON.parse(record) as { status: string };
-      if (status === 'done') return { port, apiKey, jobId, sourceUrl, record, stop };
-      if (status === 'failed' || status === 'canceled') throw new Error(`bench fetch ${status}: ${record}`);
-      await sleep(100);
-    }
-    throw new Error('bench fetch did not finish in 60 s');
-  } catch (err) {
-    await stop();
-    throw err;
-  }
-}
-
-async function listeningPort(logFile: string, child: ChildProcess): Promise<number> {
-  for (let i = 0; i < 300; i++) {
-    if (child.exitCode !== null) throw new Error(`service exited at start:\n${await readFile(logFile, 'utf8')}`);
-    for (const line of (await readFile(logFile, 'utf8')).split('\n')) {
-      if (line.includes('"listening"')) return (JSON.parse(line) as { port: number }).port;
-    }
-    await sleep(50);
-  }
-  throw new Error('service did not start in 15 s (run `npm run build` first)');
+  return { ...service, sourceUrl };
 }
 
 async function wrk(url: string, args: string[]): Promise<Measure> {

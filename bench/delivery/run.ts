@@ -38,7 +38,7 @@ import { promisify } from 'node:util';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { freePort, startNginx } from '../../test/support/nginx.js';
 import { startMediaServer } from '../../test/support/media-server.js';
-import { startBenchService } from './service.js';
+import { startBenchService } from '../service.js';
 import { API_KEY, createArtifactStore, SIGNING_SECRET, startDeliveryApp } from './stack.js';
 
 const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';

@@ -1,5 +1,6 @@
 import type { Database, JobRow } from '../db/database.js';
 import type { Logger } from '../logger.js';
+import { createClaimLoop } from './claim-loop.js';
 import { claimNextJob, reclaimExpiredLeases, releaseJob, renewLeases, requeueInterrupted, type Ended } from './queue.js';
 
 /**
@@ -61,33 +62,21 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
   const timers: NodeJS.Timeout[] = [];
   const unlisten: Array<() => Promise<void>> = [];
   let stopping = false;
-  let filling: Promise<void> | undefined;
-  let fillAgain = false;
 
   const report = (what: string) => (err: unknown) => deps.log.error({ err }, what);
 
-  /** Claims while there is room; one fill at a time, with one more after it if woken meanwhile. */
-  function fill(): void {
-    if (filling) {
-      fillAgain = true;
-      return;
-    }
-    filling = (async () => {
-      while (!stopping && running.size < deps.concurrency && (deps.canClaim?.() ?? true)) {
-        const job = await claimNextJob(deps.database, lease());
-        if (!job) return;
-        launch(job);
-      }
-    })()
-      .catch(report('claiming a job failed'))
-      .finally(() => {
-        filling = undefined;
-        if (fillAgain && !stopping) {
-          fillAgain = false;
-          fill();
-        }
-      });
-  }
+  const claims = createClaimLoop({
+    hasRoom: () => !stopping && running.size < deps.concurrency && (deps.canClaim?.() ?? true),
+    claimOne: async () => {
+      const job = await claimNextJob(deps.database, lease());
+      if (!job) return false;
+      launch(job);
+      return true;
+    },
+    stopping: () => stopping,
+    onError: report('claiming a job failed'),
+  });
+  const fill = claims.fill;
 
   function launch(job: JobRow): void {
     const controller = new AbortController();
@@ -163,7 +152,7 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
       stopping = true;
       for (const timer of timers) clearInterval(timer);
       await Promise.all(unlisten.map((fn) => fn().catch(() => {})));
-      await filling;
+      await claims.current();
       const all = () => Promise.all([...running.values()].map((entry) => entry.done));
       let graceTimer: NodeJS.Timeout | undefined;
       const graceOver = new Promise<'timeout'>((resolve) => {

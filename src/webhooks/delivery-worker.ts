@@ -1,4 +1,5 @@
 import type { Database } from '../db/database.js';
+import { createClaimLoop } from '../jobs/claim-loop.js';
 import { getJobRow } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import { claimDueDelivery, recordAttempt, releaseDelivery, type CallbackDeliveryRow } from './deliveries.js';
@@ -49,34 +50,25 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   const stopper = new AbortController();
   let stopping = false;
   let timer: NodeJS.Timeout | undefined;
-  let filling: Promise<void> | undefined;
-  let fillAgain = false;
   const report = (what: string) => (err: unknown) => deps.log.error({ err }, what);
 
-  /** Claims while there is room; one fill at a time, with one more after it if woken meanwhile. */
-  function fill(): void {
-    if (filling) {
-      fillAgain = true;
-      return;
-    }
-    filling = (async () => {
-      while (!stopping && inFlight.size < concurrency) {
-        const claimed = await claimDueDelivery(deps.database, { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs });
-        if (!claimed) return;
-        // Stopped while claiming (a delivery just given back, say): give it back again.
-        if (stopping) return void (await releaseDelivery(deps.database, claimed.id, deps.nodeId));
-        launch(claimed);
+  const claims = createClaimLoop({
+    hasRoom: () => !stopping && inFlight.size < concurrency,
+    claimOne: async () => {
+      const claimed = await claimDueDelivery(deps.database, { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs });
+      if (!claimed) return false;
+      // Stopped while claiming (a delivery just given back, say): give it back again.
+      if (stopping) {
+        await releaseDelivery(deps.database, claimed.id, deps.nodeId);
+        return false;
       }
-    })()
-      .catch(report('claiming a callback delivery failed'))
-      .finally(() => {
-        filling = undefined;
-        if (fillAgain && !stopping) {
-          fillAgain = false;
-          fill();
-        }
-      });
-  }
+      launch(claimed);
+      return true;
+    },
+    stopping: () => stopping,
+    onError: report('claiming a callback delivery failed'),
+  });
+  const fill = claims.fill;
 
   function launch(claimed: CallbackDeliveryRow): void {
     const done = attempt(claimed)
@@ -118,8 +110,8 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   }
 
   async function settle(): Promise<void> {
-    while (filling || inFlight.size > 0) {
-      await filling;
+    while (claims.current() || inFlight.size > 0) {
+      await claims.current();
       await Promise.all(inFlight.values());
     }
   }

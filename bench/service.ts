@@ -1,8 +1,8 @@
 /**
- * The whole service for the delivery benchmark: dist/main.js with every middleware (request id,
- * access log, metrics, rate limit), its log written to a file as a deployment would ship it.
- * The WAV gets there the way users' do: the service fetches it from a local media server, and
- * the benchmark asks for it with the job's signed URL, as a browser does.
+ * The whole service for the benchmarks (bench/api.ts, bench/delivery): dist/main.js with
+ * everything a request meets (request id, access log, metrics, rate limit unless turned off), its
+ * log written to a file as a deployment would ship it. Its WAV gets there the way users' do: the
+ * service fetches one source from a local media server, and the job is done when this returns.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -13,11 +13,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-const ROOT = path.resolve(import.meta.dirname, '../..');
+const ROOT = path.resolve(import.meta.dirname, '..');
 
 export interface BenchService {
   port: number;
+  apiKey: string;
   artifactRoot: string;
+  /** The done job's id, and its record as GET /jobs/{id} answered it. */
+  jobId: string;
+  record: string;
   /** The stored WAV's signed URL path (with its query). */
   signedPath: string;
   stop(): Promise<void>;
@@ -26,8 +30,8 @@ export interface BenchService {
 export async function startBenchService(opts: {
   sourceUrl: string;
   allowHost: string;
-  accelRedirectPrefix: string | null;
-  /** More of the service's environment (e.g. NGINX_USAGE_LOG). */
+  accelRedirectPrefix?: string | null;
+  /** More of the service's environment (e.g. NGINX_USAGE_LOG, DATABASE_URL). */
   env?: Record<string, string>;
   /** Options for node itself, e.g. ['--cpu-prof'] to profile the service. */
   nodeArgs?: string[];
@@ -52,7 +56,7 @@ export async function startBenchService(opts: {
     stdio: ['ignore', log, log],
   });
   const stop = async () => {
-    if (child.exitCode === null) {
+    if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
       await once(child, 'exit');
     }
@@ -68,15 +72,16 @@ export async function startBenchService(opts: {
       headers: { ...auth, 'content-type': 'application/json' },
       body: JSON.stringify({ url: opts.sourceUrl }),
     });
-    const { job_id } = (await submitted.json()) as { job_id: string };
+    const { job_id: jobId } = (await submitted.json()) as { job_id: string };
     for (let i = 0; i < 600; i++) {
-      const job = (await (await fetch(`${base}/jobs/${job_id}`, { headers: auth })).json()) as {
+      const record = await (await fetch(`${base}/jobs/${jobId}`, { headers: auth })).text();
+      const job = JSON.parse(record) as {
         status: string;
         error: unknown;
         result: { artifacts: Array<{ signed_url: string }> } | null;
       };
       if (job.status === 'done') {
-        return { port, artifactRoot: path.join(dataDir, 'artifacts'), signedPath: job.result!.artifacts[0]!.signed_url, stop };
+        return { port, apiKey, artifactRoot: path.join(dataDir, 'artifacts'), jobId, record, signedPath: job.result!.artifacts[0]!.signed_url, stop };
       }
       if (job.status === 'failed' || job.status === 'canceled') throw new Error(`bench fetch ${job.status}: ${JSON.stringify(job.error)}`);
       await sleep(100);
