@@ -11,10 +11,7 @@
  *   static+ofc      the same with the open_file_cache the signed location uses: what that cache
  *                   alone is worth, so that the signed case is not flattered by it
  *   nginx signed    nginx/templates in front of the delivery handler in a bare Hono app, asked
- *                   with a signed URL: nginx answers alone after one authorization by the app
- *   njs hmac        what the template does not do, for comparison: nginx checking the HMAC
- *                   itself in njs (bench/delivery/njs-hmac.js) with the signed location's file
- *                   settings; only where Debian's libnginx-mod-http-js is installed
+ *                   with a signed URL: nginx checks it (njs) and answers alone
  *   nginx keyed     the same with the API key: the app answers each request with X-Accel-Redirect
  *   app fallback    that bare app streaming the file itself, signed URL
  *   svc signed      nginx in front of the whole service (dist/main.js: request id, access log,
@@ -28,7 +25,7 @@
  * count signed URLs (they carry no API key).
  */
 import { execFile } from 'node:child_process';
-import { createReadStream, existsSync } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -36,12 +33,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
-import { freePort, startNginx } from '../../test/support/nginx.js';
+import { freePort, SHARED_URL_SIGNING_SECRET, startNginx } from '../../test/support/nginx.js';
 import { startMediaServer } from '../../test/support/media-server.js';
 import { startBenchService } from '../service.js';
 import { API_KEY, createArtifactStore, SIGNING_SECRET, startDeliveryApp } from './stack.js';
-
-const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
 
 const run = promisify(execFile);
 const SECONDS = Number(process.argv[2] ?? 5);
@@ -76,29 +71,29 @@ async function main(): Promise<void> {
         sourceUrl: media.url('/bench.wav'),
         allowHost: media.hostPort,
         accelRedirectPrefix,
-        env: accelRedirectPrefix ? { NGINX_USAGE_LOG: usageLog } : {},
+        env: { URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET, ...(accelRedirectPrefix ? { NGINX_USAGE_LOG: usageLog } : {}) },
       }),
     ),
   );
   const [accelService, fallbackService] = services as [(typeof services)[0], (typeof services)[0]];
-  const serviceNginx = await startNginx({ appPort: accelService.port, artifactRoot: accelService.artifactRoot, usageLogPath: usageLog });
+  const serviceNginx = await startNginx({
+    appPort: accelService.port,
+    artifactRoot: accelService.artifactRoot,
+    usageLogPath: usageLog,
+    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
+  });
   const staticPort = await freePort();
-  const njs = existsSync(NJS_MODULE);
-  // njs reads it at configuration time, from nginx's environment.
-  process.env.SOURCE_FETCH_BENCH_SIGNING_SECRET = SIGNING_SECRET;
   // The ceilings write the same JSON access log line per request as the artifact locations do.
   const nginx = await startNginx({
     appPort: accelApp.port,
     artifactRoot: store.root,
-    extraMainConfig: njs ? `load_module ${NJS_MODULE};` : '',
+    urlSigningSecret: SIGNING_SECRET,
     extraHttpConfig: `
-    ${njs ? `js_import sf_njs from ${path.join(import.meta.dirname, 'njs-hmac.js')}; js_set $sf_njs_remaining sf_njs.remaining;` : ''}
     server {
         listen 127.0.0.1:${staticPort};
         access_log ${path.join(scripts, 'static-access.json')} source_fetch_json;
         location /static/ { alias ${store.root}/; sendfile on; tcp_nopush on; }
         location /static-ofc/ { alias ${store.root}/; sendfile on; tcp_nopush on; open_file_cache max=1024 inactive=20s; open_file_cache_valid 2s; }
-        ${njs ? njsLocation(store.root) : ''}
     }`,
   });
   const rangeScript = path.join(scripts, 'range.lua');
@@ -113,7 +108,6 @@ async function main(): Promise<void> {
     ['nginx static', `http://127.0.0.1:${staticPort}/static/${relative}`, { apiKey: false }],
     ['static+ofc', `http://127.0.0.1:${staticPort}/static-ofc/${relative}`, { apiKey: false }],
     ['nginx signed', nginx.url(signed), { apiKey: false }],
-    ...(njs ? [['njs hmac', `http://127.0.0.1:${staticPort}/njs${signed}`, { apiKey: false }] as [string, string, { apiKey: boolean }]] : []),
     ['nginx keyed', nginx.url(artifact), { apiKey: true }],
     ['app fallback', `http://127.0.0.1:${fallbackApp.port}${signed}`, { apiKey: false }],
     ['svc signed', serviceNginx.url(accelService.signedPath), { apiKey: false }],
@@ -169,28 +163,6 @@ async function main(): Promise<void> {
     await rm(scripts, { recursive: true, force: true });
     await store.remove();
   }
-}
-
-/** The signed location's file settings, behind an HMAC check in njs instead of the app's answer. */
-function njsLocation(root: string): string {
-  return `
-        location ~ "^/njs/artifacts/(?<sf_njs_cid>(?<sf_njs_shard>[0-9a-f]{2})[0-9a-f]{62})/(?<sf_njs_name>[A-Za-z0-9_-][A-Za-z0-9._-]{0,250}\\.wav)$" {
-            set $sf_njs_left $sf_njs_remaining;
-            if ($sf_njs_left = "") { return 403; }
-            alias ${root}/$sf_njs_shard/$sf_njs_cid/$sf_njs_name;
-            disable_symlinks on from=${root};
-            open_file_cache max=1024 inactive=20s;
-            open_file_cache_valid 2s;
-            sendfile on;
-            tcp_nopush on;
-            max_ranges 1;
-            types { }
-            default_type audio/wav;
-            etag off;
-            add_header ETag "\\"$sf_njs_cid\\"";
-            add_header Cache-Control "public, max-age=$sf_njs_left, immutable";
-            add_header X-Content-Type-Options nosniff;
-        }`;
 }
 
 /** Each figure's median over the rounds; errors summed. */

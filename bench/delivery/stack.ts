@@ -13,7 +13,7 @@ import path from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
 import { createServer, type RequestListener, type ServerOptions } from 'node:http';
-import { AUTHORIZE_ONLY_HEADER, createArtifactDelivery } from '../../src/delivery/handler.js';
+import { createArtifactDelivery } from '../../src/delivery/handler.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
 import { createRequestEnvelope } from '../../src/http/request-envelope.js';
@@ -24,7 +24,7 @@ import { makeTone } from '../../test/support/media.js';
 
 export const API_KEY = 'delivery-test-key';
 export const SECRET_MARKER = 'TOP-SECRET-OUTSIDE-THE-ROOT';
-export const SIGNING_SECRET = 'delivery-test-signing-secret';
+export const SIGNING_SECRET = 'delivery-test-signing-secret-of-32-or-more';
 
 export interface ArtifactStore {
   dir: string;
@@ -69,8 +69,6 @@ export interface SeenRequest {
   method: string;
   path: string;
   range: string | undefined;
-  /** nginx asking whether a signed URL may be served (it then serves it without the app). */
-  authorizeOnly: boolean;
   /** Answered by the signed lane, before the Hono app. */
   lane: boolean;
 }
@@ -103,7 +101,7 @@ export async function startDeliveryApp(options: {
   app.onError(createErrorHandler(() => ({ error: () => undefined })));
   if (record) {
     app.use('*', async (c, next) => {
-      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), authorizeOnly: c.req.header(AUTHORIZE_ONLY_HEADER) !== undefined, lane: false });
+      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), lane: false });
       await next();
     });
   }
@@ -134,7 +132,7 @@ export async function startDeliveryApp(options: {
       // What the lane answered never reaches the app's recorder above.
       const range = req.headers.range;
       const path = (req.url ?? '').split('?')[0]!;
-      if (record) res.once('close', () => declined || seen.push({ method: req.method!, path, range, authorizeOnly: false, lane: true }));
+      if (record) res.once('close', () => declined || seen.push({ method: req.method!, path, range, lane: true }));
     })) as typeof createServer;
   const server: ServerType = await new Promise((resolve) => {
     const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0, createServer: withLane }, () => resolve(s));

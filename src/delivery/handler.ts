@@ -13,22 +13,11 @@ import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js'
 /**
  * getArtifact, `GET|HEAD /artifacts/:cid/:name`. The app decides who may read what and answers
  * conditional requests itself; the bytes then come from nginx (internal redirect, when
- * `accelRedirectPrefix` is set) or from the app's own streaming fallback.
+ * `accelRedirectPrefix` is set) or from the app's own streaming fallback. Behind nginx, signed
+ * URLs reach the app only when nginx could not say yes itself (nginx/templates/default.conf.template).
  *
- * nginx also asks, once per signed URL and then at most every AUTHORIZATION_CACHE_MAX_S, whether
- * that URL may be served (AUTHORIZE_ONLY_HEADER); it keeps the answer and serves the URL's bytes
- * itself until then (nginx/templates/default.conf.template).
- */
-export const AUTHORIZE_ONLY_HEADER = 'x-artifact-authorize-only';
-/**
- * How long nginx may reuse a yes for one signed URL (never past the signature's expiry). Short, so
- * that a rotated signing secret stops old URLs within it; long enough that a listener seeking
- * through a track costs the app about one request a minute.
- */
-export const AUTHORIZATION_CACHE_MAX_S = 60;
-/**
- * Caching headers on answers nginx completes (internal redirects, authorizations): nginx adds
- * them to successes only, so that its own 404 for content evicted meanwhile is never cached.
+ * Caching headers on answers nginx completes (internal redirects): nginx adds them to successes
+ * only, so that its own 404 for content evicted meanwhile is never cached.
  */
 export const PROXY_CACHE_CONTROL_HEADER = 'x-artifact-cache-control';
 export const PROXY_EXPIRES_HEADER = 'x-artifact-expires';
@@ -39,9 +28,9 @@ export interface ArtifactHandlerDeps {
   accelRedirectPrefix: string | null;
   checkKey: KeyChecker;
   signer: UrlSigner;
-  /** Called after each 200, 206 or 304 (not after authorizations); the caller batches these into store touches. */
+  /** Called after each 200, 206 or 304; the caller batches these into store touches. */
   onServed?: (cid: string) => void;
-  /** Milliseconds; ages remembered path resolutions and dates authorizations. Default Date.now. */
+  /** Milliseconds; ages remembered path resolutions and signatures. Default Date.now. */
   now?: () => number;
 }
 
@@ -70,7 +59,6 @@ export function createArtifactDelivery(deps: ArtifactHandlerDeps): ArtifactDeliv
     const cid = c.req.param('cid');
     const name = c.req.param('name');
     if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
-    if (c.req.header(AUTHORIZE_ONLY_HEADER) !== undefined) return authorization(c, cid, name);
     const grant = authorize(c, deps, cid, name);
     const file = await resolve(cid, name);
 
@@ -100,27 +88,6 @@ export function createArtifactDelivery(deps: ArtifactHandlerDeps): ArtifactDeliv
     handle,
     signedLane: (options) => createSignedLane({ signer: deps.signer, resolve, bodies, served, now }, options),
   };
-
-  /**
-   * nginx asking whether it may serve this URL: yes (200, no body) with the headers the bytes
-   * would carry and how long nginx may reuse the yes; any refusal is a bare 403 (nginx then
-   * hands the request to the app, which answers it with its problem document). Serves nothing,
-   * so it is no use of the content.
-   */
-  async function authorization(c: Context, cid: string, name: string): Promise<Response> {
-    let grant: AccessGrant;
-    let file: ResolvedArtifact;
-    try {
-      grant = authorize(c, deps, cid, name);
-      file = await resolve(cid, name);
-    } catch (err) {
-      if (err instanceof ServiceError) return new Response(null, { status: 403 });
-      throw err;
-    }
-    const headers = representationHeaders(cid, name);
-    headers['last-modified'] = httpDate(file.mtimeMs);
-    return new Response(null, { status: 200, headers: { ...headers, ...forProxy(cachingHeaders(grant)), 'x-accel-expires': authorizationExpiry(grant, now()) } });
-  }
 }
 
 /** The caching headers under the names nginx copies onto its successes only. */
@@ -129,17 +96,6 @@ function forProxy(caching: ReturnType<typeof cachingHeaders>): Record<string, st
     [PROXY_CACHE_CONTROL_HEADER]: caching['cache-control'],
     ...(caching.expires ? { [PROXY_EXPIRES_HEADER]: caching.expires } : {}),
   };
-}
-
-/**
- * X-Accel-Expires of an authorization: the last whole second in which nginx may reuse it ('0':
- * never). nginx still serves a cached answer during its expiry second itself, while the signature
- * is void from the start of the expiry second: hence one second before it.
- */
-function authorizationExpiry(grant: AccessGrant, nowMs: number): string {
-  if (grant.by === 'key') return '0';
-  const until = Math.min(Math.floor(grant.expiresAtMs / 1000) - 1, Math.floor(nowMs / 1000) + AUTHORIZATION_CACHE_MAX_S);
-  return `@${until}`;
 }
 
 /** A valid API key, or else a valid signature for exactly this cid and name. */

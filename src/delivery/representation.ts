@@ -19,9 +19,8 @@ export const KEYED_CACHE_CONTROL = 'private, max-age=31536000, immutable';
 /**
  * A signed URL is its own credential, so a shared cache may keep the answer for whoever presents
  * the same URL, but no longer than the signature lives: Expires carries that limit as an absolute
- * time. No max-age: nginx answers signed URLs from a cached authorization without computing
- * anything, and a max-age fixed when that authorization was cached would outlive the signature;
- * an absolute Expires is the same for every answer.
+ * time, the same on every answer (nginx writes it from the URL alone: nginx/njs/source-fetch.js).
+ * No max-age, which would have to shrink from answer to answer as the signature nears its end.
  */
 export const SIGNED_CACHE_CONTROL = 'public, immutable';
 

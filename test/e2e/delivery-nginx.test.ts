@@ -1,7 +1,7 @@
 /**
  * getArtifact end to end, one table run against both delivery modes: a real nginx (Debian's)
- * rendering nginx/templates in front of the app in X-Accel-Redirect mode (signed URLs answered by
- * nginx alone after one authorization by the app, keyed requests through the app), and the app's
+ * rendering nginx/templates in front of the app in X-Accel-Redirect mode (signed URLs checked and
+ * answered by nginx alone, keyed requests through the app), and the app's
  * own streaming fallback. Malformed paths go over a raw socket so that no client library
  * normalises them first.
  */
@@ -41,7 +41,7 @@ beforeAll(async () => {
   await symlink(store.secretPath, link);
   accelApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/' });
   fallbackApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
-  nginx = await startNginx({ appPort: accelApp.port, artifactRoot: store.root });
+  nginx = await startNginx({ appPort: accelApp.port, artifactRoot: store.root, urlSigningSecret: SIGNING_SECRET });
 });
 
 afterAll(async () => {
@@ -72,7 +72,6 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
   const base = () => (mode === 'nginx' ? nginx.url('') : `http://127.0.0.1:${fallbackApp.port}`);
   const port = () => (mode === 'nginx' ? nginx.port : fallbackApp.port);
   const app = () => (mode === 'nginx' ? accelApp : fallbackApp);
-  // One signed path for the table: nginx keys its authorizations by the request URI.
   let signedPath: string;
   beforeAll(() => {
     signedPath = app().signedPath(wav.cid);
@@ -106,10 +105,8 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('accept-ranges')).toBe('bytes');
     expect(Date.parse(res.headers.get('last-modified') ?? '')).not.toBeNaN();
     expect(res.headers.get('x-accel-redirect')).toBeNull();
-    expect(res.headers.get('x-accel-expires')).toBeNull();
     expect(res.headers.get('x-artifact-cache-control')).toBeNull();
-    // The fallback counts the serve itself; behind nginx, nginx's usage log does (the app only
-    // authorized the URL, which is no use of the content).
+    // The fallback counts the serve itself; behind nginx, nginx's usage log does.
     if (mode === 'fallback') expect(app().served).toContain(wav.cid);
     else expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
   });
@@ -329,7 +326,7 @@ describe('both modes', () => {
 });
 
 describe('signed URLs behind nginx', () => {
-  it('are answered by nginx alone after one authorization by the app, which is logged without a trip upstream', async () => {
+  it('are checked and answered by nginx alone, never reaching the app, and logged without a trip upstream', async () => {
     const cid = await store.add(Buffer.from('answered by nginx alone'.repeat(1000)));
     const target = accelApp.signedPath(cid);
     accelApp.seen.length = 0;
@@ -338,8 +335,7 @@ describe('signed URLs behind nginx', () => {
       expect(res.status).toBe(206);
       await res.arrayBuffer();
     }
-    // One question, carrying nothing of the client's (no Range), and no request for the bytes.
-    expect(accelApp.seen).toEqual([{ method: 'GET', path: artifactUrlPath(cid, 'audio.wav'), range: undefined, authorizeOnly: true, lane: false }]);
+    expect(accelApp.seen).toEqual([]);
     expect(accelApp.served).not.toContain(cid);
     const lines = await nginx.accessLines((line) => line.cid === cid, (served) => served.length >= 10);
     expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
@@ -348,7 +344,7 @@ describe('signed URLs behind nginx', () => {
     expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
   });
 
-  it('stop being served when the signature expires, though nginx keeps the authorization', async () => {
+  it('stop being served when the signature expires: the app then refuses them', async () => {
     const cid = await store.add(Buffer.from('expires in two seconds'));
     const target = accelApp.signedPath(cid, 'audio.wav', 2);
     const first = await fetch(nginx.url(target));
@@ -362,7 +358,7 @@ describe('signed URLs behind nginx', () => {
       last = await fetch(nginx.url(target));
       if (last.status === 403) return true;
       expect(last.status).toBe(200);
-      // Never served from the kept authorization once the signature has expired.
+      // Never served once the signature has expired.
       expect(sentAt).toBeLessThan(expiresAtMs);
       await last.arrayBuffer();
       return false;
@@ -372,24 +368,89 @@ describe('signed URLs behind nginx', () => {
     expect(Date.now()).toBeGreaterThanOrEqual(Date.parse(expiresOf(target)));
   });
 
-  it('never keep a refusal, nor a yes given to a key, for the signed URL', async () => {
+  it('hand a signature that does not hold to the app, which refuses it; a key still decides', async () => {
     const cid = await store.add(Buffer.from('only for key holders'));
     const good = accelApp.signer.sign(cid, 'audio.wav', 600);
-    const forged = `${artifactUrlPath(cid, 'audio.wav')}?expires=${good.expires}&sig=${(good.signature[0] === 'A' ? 'B' : 'A') + good.signature.slice(1)}`;
-    // With the key, the forged URL is served (the key decides) ...
-    const keyedAnswer = await fetch(nginx.url(forged), { headers: { 'x-api-key': API_KEY } });
-    expect(keyedAnswer.status).toBe(200);
-    await keyedAnswer.arrayBuffer();
-    // ... which lets no one in without it, again and again.
-    for (let i = 0; i < 3; i++) {
+    const path = artifactUrlPath(cid, 'audio.wav');
+    const flip = (text: string, at: number) => text.slice(0, at) + (text[at] === 'A' ? 'B' : 'A') + text.slice(at + 1);
+    accelApp.seen.length = 0;
+    const forgeries = [
+      `${path}?expires=${good.expires}&sig=${flip(good.signature, 0)}`,
+      `${path}?expires=${good.expires}&sig=${flip(good.signature, 42)}`,
+      // Another expiry under the genuine signature.
+      `${path}?expires=${good.expires + 1}&sig=${good.signature}`,
+      // The genuine signature on another name.
+      `${artifactUrlPath(cid, 'other.wav')}?${good.query}`,
+    ];
+    for (const forged of forgeries) {
       const res = await fetch(nginx.url(forged));
-      expect(res.status).toBe(403);
-      expect(((await res.json()) as { code: string }).code).toBe('signature_invalid');
+      expect(res.status, forged).toBe(403);
+      expect(((await res.json()) as { code: string }).code, forged).toBe('signature_invalid');
     }
-    // The control: the genuine signature is served.
-    const genuine = await fetch(nginx.url(`${artifactUrlPath(cid, 'audio.wav')}?${good.query}`));
+    expect(accelApp.seen.map((seen) => seen.path)).toEqual([path, path, path, artifactUrlPath(cid, 'other.wav')]);
+    // With the key, the forged URL is served (the key decides), through the app.
+    const keyedAnswer = await fetch(nginx.url(forgeries[0]!), { headers: { 'x-api-key': API_KEY } });
+    expect(keyedAnswer.status).toBe(200);
+    expect(keyedAnswer.headers.get('cache-control')).toBe('private, max-age=31536000, immutable');
+    await keyedAnswer.arrayBuffer();
+    // The control: the genuine signature is served, by nginx alone.
+    accelApp.seen.length = 0;
+    const genuine = await fetch(nginx.url(`${path}?${good.query}`));
     expect(genuine.status).toBe(200);
     await genuine.arrayBuffer();
+    expect(accelApp.seen).toEqual([]);
+  });
+
+  it('in any other form than the one the app issues go to the app, which decides', async () => {
+    const cid = await store.add(Buffer.from('other forms'));
+    const good = accelApp.signer.sign(cid, 'audio.wav', 600);
+    const path = artifactUrlPath(cid, 'audio.wav');
+    accelApp.seen.length = 0;
+    for (const query of [`sig=${good.signature}&expires=${good.expires}`, `${good.query}&x=1`, `expires=${good.expires}&%73ig=${good.signature}`]) {
+      const res = await fetch(nginx.url(`${path}?${query}`));
+      expect(res.status, query).toBe(200);
+      expect(await res.text(), query).toBe('other forms');
+    }
+    // A conditional request too: the app answers If-None-Match itself.
+    const notModified = await fetch(nginx.url(`${path}?${good.query}`), { headers: { 'if-none-match': `"${cid}"` } });
+    expect(notModified.status).toBe(304);
+    expect(accelApp.seen.length).toBe(4);
+  });
+
+  it('keep being served while the app is down; the rest waits for it', async () => {
+    const app = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/' });
+    const alone = await startNginx({ appPort: app.port, artifactRoot: store.root, urlSigningSecret: SIGNING_SECRET });
+    try {
+      const target = app.signedPath(wav.cid);
+      await app.close();
+      const res = await fetch(alone.url(target), { headers: { range: 'bytes=0-3' } });
+      expect(res.status).toBe(206);
+      expect(await res.text()).toBe('RIFF');
+      // The control: what needs the app does not get through.
+      const keyed = await fetch(alone.url(artifactUrlPath(wav.cid, 'audio.wav')), { headers: { 'x-api-key': API_KEY } });
+      expect(keyed.status).toBe(502);
+      await keyed.arrayBuffer();
+    } finally {
+      await alone.stop();
+    }
+  });
+
+  it('are answered through the app when nginx lacks the signing secret or holds another one', async () => {
+    const cid = await store.add(Buffer.from('no secret at nginx'));
+    const target = accelApp.signedPath(cid);
+    for (const urlSigningSecret of [undefined, 'another-signing-secret-of-32-characters']) {
+      const other = await startNginx({ appPort: accelApp.port, artifactRoot: store.root, urlSigningSecret });
+      try {
+        accelApp.seen.length = 0;
+        const res = await fetch(other.url(target), { headers: { range: 'bytes=3-5' } });
+        expect(res.status).toBe(206);
+        expect(await res.text()).toBe('sec');
+        expect(res.headers.get('expires')).toBe(expiresOf(target));
+        expect(accelApp.seen.map((seen) => [seen.path, seen.range])).toEqual([[artifactUrlPath(cid, 'audio.wav'), 'bytes=3-5']]);
+      } finally {
+        await other.stop();
+      }
+    }
   });
 });
 

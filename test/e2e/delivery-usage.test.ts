@@ -10,7 +10,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -33,9 +33,9 @@ beforeAll(async () => {
   logDir = await mkdtemp(path.join(tmpdir(), 'sf-usage-'));
   const usageLog = path.join(logDir, 'usage.log');
   svc = await startService({
-    env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', ARTIFACT_CAP_BYTES: String(CAP), NGINX_USAGE_LOG: usageLog },
+    env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', ARTIFACT_CAP_BYTES: String(CAP), NGINX_USAGE_LOG: usageLog, URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET },
   });
-  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts'), usageLogPath: usageLog });
+  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts'), usageLogPath: usageLog, urlSigningSecret: SHARED_URL_SIGNING_SECRET });
 });
 
 afterAll(async () => {
@@ -89,7 +89,7 @@ describe('usage of content nginx serves alone', () => {
       expect(res.status).toBe(206);
       await res.arrayBuffer();
     }
-    // nginx answered alone: no upstream time in its log; the app was only asked to authorize.
+    // nginx answered alone: no upstream time in its log.
     const served = await nginx.accessLines((line) => line.cid === older.cid, (lines) => lines.length >= 3);
     expect(served.map((line) => [line.status, line.upstream_time])).toEqual([
       ['206', ''],

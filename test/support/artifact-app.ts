@@ -20,9 +20,6 @@ const SIGNING_SECRET = 'unit-test-signing-secret';
 
 const signer = createUrlSigner(SIGNING_SECRET, { now: () => NOW });
 export const signedPath = (ttl: number, cid = CID) => `${artifactUrlPath(cid, 'audio.wav')}?${signer.sign(cid, 'audio.wav', ttl).query}`;
-/** A URL signed an hour before NOW for 60 s: expired. */
-export const expiredSignedPath = () =>
-  `${artifactUrlPath(CID, 'audio.wav')}?${createUrlSigner(SIGNING_SECRET, { now: () => NOW - 3_600_000 }).sign(CID, 'audio.wav', 60).query}`;
 export const httpDate = (unixSeconds: number) => new Date(unixSeconds * 1000).toUTCString();
 
 /** Registers the temp root's set-up and removal in the calling test file. */

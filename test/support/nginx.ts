@@ -13,12 +13,23 @@ import { fileURLToPath } from 'node:url';
 
 export const NGINX_BINARY = '/usr/sbin/nginx';
 export const TEMPLATE_PATH = fileURLToPath(new URL('../../nginx/templates/default.conf.template', import.meta.url));
+/** The folder of the template's njs module (its NGINX_NJS_DIR). */
+export const NJS_DIR = fileURLToPath(new URL('../../nginx/njs', import.meta.url));
+/** A URL_SIGNING_SECRET for a service under test and the nginx in front of it. */
+export const SHARED_URL_SIGNING_SECRET = 'url-signing-secret-shared-with-nginx';
+/** Debian's libnginx-mod-http-js, which the template needs. */
+export const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
 
 export interface NginxOptions {
   appPort: number;
   artifactRoot: string;
   /** Where nginx writes its usage log; default a file in its temp folder. */
   usageLogPath?: string;
+  /**
+   * The app's URL_SIGNING_SECRET, in nginx's environment, so that nginx answers signed URLs
+   * alone; without it nginx hands every one to the app.
+   */
+  urlSigningSecret?: string;
   /** Extra directives inside http {} (the benchmark adds a static server this way). */
   extraHttpConfig?: string;
   /**
@@ -26,8 +37,6 @@ export interface NginxOptions {
    * nginx does to an answer that stays silent longer than that.
    */
   proxyReadTimeoutS?: number;
-  /** Extra directives in the main context (the benchmark loads njs this way). */
-  extraMainConfig?: string;
 }
 
 /** One line of the template's JSON access log. */
@@ -83,7 +92,7 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
     NGINX_PORT: `127.0.0.1:${port}`,
     NGINX_ACCESS_LOG: path.join(prefix, 'access.json'),
     NGINX_USAGE_LOG: usageLogPath,
-    NGINX_AUTHORIZATION_CACHE: path.join(prefix, 'authorizations'),
+    NGINX_NJS_DIR: NJS_DIR,
   });
   if (options.proxyReadTimeoutS !== undefined) {
     const directive = /proxy_read_timeout \d+s;/;
@@ -95,9 +104,11 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const errorLogPath = path.join(prefix, 'error.log');
   const accessLogPath = path.join(prefix, 'access.json');
   const temp = (name: string) => path.join(prefix, name);
-  // Mirrors the official image's /etc/nginx/nginx.conf, with every path in the temp folder.
+  // Mirrors nginx/nginx.conf (the official image's /etc/nginx/nginx.conf with njs), with every
+  // path in the temp folder.
   const main = `
-${options.extraMainConfig ?? ''}
+load_module ${NJS_MODULE};
+env URL_SIGNING_SECRET;
 ${process.getuid?.() === 0 ? 'user root;' : ''}
 daemon off;
 worker_processes 1;
@@ -121,7 +132,10 @@ ${options.extraHttpConfig ?? ''}
   const configPath = path.join(prefix, 'nginx.conf');
   await writeFile(configPath, main);
 
-  const child = spawn(NGINX_BINARY, ['-p', prefix, '-e', errorLogPath, '-c', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(NGINX_BINARY, ['-p', prefix, '-e', errorLogPath, '-c', configPath], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...(options.urlSigningSecret ? { URL_SIGNING_SECRET: options.urlSigningSecret } : {}) },
+  });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -26,7 +26,6 @@ interface Service {
   expose?: string[];
   healthcheck?: { test: string[] };
   depends_on?: Record<string, { condition: string }>;
-  tmpfs?: string[];
 }
 const compose = parse(read('compose.yaml')) as { services: Record<string, Service>; volumes: Record<string, unknown> };
 const app = compose.services.app!;
@@ -57,7 +56,7 @@ function mount(volumes: string[], target: string) {
 
 /**
  * nginx writes the artifacts it served on signed URLs to a file on `volume`, which the app reads
- * and empties for eviction; nginx keeps the app's authorizations on a tmpfs.
+ * and empties for eviction.
  */
 function expectUsageLogShared(appService: Service, nginxService: Service, volume: string, set: Record<string, string> = {}): void {
   const nginxEnv = interpolate(nginxService.environment);
@@ -71,7 +70,25 @@ function expectUsageLogShared(appService: Service, nginxService: Service, volume
   expect(Object.keys(compose.volumes)).toContain(volume);
   // The image makes the folder the app's, so that a new volume starts out writable by it.
   expect(read('Dockerfile')).toMatch(new RegExp(`chown node:node [^\\n]*${appSide!.target}\\b`));
-  expect(nginxService.tmpfs).toEqual([nginxEnv.NGINX_AUTHORIZATION_CACHE]);
+}
+
+/**
+ * nginx checks signed URLs in njs with the app's secret: the main config that loads njs and lets
+ * the secret through, the module where the template imports it, and the very secret the app gets.
+ */
+function expectSignedUrlsCheckedByNginx(appService: Service, nginxService: Service, set: Record<string, string> = {}): void {
+  expect(mount(nginxService.volumes, '/etc/nginx/nginx.conf')).toEqual({ source: './nginx/nginx.conf', target: '/etc/nginx/nginx.conf', readOnly: true });
+  const mainConfig = read('nginx/nginx.conf');
+  expect(mainConfig).toMatch(/^load_module modules\/ngx_http_js_module\.so;$/m);
+  expect(mainConfig).toMatch(/^env URL_SIGNING_SECRET;$/m);
+  expect(mainConfig).toMatch(/^\s*include \/etc\/nginx\/conf\.d\/\*\.conf;$/m);
+  const nginxEnv = interpolate(nginxService.environment);
+  expect(mount(nginxService.volumes, nginxEnv.NGINX_NJS_DIR!)).toEqual({ source: './nginx/njs', target: nginxEnv.NGINX_NJS_DIR, readOnly: true });
+  const secret = { ...set, URL_SIGNING_SECRET: 's'.repeat(40) };
+  expect(interpolate(nginxService.environment, secret).URL_SIGNING_SECRET).toBe(secret.URL_SIGNING_SECRET);
+  expect(loadConfig(interpolate(appService.environment, secret)).urlSigningSecret).toBe(secret.URL_SIGNING_SECRET);
+  // Unset: the app generates its own (nginx then hands every signed URL to it).
+  expect(loadConfig(interpolate(appService.environment, set)).urlSigningSecret).toBeUndefined();
 }
 
 describe('compose.yaml', () => {
@@ -119,8 +136,12 @@ describe('compose.yaml', () => {
     expect(nginx.volumes.some((v) => v.startsWith('data:'))).toBe(false);
   });
 
-  it("shares nginx's usage log with the app, at the path each is told, and keeps authorizations in memory", () => {
+  it("shares nginx's usage log with the app, at the path each is told", () => {
     expectUsageLogShared(app, nginx, 'nginx-usage');
+  });
+
+  it("lets nginx check signed URLs with the app's secret", () => {
+    expectSignedUrlsCheckedByNginx(app, nginx);
   });
 
   it('checks health on both services and starts nginx once the app is healthy', () => {
@@ -167,8 +188,12 @@ describe('compose.yaml, the scaled profile', () => {
     renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), interpolate(front.environment));
   });
 
-  it("shares nginx's usage log with every node, apart from the single-node one, and keeps authorizations in memory", () => {
+  it("shares nginx's usage log with every node, apart from the single-node one", () => {
     expectUsageLogShared(node, front, 'nginx-usage-shared', set);
+  });
+
+  it("lets nginx check signed URLs with the nodes' secret", () => {
+    expectSignedUrlsCheckedByNginx(node, front, set);
   });
 });
 
