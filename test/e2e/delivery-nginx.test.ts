@@ -342,6 +342,8 @@ describe('signed URLs behind nginx', () => {
     // Each serve is a use of the content, written to the usage log for the app.
     expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
     expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+    // nginx holds the signing secret, and writes it nowhere.
+    expect(nginx.accessLog() + nginx.errorLog() + nginx.stderr() + readFileSync(nginx.usageLogPath, 'utf8')).not.toContain(SIGNING_SECRET);
   });
 
   it('stop being served when the signature expires: the app then refuses them', async () => {

@@ -14,11 +14,11 @@ import { fileURLToPath } from 'node:url';
 export const NGINX_BINARY = '/usr/sbin/nginx';
 export const TEMPLATE_PATH = fileURLToPath(new URL('../../nginx/templates/default.conf.template', import.meta.url));
 /** The folder of the template's njs module (its NGINX_NJS_DIR). */
-export const NJS_DIR = fileURLToPath(new URL('../../nginx/njs', import.meta.url));
+const NJS_DIR = fileURLToPath(new URL('../../nginx/njs', import.meta.url));
 /** A URL_SIGNING_SECRET for a service under test and the nginx in front of it. */
 export const SHARED_URL_SIGNING_SECRET = 'url-signing-secret-shared-with-nginx';
 /** Debian's libnginx-mod-http-js, which the template needs. */
-export const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
+const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
 
 export interface NginxOptions {
   appPort: number;
