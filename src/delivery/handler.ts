@@ -15,7 +15,9 @@ import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from './signed-url.js'
  * conditional requests itself; the bytes then come from nginx (internal redirect, when
  * `accelRedirectPrefix` is set) or from the app's own streaming fallback. Behind nginx, signed
  * URLs reach the app only when nginx could not say yes itself (nginx/templates/default.conf.template).
- *
+ */
+
+/**
  * Caching headers on answers nginx completes (internal redirects): nginx adds them to successes
  * only, so that its own 404 for content evicted meanwhile is never cached.
  */
