@@ -20,7 +20,7 @@
  */
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
@@ -42,6 +42,8 @@ const CASES = process.env.BENCH_CASES ? new RegExp(process.env.BENCH_CASES) : un
 
 interface Measure {
   requestsPerSecond: number;
+  /** CPU time (user + system) the server spent per request answered: steadier than req/s on a shared machine. */
+  cpuMicrosPerRequest: number;
   p99Ms: number;
   /** Non-2xx answers and socket errors. */
   errors: number;
@@ -49,6 +51,8 @@ interface Measure {
 
 interface Target {
   port: number;
+  /** The server's CPU time so far, in microseconds. */
+  cpuMicros(): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -96,20 +100,26 @@ async function main(): Promise<void> {
         for (const [name, { path: urlPath, args }] of Object.entries(cases)) {
           if (CASES && !CASES.test(name)) continue;
           const entry = results.get(name) ?? { trivial: [], service: [] };
-          entry.trivial.push(await wrk(`http://127.0.0.1:${trivial.port}${urlPath}`, args));
-          entry.service.push(await wrk(`http://127.0.0.1:${service.port}${urlPath}`, args));
+          entry.trivial.push(await wrk(trivial, urlPath, args));
+          entry.service.push(await wrk(service, urlPath, args));
           results.set(name, entry);
         }
       }
       console.log(`\n${backend}`);
-      console.log(`${'case'.padEnd(28)}${'trivial req/s'.padStart(15)}${'service req/s'.padStart(15)}${'× trivial'.padStart(11)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}   rounds (req/s, p99 ms)`);
+      console.log(
+        `${'case'.padEnd(28)}${'trivial req/s'.padStart(15)}${'service req/s'.padStart(15)}${'× trivial'.padStart(11)}${'CPU µs/req'.padStart(14)}${'× trivial'.padStart(11)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}   rounds (req/s, p99 ms)`,
+      );
       for (const [name, { trivial: base, service: measured }] of results) {
         const ratios = measured.map((m, i) => m.requestsPerSecond / base[i]!.requestsPerSecond);
+        // The trivial server's CPU per request over the service's: the same ratio, free of how wrk and the server share the cores.
+        const cpuRatios = measured.map((m, i) => base[i]!.cpuMicrosPerRequest / m.cpuMicrosPerRequest);
         console.log(
           name.padEnd(28) +
             median(base.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
             median(measured.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
             median(ratios).toFixed(3).padStart(11) +
+            `${median(base.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}/${median(measured.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}`.padStart(14) +
+            median(cpuRatios).toFixed(3).padStart(11) +
             median(measured.map((m) => m.p99Ms)).toFixed(1).padStart(9) +
             String(measured.reduce((sum, m) => sum + m.errors, 0)).padStart(8) +
             '   ' +
@@ -143,7 +153,12 @@ async function startTrivialServer(body: string): Promise<Target> {
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
-  return { port: (server.address() as AddressInfo).port, stop: () => new Promise((resolve) => server.close(() => resolve())) };
+  // In this process, which does nothing else while wrk runs.
+  const cpuMicros = async () => {
+    const usage = process.cpuUsage();
+    return usage.user + usage.system;
+  };
+  return { port: (server.address() as AddressInfo).port, cpuMicros, stop: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
 /** The whole service (bench/service.ts), rate limit off; it fetches the tone once so that its URL is stored. */
@@ -161,16 +176,26 @@ async function startService(env: Record<string, string>, media: MediaServer): Pr
     // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, to profile the service under load.
     nodeArgs: (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean),
   });
-  return { ...service, sourceUrl };
+  return { ...service, sourceUrl, cpuMicros: () => processCpuMicros(service.pid) };
 }
 
-async function wrk(url: string, args: string[]): Promise<Measure> {
-  const { stdout } = await run('wrk', [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...args, url], { maxBuffer: 1 << 20 });
+/** utime + stime of a process (/proc/<pid>/stat fields 14 and 15, in clock ticks of 10 ms). */
+async function processCpuMicros(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+async function wrk(target: Target, urlPath: string, args: string[]): Promise<Measure> {
+  const cpuBefore = await target.cpuMicros();
+  const { stdout } = await run('wrk', [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...args, `http://127.0.0.1:${target.port}${urlPath}`], { maxBuffer: 1 << 20 });
+  const cpu = (await target.cpuMicros()) - cpuBefore;
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? 0);
   const p99 = /^\s+99%\s+([\d.]+)(us|ms|s)\s*$/m.exec(stdout);
   const ms: Record<string, number> = { us: 1e-3, ms: 1, s: 1000 };
   return {
     requestsPerSecond: number(/Requests\/sec:\s+([\d.]+)/),
+    cpuMicrosPerRequest: cpu / number(/(\d+) requests in/),
     p99Ms: p99 ? Number(p99[1]) * ms[p99[2]!]! : NaN,
     errors: number(/Non-2xx or 3xx responses:\s+(\d+)/) + number(/Socket errors:.*?timeout (\d+)/),
   };

@@ -17,6 +17,8 @@ const ROOT = path.resolve(import.meta.dirname, '..');
 
 export interface BenchService {
   port: number;
+  /** The service process's id (for its CPU time, /proc/<pid>/stat). */
+  pid: number;
   apiKey: string;
   artifactRoot: string;
   /** The done job's id, and its record as GET /jobs/{id} answered it. */
@@ -81,7 +83,7 @@ export async function startBenchService(opts: {
         result: { artifacts: Array<{ signed_url: string }> } | null;
       };
       if (job.status === 'done') {
-        return { port, apiKey, artifactRoot: path.join(dataDir, 'artifacts'), jobId, record, signedPath: job.result!.artifacts[0]!.signed_url, stop };
+        return { port, pid: child.pid!, apiKey, artifactRoot: path.join(dataDir, 'artifacts'), jobId, record, signedPath: job.result!.artifacts[0]!.signed_url, stop };
       }
       if (job.status === 'failed' || job.status === 'canceled') throw new Error(`bench fetch ${job.status}: ${JSON.stringify(job.error)}`);
       await sleep(100);

@@ -27,6 +27,7 @@ export function renderOpenApiJson(): string {
     submitSource: unused,
     submitSourceBatch: unused,
     getJob: unused,
+    readJob: unused,
     cancelJob: unused,
     renderJob: unused,
     jobEvents: { open: unused, openCount: unused, closeAll: unused },

@@ -29,6 +29,8 @@ export interface AppDeps {
   submitSource: (input: Submission, requestId: string) => Promise<JobRow>;
   submitSourceBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
   getJob: (id: string) => Promise<JobRow>;
+  /** The job's record (getJob), read in one go; throws not_found. */
+  readJob: (id: string) => Promise<JobRecord>;
   cancelJob: (id: string) => Promise<JobRow>;
   renderJob: (job: JobRow) => Promise<JobRecord>;
   /** getJobEvents' streams (src/http/job-events.ts). */
@@ -57,13 +59,13 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.onError(createErrorHandler((c) => c.get('facts')?.log ?? deps.log));
   if (deps.rateLimiter) {
     // Counted per valid key, on every route but the health check; requests without a valid key
-    // are not counted here (authentication answers them 401).
+    // are not counted here (authentication answers them 401), nor those a lane counted already.
     app.use(
       '*',
       rateLimit({
         limiter: deps.rateLimiter,
         identify: (c) => {
-          if (c.req.path === '/healthz') return undefined;
+          if (c.req.path === '/healthz' || c.get('facts').rateCounted) return undefined;
           const key = presentedKey(c.req.raw.headers);
           return key !== undefined && deps.checkKey(key) ? keyIdentity(key) : undefined;
         },
@@ -85,7 +87,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('/jobs/*', keyed);
   registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
   registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob });
-  registerJobRoutes(app, { get: deps.getJob, cancel: deps.cancelJob, render: deps.renderJob, events: deps.jobEvents });
+  registerJobRoutes(app, { get: deps.getJob, read: deps.readJob, cancel: deps.cancelJob, render: deps.renderJob, events: deps.jobEvents });
 
   return app;
 }

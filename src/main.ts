@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { ServiceError } from './errors.js';
 import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
 import { createArtifactDelivery } from './delivery/handler.js';
@@ -14,6 +16,7 @@ import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
+import { createJobLane } from './http/job-lane.js';
 import { toJobRecord } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
@@ -23,7 +26,7 @@ import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
-import { createJobService } from './jobs/job-service.js';
+import { createJobService, type JobView } from './jobs/job-service.js';
 import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
@@ -276,9 +279,8 @@ async function main(): Promise<void> {
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
     onEnded: (ended) => jobEnded(ended),
   });
-  const renderJob = async (job: JobRow): Promise<JobRecord> => {
-    const view = await jobs.view(job);
-    return toJobRecord(view.job, {
+  const renderView = (view: JobView): JobRecord =>
+    toJobRecord(view.job, {
       leader: view.leader,
       artifacts: view.artifacts,
       callback: view.callback,
@@ -287,6 +289,11 @@ async function main(): Promise<void> {
         return { query: signed.query, expiresAt: signed.expires * 1000 };
       },
     });
+  const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
+  const readJob = async (id: string): Promise<JobRecord> => {
+    const view = await jobs.find(id);
+    if (!view) throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+    return renderView(view);
   };
   const callbacks = createDeliveryWorker({
     database,
@@ -314,33 +321,34 @@ async function main(): Promise<void> {
   });
   const jobEvents = createJobEventStreams({ watcher: jobWatcher, render: renderJob, ...config.events });
 
+  const rateLimiter =
+    config.rateLimitPerMinute > 0 ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }) : undefined;
   const app = createApp({
     log,
     checkKey,
     submitSource: (input, requestId) => jobs.submit(input, requestId),
     submitSourceBatch: (input, requestId) => jobs.submitBatch(input, requestId),
     getJob: (id) => jobs.get(id),
+    readJob,
     cancelJob: (id) => jobs.cancel(id),
     renderJob,
     jobEvents,
     serveArtifact: delivery.handle,
     checkHealth,
     metrics,
-    rateLimiter:
-      config.rateLimitPerMinute > 0
-        ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now })
-        : undefined,
+    rateLimiter,
   });
 
-  // Without nginx, signed URLs are answered before the app (src/delivery/signed-lane.ts).
-  const signedLane =
-    config.accelRedirectPrefix === null
-      ? delivery.signedLane({ log })
-      : undefined;
+  // Answered before the app, which answers everything else and, while shutting down, everything
+  // (503): signed URLs when there is no nginx (src/delivery/signed-lane.ts), and getJob (src/http/job-lane.ts).
+  const signedLane = config.accelRedirectPrefix === null ? delivery.signedLane({ log }) : undefined;
+  const jobLane = createJobLane({ checkKey, rateLimiter, readJob, log });
+  const lanes = (req: IncomingMessage, res: ServerResponse, toApp: () => void) =>
+    signedLane ? signedLane(req, res, () => jobLane(req, res, toApp)) : jobLane(req, res, toApp);
   const server = startHttpServer(
     {
       envelope: createRequestEnvelope({ log, observeRequest: (...args) => metrics.observeRequest(...args) }),
-      beforeApp: signedLane && ((req, res, toApp) => (shutdown.stopping ? toApp() : signedLane(req, res, toApp))),
+      beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : lanes(req, res, toApp)),
       fetch: (req, ...rest) =>
         shutdown.stopping
           ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })

@@ -8,6 +8,8 @@ import { matchedRoutes } from 'hono/route';
  */
 /** The artifact route, which the fallback's signed lane also answers. */
 export const ARTIFACT_ROUTE = '/artifacts/{cid}/{name}';
+/** getJob's route, which the job lane also answers. */
+export const JOB_ROUTE = '/jobs/{id}';
 
 export function routeTemplate(c: Context): string {
   const handler = matchedRoutes(c).findLast((route) => route.method !== 'ALL');

@@ -23,8 +23,8 @@ export interface HttpServerOptions {
   /** The largest request body the operation at this path accepts. */
   maxRequestBodyBytes: (path: string) => number;
   /**
-   * Answers some requests straight from node's server, ahead of the app (the fallback's signed
-   * lane, src/delivery/signed-lane.ts); calls `toApp` for every other one.
+   * Answers some requests straight from node's server, ahead of the app (the lanes:
+   * src/delivery/signed-lane.ts, src/http/job-lane.ts); calls `toApp` for every other one.
    */
   beforeApp?: (req: IncomingMessage, res: ServerResponse, toApp: () => void) => void;
   /** Around every request, whoever answers it: request id, access log, metrics. */

@@ -1,4 +1,6 @@
-import type { CacheEntryRow, Database, JobRow } from '../db/database.js';
+import { asc, eq, sql } from 'drizzle-orm';
+import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
+import { prepared } from '../db/prepared.js';
 import { ServiceError } from '../errors.js';
 import { cacheEntriesFor } from '../store/cache-entries.js';
 import { deliveryForJob, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
@@ -43,7 +45,10 @@ export interface JobService {
   submitBatch(input: { urls: string[]; callbackUrl?: string }, requestId: string): Promise<BatchItem[]>;
   get(id: string): Promise<JobRow>;
   cancel(id: string): Promise<JobRow>;
+  /** The view of a job row already read. */
   view(job: JobRow): Promise<JobView>;
+  /** The view of a job by id, read in one statement (every poll of getJob reads it); undefined if there is no such job. */
+  find(id: string): Promise<JobView | undefined>;
 }
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
@@ -56,6 +61,20 @@ export function createJobService(deps: JobServiceDeps): JobService {
   const reportBornDone = (job: JobRow) => {
     if (job.bornDone) deps.onEnded({ job, followers: [] });
   };
+  async function view(row: JobRow): Promise<JobView> {
+    let job = row;
+    let leader = job.followsJobId && job.status === 'queued' ? await getJobRow(database, job.followsJobId) : undefined;
+    if (leader && FINAL_STATUSES.has(leader.status)) {
+      // The leader's end and its followers' commit together, so the row read before it was stale.
+      job = (await getJobRow(database, job.id)) ?? job;
+      leader = undefined;
+    }
+    const [artifacts, callback] = await Promise.all([
+      job.contentId ? cacheEntriesFor(database, job.contentId) : [],
+      deliveryForJob(database, job.id),
+    ]);
+    return { job, leader, artifacts, callback };
+  }
   return {
     async submit({ url, callbackUrl }, requestId) {
       const job = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
@@ -103,21 +122,32 @@ export function createJobService(deps: JobServiceDeps): JobService {
       if (changed) deps.onEnded({ job, followers: [] });
       return job;
     },
-    async view(row) {
-      let job = row;
-      let leader = job.followsJobId && job.status === 'queued' ? await getJobRow(database, job.followsJobId) : undefined;
-      if (leader && FINAL_STATUSES.has(leader.status)) {
-        // The leader's end and its followers' commit together, so the row read before it was stale.
-        job = (await getJobRow(database, job.id)) ?? job;
-        leader = undefined;
-      }
-      const [artifacts, callback] = await Promise.all([
-        job.contentId ? cacheEntriesFor(database, job.contentId) : [],
-        deliveryForJob(database, job.id),
-      ]);
-      return { job, leader, artifacts, callback };
+    view,
+    async find(id) {
+      const found = await readJobView(database, id);
+      // A follower shows its leader while it waits: the rare case, left to view().
+      return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
     },
   };
+}
+
+/** A job, its artifacts and its callback's delivery: the job row joined to both, one row per artifact. */
+async function readJobView(q: Queryable, id: string): Promise<JobView | undefined> {
+  const query = prepared(q, 'job_view_by_id', ({ db, t }) =>
+    db
+      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries })
+      .from(t.jobs)
+      .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
+      .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
+      .where(eq(t.jobs.id, sql.placeholder('id')))
+      .orderBy(asc(t.cacheEntries.name))
+      .prepare('job_view_by_id'),
+  );
+  const rows = await query.execute({ id });
+  const first = rows[0];
+  if (!first) return undefined;
+  const artifacts = rows.flatMap((row) => (row.artifact ? [row.artifact] : []));
+  return { job: first.job, leader: undefined, artifacts, callback: first.callback ?? undefined };
 }
 
 /** The value, or the ServiceError that refused it; anything else is thrown on. */

@@ -56,4 +56,30 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(view.leader).toBeUndefined();
     expect(view.artifacts.map((a) => a.name)).toEqual(['audio.wav']);
   });
+
+  it('find(id) reads by id what view() makes of the row: queued, followed, done with artifacts and a callback, or nothing', async () => {
+    const same = async (id: string) => expect(await service.find(id)).toEqual(await service.view((await getJobRow(database, id))!));
+    const leader = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
+    const follower = await service.submit({ url: 'https://m.example/a' }, 'req-2');
+    await same(leader.id);
+    await same(follower.id);
+    expect((await service.find(follower.id))!.leader?.id).toBe(leader.id);
+    expect((await service.find(leader.id))!.callback).toMatchObject({ jobId: leader.id, url: 'https://hooks.example/done' });
+
+    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    await database.transaction(async (q) => {
+      await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
+      // Two artifacts of one content, written out of order: one joined row each, in name order.
+      for (const name of ['stems.wav', 'audio.wav']) {
+        await recordCacheEntry(q, { contentId: 'cid-a', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+      }
+    });
+    await same(leader.id);
+    await same(follower.id);
+    const done = (await service.find(leader.id))!;
+    expect(done.job.status).toBe('done');
+    expect(done.artifacts.map((a) => a.name)).toEqual(['audio.wav', 'stems.wav']);
+    expect(done.callback?.jobId).toBe(leader.id);
+    expect(await service.find('no-such-job')).toBeUndefined();
+  });
 });

@@ -79,15 +79,16 @@ export function registerJobRoutes(
   app: OpenAPIHono<AppEnv>,
   deps: {
     get: (id: string) => Promise<JobRow>;
+    read: (id: string) => Promise<JobRecord>;
     cancel: (id: string) => Promise<JobRow>;
     render: (job: JobRow) => Promise<JobRecord>;
     events: JobEventStreams;
   },
 ): void {
   app.openapi(getJobRoute, async (c) => {
-    const job = await deps.get(c.req.valid('param').id);
-    c.get('facts').jobId = job.id;
-    return c.json(await deps.render(job), 200);
+    const record = await deps.read(c.req.valid('param').id);
+    c.get('facts').jobId = record.job_id;
+    return c.json(record, 200);
   });
   app.openapi(cancelJobRoute, async (c) => {
     const job = await deps.cancel(c.req.valid('param').id);

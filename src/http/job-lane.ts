@@ -1,0 +1,94 @@
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import { ServiceError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { presentedKey, type KeyChecker } from './api-key.js';
+import { ROUTE_TEMPLATE_HEADER } from './middleware/request-context.js';
+import { keyIdentity, type RateLimiter } from './middleware/rate-limit.js';
+import { requestFacts } from './request-envelope.js';
+import { JOB_ROUTE } from './route-template.js';
+import type { JobRecord } from './schemas.js';
+
+/**
+ * getJob answered straight from node's HTTP server, before the Hono app, as the fallback's signed
+ * lane answers signed URLs (src/delivery/signed-lane.ts). Clients poll a job until it ends, so
+ * this is the API's most frequent request, and its profile through Hono spent as much time in
+ * Request, Response and Headers objects and the middleware chain as in reading the job.
+ *
+ * It takes only `GET /jobs/<id>` with no query, an id of letters, digits and dashes, and a valid
+ * API key; it counts the request against the key's rate limit as the app's middleware does and
+ * reads and renders the record with the app's own function. Anything else (no key or a wrong one,
+ * a refused rate limit, no such job, a failure before the head is written) goes on to the app,
+ * which answers with its usual checks and problem documents: the app then counts the request
+ * against the rate limit only if the lane did not (RequestFacts.rateCounted). It runs inside the
+ * request envelope (request id, access log, metrics) and names its route and job there
+ * (test/e2e/job-lane.test.ts compares both ways).
+ */
+export type JobLane = (req: IncomingMessage, res: ServerResponse, otherwise: () => void) => void;
+
+export interface JobLaneDeps {
+  checkKey: KeyChecker;
+  rateLimiter?: RateLimiter;
+  /** The app's getJob reader: throws not_found for no such job. */
+  readJob: (id: string) => Promise<JobRecord>;
+  /** For the lane's own failures; each request's line is the envelope's. */
+  log: Logger;
+}
+
+const JOB_PATH = /^\/jobs\/([A-Za-z0-9-]{1,64})$/;
+
+export function createJobLane(deps: JobLaneDeps): JobLane {
+  async function answer(req: IncomingMessage, res: ServerResponse, id: string, otherwise: () => void): Promise<void> {
+    let record: JobRecord;
+    try {
+      record = await deps.readJob(id);
+    } catch (err) {
+      if (!(err instanceof ServiceError)) deps.log.warn({ err }, 'the job lane could not read a job: the app answers');
+      return otherwise();
+    }
+    const body = JSON.stringify(record);
+    const facts = requestFacts(req)!;
+    facts.route = JOB_ROUTE;
+    facts.jobId = record.job_id;
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      [ROUTE_TEMPLATE_HEADER]: JOB_ROUTE,
+    });
+    res.end(body);
+  }
+
+  return (req, res, otherwise) => {
+    if (req.method !== 'GET') return otherwise();
+    const match = JOB_PATH.exec(req.url ?? '');
+    const facts = requestFacts(req);
+    if (!match || !facts || authorizationRepeated(req.rawHeaders)) return otherwise();
+    const key = presentedKey(nodeHeaders(req.headers));
+    if (key === undefined || !deps.checkKey(key)) return otherwise();
+    if (deps.rateLimiter) {
+      // Refused: the app asks the limiter again and answers 429 (or serves it, if a token came back since).
+      if (!deps.rateLimiter.take(keyIdentity(key)).allowed) return otherwise();
+      facts.rateCounted = true;
+    }
+    answer(req, res, match[1]!, otherwise).catch((err: unknown) => {
+      deps.log.error({ err }, 'job lane failed');
+      res.destroy();
+    });
+  };
+}
+
+/** node's headers read as presentedKey reads a Headers object. */
+function nodeHeaders(headers: IncomingHttpHeaders): { get(name: string): string | undefined } {
+  return { get: (name) => headers[name] as string | undefined };
+}
+
+/**
+ * node keeps the first of repeated Authorization headers, where the app (fetch's Headers) joins
+ * them and so refuses the key: such a request is left to the app. X-API-Key is joined by both.
+ */
+function authorizationRepeated(rawHeaders: string[]): boolean {
+  let seen = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]!.length === 13 && rawHeaders[i]!.toLowerCase() === 'authorization') seen++;
+  }
+  return seen > 1;
+}
