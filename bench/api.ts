@@ -16,7 +16,8 @@
  * on SQLite (a file in a temp data dir) and on PostgreSQL (DATABASE_URL if set, else a throwaway
  * cluster started here with PostgreSQL's durable defaults: fsync and synchronous_commit on).
  * Each round measures the trivial server and then the service, case by case; the figures printed
- * are medians over the rounds of req/s, of the ratio service ÷ trivial (per round), and of p99.
+ * are medians over the rounds of req/s, of the ratio service ÷ trivial (per round), of each
+ * server's CPU time per request and the ratio trivial ÷ service of those (per round), and of p99.
  */
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';

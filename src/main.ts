@@ -86,7 +86,7 @@ async function main(): Promise<void> {
 
   await fs.mkdir(config.dataDir, { recursive: true });
   await fs.mkdir(config.artifactRoot, { recursive: true });
-  const database = await openDatabase(config.database, nodeId);
+  const database = await openDatabase(config.database, nodeId, log);
   const store = createContentStore(config.artifactRoot, createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }), nodeId);
   await recoverAtStartup({
     database,

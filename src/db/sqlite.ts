@@ -10,6 +10,7 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { drizzle as drizzleProxy } from 'drizzle-orm/sqlite-proxy';
 import type { Database, Db, Queryable, Tables } from './database.js';
 import { createGroupSync } from './group-sync.js';
+import { BACKSTOP_PAGES, startCheckpointer } from './sqlite-checkpoints.js';
 import * as sqliteSchema from './schema/sqlite.js';
 
 /** drizzle/ sits at the package root, one level above both src/ and dist/. */
@@ -27,7 +28,8 @@ const STATEMENT_CACHE_SIZE = 500;
  * file, made in the thread pool and shared by every write committed before it started (group
  * commit, ./group-sync.ts). The WAL holds every frame of a commit and is replayed in order up to
  * its last whole commit, so once it is synced the commit and all before it survive, as with FULL.
- * Checkpoints sync the WAL and the database file themselves (NORMAL does that). The folder is
+ * Checkpoints sync the WAL and the database file themselves; the service makes them in a worker
+ * thread (./sqlite-checkpoints.ts), off the COMMIT that would otherwise make them. The folder is
  * synced once at open, so the database and WAL files' entries are on disk too.
  *
  * better-sqlite3 is synchronous and one connection serves the whole process, so a transaction
@@ -40,6 +42,8 @@ const STATEMENT_CACHE_SIZE = 500;
 export interface SqliteOptions {
   /** Makes the WAL's committed frames durable; default: fdatasync of the -wal file. Tests pass one they control. */
   syncWal?: (walFile: string) => Promise<void>;
+  /** WAL checkpoints in a worker thread (./sqlite-checkpoints.ts), as the service runs; default: SQLite's own, in COMMIT. */
+  backgroundCheckpoints?: { intervalMs: number; onError: (message: string) => void };
 }
 
 export function openSqlite(file: string, options: SqliteOptions = {}): Database {
@@ -52,6 +56,18 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
   client.pragma('foreign_keys = ON');
   migrate(drizzleSync(client), { migrationsFolder: MIGRATIONS_FOLDER });
   syncFolder(path.dirname(file));
+  const background = options.backgroundCheckpoints;
+  const checkpointer =
+    background &&
+    startCheckpointer(file, {
+      intervalMs: background.intervalMs,
+      onFailed: (message) => {
+        // Back to SQLite's own checkpoints, at its default size.
+        if (client.open) client.pragma('wal_autocheckpoint = 1000');
+        background.onError(message);
+      },
+    });
+  if (checkpointer) client.pragma(`wal_autocheckpoint = ${BACKSTOP_PAGES}`);
   const walFile = `${file}-wal`;
   const wal = options.syncWal ? { sync: () => options.syncWal!(walFile), close: async () => {} } : openWalSync(walFile);
   const group = createGroupSync(wal.sync);
@@ -140,6 +156,7 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
     },
     async close() {
       await group.settled();
+      await checkpointer?.close();
       await wal.close();
       client.close();
     },

@@ -2,8 +2,7 @@ import { asc, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 import { ServiceError } from '../errors.js';
-import { cacheEntriesFor } from '../store/cache-entries.js';
-import { deliveryForJob, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
+import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
 import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
 import { checkCallbackUrl, checkSource, queueChecked, submitSource, type SubmitDeps } from './submit.js';
@@ -69,11 +68,9 @@ export function createJobService(deps: JobServiceDeps): JobService {
       job = (await getJobRow(database, job.id)) ?? job;
       leader = undefined;
     }
-    const [artifacts, callback] = await Promise.all([
-      job.contentId ? cacheEntriesFor(database, job.contentId) : [],
-      deliveryForJob(database, job.id),
-    ]);
-    return { job, leader, artifacts, callback };
+    // The row as read, with what the database holds of its artifacts and callback now.
+    const current = await readJobView(database, job.id);
+    return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback };
   }
   return {
     async submit({ url, callbackUrl }, requestId) {

@@ -90,8 +90,11 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
     const bornDone = await deps.database.transaction(async (q) => {
       const aliased = await resolveAlias(q, 'url', urlKey);
       if (aliased === undefined) return undefined;
+      // Read again under the lock, which may have waited for a transaction that changed it; a
+      // SQLite transaction is the only writer from its start, so its first read stands.
       await lockContent(q, [aliased]);
-      if ((await resolveAlias(q, 'url', urlKey)) !== aliased || !deps.contentPresent(aliased)) return undefined;
+      if (q.kind === 'postgres' && (await resolveAlias(q, 'url', urlKey)) !== aliased) return undefined;
+      if (!deps.contentPresent(aliased)) return undefined;
       await recordUse(q, aliased, now);
       const job = await insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId });
       return withCallback(q, job, now);
