@@ -92,7 +92,7 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
       if (aliased === undefined) return undefined;
       // Read again under the lock, which may have waited for a transaction that changed it; a
       // SQLite transaction is the only writer from its start, so its first read stands.
-      await lockContent(q, [aliased]);
+      await lockContent(q, [aliased], 'use');
       if (q.kind === 'postgres' && (await resolveAlias(q, 'url', urlKey)) !== aliased) return undefined;
       if (!deps.contentPresent(aliased)) return undefined;
       await recordUse(q, aliased, now);

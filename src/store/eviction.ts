@@ -95,7 +95,7 @@ export async function evictToCap(deps: {
     const removed = await database.transaction(async (q) => {
       const { cacheEntries, aliases } = q.t;
       const touched = [...new Set(candidates.map((row) => row.contentId))];
-      await lockContent(q, touched);
+      await lockContent(q, touched, 'remove');
       // Pinned since the batch was read: a put on some node is storing it now.
       const pinnedNow = await pinnedAmong(q, touched, deps.now());
       const victims = candidates.filter((row) => !pinnedNow.has(row.contentId));

@@ -12,14 +12,23 @@ import type { ContentPins } from './content-store.js';
 const DEFAULT_PIN_TTL_MS = 60 * 60 * 1000;
 
 /**
- * Serialises work on these content ids with anything else that locks them until the transaction
- * ends. Postgres: transaction-level advisory locks, in a fixed order (no deadlock between two
- * lockers). SQLite: nothing to do, its transactions run one at a time.
+ * Locks these content ids until the transaction ends: `use` by work that takes the content up (a
+ * born-done job, a job reusing it through the media alias, a pin), `remove` by work that may
+ * delete it (eviction, a put's clean-up). Uses share the lock, so concurrent submissions of one
+ * popular URL do not queue behind each other; a removal waits for every use under way, and every
+ * use waits for a removal under way. Postgres: transaction-level advisory locks (shared or
+ * exclusive), in a fixed order (no deadlock between two lockers). SQLite: nothing to do, its
+ * transactions run one at a time.
  */
-export async function lockContent(q: Queryable, contentIds: string[]): Promise<void> {
+export type ContentLock = 'use' | 'remove';
+
+export async function lockContent(q: Queryable, contentIds: string[], lock: ContentLock): Promise<void> {
   if (q.kind !== 'postgres') return;
   for (const contentId of [...new Set(contentIds)].sort()) {
-    await q.db.execute(sql`select pg_advisory_xact_lock(hashtextextended(${`store:${contentId}`}, 0))`);
+    const key = `store:${contentId}`;
+    await q.db.execute(
+      lock === 'use' ? sql`select pg_advisory_xact_lock_shared(hashtextextended(${key}, 0))` : sql`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`,
+    );
   }
 }
 
@@ -41,7 +50,7 @@ export function createDatabasePins(deps: { database: Database; holder: () => str
       // One holder per put: the same bytes may be put by two jobs of one node at once.
       const holder = deps.holder();
       await deps.database.transaction(async (q) => {
-        await lockContent(q, [contentId]);
+        await lockContent(q, [contentId], 'use');
         await q.db.insert(q.t.storePins).values({ contentId, holder, expiresAt: deps.now() + ttlMs });
       });
       return async () => {

@@ -76,7 +76,7 @@ export function commitContent(
 
 async function removeIfUnreferenced(deps: CommitDeps, contentId: string): Promise<void> {
   await deps.database.transaction(async (q) => {
-    await lockContent(q, [contentId]);
+    await lockContent(q, [contentId], 'remove');
     if ((await pinnedAmong(q, [contentId], deps.now())).size > 0) return;
     if (await cacheEntryFor(q, contentId, AUDIO_ARTIFACT_NAME)) return;
     deps.store.removeSync(contentId);

@@ -62,7 +62,7 @@ async function reuseStored(deps: MediaAliasDeps, jobId: string, owner: string, m
   return deps.database.transaction(async (q) => {
     const known = await resolveAlias(q, 'media', mediaKey);
     if (known === undefined) return 'absent';
-    await lockContent(q, [known]);
+    await lockContent(q, [known], 'use');
     if ((await resolveAlias(q, 'media', mediaKey)) !== known || !deps.store.hasSync(known, AUDIO_ARTIFACT_NAME)) return 'absent';
     const now = deps.now();
     const ended = await markDone(q, jobId, owner, known, now);
