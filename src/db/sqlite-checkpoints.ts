@@ -5,8 +5,8 @@ import { Worker } from 'node:worker_threads';
  * SQLite's WAL checkpoints, made in a worker thread on a connection of its own. Left to SQLite,
  * the connection whose COMMIT takes the WAL past 1000 pages checkpoints it inside that COMMIT:
  * copies the pages into the database file and fsyncs both files, on the event loop, while every
- * request waits (measured with born-done submissions at 32 connections: a p99 of 69-81 ms in the
- * rounds where that happened, 22-28 ms in the others, and a fifth of the CPU per submission).
+ * request waits (born-done submissions at 32 connections, bench/api.ts: about a fifth of the
+ * service's CPU per submission; made less often, every 10,000 pages, one round's p99 was 347 ms).
  * Here the worker looks every `intervalMs` whether another connection has committed since its
  * last look (PRAGMA data_version) and, if so, makes a PASSIVE checkpoint: it copies what no reader
  * still needs and never waits for, or blocks, a reader or the writer. The service's connection
