@@ -5,7 +5,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { ServiceError } from './errors.js';
 import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
 import { createArtifactDelivery } from './delivery/handler.js';
@@ -290,11 +289,7 @@ async function main(): Promise<void> {
       },
     });
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
-  const readJob = async (id: string): Promise<JobRecord> => {
-    const view = await jobs.find(id);
-    if (!view) throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
-    return renderView(view);
-  };
+  const readJob = async (id: string): Promise<JobRecord> => renderView(await jobs.read(id));
   const callbacks = createDeliveryWorker({
     database,
     nodeId,

@@ -48,7 +48,11 @@ export interface JobService {
   view(job: JobRow): Promise<JobView>;
   /** The view of a job by id, read in one statement (every poll of getJob reads it); undefined if there is no such job. */
   find(id: string): Promise<JobView | undefined>;
+  /** find(), throwing job_not_found as get() does. */
+  read(id: string): Promise<JobView>;
 }
+
+const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
 const BATCH_CHECK_CONCURRENCY = 8;
@@ -71,6 +75,11 @@ export function createJobService(deps: JobServiceDeps): JobService {
     // The row as read, with what the database holds of its artifacts and callback now.
     const current = await readJobView(database, job.id);
     return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback };
+  }
+  async function find(id: string): Promise<JobView | undefined> {
+    const found = await readJobView(database, id);
+    // A follower shows its leader while it waits: the rare case, left to view().
+    return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
   }
   return {
     async submit({ url, callbackUrl }, requestId) {
@@ -107,7 +116,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
     },
     async get(id) {
       const job = await getJobRow(database, id);
-      if (!job) throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+      if (!job) throw jobNotFound();
       return job;
     },
     async cancel(id) {
@@ -120,10 +129,11 @@ export function createJobService(deps: JobServiceDeps): JobService {
       return job;
     },
     view,
-    async find(id) {
-      const found = await readJobView(database, id);
-      // A follower shows its leader while it waits: the rare case, left to view().
-      return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
+    find,
+    async read(id) {
+      const found = await find(id);
+      if (!found) throw jobNotFound();
+      return found;
     },
   };
 }

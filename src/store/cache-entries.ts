@@ -1,4 +1,4 @@
-import { and, asc, eq, sql } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 
@@ -17,12 +17,7 @@ export async function recordCacheEntry(q: Queryable, entry: NewCacheEntry, now: 
 
 export async function cacheEntriesFor(q: Queryable, contentId: string): Promise<CacheEntryRow[]> {
   const query = prepared(q, 'cache_entries_by_content', ({ db, t }) =>
-    db
-      .select()
-      .from(t.cacheEntries)
-      .where(eq(t.cacheEntries.contentId, sql.placeholder('contentId')))
-      .orderBy(asc(t.cacheEntries.name))
-      .prepare('cache_entries_by_content'),
+    db.select().from(t.cacheEntries).where(eq(t.cacheEntries.contentId, sql.placeholder('contentId'))).prepare('cache_entries_by_content'),
   );
   return query.execute({ contentId });
 }

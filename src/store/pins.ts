@@ -25,10 +25,8 @@ export type ContentLock = 'use' | 'remove';
 export async function lockContent(q: Queryable, contentIds: string[], lock: ContentLock): Promise<void> {
   if (q.kind !== 'postgres') return;
   for (const contentId of [...new Set(contentIds)].sort()) {
-    const key = `store:${contentId}`;
-    await q.db.execute(
-      lock === 'use' ? sql`select pg_advisory_xact_lock_shared(hashtextextended(${key}, 0))` : sql`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`,
-    );
+    const lockFunction = lock === 'use' ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
+    await q.db.execute(sql`select ${sql.raw(lockFunction)}(hashtextextended(${`store:${contentId}`}, 0))`);
   }
 }
 
