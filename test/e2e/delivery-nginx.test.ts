@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { Agent, get } from 'node:http';
 import { mkdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,7 +22,7 @@ import {
   type ArtifactStore,
   type DeliveryApp,
 } from '../../bench/delivery/stack.js';
-import { startNginx, type RunningNginx } from '../support/nginx.js';
+import { freePort, startNginx, type RunningNginx } from '../support/nginx.js';
 import { rawRequest } from '../support/raw-http.js';
 
 const LINK_CID = 'e'.repeat(64);
@@ -31,6 +32,8 @@ let wav: { cid: string; bytes: Buffer };
 let accelApp: DeliveryApp;
 let fallbackApp: DeliveryApp;
 let nginx: RunningNginx;
+/** nginx serving the root statically with corking on (tcp_nopush), which stalls: the control. */
+let corkedStaticPort: number;
 
 beforeAll(async () => {
   store = await createArtifactStore();
@@ -41,7 +44,13 @@ beforeAll(async () => {
   await symlink(store.secretPath, link);
   accelApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: '/_artifacts/' });
   fallbackApp = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
-  nginx = await startNginx({ appPort: accelApp.port, artifactRoot: store.root, urlSigningSecret: SIGNING_SECRET });
+  corkedStaticPort = await freePort();
+  nginx = await startNginx({
+    appPort: accelApp.port,
+    artifactRoot: store.root,
+    urlSigningSecret: SIGNING_SECRET,
+    extraHttpConfig: `server { listen 127.0.0.1:${corkedStaticPort}; access_log off; location /static/ { alias ${store.root}/; sendfile on; tcp_nopush on; } }`,
+  });
 });
 
 afterAll(async () => {
@@ -479,6 +488,39 @@ describe('nginx in front', () => {
     expect(res.headers.get('x-accel-redirect')).toBe(`/_artifacts/${artifactRelativePath(wav.cid, 'audio.wav')}`);
     expect((await res.arrayBuffer()).byteLength).toBe(0);
     expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+  });
+
+  it("sends a range's last bytes at once, wherever the range starts (no wait for the client's delayed ACK)", async () => {
+    // One keep-alive connection, 64 KiB ranges one after another off page boundaries, as a client
+    // reading the WAV in chunks asks. With corking on (tcp_nopush), most of them end with a 40 ms
+    // wait (the control); the template's locations must not. Counted, not timed
+    // closely: a stalled request takes the client's delayed-ACK timer (40 ms), an answer here
+    // well under a millisecond, so 20 ms tells them apart on a loaded machine too.
+    const stalls = async (port: number, target: string, headers: Record<string, string>) => {
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      let stalled = 0;
+      try {
+        for (let i = 0; i < 12; i++) {
+          const start = 1000 + i * 65_536;
+          const began = performance.now();
+          const status = await new Promise<number>((resolve, reject) => {
+            get({ host: '127.0.0.1', port, path: target, agent, headers: { ...headers, range: `bytes=${start}-${start + 65_535}` } }, (res) => {
+              res.resume();
+              res.on('end', () => resolve(res.statusCode ?? 0));
+            }).on('error', reject);
+          });
+          expect(status).toBe(206);
+          if (performance.now() - began > 20) stalled++;
+        }
+      } finally {
+        agent.destroy();
+      }
+      return stalled;
+    };
+    const relative = artifactRelativePath(wav.cid, 'audio.wav');
+    expect(await stalls(corkedStaticPort, `/static/${relative}`, {})).toBeGreaterThanOrEqual(9);
+    expect(await stalls(nginx.port, accelApp.signedPath(wav.cid), {})).toBeLessThanOrEqual(3);
+    expect(await stalls(nginx.port, artifactUrlPath(wav.cid, 'audio.wav'), { 'x-api-key': API_KEY })).toBeLessThanOrEqual(3);
   });
 
   it('percent-encodes the redirect so that nginx finds names with spaces and non-ASCII letters', async () => {
