@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 MARKER = 'source-fetch-sandbox:'
 SETUP_FAILED = 125
@@ -117,24 +118,52 @@ def pump(source, sink):
 
 
 def serve_bridge(listener, guard_path):
+    """Forwards every connection to the guard for as long as the sandbox lives. A connection that
+    fails (reset before it was accepted, no descriptor or thread to be had) costs that connection
+    alone: were this loop to end, every later connect() would wait in the listen queue, and the
+    tool with it, until its run's timeout."""
     while True:
-        client, _ = listener.accept()
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.connect(guard_path)
-        except OSError:
-            # The tool sees the connection close: the guard is gone (the service is stopping).
-            client.close()
-            upstream.close()
+            client, _ = listener.accept()
+        except OSError as err:
+            # Out of descriptors (EMFILE and the like) lasts until a connection closes: no spinning.
+            if err.errno not in (errno.ECONNABORTED, errno.EINTR):
+                time.sleep(0.05)
             continue
-        done = threading.Barrier(2, action=lambda c=client, u=upstream: (c.close(), u.close()))
+        try:
+            forward(client, guard_path)
+        except OSError:
+            # Not even a socket for the guard.
+            client.close()
 
-        def run(a, b):
-            pump(a, b)
+
+def forward(client, guard_path):
+    """Pumps one connection both ways through the guard's socket, one thread a direction; the tool
+    sees the connection close if that cannot be set up (the guard gone, no thread to be had)."""
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    done = threading.Barrier(2, action=lambda: (client.close(), upstream.close()))
+
+    def run(a, b):
+        pump(a, b)
+        try:
             done.wait()
+        except threading.BrokenBarrierError:
+            pass
 
+    try:
+        upstream.connect(guard_path)
         threading.Thread(target=run, args=(client, upstream), daemon=True).start()
         threading.Thread(target=run, args=(upstream, client), daemon=True).start()
+    except (OSError, RuntimeError):
+        # A direction already started wakes at the shutdown (a close alone would not end its
+        # recv) and leaves the barrier at once.
+        done.abort()
+        for sock in (client, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
 
 def open_bridge(port):
