@@ -18,6 +18,11 @@ export interface Queryable {
   readonly kind: DatabaseKind;
   readonly db: Db;
   readonly t: Tables;
+  /**
+   * A PostgreSQL transaction's: the pool's handle, which prepared queries are built on, and how
+   * one built there runs on this transaction's connection instead (./prepared.ts).
+   */
+  readonly pooled?: { readonly home: Queryable; onThisConnection<T extends object>(query: T): T };
 }
 
 export interface Database extends Queryable {

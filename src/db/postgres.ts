@@ -37,7 +37,15 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
       const current = context.getStore();
       if (current !== undefined) return fn(current);
       return db.transaction((tx) => {
-        const inner: Queryable = { kind: 'postgres', db: tx as unknown as Queryable['db'], t: q.t };
+        // drizzle's postgres-js transaction runs its queries on `session.client`, the connection
+        // postgres.js reserved for it; so does a prepared query on its own `client`.
+        const connection = (tx as unknown as { session: { client: unknown } }).session.client;
+        const inner: Queryable = {
+          kind: 'postgres',
+          db: tx as unknown as Queryable['db'],
+          t: q.t,
+          pooled: { home: q, onThisConnection: (query) => Object.assign(Object.create(Object.getPrototypeOf(query) as object) as typeof query, query, { client: connection }) },
+        };
         return context.run(inner, () => fn(inner));
       });
     },
