@@ -36,10 +36,10 @@ export const jobs = pgTable(
     requestId: text('request_id'),
   },
   (t) => [
-    index('jobs_claim_idx').on(t.status, t.createdAt),
-    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt),
+    index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
+    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt).where(sql`status = 'running'`),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
-    index('jobs_follows_idx').on(t.followsJobId),
+    index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
     uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
     uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
   ],
