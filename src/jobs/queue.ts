@@ -24,6 +24,14 @@ import { isUniqueViolation, type Database, type JobRow, type JobStatus, type New
 export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['done', 'failed', 'canceled']);
 const ACTIVE: JobStatus[] = ['queued', 'running'];
 
+/**
+ * The conditions of the partial claim and lease indexes (src/db/schema), written into the SQL
+ * rather than bound: PostgreSQL's generic plan of a prepared statement cannot see a parameter's
+ * value, so `status = $1` could not use an index that holds only queued (or running) jobs.
+ */
+const isQueued = (jobs: Queryable['t']['jobs']) => sql`${jobs.status} = 'queued'`;
+const isRunning = (jobs: Queryable['t']['jobs']) => sql`${jobs.status} = 'running'`;
+
 export interface JobError {
   code: string;
   message: string;
@@ -137,7 +145,7 @@ export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow |
   const oldest = q.db
     .select({ id: jobs.id })
     .from(jobs)
-    .where(and(eq(jobs.status, 'queued'), isNull(jobs.followsJobId)))
+    .where(and(isQueued(jobs), isNull(jobs.followsJobId)))
     .orderBy(asc(jobs.createdAt))
     .limit(1);
   // Postgres: nodes claiming at once each skip the row another is taking instead of queueing on it.
@@ -176,7 +184,7 @@ export async function renewLeases(q: Queryable, ids: string[], lease: Lease): Pr
 }
 
 export async function countQueued(q: Queryable): Promise<number> {
-  const [row] = await q.db.select({ n: sql<number>`cast(count(*) as integer)` }).from(q.t.jobs).where(eq(q.t.jobs.status, 'queued'));
+  const [row] = await q.db.select({ n: sql<number>`cast(count(*) as integer)` }).from(q.t.jobs).where(isQueued(q.t.jobs));
   return Number(row?.n ?? 0);
 }
 
@@ -356,7 +364,7 @@ export async function releaseJob(database: Database, id: string, owner: string, 
 export async function reclaimExpiredLeases(database: Database, maxAttempts: number, now: number): Promise<{ requeued: number; failed: Ended[] }> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
-    const expired = and(eq(jobs.status, 'running'), or(isNull(jobs.leaseExpiresAt), lt(jobs.leaseExpiresAt, now)));
+    const expired = and(isRunning(jobs), or(isNull(jobs.leaseExpiresAt), lt(jobs.leaseExpiresAt, now)));
     const failed = await exhaust(q, and(expired, sql`${jobs.attempts} >= ${maxAttempts}`)!, maxAttempts, now);
     const requeued = await q.db
       .update(jobs)

@@ -2,11 +2,11 @@
  * The jobs table's partial indexes (src/db/schema, migration 0008 on SQLite, 0003 on PostgreSQL)
  * hold only the jobs their queries look for: queued ones to claim, running ones whose lease may
  * have run out, followers. A partial index serves a query only if the query's conditions imply
- * the index's, so each query of src/jobs/queue.ts that they are for is checked to be able to use
- * its index, on both backends. On PostgreSQL a table this small is read whole whatever the
- * indexes, so sequential scans are turned off for the check: the question is whether the index
- * can serve, not whether the planner prefers it here. The control: a status the index does not
- * hold cannot use it.
+ * the index's, so each query of src/jobs/queue.ts that they are for (its shape here, the statuses
+ * written into the SQL as queue.ts writes them) is checked to be able to use its index, on both
+ * backends. On PostgreSQL a table this small is read whole whatever the indexes, so sequential
+ * scans are turned off for the check: the question is whether the index can serve, not whether
+ * the planner prefers it here. The control: a status the index does not hold cannot use it.
  */
 import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
