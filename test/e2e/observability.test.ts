@@ -80,7 +80,10 @@ describe('metrics', () => {
     // A throttled download (about 4 s) keeps one worker busy; a second job waits behind nothing.
     const slow = await svc.submit(media.url('/metrics-slow.m4a'));
     await svc.waitForJob(slow.job_id, ['running']);
-    expect(await value('source_fetch_workers_busy')).toBe(1);
+    // The job reads 'running' as soon as its claim is written; the worker counts as busy once the
+    // claim is durable (its WAL synced), which on a loaded machine can come a little later.
+    await expect.poll(() => value('source_fetch_workers_busy'), { timeout: 10_000 }).toBe(1);
+    expect((await svc.getJob(slow.job_id)).status).toBe('running');
     expect(await value('source_fetch_jobs_queued')).toBe(0);
     expect((await svc.waitForJob(slow.job_id, ['done', 'failed'])).status).toBe('done');
 
