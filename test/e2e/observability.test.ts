@@ -98,7 +98,8 @@ describe('metrics', () => {
     expect(await value('source_fetch_job_failures_total{code="http_error"}')).toBe(failedBefore + 1);
     expect(await value('source_fetch_job_duration_seconds_count{status="done"}')).toBe(durationsBefore + 2);
     expect(await value('source_fetch_downloaded_bytes_total')).toBe(bytesBefore + 2 * toneBytes);
-    expect(await value('source_fetch_workers_busy')).toBe(0);
+    // Likewise a worker is free only once its job's end is durable and its runner has returned.
+    await expect.poll(() => value('source_fetch_workers_busy'), { timeout: 10_000 }).toBe(0);
     expect(await value('source_fetch_jobs_queued')).toBe(0);
     expect(await value('source_fetch_store_artifacts')).toBeGreaterThanOrEqual(1);
     expect(await series('source_fetch_downloader_present ')).toEqual(['source_fetch_downloader_present 1']);
