@@ -38,13 +38,13 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
       if (current !== undefined) return fn(current);
       return db.transaction((tx) => {
         // drizzle's postgres-js transaction runs its queries on `session.client`, the connection
-        // postgres.js reserved for it; so does a prepared query on its own `client`.
+        // postgres.js reserved for it.
         const connection = (tx as unknown as { session: { client: unknown } }).session.client;
         const inner: Queryable = {
           kind: 'postgres',
           db: tx as unknown as Queryable['db'],
           t: q.t,
-          pooled: { home: q, onThisConnection: (query) => Object.assign(Object.create(Object.getPrototypeOf(query) as object) as typeof query, query, { client: connection }) },
+          pooled: { home: q, onThisConnection: (query) => onConnection(query, connection) },
         };
         return context.run(inner, () => fn(inner));
       });
@@ -64,4 +64,9 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
       await client.end({ timeout: 5 });
     },
   };
+}
+
+/** A copy of a prepared query that runs on `connection`: drizzle's PostgresJsPreparedQuery runs on its own `client`. */
+function onConnection<T extends object>(query: T, connection: unknown): T {
+  return Object.assign(Object.create(Object.getPrototypeOf(query) as object) as T, query, { client: connection });
 }
