@@ -11,6 +11,7 @@ import { drizzle as drizzleProxy } from 'drizzle-orm/sqlite-proxy';
 import type { Database, Db, Queryable, Tables } from './database.js';
 import { createGroupSync } from './group-sync.js';
 import { BACKSTOP_PAGES, startCheckpointer } from './sqlite-checkpoints.js';
+import { lockDatabaseFile, type DatabaseLock } from './sqlite-lock.js';
 import * as sqliteSchema from './schema/sqlite.js';
 
 /** drizzle/ sits at the package root, one level above both src/ and dist/. */
@@ -19,7 +20,8 @@ const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/sqlite', import.m
 const STATEMENT_CACHE_SIZE = 500;
 
 /**
- * SQLite in one file, WAL mode (readers never block the writer), migrations applied on open.
+ * SQLite in one file, WAL mode (readers never block the writer), migrations applied on open, one
+ * process at a time (./sqlite-lock.ts).
  *
  * Durability: no write is reported done (a transaction's promise, an autocommit write's) before
  * it is on disk, so a 202 survives a power cut. SQLite's synchronous=FULL would get that by an
@@ -48,6 +50,16 @@ export interface SqliteOptions {
 
 export function openSqlite(file: string, options: SqliteOptions = {}): Database {
   mkdirSync(path.dirname(file), { recursive: true });
+  const lock = lockDatabaseFile(file);
+  try {
+    return openLocked(file, options, lock);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+}
+
+function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): Database {
   const client = new BetterSqlite3(file);
   client.pragma('journal_mode = WAL');
   // Durable through the group sync below, not per COMMIT.
@@ -83,6 +95,10 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
     return statement;
   };
 
+  // What changeMark() counts: every write, all of them made on this connection (the lock keeps
+  // other processes out; the checkpointer moves pages, it changes no contents).
+  let changes = 0;
+
   const context = new AsyncLocalStorage<Transaction>();
   /** The open transaction, if any. */
   let owner: Transaction | null = null;
@@ -100,6 +116,7 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
       if (method === 'run') statement.run(...params);
       else rows = (method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params)) as unknown[];
       if (!statement.readonly) {
+        changes++;
         // Inside a transaction its COMMIT waits; an autocommit write waits here.
         if (owner !== null && owner === inside) owner.wrote = true;
         else await group.durable();
@@ -134,6 +151,8 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
             throw err;
           }
         } finally {
+          // A rollback takes back writes already counted, which views read inside may have seen.
+          changes++;
           owner = null;
           released.emit('free');
         }
@@ -142,6 +161,7 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
       if (token.wrote) await group.durable();
       return result;
     },
+    changeMark: () => changes,
     async notify(channel, payload) {
       channels.emit(channel, payload);
     },
@@ -159,6 +179,7 @@ export function openSqlite(file: string, options: SqliteOptions = {}): Database 
       await checkpointer?.close();
       await wal.close();
       client.close();
+      lock.release();
     },
   };
 }

@@ -60,4 +60,15 @@ describe('durability of acknowledged submissions', () => {
     }
     expect(missing).toEqual([]);
   });
+
+  it('a second service on the same SQLite file is refused at start, and the first goes on serving', async () => {
+    dataDir = await mkdtemp(path.join(tmpdir(), 'sf-durability-'));
+    const env = { WORKER_CONCURRENCY: '0' };
+    const first = await startService({ dataDir, env });
+    services.push(first);
+    await expect(startService({ dataDir, env, apiKey: first.apiKey })).rejects.toThrow(/SQLite serves one process.*PostgreSQL/);
+    const res = await first.request('/jobs/no-such-job');
+    expect(res.status).toBe(404);
+    await res.body?.cancel();
+  });
 });
