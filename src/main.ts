@@ -16,7 +16,7 @@ import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { createJobLane } from './http/job-lane.js';
-import { toJobRecord } from './http/job-record.js';
+import { createJobRenderer } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
 import { problemResponse } from './http/problem.js';
@@ -25,7 +25,7 @@ import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
-import { createJobService, type JobView } from './jobs/job-service.js';
+import { createJobService } from './jobs/job-service.js';
 import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
@@ -278,16 +278,10 @@ async function main(): Promise<void> {
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
     onEnded: (ended) => jobEnded(ended),
   });
-  const renderView = (view: JobView): JobRecord =>
-    toJobRecord(view.job, {
-      leader: view.leader,
-      artifacts: view.artifacts,
-      callback: view.callback,
-      sign: (cid, name) => {
-        const signed = signer.sign(cid, name, config.signedUrlTtlS);
-        return { query: signed.query, expiresAt: signed.expires * 1000 };
-      },
-    });
+  const renderView = createJobRenderer((cid, name) => {
+    const signed = signer.sign(cid, name, config.signedUrlTtlS);
+    return { query: signed.query, expiresAt: signed.expires * 1000 };
+  }, now);
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
   const readJob = async (id: string): Promise<JobRecord> => renderView(await jobs.read(id));
   const callbacks = createDeliveryWorker({

@@ -31,6 +31,14 @@ export interface Database extends Queryable {
    * through the Queryable it is given. A transaction started inside another joins it.
    */
   transaction<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * A number that differs from any it returned before once the database's contents may have
+   * changed, so a value read from it can be kept while the number stays the same (a read begun
+   * after a mark was taken may see later changes, never earlier ones). SQLite only, where one
+   * process makes every write (./sqlite-lock.ts) and counts them. Absent on PostgreSQL, where
+   * other nodes write unseen and only a round trip could tell.
+   */
+  changeMark?(): number;
   /** Tells every node listening on `channel` (Postgres NOTIFY; on SQLite, this process). */
   notify(channel: string, payload: string): Promise<void>;
   /** Calls `onMessage` for each notification on `channel` until the returned function is called. */

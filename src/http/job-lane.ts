@@ -37,6 +37,8 @@ export interface JobLaneDeps {
 const JOB_PATH = /^\/jobs\/([A-Za-z0-9-]{1,64})$/;
 
 export function createJobLane(deps: JobLaneDeps): JobLane {
+  // A record shared by the polls of one second (createJobRenderer) is serialized once.
+  const bodies = new WeakMap<JobRecord, string>();
   async function answer(req: IncomingMessage, res: ServerResponse, id: string, otherwise: () => void): Promise<void> {
     let record: JobRecord;
     try {
@@ -45,7 +47,11 @@ export function createJobLane(deps: JobLaneDeps): JobLane {
       if (!(err instanceof ServiceError)) deps.log.warn({ err }, 'the job lane could not read a job: the app answers');
       return otherwise();
     }
-    const body = JSON.stringify(record);
+    let body = bodies.get(record);
+    if (body === undefined) {
+      body = JSON.stringify(record);
+      bodies.set(record, body);
+    }
     const facts = requestFacts(req)!;
     facts.route = JOB_ROUTE;
     facts.jobId = record.job_id;

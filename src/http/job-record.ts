@@ -1,4 +1,5 @@
 import type { CacheEntryRow, JobRow } from '../db/database.js';
+import type { JobView } from '../jobs/job-service.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath } from '../store/layout.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
@@ -7,6 +8,23 @@ import type { CallbackRecord, JobRecord } from './schemas.js';
 /** Renders a job row as the API's job record (job_id first). */
 export interface SignArtifact {
   (cid: string, name: string): { query: string; expiresAt: number };
+}
+
+/**
+ * Renders views as records, signing their artifacts' URLs. A view the job service kept (the same
+ * object, frozen) renders to the same record until the second changes, as the signatures'
+ * expiry is in whole seconds: polls of one job within a second share one record.
+ */
+export function createJobRenderer(sign: SignArtifact, now: () => number): (view: JobView) => JobRecord {
+  const rendered = new WeakMap<JobView, { second: number; record: JobRecord }>();
+  return (view) => {
+    const second = Math.floor(now() / 1000);
+    const known = rendered.get(view);
+    if (known?.second === second) return known.record;
+    const record = toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, sign });
+    rendered.set(view, { second, record });
+    return record;
+  };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

@@ -1,6 +1,7 @@
 import { asc, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
+import { keptUntilChange } from '../db/read-cache.js';
 import { ServiceError } from '../errors.js';
 import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
@@ -46,13 +47,20 @@ export interface JobService {
   cancel(id: string): Promise<JobRow>;
   /** The view of a job row already read. */
   view(job: JobRow): Promise<JobView>;
-  /** The view of a job by id, read in one statement (every poll of getJob reads it); undefined if there is no such job. */
+  /**
+   * The view of a job by id, read in one statement (every poll of getJob reads it), or kept from
+   * the last read while the database has not changed since (SQLite); undefined if there is no
+   * such job. Shared and frozen: not to be modified.
+   */
   find(id: string): Promise<JobView | undefined>;
   /** find(), throwing job_not_found as get() does. */
   read(id: string): Promise<JobView>;
 }
 
 const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+
+/** Job views kept between polls while the database does not change (./db/read-cache.ts). */
+const KEPT_VIEWS = 1000;
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
 const BATCH_CHECK_CONCURRENCY = 8;
@@ -76,11 +84,15 @@ export function createJobService(deps: JobServiceDeps): JobService {
     const current = await readJobView(database, job.id);
     return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback };
   }
-  async function find(id: string): Promise<JobView | undefined> {
-    const found = await readJobView(database, id);
-    // A follower shows its leader while it waits: the rare case, left to view().
-    return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
-  }
+  const find = keptUntilChange(
+    database,
+    async (id: string): Promise<JobView | undefined> => {
+      const found = await readJobView(database, id);
+      // A follower shows its leader while it waits: the rare case, left to view().
+      return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
+    },
+    KEPT_VIEWS,
+  );
   return {
     async submit({ url, callbackUrl }, requestId) {
       const job = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
 import { createAdmission } from '../../src/jobs/admission.js';
 import { createJobService, type JobService } from '../../src/jobs/job-service.js';
-import { claimNextJob, getJobRow, markDone } from '../../src/jobs/queue.js';
+import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/jobs/queue.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { BACKENDS, openTestDatabase } from '../support/test-database.js';
 
@@ -81,5 +81,47 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(done.artifacts.map((a) => a.name)).toEqual(['audio.wav', 'stems.wav']);
     expect(done.callback?.jobId).toBe(leader.id);
     expect(await service.find('no-such-job')).toBeUndefined();
+  });
+
+  it('find(id) keeps a view while nothing is written (SQLite only) and reads again after any write, a rolled-back one included', async () => {
+    const job = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const first = (await service.find(job.id))!;
+    const again = (await service.find(job.id))!;
+    expect(again).toEqual(first);
+    if (kind === 'sqlite') {
+      // Kept: the same object, frozen since every caller shares it.
+      expect(again).toBe(first);
+      expect(Object.isFrozen(first) && Object.isFrozen(first.job) && Object.isFrozen(first.artifacts)).toBe(true);
+    } else {
+      // PostgreSQL's other nodes write unseen: every find reads.
+      expect(again).not.toBe(first);
+    }
+
+    // An autocommit write.
+    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    expect((await service.find(job.id))!.job.status).toBe('running');
+    await recordProgress(database, job.id, 'node-a', 10, 100);
+    expect((await service.find(job.id))!.job.progressBytes).toBe(10);
+
+    // A transaction that wrote, read from inside it, then rolled back.
+    await expect(
+      database.transaction(async (q) => {
+        await recordProgress(q, job.id, 'node-a', 50, 100);
+        if (kind === 'sqlite') expect((await service.find(job.id))!.job.progressBytes).toBe(50);
+        throw new Error('roll back');
+      }),
+    ).rejects.toThrow('roll back');
+    expect((await service.find(job.id))!.job.progressBytes).toBe(10);
+
+    // A committed transaction, writing to the job and to the artifacts joined to it.
+    await database.transaction(async (q) => {
+      await markDone(q, job.id, 'node-a', 'cid-a', 3000);
+      await recordCacheEntry(q, { contentId: 'cid-a', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+    });
+    const done = (await service.find(job.id))!;
+    expect(done.job.status).toBe('done');
+    expect(done.artifacts.map((a) => a.name)).toEqual(['audio.wav']);
+    // Kept again once nothing more is written.
+    if (kind === 'sqlite') expect(await service.find(job.id)).toBe(done);
   });
 });
