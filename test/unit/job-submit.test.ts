@@ -50,6 +50,27 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
+  it('writes a reuse within a second of the recorded one no more (already hot), a later one again, an earlier one never', async () => {
+    const fx = await createStoreFixture(kind);
+    const aliased = await fx.addArtifact(1000, 1000, URL_A);
+    const lastUse = async () => (await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
+    let clock = 0;
+    const deps = { ...submitDeps(fx, 0), now: () => clock };
+    const reuseAt = async (now: number) => {
+      clock = now;
+      const job = await submitSource({ deps, input: { url: URL_A } });
+      expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
+    };
+    await reuseAt(5000);
+    expect(await lastUse()).toBe(5000);
+    await reuseAt(5999);
+    expect(await lastUse()).toBe(5000);
+    await reuseAt(6000);
+    expect(await lastUse()).toBe(6000);
+    await reuseAt(3000);
+    expect(await lastUse()).toBe(6000);
+  });
+
   it('never makes a job born done on content that eviction removes meanwhile', async () => {
     const outcomes = new Set<string>();
     // Eviction starts at every point of the submission, from well before the alias look-up
