@@ -15,27 +15,29 @@ export interface UsageRecorder {
 }
 
 /**
- * How close two uses must be for the later one not to be written: eviction ranks content by its
- * last use, and a second here or there moves no content across that ranking that matters, while
- * a write per reuse made every born-done submission of hot content write (and, on PostgreSQL,
- * wait for the previous one's row lock until its COMMIT).
- */
-export const USE_RESOLUTION_MS = 1000;
-
-/**
  * Writes one use at once, for callers that must make content hot in the same transaction as
- * the job that reuses it; a use within USE_RESOLUTION_MS of the recorded one is already hot and
- * written no more. Never moves a use back in time.
+ * the job that reuses it. Never moves a use back in time, and writes nothing when the content is
+ * already the most recently used of all: eviction goes by rank, which such a write would not
+ * change. Otherwise every born-done submission of hot content wrote (on PostgreSQL, waiting for
+ * the previous one's row lock until its COMMIT); now the hottest content's reuses write nothing,
+ * and a use is written as soon as any other content was used later.
  */
 export async function recordUse(q: Queryable, contentId: string, at: number): Promise<void> {
   const query = prepared(q, 'record_use', ({ db, t: { cacheEntries } }) =>
     db
       .update(cacheEntries)
       .set({ lastUsedAt: sql`${sql.placeholder('at')}` })
-      .where(and(eq(cacheEntries.contentId, sql.placeholder('contentId')), lt(cacheEntries.lastUsedAt, sql.placeholder('staleBefore'))))
+      .where(
+        and(
+          eq(cacheEntries.contentId, sql.placeholder('contentId')),
+          lt(cacheEntries.lastUsedAt, sql.placeholder('at')),
+          // Uncorrelated: read once per statement, from the end of cache_entries_lru_idx.
+          lt(cacheEntries.lastUsedAt, sql`(select max(${cacheEntries.lastUsedAt}) from ${cacheEntries})`),
+        ),
+      )
       .prepare('record_use'),
   );
-  await query.execute({ contentId, at, staleBefore: at - USE_RESOLUTION_MS + 1 });
+  await query.execute({ contentId, at });
 }
 
 export function createUsageRecorder(deps: {

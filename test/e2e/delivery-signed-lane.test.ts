@@ -213,19 +213,25 @@ describe('the signed lane in the service', () => {
   });
 
   it('records the use for eviction', async () => {
-    const lastUse = () => {
+    const lastUse = (contentId: string) => {
       const db = new Database(path.join(svc.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
       try {
-        return (db.prepare('select last_used_at from cache_entries where content_id = ?').get(cid) as { last_used_at: number }).last_used_at;
+        return (db.prepare('select last_used_at from cache_entries where content_id = ?').get(contentId) as { last_used_at: number }).last_used_at;
       } finally {
         db.close();
       }
     };
-    const before = lastUse();
+    // Content stored after it makes it the colder (the control: the one eviction would take).
+    media.serveFile('/lane-later.flac', (await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), { seconds: 1, channels: 2, sampleRate: 44100, format: 'flac' })).path, { contentType: 'audio/flac' });
+    const later = await svc.waitForJob((await svc.submit(media.url('/lane-later.flac'))).job_id, ['done', 'failed']);
+    expect(later.status).toBe('done');
+    const laterCid = later.result!.content_id;
+    expect(lastUse(cid)).toBeLessThan(lastUse(laterCid));
+
     const res = await fetch(`${svc.baseUrl}${signed}`);
     expect(res.status).toBe(200);
     await res.arrayBuffer();
-    expect(await eventually(() => lastUse() > before, 3000)).toBe(true);
+    expect(await eventually(() => lastUse(cid) > lastUse(laterCid), 3000)).toBe(true);
   });
 
   /** How many of the service's descriptors are open on `file`. */

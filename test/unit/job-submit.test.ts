@@ -50,10 +50,10 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
-  it('writes a reuse within a second of the recorded one no more (already hot), a later one again, an earlier one never', async () => {
+  it('writes a reuse only when other content was used since (the rank changes), and never back in time', async () => {
     const fx = await createStoreFixture(kind);
     const aliased = await fx.addArtifact(1000, 1000, URL_A);
-    const lastUse = async () => (await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
+    const lastUse = async (cid: string) => (await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
     let clock = 0;
     const deps = { ...submitDeps(fx, 0), now: () => clock };
     const reuseAt = async (now: number) => {
@@ -61,14 +61,20 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       const job = await submitSource({ deps, input: { url: URL_A } });
       expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
     };
+    // The hottest already: its rank cannot change, nothing is written.
     await reuseAt(5000);
-    expect(await lastUse()).toBe(5000);
-    await reuseAt(5999);
-    expect(await lastUse()).toBe(5000);
-    await reuseAt(6000);
-    expect(await lastUse()).toBe(6000);
+    expect(await lastUse(aliased)).toBe(1000);
+    // Other content used later: the reuse is written, and makes it the hottest again.
+    const other = await fx.addArtifact(1000, 6000);
+    await reuseAt(7000);
+    expect(await lastUse(aliased)).toBe(7000);
+    await reuseAt(8000);
+    expect(await lastUse(aliased)).toBe(7000);
+    // Never back in time, even when not the hottest.
+    await fx.addArtifact(1000, 9000);
     await reuseAt(3000);
-    expect(await lastUse()).toBe(6000);
+    expect(await lastUse(aliased)).toBe(7000);
+    expect(await lastUse(other)).toBe(6000);
   });
 
   it('never makes a job born done on content that eviction removes meanwhile', async () => {
