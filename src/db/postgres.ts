@@ -1,9 +1,9 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import { migrate } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
 import type { Database, Queryable, Tables } from './database.js';
+import { createTransactionContext } from './transaction-context.js';
 import * as pgSchema from './schema/postgres.js';
 
 const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/postgres', import.meta.url));
@@ -29,12 +29,12 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
   const client = postgres(url, { max: opts.poolSize ?? 10, onnotice: () => {}, connection });
   const db = drizzle(client, { schema: pgSchema });
   const q: Queryable = { kind: 'postgres', db, t: pgSchema as Tables };
-  const context = new AsyncLocalStorage<Queryable>();
+  const context = createTransactionContext<Queryable>();
 
   return {
     ...q,
     transaction(fn) {
-      const current = context.getStore();
+      const current = context.current();
       if (current !== undefined) return fn(current);
       return db.transaction((tx) => {
         // drizzle's postgres-js transaction runs its queries on `session.client`, the connection

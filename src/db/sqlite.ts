@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
 import { closeSync, fsyncSync, mkdirSync, openSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
@@ -12,6 +11,7 @@ import type { Database, Db, Queryable, Tables } from './database.js';
 import { createGroupSync } from './group-sync.js';
 import { BACKSTOP_PAGES, startCheckpointer } from './sqlite-checkpoints.js';
 import { lockDatabaseFile, type DatabaseLock } from './sqlite-lock.js';
+import { createTransactionContext } from './transaction-context.js';
 import * as sqliteSchema from './schema/sqlite.js';
 
 /** drizzle/ sits at the package root, one level above both src/ and dist/. */
@@ -38,7 +38,7 @@ const STATEMENT_CACHE_SIZE = 500;
  * whose code awaits between its queries would otherwise take in the queries of whatever else runs
  * meanwhile. The queries go through drizzle's asynchronous SQLite session (sqlite-proxy) to a
  * gate: while a transaction is open, only queries made from inside it (same async context,
- * tracked with AsyncLocalStorage) run; the others wait for its COMMIT. Queries still execute
+ * ./transaction-context.ts) run; the others wait for its COMMIT. Queries still execute
  * synchronously, on prepared statements kept by SQL text.
  */
 export interface SqliteOptions {
@@ -99,7 +99,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
   // other processes out; the checkpointer moves pages, it changes no contents).
   let changes = 0;
 
-  const context = new AsyncLocalStorage<Transaction>();
+  const context = createTransactionContext<Transaction>();
   /** The open transaction, if any. */
   let owner: Transaction | null = null;
   const released = new EventEmitter().setMaxListeners(0);
@@ -109,7 +109,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     async (text, params, method) => {
       // Outside the open transaction: wait for its end. The last check and the statement run
       // with no await in between, so no transaction can begin in the gap.
-      const inside = context.getStore();
+      const inside = context.current();
       while (owner !== null && owner !== inside) await free();
       const statement = prepare(text);
       let rows: unknown[] = [];
@@ -133,7 +133,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
   return {
     ...q,
     async transaction(fn) {
-      const current = context.getStore();
+      const current = context.current();
       if (current !== undefined && current === owner) return fn(q);
       const token: Transaction = { wrote: false };
       const result = await context.run(token, async () => {
