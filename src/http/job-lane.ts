@@ -37,7 +37,7 @@ export interface JobLaneDeps {
 const JOB_PATH = /^\/jobs\/([A-Za-z0-9-]{1,64})$/;
 
 export function createJobLane(deps: JobLaneDeps): JobLane {
-  // A record shared by the polls of one second (createJobRenderer) is serialized once.
+  // A record shared by the polls of one second (createJobRenderer: frozen) is serialized once.
   const bodies = new WeakMap<JobRecord, string>();
   async function answer(req: IncomingMessage, res: ServerResponse, id: string, otherwise: () => void): Promise<void> {
     let record: JobRecord;
@@ -50,7 +50,7 @@ export function createJobLane(deps: JobLaneDeps): JobLane {
     let body = bodies.get(record);
     if (body === undefined) {
       body = JSON.stringify(record);
-      bodies.set(record, body);
+      if (Object.isFrozen(record)) bodies.set(record, body);
     }
     const facts = requestFacts(req)!;
     facts.route = JOB_ROUTE;

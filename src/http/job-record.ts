@@ -11,17 +11,21 @@ export interface SignArtifact {
 }
 
 /**
- * Renders views as records, signing their artifacts' URLs. A view the job service kept (the same
- * object, frozen) renders to the same record until the second changes, as the signatures'
- * expiry is in whole seconds: polls of one job within a second share one record.
+ * Renders views as records, signing their artifacts' URLs. A view the job service kept (frozen,
+ * the same object poll after poll) renders to the same record until the second changes, as the
+ * signatures' expiry is in whole seconds: polls of one job within a second share one record,
+ * frozen too. Any other view is rendered each time and not remembered (a WeakMap entry per
+ * request costs the garbage collector more than the rendering saves).
  */
 export function createJobRenderer(sign: SignArtifact, now: () => number): (view: JobView) => JobRecord {
   const rendered = new WeakMap<JobView, { second: number; record: JobRecord }>();
+  const render = (view: JobView) => toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, sign });
   return (view) => {
+    if (!Object.isFrozen(view)) return render(view);
     const second = Math.floor(now() / 1000);
     const known = rendered.get(view);
     if (known?.second === second) return known.record;
-    const record = toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, sign });
+    const record = Object.freeze(render(view));
     rendered.set(view, { second, record });
     return record;
   };

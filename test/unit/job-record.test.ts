@@ -54,4 +54,17 @@ describe('the job renderer', () => {
     expect(second).toEqual(first);
     expect(signs).toHaveLength(2);
   });
+
+  it('remembers nothing of a view that was not kept (not frozen: PostgreSQL reads every poll)', () => {
+    const { render, signs } = renderer();
+    const read = { job, leader: undefined, artifacts: [artifact], callback: undefined };
+    const first = render(read);
+    expect(render(read)).not.toBe(first);
+    expect(Object.isFrozen(first)).toBe(false);
+    expect(signs).toHaveLength(2);
+    // Control: the same view, kept, is rendered once and its record frozen.
+    const kept = Object.freeze({ ...read });
+    expect(render(kept)).toBe(render(kept));
+    expect(Object.isFrozen(render(kept))).toBe(true);
+  });
 });
