@@ -18,7 +18,8 @@ export interface UsageRecorder {
  * Writes one use at once, for callers that must make content hot in the same transaction as
  * the job that reuses it. Never moves a use back in time, and writes nothing when the content is
  * already the most recently used of all: eviction goes by rank, which such a write would not
- * change. Otherwise every born-done submission of hot content wrote (on PostgreSQL, waiting for
+ * change (eviction takes the hottest content only when the cap leaves no room for it beside the
+ * pinned, and a use would only put that off to its next batch). Otherwise every born-done submission of hot content wrote (on PostgreSQL, waiting for
  * the previous one's row lock until its COMMIT); now the hottest content's reuses write nothing,
  * and a use is written as soon as any other content was used later.
  */
