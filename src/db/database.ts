@@ -29,8 +29,15 @@ export interface Database extends Queryable {
   /**
    * Runs `fn` in one transaction and commits, or rolls back if it throws. Inside, queries must go
    * through the Queryable it is given. A transaction started inside another joins it.
+   *
+   * With `handleOnly`, `fn` promises more: every query it makes goes through that Queryable,
+   * and it starts no transaction. Then no async context follows it (./transaction-context.ts),
+   * which spares every request node's promise hooks while such transactions are open; but on
+   * SQLite a query made from inside on the database itself would wait for this transaction's end,
+   * for ever. For short, hot transactions whose every step takes the handle (a born-done job).
+   * On SQLite those that wait for each other commit together, each in a savepoint (./sqlite.ts).
    */
-  transaction<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (q: Queryable) => Promise<T>, options?: { handleOnly?: boolean }): Promise<T>;
   /**
    * A number that differs from any it returned before once the database's contents may have
    * changed, so a value read from it can be kept while the number stays the same (a read begun

@@ -33,8 +33,8 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
 
   return {
     ...q,
-    transaction(fn) {
-      const current = context.current();
+    transaction(fn, options) {
+      const current = options?.handleOnly ? undefined : context.current();
       if (current !== undefined) return fn(current);
       return db.transaction((tx) => {
         // drizzle's postgres-js transaction runs its queries on `session.client`, the connection
@@ -46,7 +46,7 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
           t: q.t,
           pooled: { home: q, onThisConnection: (query) => onConnection(query, connection) },
         };
-        return context.run(inner, () => fn(inner));
+        return options?.handleOnly ? fn(inner) : context.run(inner, () => fn(inner));
       });
     },
     async notify(channel, payload) {

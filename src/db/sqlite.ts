@@ -18,6 +18,8 @@ import * as sqliteSchema from './schema/sqlite.js';
 const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/sqlite', import.meta.url));
 /** Distinct statements stay few; the cache is only a bound against queries built with varying IN lists. */
 const STATEMENT_CACHE_SIZE = 500;
+/** Handle-only transactions committed together at most (at about 50-100 us each). */
+const MAX_BATCH = 64;
 
 /**
  * SQLite in one file, WAL mode (readers never block the writer), migrations applied on open, one
@@ -105,18 +107,24 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
   const released = new EventEmitter().setMaxListeners(0);
   const free = () => new Promise((resolve) => released.once('free', resolve));
 
+  /** Runs one statement; says whether it wrote. */
+  const execute = (text: string, params: unknown[], method: string): { rows: unknown[]; wrote: boolean } => {
+    const statement = prepare(text);
+    let rows: unknown[] = [];
+    if (method === 'run') statement.run(...params);
+    else rows = (method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params)) as unknown[];
+    if (statement.readonly) return { rows, wrote: false };
+    changes++;
+    return { rows, wrote: true };
+  };
   const db = drizzleProxy(
     async (text, params, method) => {
       // Outside the open transaction: wait for its end. The last check and the statement run
       // with no await in between, so no transaction can begin in the gap.
       const inside = context.current();
       while (owner !== null && owner !== inside) await free();
-      const statement = prepare(text);
-      let rows: unknown[] = [];
-      if (method === 'run') statement.run(...params);
-      else rows = (method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params)) as unknown[];
-      if (!statement.readonly) {
-        changes++;
+      const { rows, wrote } = execute(text, params, method);
+      if (wrote) {
         // Inside a transaction its COMMIT waits; an autocommit write waits here.
         if (owner !== null && owner === inside) owner.wrote = true;
         else await group.durable();
@@ -125,41 +133,125 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     },
     { schema: sqliteSchema },
   );
+  // The handle given to a handle-only transaction: its queries are that transaction's.
+  const handleDb = drizzleProxy(
+    async (text, params, method) => {
+      if (owner === null || !owner.handleOnly) throw new Error("a handle-only transaction's handle was used outside it");
+      const { rows, wrote } = execute(text, params, method);
+      if (wrote) owner.wrote = true;
+      return { rows };
+    },
+    { schema: sqliteSchema },
+  );
   // The twin tables and an async SQLite session behave like their Postgres types for every
   // builder the repositories use (see database.ts); the schema test keeps the tables in step.
   const q: Queryable = { kind: 'sqlite', db: db as unknown as Db, t: sqliteSchema as unknown as Tables };
+  const handle: Queryable = { kind: 'sqlite', db: handleDb as unknown as Db, t: q.t };
+
+  /** Waits for the gate, then runs `fn` in BEGIN IMMEDIATE ... COMMIT as `token`, and waits for the disk if it wrote. */
+  async function exclusive<T>(token: Transaction, fn: () => Promise<T>): Promise<T> {
+    // Checked and taken with no await in between.
+    while (owner !== null) await free();
+    owner = token;
+    let value: T;
+    try {
+      client.exec('BEGIN IMMEDIATE');
+      try {
+        value = await fn();
+        client.exec('COMMIT');
+      } catch (err) {
+        if (client.inTransaction) client.exec('ROLLBACK');
+        throw err;
+      }
+    } finally {
+      // A rollback takes back writes already counted, which views read inside may have seen.
+      changes++;
+      owner = null;
+      released.emit('free');
+    }
+    // The gate is open again: the next transactions commit while this one waits for the disk.
+    if (token.wrote) await group.durable();
+    return value;
+  }
+
+  /**
+   * Handle-only transactions that wait for the gate together run together: one BEGIN and one
+   * COMMIT (one write of the pages they share to the WAL) for all, each in a savepoint of its
+   * own, so that one that throws takes back only its own writes. Each is answered after the
+   * COMMIT and its sync, as alone; a failed BEGIN or COMMIT fails them all. At most MAX_BATCH
+   * at a time, so that what waits behind a batch waits a few milliseconds at most.
+   */
+  let waiting: { fn: (q: Queryable) => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
+  let draining = false;
+  const together = <T>(fn: (q: Queryable) => Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      waiting.push({ fn, resolve: resolve as (value: unknown) => void, reject });
+      if (!draining) {
+        draining = true;
+        void drain();
+      }
+    });
+  async function drain(): Promise<void> {
+    try {
+      while (waiting.length > 0) await runBatch();
+    } finally {
+      draining = false;
+    }
+  }
+  async function runBatch(): Promise<void> {
+    while (owner !== null) await free();
+    const batch = waiting.splice(0, MAX_BATCH);
+    const token: Transaction = { wrote: false, handleOnly: true };
+    owner = token;
+    const outcomes: { ok: boolean; value: unknown }[] = [];
+    let failure: { err: unknown } | undefined;
+    let othersWaiting = false;
+    try {
+      client.exec('BEGIN IMMEDIATE');
+      for (const item of batch) {
+        client.exec('SAVEPOINT one');
+        let outcome: { ok: boolean; value: unknown };
+        try {
+          outcome = { ok: true, value: await item.fn(handle) };
+          client.exec('RELEASE one');
+        } catch (err) {
+          outcome = { ok: false, value: err };
+          client.exec('ROLLBACK TO one');
+          client.exec('RELEASE one');
+        }
+        outcomes.push(outcome);
+      }
+      client.exec('COMMIT');
+    } catch (err) {
+      if (client.inTransaction) client.exec('ROLLBACK');
+      failure = { err };
+    } finally {
+      changes++;
+      owner = null;
+      othersWaiting = released.listenerCount('free') > 0;
+      released.emit('free');
+    }
+    // Answered once on disk; those that arrive meanwhile make the next batch larger.
+    if (failure === undefined && token.wrote) await group.durable().catch((err: unknown) => (failure = { err }));
+    batch.forEach((item, i) => {
+      if (failure !== undefined) item.reject(failure.err);
+      else if (outcomes[i]!.ok) item.resolve(outcomes[i]!.value);
+      else item.reject(outcomes[i]!.value);
+    });
+    // Queries and transactions that waited for this one go first.
+    if (othersWaiting) await new Promise((resolve) => setImmediate(resolve));
+  }
+
   const channels = new EventEmitter().setMaxListeners(0);
 
   return {
     ...q,
-    async transaction(fn) {
+    async transaction(fn, options) {
+      if (options?.handleOnly) return together(fn);
       const current = context.current();
       if (current !== undefined && current === owner) return fn(q);
-      const token: Transaction = { wrote: false };
-      const result = await context.run(token, async () => {
-        // Checked and taken with no await in between.
-        while (owner !== null) await free();
-        owner = token;
-        try {
-          client.exec('BEGIN IMMEDIATE');
-          try {
-            const value = await fn(q);
-            client.exec('COMMIT');
-            return value;
-          } catch (err) {
-            if (client.inTransaction) client.exec('ROLLBACK');
-            throw err;
-          }
-        } finally {
-          // A rollback takes back writes already counted, which views read inside may have seen.
-          changes++;
-          owner = null;
-          released.emit('free');
-        }
-      });
-      // The gate is open again: the next transactions commit while this one waits for the disk.
-      if (token.wrote) await group.durable();
-      return result;
+      const token: Transaction = { wrote: false, handleOnly: false };
+      return context.run(token, () => exclusive(token, () => fn(q)));
     },
     changeMark: () => changes,
     async notify(channel, payload) {
@@ -187,6 +279,8 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
 interface Transaction {
   /** Whether it wrote anything, so that its end must wait for the disk. */
   wrote: boolean;
+  /** Made with { handleOnly: true }: its queries come through `handle`, no context tracks it. */
+  handleOnly: boolean;
 }
 
 /** fdatasync of the WAL, through one descriptor kept open (SQLite keeps the file while the database is open). */

@@ -98,7 +98,8 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
       await recordUse(q, aliased, now);
       const job = await insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId });
       return withCallback(q, job, now);
-    });
+      // Every step takes q: the hottest transaction of all need not carry an async context.
+    }, { handleOnly: true });
     if (bornDone) return bornDone;
 
     await deps.admitJob();

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { eq, sql } from 'drizzle-orm';
@@ -119,5 +119,100 @@ describe('SQLite durability', () => {
     const [failed] = await db.db.select().from(db.t.jobs).where(eq(db.t.jobs.id, 'job-4'));
     expect(failed).toBeUndefined();
     expect(await jobCount(db)).toBe(9);
+  });
+});
+
+describe('SQLite handle-only transactions', () => {
+  const walBytes = async () => (await stat(path.join(dir, 'db.sqlite-wal'))).size;
+  const insertAs = (db: Database, id: string, options?: { handleOnly: boolean }) =>
+    db.transaction(async (q) => {
+      await q.db.insert(q.t.jobs).values(job(id));
+      return id;
+    }, options);
+
+  it('those that wait together commit as one, each in its own savepoint, answered after one sync', async () => {
+    const { database: db, held } = await openHeld();
+    const first = insertAs(db, 'first', { handleOnly: true });
+    await held.calledTimes(1);
+    const ids = Array.from({ length: 10 }, (_, i) => `job-${i}`);
+    const writes = ids.map((id, i) =>
+      db.transaction(
+        async (q) => {
+          await q.db.insert(q.t.jobs).values(job(id));
+          if (i === 4) throw new Error('this one fails');
+          return id;
+        },
+        { handleOnly: true },
+      ),
+    );
+    // They wait for the first one's sync, uncommitted.
+    expect(await state(writes[0]!)).toBe('pending');
+    expect(await jobCount(db)).toBe(1);
+    const before = await walBytes();
+
+    held.calls[0]!();
+    await expect(first).resolves.toBe('first');
+    await held.calledTimes(2);
+    // All committed at once, one sync for all, none answered before it.
+    expect(await jobCount(db)).toBe(10);
+    expect((await Promise.all(writes.map(state))).filter((s) => s === 'pending')).toHaveLength(10);
+    held.calls[1]!();
+    const outcomes = await Promise.allSettled(writes);
+    expect(outcomes.map((o) => o.status)).toEqual(ids.map((_, i) => (i === 4 ? 'rejected' : 'fulfilled')));
+    await expect(writes[4]).rejects.toThrow('this one fails');
+    const [failed] = await db.db.select().from(db.t.jobs).where(eq(db.t.jobs.id, 'job-4'));
+    expect(failed).toBeUndefined();
+    expect(held.calls).toHaveLength(2);
+    const batched = (await walBytes()) - before;
+
+    // Control: ten transactions of the usual kind, waiting as those did, commit one by one.
+    const more = Array.from({ length: 10 }, (_, i) => insertAs(db, `more-${i}`));
+    await held.calledTimes(3);
+    const beforeMore = await walBytes();
+    held.calls[2]!();
+    while (held.calls.length < 4 || (await jobCount(db)) < 19) {
+      for (const release of held.calls.slice(3)) release();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    for (const release of held.calls) release();
+    await Promise.all(more);
+    const oneByOne = (await walBytes()) - beforeMore;
+    // Each commit writes the pages it touched to the WAL; as one, the shared pages are written once.
+    expect(batched).toBeGreaterThan(0);
+    expect(batched * 3).toBeLessThan(oneByOne);
+  });
+
+  it('let the queries and transactions that wait for the gate through, however many keep coming', async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'sf-durable-'));
+    database = openSqlite(path.join(dir, 'db.sqlite'));
+    const db = database;
+    // Read-only ones (no sync to wait for between batches), arriving while each batch runs.
+    let stop = false;
+    let answered = 0;
+    const reader = () =>
+      db
+        .transaction(
+          async (q) => {
+            await q.db.select({ n: sql<number>`count(*)` }).from(q.t.jobs);
+            await new Promise((resolve) => setImmediate(resolve));
+          },
+          { handleOnly: true },
+        )
+        .then(() => answered++);
+    const inFlight: Promise<unknown>[] = [];
+    const produce = () => {
+      if (stop) return;
+      inFlight.push(reader(), reader());
+      setImmediate(produce);
+    };
+    produce();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const answeredBefore = answered;
+    await expect(insertAs(db, 'usual')).resolves.toBe('usual');
+    expect(await jobCount(db)).toBe(1);
+    stop = true;
+    await Promise.all(inFlight);
+    // The control: they kept coming and being answered all along.
+    expect(answeredBefore).toBeGreaterThan(5);
   });
 });
