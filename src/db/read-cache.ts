@@ -1,8 +1,8 @@
 import type { Database } from './database.js';
 
 /**
- * A read by key, its results kept until the database changes (Database.changeMark): every
- * write of this process and every commit of another connection makes all of them stale at once.
+ * A read by key, its results kept until the database changes (Database.changeMark): any write
+ * makes all of them stale at once.
  * What it saves is the read on the hot path where nothing is written between reads (a job polled
  * while nothing moves); where the database has no mark (PostgreSQL) it is the read itself.
  *

@@ -59,7 +59,7 @@ export interface JobService {
 
 const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
 
-/** Job views kept between polls while the database does not change (./db/read-cache.ts). */
+/** Job views kept between polls while the database does not change (../db/read-cache.ts). */
 const KEPT_VIEWS = 1000;
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */

@@ -41,6 +41,12 @@ export interface CheckedSource {
   urlKey: string;
 }
 
+/**
+ * Every step of the born-done transaction takes its handle: the hottest transaction of all needs
+ * no async context, and on SQLite it commits together with those that wait beside it.
+ */
+const BORN_DONE_TRANSACTION = { handleOnly: true };
+
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
 
@@ -98,8 +104,7 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
       await recordUse(q, aliased, now);
       const job = await insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId });
       return withCallback(q, job, now);
-      // Every step takes q: the hottest transaction of all need not carry an async context.
-    }, { handleOnly: true });
+    }, BORN_DONE_TRANSACTION);
     if (bornDone) return bornDone;
 
     await deps.admitJob();
