@@ -97,12 +97,19 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
       const aliased = await resolveAlias(q, 'url', urlKey);
       if (aliased === undefined) return undefined;
       // Read again under the lock, which may have waited for a transaction that changed it; a
-      // SQLite transaction is the only writer from its start, so its first read stands.
-      await lockContent(q, [aliased], 'use');
-      if (q.kind === 'postgres' && (await resolveAlias(q, 'url', urlKey)) !== aliased) return undefined;
+      // SQLite transaction is the only writer from its start, so its first read stands. On
+      // PostgreSQL the two go out together (pipelined): the server runs the read after the lock
+      // is taken, and the round trip between them is saved.
+      if (q.kind === 'postgres') {
+        const [, again] = await Promise.all([lockContent(q, [aliased], 'use'), resolveAlias(q, 'url', urlKey)]);
+        if (again !== aliased) return undefined;
+      }
       if (!deps.contentPresent(aliased)) return undefined;
-      await recordUse(q, aliased, now);
-      const job = await insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId });
+      // Independent writes, pipelined on PostgreSQL too.
+      const [, job] = await Promise.all([
+        recordUse(q, aliased, now),
+        insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId }),
+      ]);
       return withCallback(q, job, now);
     }, BORN_DONE_TRANSACTION);
     if (bornDone) return bornDone;
