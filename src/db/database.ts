@@ -42,8 +42,9 @@ export interface Database extends Queryable {
    * A number that differs from any it returned before once the database's contents may have
    * changed, so a value read from it can be kept while the number stays the same (a read begun
    * after a mark was taken may see later changes, never earlier ones). SQLite only, where one
-   * process makes every write (./sqlite-lock.ts) and counts them. Absent on PostgreSQL, where
-   * other nodes write unseen and only a round trip could tell.
+   * service process makes the writes (./sqlite-lock.ts) and counts them; a commit by another
+   * connection to the file (an operator's sqlite3) moves the mark within a second. Absent on
+   * PostgreSQL, where other nodes write unseen and only a round trip could tell.
    */
   changeMark?(): number;
   /** Tells every node listening on `channel` (Postgres NOTIFY; on SQLite, this process). */

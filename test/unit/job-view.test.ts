@@ -1,33 +1,38 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import BetterSqlite3 from 'better-sqlite3';
 import type { Database } from '../../src/db/database.js';
 import { createAdmission } from '../../src/jobs/admission.js';
 import { createJobService, type JobService } from '../../src/jobs/job-service.js';
 import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/jobs/queue.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
-import { BACKENDS, openTestDatabase } from '../support/test-database.js';
+import { BACKENDS, openTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /**
  * A poll reads a follower's row, then its leader's. When the leader ends between the two reads,
  * the view must not show the leader's end over the follower's stale queued row (a "done" job
  * with no result).
  */
+function serviceOn(database: Database): JobService {
+  let ids = 0;
+  return createJobService({
+    database,
+    now: () => 1000,
+    newJobId: () => `job-${++ids}`,
+    newDeliveryId: () => `delivery-${ids}`,
+    checkDestination: async () => {},
+    contentPresent: () => true,
+    admitJob: createAdmission({ database, maxQueuedJobs: 10, confinementOk: () => true }),
+    onEnded: () => {},
+  });
+}
+
 describe.each(BACKENDS)('the job view on %s', (kind) => {
-  let database: Database;
+  let database: TestDatabase;
   let service: JobService;
 
   beforeEach(async () => {
     database = await openTestDatabase(kind);
-    let ids = 0;
-    service = createJobService({
-      database,
-      now: () => 1000,
-      newJobId: () => `job-${++ids}`,
-      newDeliveryId: () => `delivery-${ids}`,
-      checkDestination: async () => {},
-      contentPresent: () => true,
-      admitJob: createAdmission({ database, maxQueuedJobs: 10, confinementOk: () => true }),
-      onEnded: () => {},
-    });
+    service = serviceOn(database);
   });
   afterEach(async () => {
     await database.close();
@@ -123,5 +128,27 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(done.artifacts.map((a) => a.name)).toEqual(['audio.wav']);
     // Kept again once nothing more is written.
     if (kind === 'sqlite') expect(await service.find(job.id)).toBe(done);
+  });
+});
+
+describe('the job view on sqlite, written by another connection', () => {
+  let database: TestDatabase;
+  afterEach(async () => {
+    await database.close();
+  });
+
+  it('find(id) sees a write made to the file by another connection (an operator) within a second or so', async () => {
+    database = await openTestDatabase('sqlite');
+    const service = serviceOn(database);
+    const job = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const first = (await service.find(job.id))!;
+    expect(await service.find(job.id)).toBe(first);
+    const operator = new BetterSqlite3(database.location);
+    try {
+      operator.prepare('update jobs set attempts = 7 where id = ?').run(job.id);
+    } finally {
+      operator.close();
+    }
+    await expect.poll(async () => (await service.find(job.id))!.job.attempts, { timeout: 5000, interval: 100 }).toBe(7);
   });
 });
