@@ -20,6 +20,8 @@ const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle/sqlite', import.m
 const STATEMENT_CACHE_SIZE = 500;
 /** How often changeMark() looks for other connections' commits. */
 const FOREIGN_WRITES_LOOKED_FOR_MS = 1000;
+/** Statements whose sqlite3_changes() says whether they wrote (drizzle's, without a WITH before them). */
+const ROW_STATEMENT = /^\s*(insert|update|delete|replace)\s/i;
 /** Handle-only transactions committed together at most (at about 50-100 us each). */
 const MAX_BATCH = 64;
 
@@ -126,13 +128,29 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
   const released = new EventEmitter().setMaxListeners(0);
   const free = () => new Promise((resolve) => released.once('free', resolve));
 
-  /** Runs one statement; says whether it wrote. */
+  /**
+   * Runs one statement; says whether it wrote. A row statement that changed no row wrote nothing
+   * (no WAL frame to sync, no view made stale): the claim loops' polls of empty queues are such
+   * updates, several a second. Anything else that is not read-only counts as a write.
+   */
   const execute = (text: string, params: unknown[], method: string): { rows: unknown[]; wrote: boolean } => {
     const statement = prepare(text);
     let rows: unknown[] = [];
-    if (method === 'run') statement.run(...params);
-    else rows = (method === 'get' ? statement.raw(true).get(...params) : statement.raw(true).all(...params)) as unknown[];
-    if (statement.readonly) return { rows, wrote: false };
+    let changed = true;
+    if (method === 'run') {
+      const result = statement.run(...params);
+      // sqlite3_changes() is that of the last row statement: exact after one, stale after DDL.
+      changed = result.changes > 0 || !ROW_STATEMENT.test(text);
+    } else if (method === 'get') {
+      // Only statements that return rows get here: a write's RETURNING gives one per row changed.
+      const row = statement.raw(true).get(...params) as unknown[] | undefined;
+      rows = row as unknown[];
+      changed = row !== undefined;
+    } else {
+      rows = statement.raw(true).all(...params) as unknown[];
+      changed = rows.length > 0;
+    }
+    if (statement.readonly || !changed) return { rows, wrote: false };
     changes++;
     return { rows, wrote: true };
   };
@@ -184,7 +202,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
       }
     } finally {
       // A rollback takes back writes already counted, which views read inside may have seen.
-      changes++;
+      if (token.wrote) changes++;
       owner = null;
       released.emit('free');
     }
@@ -245,7 +263,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
       if (client.inTransaction) client.exec('ROLLBACK');
       failure = { err };
     } finally {
-      changes++;
+      if (token.wrote) changes++;
       owner = null;
       othersWaiting = released.listenerCount('free') > 0;
       released.emit('free');

@@ -93,6 +93,47 @@ describe('SQLite durability', () => {
     await expect(write).resolves.toBe('done');
   });
 
+  it('a write that changed no row waits for no sync and leaves the change mark; the same write changing a row does both', async () => {
+    const { database: db, held } = await openHeld();
+    const { jobs } = db.t;
+    const mark = () => db.changeMark!();
+    // An update, an update with RETURNING and a delete, each matching no row, outside and inside a transaction.
+    const noOps = async (q: Database | Parameters<Parameters<Database['transaction']>[0]>[0]) => {
+      await q.db.update(jobs).set({ attempts: 1 }).where(eq(jobs.id, 'none'));
+      await q.db.update(jobs).set({ attempts: 1 }).where(eq(jobs.id, 'none')).returning();
+      await q.db.delete(jobs).where(eq(jobs.id, 'none'));
+    };
+    const before = mark();
+    await noOps(db);
+    await db.transaction(noOps);
+    expect(held.calls).toHaveLength(0);
+    expect(mark()).toBe(before);
+
+    // The control: a row to change, then the same three statements on it.
+    // Started now (drizzle's queries run when awaited).
+    const insert = db.db.insert(jobs).values(job('a')).then(() => 'done');
+    await held.calledTimes(1);
+    held.calls[0]!();
+    await insert;
+    const afterInsert = mark();
+    expect(afterInsert).toBeGreaterThan(before);
+    const update = db.db.update(jobs).set({ attempts: 1 }).where(eq(jobs.id, 'a')).then(() => 'done');
+    await held.calledTimes(2);
+    expect(await state(update)).toBe('pending');
+    held.calls[1]!();
+    await update;
+    expect(mark()).toBeGreaterThan(afterInsert);
+    const returning = db.db.update(jobs).set({ attempts: 2 }).where(eq(jobs.id, 'a')).returning().then((rows) => rows);
+    await held.calledTimes(3);
+    held.calls[2]!();
+    await expect(returning).resolves.toHaveLength(1);
+    const deleted = db.db.delete(jobs).where(eq(jobs.id, 'a')).then(() => 'done');
+    await held.calledTimes(4);
+    held.calls[3]!();
+    await deleted;
+    expect(await jobCount(db)).toBe(0);
+  });
+
   it('concurrent transactions commit one after another and share the syncs; one that throws rolls back alone', async () => {
     const { database: db, held } = await openHeld();
     const ids = Array.from({ length: 10 }, (_, i) => `job-${i}`);
