@@ -276,7 +276,7 @@ async function main(): Promise<void> {
     },
     contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),
-    onEnded: (ended) => jobEnded(ended),
+    onEnded: (ended, mayHaveCallback) => jobEnded(ended, mayHaveCallback),
   });
   const renderView = createJobRenderer((cid, name) => {
     const signed = signer.sign(cid, name, config.signedUrlTtlS);
@@ -295,10 +295,11 @@ async function main(): Promise<void> {
     schedule: { baseMs: config.webhooks.retryBaseMs, retryForMs: config.webhooks.retryForMs },
     leaseMs: config.webhooks.timeoutMs + CALLBACK_LEASE_MARGIN_MS,
   });
-  // Jobs that end on this node have their callbacks sent at once; other nodes' are found by polling.
-  function jobEnded(ended: Ended): void {
+  // Jobs that end on this node have their callbacks sent at once; other nodes' are found by
+  // polling. Jobs known to have none (most born-done ones) wake nobody: each wake is a claim query.
+  function jobEnded(ended: Ended, mayHaveCallback = true): void {
     metrics.observeEnded(ended);
-    callbacks.wake();
+    if (mayHaveCallback) callbacks.wake();
   }
 
   // Event streams follow jobs in the database, whichever node runs them: one query per tick for all.

@@ -15,7 +15,8 @@ import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
  * from the database. Jobs that end here (born done, canceled) are reported to `onEnded` once.
  */
 export interface JobServiceDeps extends Omit<SubmitDeps, 'onQueued'> {
-  onEnded: (ended: Ended) => void;
+  /** `mayHaveCallback` is false when none of these jobs was submitted with a callback_url. */
+  onEnded: (ended: Ended, mayHaveCallback: boolean) => void;
 }
 
 export interface JobView {
@@ -69,8 +70,8 @@ export function createJobService(deps: JobServiceDeps): JobService {
   const database: Database = deps.database;
   const notifyQuietly = (channel: string, payload: string) => database.notify(channel, payload).catch(() => {});
   const notifyQueued = () => void notifyQuietly(JOBS_QUEUED_CHANNEL, '');
-  const reportBornDone = (job: JobRow) => {
-    if (job.bornDone) deps.onEnded({ job, followers: [] });
+  const reportBornDone = (job: JobRow, withCallback: boolean) => {
+    if (job.bornDone) deps.onEnded({ job, followers: [] }, withCallback);
   };
   async function view(row: JobRow): Promise<JobView> {
     let job = row;
@@ -96,7 +97,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
   return {
     async submit({ url, callbackUrl }, requestId) {
       const job = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
-      reportBornDone(job);
+      reportBornDone(job, callbackUrl !== undefined);
       return job;
     },
     async submitBatch({ urls, callbackUrl }, requestId) {
@@ -118,7 +119,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
             items.push({ url, refusal: job });
             continue;
           }
-          reportBornDone(job);
+          reportBornDone(job, callback !== undefined);
           items.push({ url, job });
         }
       } finally {
@@ -137,7 +138,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
         input: { jobId: id },
       });
       // Counted here, by the node that canceled it; the node running it records nothing more.
-      if (changed) deps.onEnded({ job, followers: [] });
+      if (changed) deps.onEnded({ job, followers: [] }, true);
       return job;
     },
     view,

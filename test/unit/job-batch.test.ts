@@ -45,7 +45,8 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
       },
       contentPresent: () => true,
       admitJob: createAdmission({ database, maxQueuedJobs, confinementOk: () => true }),
-      onEnded: (e) => ended.push(e.job.id),
+      // Marked when the job may have a callback to send: the delivery worker is woken for those only.
+      onEnded: (e, mayHaveCallback) => ended.push(mayHaveCallback ? `${e.job.id} with callback` : e.job.id),
     });
   }
 
@@ -65,7 +66,7 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
       { url: urls[5], status: 'queued', bornDone: false, follows: null },
       { url: urls[6], code: 'url_invalid' },
     ]);
-    // The born-done job was reported as ended, once.
+    // The born-done job was reported as ended, once, as having no callback.
     expect(ended).toEqual([(items[3] as { job: { id: string } }).job.id]);
     expect((await getJobRow(database, a!.job.id))?.requestId).toBe('req-1');
   });
@@ -93,5 +94,8 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
     for (const job of accepted) expect(await deliveryForJob(database, job.id)).toMatchObject({ url: 'https://hooks.example/x', status: 'pending' });
     const deliveryIds = await Promise.all(accepted.map(async (job) => (await deliveryForJob(database, job.id))!.id));
     expect(new Set(deliveryIds).size).toBe(2);
+    // The born-done one ended at once, with its callback to send.
+    expect(accepted[1]!.bornDone).toBe(true);
+    expect(ended).toEqual([`${accepted[1]!.id} with callback`]);
   });
 });
