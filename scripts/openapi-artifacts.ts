@@ -30,6 +30,7 @@ export function renderOpenApiJson(): string {
     readJob: unused,
     cancelJob: unused,
     renderJob: unused,
+    renderView: unused,
     jobEvents: { open: unused, openCount: unused, closeAll: unused },
     serveArtifact: unused,
     checkHealth: unused,

@@ -1,7 +1,7 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Handler } from 'hono';
 import type { JobRow } from './db/database.js';
-import type { BatchItem, Submission } from './jobs/job-service.js';
+import type { BatchItem, JobView, Submission } from './jobs/job-service.js';
 import { presentedKey, type KeyChecker } from './http/api-key.js';
 import type { AppEnv } from './http/env.js';
 import { keyIdentity, rateLimit, type RateLimiter } from './http/middleware/rate-limit.js';
@@ -26,13 +26,15 @@ import { requestContext } from './http/middleware/request-context.js';
 export interface AppDeps {
   log: Logger;
   checkKey: KeyChecker;
-  submitSource: (input: Submission, requestId: string) => Promise<JobRow>;
+  /** The new job's view (JobService.submit). */
+  submitSource: (input: Submission, requestId: string) => Promise<JobView>;
   submitSourceBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
   getJob: (id: string) => Promise<JobRow>;
   /** The job's record (getJob), read in one go; throws not_found. */
   readJob: (id: string) => Promise<JobRecord>;
   cancelJob: (id: string) => Promise<JobRow>;
   renderJob: (job: JobRow) => Promise<JobRecord>;
+  renderView: (view: JobView) => JobRecord;
   /** getJobEvents' streams (src/http/job-events.ts). */
   jobEvents: JobEventStreams;
   serveArtifact: Handler<AppEnv>;
@@ -86,7 +88,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('/sources/*', keyed);
   app.use('/jobs/*', keyed);
   registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
-  registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob });
+  registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob, renderView: deps.renderView });
   registerJobRoutes(app, { get: deps.getJob, read: deps.readJob, cancel: deps.cancelJob, render: deps.renderJob, events: deps.jobEvents });
 
   return app;

@@ -322,6 +322,7 @@ async function main(): Promise<void> {
     readJob,
     cancelJob: (id) => jobs.cancel(id),
     renderJob,
+    renderView,
     jobEvents,
     serveArtifact: delivery.handle,
     checkHealth,

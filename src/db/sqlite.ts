@@ -101,6 +101,18 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     return statement;
   };
 
+  // Prepared once: client.exec() parses its text on every call, twice per handle-only transaction.
+  const control = (text: string) => {
+    const statement = client.prepare(text);
+    return () => void statement.run();
+  };
+  const begin = control('BEGIN IMMEDIATE');
+  const commit = control('COMMIT');
+  const rollback = control('ROLLBACK');
+  const savepoint = control('SAVEPOINT one');
+  const release = control('RELEASE one');
+  const rollbackToSavepoint = control('ROLLBACK TO one');
+
   // What changeMark() counts: every write made on this connection (the lock keeps other
   // services out; the checkpointer moves pages, it changes no contents), and, looked for once a
   // second, commits made by any other connection (an operator's sqlite3): data_version tells,
@@ -192,12 +204,12 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     owner = token;
     let value: T;
     try {
-      client.exec('BEGIN IMMEDIATE');
+      begin();
       try {
         value = await fn();
-        client.exec('COMMIT');
+        commit();
       } catch (err) {
-        if (client.inTransaction) client.exec('ROLLBACK');
+        if (client.inTransaction) rollback();
         throw err;
       }
     } finally {
@@ -244,23 +256,23 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     let failure: { err: unknown } | undefined;
     let othersWaiting = false;
     try {
-      client.exec('BEGIN IMMEDIATE');
+      begin();
       for (const item of batch) {
-        client.exec('SAVEPOINT one');
+        savepoint();
         let outcome: { ok: boolean; value: unknown };
         try {
           outcome = { ok: true, value: await item.fn(handle) };
-          client.exec('RELEASE one');
+          release();
         } catch (err) {
           outcome = { ok: false, value: err };
-          client.exec('ROLLBACK TO one');
-          client.exec('RELEASE one');
+          rollbackToSavepoint();
+          release();
         }
         outcomes.push(outcome);
       }
-      client.exec('COMMIT');
+      commit();
     } catch (err) {
-      if (client.inTransaction) client.exec('ROLLBACK');
+      if (client.inTransaction) rollback();
       failure = { err };
     } finally {
       if (token.wrote) changes++;

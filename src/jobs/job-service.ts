@@ -37,7 +37,8 @@ export interface Submission {
 export type BatchItem = { url: string; job: JobRow } | { url: string; refusal: ServiceError };
 
 export interface JobService {
-  submit(input: Submission, requestId: string): Promise<JobRow>;
+  /** The new job's view: a born-done one's as its transaction read it, any other's read anew. */
+  submit(input: Submission, requestId: string): Promise<JobView>;
   /**
    * One job per URL, under the same rules as submit, in the order given (a URL given twice gets
    * one job that the other follows). A refused callback_url refuses the whole batch (it throws);
@@ -96,9 +97,10 @@ export function createJobService(deps: JobServiceDeps): JobService {
   );
   return {
     async submit({ url, callbackUrl }, requestId) {
-      const job = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
+      const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
       reportBornDone(job, callbackUrl !== undefined);
-      return job;
+      // A born-done job's record is what its transaction read; one that waits may show its leader.
+      return artifacts ? { job, leader: undefined, artifacts, callback } : view(job);
     },
     async submitBatch({ urls, callbackUrl }, requestId) {
       const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl);
@@ -114,11 +116,12 @@ export function createJobService(deps: JobServiceDeps): JobService {
             items.push({ url, refusal: source });
             continue;
           }
-          const job = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId }));
-          if (job instanceof ServiceError) {
-            items.push({ url, refusal: job });
+          const submitted = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId }));
+          if (submitted instanceof ServiceError) {
+            items.push({ url, refusal: submitted });
             continue;
           }
+          const { job } = submitted;
           reportBornDone(job, callback !== undefined);
           items.push({ url, job });
         }

@@ -1,10 +1,10 @@
-import type { Database, JobRow, Queryable } from '../db/database.js';
+import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
-import { resolveAlias } from '../store/aliases.js';
+import { aliasedArtifacts, resolveAlias } from '../store/aliases.js';
 import { lockContent } from '../store/pins.js';
 import { recordUse } from '../store/usage.js';
-import { insertDelivery } from '../webhooks/deliveries.js';
+import { insertDelivery, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { enqueueJob, insertBornDoneJob } from './queue.js';
 
 /**
@@ -36,6 +36,15 @@ export interface SubmitDeps {
   onQueued: () => void;
 }
 
+/** A job just made, with what its transaction read and wrote for its record, so the record needs no read. */
+export interface Submitted {
+  job: JobRow;
+  /** Born done: its content's artifacts (by name). Undefined for a job that will download. */
+  artifacts?: CacheEntryRow[];
+  /** Its callback's delivery, when it was submitted with a callback_url. */
+  callback?: CallbackDeliveryRow;
+}
+
 export interface CheckedSource {
   url: URL;
   urlKey: string;
@@ -50,7 +59,7 @@ const BORN_DONE_TRANSACTION = { handleOnly: true };
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
 
-export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; callbackUrl?: string; requestId?: string } }): Promise<JobRow> {
+export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; callbackUrl?: string; requestId?: string } }): Promise<Submitted> {
   const source = await checkSource(deps, input.url);
   const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl);
   return queueChecked(deps, source, { callbackUrl, requestId: input.requestId });
@@ -82,50 +91,55 @@ export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'
 }
 
 /** Gives a checked source its job: born done, following another, or queued. */
-export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string }): Promise<JobRow> {
+export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string }): Promise<Submitted> {
   const { url, urlKey } = source;
   const id = deps.newJobId();
   const requestId = options.requestId ?? null;
-  const withCallback = async (q: Queryable, job: JobRow, now: number) => {
-    if (options.callbackUrl) await insertDelivery(q, { id: deps.newDeliveryId(), jobId: job.id, url: options.callbackUrl.href, createdAt: now });
-    return job;
+  const withCallback = async (q: Queryable, submitted: Submitted, now: number): Promise<Submitted> => {
+    if (!options.callbackUrl) return submitted;
+    const callback = await insertDelivery(q, { id: deps.newDeliveryId(), jobId: submitted.job.id, url: options.callbackUrl.href, createdAt: now });
+    return { ...submitted, callback };
   };
 
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const now = deps.now();
     const bornDone = await deps.database.transaction(async (q) => {
-      const aliased = await resolveAlias(q, 'url', urlKey);
-      if (aliased === undefined) return undefined;
-      // Read again under the lock, which may have waited for a transaction that changed it; a
-      // SQLite transaction is the only writer from its start, so its first read stands. On
-      // PostgreSQL the two go out together (pipelined): the server runs the read after the lock
-      // is taken, and the round trip between them is saved.
+      let artifacts: CacheEntryRow[];
       if (q.kind === 'postgres') {
-        const [, again] = await Promise.all([lockContent(q, [aliased], 'use'), resolveAlias(q, 'url', urlKey)]);
-        if (again !== aliased) return undefined;
+        // Read again under the lock, which may have waited for a transaction that changed it.
+        // The two go out together (pipelined): the server runs the read after the lock is
+        // taken, and the round trip between them is saved.
+        const locked = await resolveAlias(q, 'url', urlKey);
+        if (locked === undefined) return undefined;
+        [, artifacts] = await Promise.all([lockContent(q, [locked], 'use'), aliasedArtifacts(q, 'url', urlKey)]);
+        if (artifacts[0]?.contentId !== locked) return undefined;
+      } else {
+        // A SQLite transaction is the only writer from its start: its first read stands.
+        artifacts = await aliasedArtifacts(q, 'url', urlKey);
       }
-      if (!deps.contentPresent(aliased)) return undefined;
+      const aliased = artifacts[0]?.contentId;
+      if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
       // Independent writes, pipelined on PostgreSQL too.
       const [, job] = await Promise.all([
         recordUse(q, aliased, now),
         insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId }),
       ]);
-      return withCallback(q, job, now);
+      return withCallback(q, { job, artifacts }, now);
     }, BORN_DONE_TRANSACTION);
     if (bornDone) return bornDone;
 
     await deps.admitJob();
     const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
     // With a callback, enqueueJob's own transactions join this one: the job and its delivery commit together.
-    const job = options.callbackUrl
+    const queued = options.callbackUrl
       ? await deps.database.transaction(async (q) => {
-          const queued = await enqueue();
-          return queued && withCallback(q, queued, now);
+          const job = await enqueue();
+          return job && withCallback(q, { job }, now);
         })
-      : await enqueue();
-    if (job) {
-      if (job.followsJobId === null) deps.onQueued();
-      return job;
+      : await enqueue().then((job) => job && { job });
+    if (queued) {
+      if (queued.job.followsJobId === null) deps.onQueued();
+      return queued;
     }
   }
   throw new ServiceError('internal', 'internal_error', 'The job could not be queued; try again.');

@@ -1,5 +1,5 @@
-import { and, eq, sql } from 'drizzle-orm';
-import type { AliasKind, Queryable } from '../db/database.js';
+import { and, asc, eq, getTableColumns, sql } from 'drizzle-orm';
+import type { AliasKind, CacheEntryRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 
 /**
@@ -36,4 +36,21 @@ export async function resolveAlias(q: Queryable, kind: AliasKind, key: string): 
   );
   const [row] = await query.execute({ kind, key });
   return row?.contentId;
+}
+
+/**
+ * The artifacts (cache rows, by name) of the content an alias points to; none when it points to
+ * no content still stored. A born-done submission reads them once, for its job and its record.
+ */
+export async function aliasedArtifacts(q: Queryable, kind: AliasKind, key: string): Promise<CacheEntryRow[]> {
+  const query = prepared(q, 'alias_artifacts', ({ db, t: { aliases, cacheEntries } }) =>
+    db
+      .select(getTableColumns(cacheEntries))
+      .from(aliases)
+      .innerJoin(cacheEntries, eq(cacheEntries.contentId, aliases.contentId))
+      .where(and(eq(aliases.kind, sql.placeholder('kind')), eq(aliases.key, sql.placeholder('key'))))
+      .orderBy(asc(cacheEntries.name))
+      .prepare('alias_artifacts'),
+  );
+  return query.execute({ kind, key });
 }

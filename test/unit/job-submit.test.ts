@@ -41,8 +41,9 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     const aliased = await fx.addArtifact(1000, 1000, URL_A);
     const other = await fx.addArtifact(1000, 2000);
 
-    const job = await submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } });
+    const { job, artifacts } = await submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } });
     expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
+    expect(artifacts?.map((a) => [a.contentId, a.name])).toEqual([[aliased, AUDIO_ARTIFACT_NAME]]);
     expect((await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME))?.lastUsedAt).toBe(5000);
 
     await evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now });
@@ -58,7 +59,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     const deps = { ...submitDeps(fx, 0), now: () => clock };
     const reuseAt = async (now: number) => {
       clock = now;
-      const job = await submitSource({ deps, input: { url: URL_A } });
+      const { job } = await submitSource({ deps, input: { url: URL_A } });
       expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
     };
     // The hottest already: its rank cannot change, nothing is written.
@@ -88,7 +89,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       const aliased = await fx.addArtifact(1000, 1000, URL_A);
       await fx.addArtifact(1000, 2000);
 
-      const [job] = await Promise.all([
+      const [{ job }] = await Promise.all([
         afterRounds(kind, Math.max(0, -ticks), () => submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } })),
         afterRounds(kind, Math.max(0, ticks), () => evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now })),
       ]);

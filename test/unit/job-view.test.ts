@@ -2,8 +2,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import BetterSqlite3 from 'better-sqlite3';
 import type { Database } from '../../src/db/database.js';
 import { createAdmission } from '../../src/jobs/admission.js';
-import { createJobService, type JobService } from '../../src/jobs/job-service.js';
+import { createJobService, type JobService, type JobView } from '../../src/jobs/job-service.js';
 import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/jobs/queue.js';
+import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { BACKENDS, openTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -39,8 +40,8 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
   });
 
   it('shows a follower whose leader ended after its row was read as ended itself, with the result', async () => {
-    const leader = await service.submit({ url: 'https://m.example/a' }, 'req-1');
-    const follower = await service.submit({ url: 'https://m.example/a' }, 'req-2');
+    const { job: leader } = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
     expect(follower.followsJobId).toBe(leader.id);
 
     const queuedView = await service.view((await getJobRow(database, follower.id))!);
@@ -64,8 +65,8 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
 
   it('find(id) reads by id what view() makes of the row: queued, followed, done with artifacts and a callback, or nothing', async () => {
     const same = async (id: string) => expect(await service.find(id)).toEqual(await service.view((await getJobRow(database, id))!));
-    const leader = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
-    const follower = await service.submit({ url: 'https://m.example/a' }, 'req-2');
+    const { job: leader } = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
+    const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
     await same(leader.id);
     await same(follower.id);
     expect((await service.find(follower.id))!.leader?.id).toBe(leader.id);
@@ -88,8 +89,25 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(await service.find('no-such-job')).toBeUndefined();
   });
 
+  it("submit() of a stored URL answers the born-done view its transaction read: find()'s but for the use it recorded", async () => {
+    await database.transaction(async (q) => {
+      for (const name of ['stems.wav', 'audio.wav']) {
+        await recordCacheEntry(q, { contentId: 'cid-s', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 500);
+      }
+      await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
+    });
+    const withoutUse = (view: JobView | undefined) => view && { ...view, artifacts: view.artifacts.map(({ lastUsedAt: _, ...artifact }) => artifact) };
+    for (const callbackUrl of [undefined, 'https://hooks.example/done']) {
+      const submitted = await service.submit({ url: 'https://m.example/stored', callbackUrl }, 'req-1');
+      expect(submitted.job).toMatchObject({ status: 'done', bornDone: true, contentId: 'cid-s' });
+      expect(submitted.artifacts.map((a) => a.name)).toEqual(['audio.wav', 'stems.wav']);
+      expect(submitted.callback?.url).toBe(callbackUrl);
+      expect(withoutUse(submitted)).toEqual(withoutUse(await service.find(submitted.job.id)));
+    }
+  });
+
   it('find(id) keeps a view while nothing is written (SQLite only) and reads again after any write, a rolled-back one included', async () => {
-    const job = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const { job } = await service.submit({ url: 'https://m.example/a' }, 'req-1');
     const first = (await service.find(job.id))!;
     const again = (await service.find(job.id))!;
     expect(again).toEqual(first);
@@ -140,7 +158,7 @@ describe('the job view on sqlite, written by another connection', () => {
   it('find(id) sees a write made to the file by another connection (an operator) within a second or so', async () => {
     database = await openTestDatabase('sqlite');
     const service = serviceOn(database);
-    const job = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const { job } = await service.submit({ url: 'https://m.example/a' }, 'req-1');
     const first = (await service.find(job.id))!;
     expect(await service.find(job.id)).toBe(first);
     const operator = new BetterSqlite3(database.location);

@@ -42,7 +42,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
   });
   /** Each submission a millisecond after the one before, so the claim order is the submission order. */
   const submit = async (url: string, callbackUrl: string | null = CALLBACK, contentPresent = false) => {
-    const job = await submitSource({ deps: submitDeps(contentPresent), input: { url, callbackUrl: callbackUrl ?? undefined } });
+    const { job } = await submitSource({ deps: submitDeps(contentPresent), input: { url, callbackUrl: callbackUrl ?? undefined } });
     clock += 1;
     return job;
   };

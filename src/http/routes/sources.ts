@@ -1,6 +1,6 @@
 import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
-import type { BatchItem, Submission } from '../../jobs/job-service.js';
+import type { BatchItem, JobView, Submission } from '../../jobs/job-service.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonBody } from '../middleware/json-body.js';
@@ -59,18 +59,20 @@ export const submitSourceBatchRoute = createRoute({
 export function registerSourceRoutes(
   app: OpenAPIHono<AppEnv>,
   deps: {
-    submit: (input: Submission, requestId: string) => Promise<JobRow>;
+    submit: (input: Submission, requestId: string) => Promise<JobView>;
     submitBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
     render: (job: JobRow) => Promise<JobRecord>;
+    renderView: (view: JobView) => JobRecord;
   },
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
     const { url, callback_url: callbackUrl } = c.req.valid('json');
-    const job = await deps.submit({ url, callbackUrl }, c.get('facts').id);
+    const view = await deps.submit({ url, callbackUrl }, c.get('facts').id);
+    const { job } = view;
     c.get('facts').jobId = job.id;
     c.get('facts').log.info({ job_id: job.id, status: job.status, born_done: job.bornDone, callback: callbackUrl !== undefined }, 'source submitted');
     c.header('Location', `/jobs/${job.id}`);
-    return c.json(await deps.render(job), 202);
+    return c.json(deps.renderView(view), 202);
   });
 
   app.openapi(submitSourceBatchRoute, async (c) => {
