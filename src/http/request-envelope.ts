@@ -23,6 +23,8 @@ export interface RequestFacts {
   route: string;
   /** The job the request created or addressed. */
   jobId?: string;
+  /** A submission's outcome, for its access line: the job's status, whether born done, whether with a callback. */
+  submitted?: { status: string; bornDone: boolean; callback: boolean };
   /** Whether a lane in front of the app has counted the request against its key's rate limit already. */
   rateCounted?: boolean;
   /** A logger that stamps the request id on every line (made on first use). */
@@ -77,6 +79,7 @@ export function createRequestEnvelope(options: RequestEnvelopeOptions): RequestE
           status,
           latency_ms: Math.round(seconds * 10000) / 10,
           ...(facts.jobId ? { job_id: facts.jobId } : {}),
+          ...(facts.submitted ? { job_status: facts.submitted.status, born_done: facts.submitted.bornDone, callback: facts.submitted.callback } : {}),
         },
         'request',
       );

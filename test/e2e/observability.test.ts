@@ -186,10 +186,17 @@ describe('logs', () => {
     await logLine((line) => line.msg === 'request' && line.request_id === 'poll-request-8');
 
     const lines = svc.logs.filter((line) => line.job_id === jobId);
-    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'submit-request-7')).toMatchObject({ route: '/sources', status: 202 });
+    // The submission's line says what became of it.
+    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'submit-request-7')).toMatchObject({
+      route: '/sources',
+      status: 202,
+      job_status: 'queued',
+      born_done: false,
+      callback: false,
+    });
     expect(lines.find((line) => line.msg === 'request' && line.request_id === 'poll-request-8')).toMatchObject({ route: '/jobs/{id}', status: 200 });
     // The worker's own lines carry the submission's request id.
-    const workerLines = lines.filter((line) => line.msg !== 'request' && line.msg !== 'source submitted');
+    const workerLines = lines.filter((line) => line.msg !== 'request');
     expect(workerLines.map((line) => line.msg)).toContain('job done');
     for (const line of workerLines) expect(line.request_id).toBe('submit-request-7');
     // No line that names the job lacks a request id.

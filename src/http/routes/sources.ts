@@ -69,8 +69,10 @@ export function registerSourceRoutes(
     const { url, callback_url: callbackUrl } = c.req.valid('json');
     const view = await deps.submit({ url, callbackUrl }, c.get('facts').id);
     const { job } = view;
-    c.get('facts').jobId = job.id;
-    c.get('facts').log.info({ job_id: job.id, status: job.status, born_done: job.bornDone, callback: callbackUrl !== undefined }, 'source submitted');
+    // Told by the request's access line: a line of its own was up to a tenth of a born-done submission's CPU.
+    const facts = c.get('facts');
+    facts.jobId = job.id;
+    facts.submitted = { status: job.status, bornDone: job.bornDone, callback: callbackUrl !== undefined };
     c.header('Location', `/jobs/${job.id}`);
     return c.json(deps.renderView(view), 202);
   });
