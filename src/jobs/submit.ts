@@ -1,17 +1,17 @@
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
-import { aliasedArtifacts, resolveAlias } from '../store/aliases.js';
-import { lockContent } from '../store/pins.js';
+import { aliasedArtifacts } from '../store/aliases.js';
 import { recordUse } from '../store/usage.js';
 import { insertDelivery, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import { enqueueJob, insertBornDoneJob } from './queue.js';
+import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked } from './queue.js';
 
 /**
  * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
  *  - the URL has an alias to content still stored → a job born done, nothing downloaded, and
- *    the content's use recorded; alias, file check, job and use are one transaction under the
- *    content's lock, so no node's eviction can remove the content in between;
+ *    the content's use recorded; alias, job and use are one transaction under the content's
+ *    lock (on PostgreSQL, one call of born_done_job()), so no node's eviction can remove the
+ *    content in between;
  *  - a job for the same URL is already queued or running, on any node → a job that follows it;
  *  - otherwise → a queued job, and the workers are told.
  * A callback's delivery row is written in the job's own transaction (src/webhooks/deliveries.ts:
@@ -51,8 +51,8 @@ export interface CheckedSource {
 }
 
 /**
- * Every step of the born-done transaction takes its handle: the hottest transaction of all needs
- * no async context, and on SQLite it commits together with those that wait beside it.
+ * SQLite's born-done transaction: every step takes its handle, so the hottest transaction of all
+ * needs no async context and commits together with those that wait beside it.
  */
 const BORN_DONE_TRANSACTION = { handleOnly: true };
 
@@ -101,31 +101,35 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
     return { ...submitted, callback };
   };
 
-  for (let round = 0; round < MAX_ROUNDS; round++) {
-    const now = deps.now();
-    const bornDone = await deps.database.transaction(async (q) => {
-      let artifacts: CacheEntryRow[];
-      if (q.kind === 'postgres') {
-        // Read again under the lock, which may have waited for a transaction that changed it.
-        // The two go out together (pipelined): the server runs the read after the lock is
-        // taken, and the round trip between them is saved.
-        const locked = await resolveAlias(q, 'url', urlKey);
-        if (locked === undefined) return undefined;
-        [, artifacts] = await Promise.all([lockContent(q, [locked], 'use'), aliasedArtifacts(q, 'url', urlKey)]);
-        if (artifacts[0]?.contentId !== locked) return undefined;
-      } else {
-        // A SQLite transaction is the only writer from its start: its first read stands.
-        artifacts = await aliasedArtifacts(q, 'url', urlKey);
-      }
+  const born = { id, url: url.href, urlKey, requestId };
+  // SQLite: one handle-only transaction, committed with those waiting beside it (BORN_DONE_TRANSACTION).
+  // A SQLite transaction is the only writer from its start, so its first read stands.
+  const bornDoneOnSqlite = (now: number) =>
+    deps.database.transaction(async (q) => {
+      const artifacts = await aliasedArtifacts(q, 'url', urlKey);
       const aliased = artifacts[0]?.contentId;
       if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
-      // Independent writes, pipelined on PostgreSQL too.
-      const [, job] = await Promise.all([
-        recordUse(q, aliased, now),
-        insertBornDoneJob(q, { id, url: url.href, urlKey, contentId: aliased, at: now, requestId }),
-      ]);
+      const [, job] = await Promise.all([recordUse(q, aliased, now), insertBornDoneJob(q, { ...born, contentId: aliased, at: now })]);
       return withCallback(q, { job, artifacts }, now);
     }, BORN_DONE_TRANSACTION);
+  // PostgreSQL: the artifacts read and the file checked, then one round trip takes the content's
+  // lock, reads the alias again and writes (insertBornDoneJobLocked). The file may be checked
+  // before the lock: an eviction that removed it had removed its rows, under the lock, first.
+  // A callback's delivery joins the job in a transaction.
+  const bornDoneOnPostgres = async (now: number) => {
+    const artifacts = await aliasedArtifacts(deps.database, 'url', urlKey);
+    const aliased = artifacts[0]?.contentId;
+    if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
+    const insert = async (q: Queryable) => {
+      const job = await insertBornDoneJobLocked(q, { ...born, contentId: aliased, at: now });
+      return job && withCallback(q, { job, artifacts }, now);
+    };
+    return options.callbackUrl ? deps.database.transaction(insert) : insert(deps.database);
+  };
+
+  for (let round = 0; round < MAX_ROUNDS; round++) {
+    const now = deps.now();
+    const bornDone = await (deps.database.kind === 'postgres' ? bornDoneOnPostgres(now) : bornDoneOnSqlite(now));
     if (bornDone) return bornDone;
 
     await deps.admitJob();
