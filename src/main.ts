@@ -16,6 +16,7 @@ import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { createJobLane } from './http/job-lane.js';
+import { createSubmitLane } from './http/submit-lane.js';
 import { createJobRenderer } from './http/job-record.js';
 import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
@@ -331,11 +332,14 @@ async function main(): Promise<void> {
   });
 
   // Answered before the app, which answers everything else and, while shutting down, everything
-  // (503): signed URLs when there is no nginx (src/delivery/signed-lane.ts), and getJob (src/http/job-lane.ts).
+  // (503): signed URLs when there is no nginx (src/delivery/signed-lane.ts), getJob
+  // (src/http/job-lane.ts) and submitSource (src/http/submit-lane.ts).
   const signedLane = config.accelRedirectPrefix === null ? delivery.signedLane({ log }) : undefined;
   const jobLane = createJobLane({ checkKey, rateLimiter, readJob, log });
+  const submitLane = createSubmitLane({ checkKey, rateLimiter, submit: (input, requestId) => jobs.submit(input, requestId), render: renderView, log });
+  const apiLanes = (req: IncomingMessage, res: ServerResponse, toApp: () => void) => jobLane(req, res, () => submitLane(req, res, toApp));
   const lanes = (req: IncomingMessage, res: ServerResponse, toApp: () => void) =>
-    signedLane ? signedLane(req, res, () => jobLane(req, res, toApp)) : jobLane(req, res, toApp);
+    signedLane ? signedLane(req, res, () => apiLanes(req, res, toApp)) : apiLanes(req, res, toApp);
   const server = startHttpServer(
     {
       envelope: createRequestEnvelope({ log, observeRequest: (...args) => metrics.observeRequest(...args) }),

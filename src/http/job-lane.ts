@@ -1,7 +1,7 @@
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ServiceError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { presentedKey, type KeyChecker } from './api-key.js';
+import { nodeRequestKey, type KeyChecker } from './api-key.js';
 import { ROUTE_TEMPLATE_HEADER } from './middleware/request-context.js';
 import { keyIdentity, type RateLimiter } from './middleware/rate-limit.js';
 import { requestFacts } from './request-envelope.js';
@@ -67,8 +67,8 @@ export function createJobLane(deps: JobLaneDeps): JobLane {
     if (req.method !== 'GET') return otherwise();
     const match = JOB_PATH.exec(req.url ?? '');
     const facts = requestFacts(req);
-    if (!match || !facts || authorizationRepeated(req.rawHeaders)) return otherwise();
-    const key = presentedKey(nodeHeaders(req.headers));
+    if (!match || !facts) return otherwise();
+    const key = nodeRequestKey(req);
     if (key === undefined || !deps.checkKey(key)) return otherwise();
     if (deps.rateLimiter) {
       // Refused: the app asks the limiter again and answers 429 (or serves it, if a token came back since).
@@ -80,21 +80,4 @@ export function createJobLane(deps: JobLaneDeps): JobLane {
       res.destroy();
     });
   };
-}
-
-/** node's headers read as presentedKey reads a Headers object. */
-function nodeHeaders(headers: IncomingHttpHeaders): { get(name: string): string | undefined } {
-  return { get: (name) => headers[name] as string | undefined };
-}
-
-/**
- * node keeps the first of repeated Authorization headers, where the app (fetch's Headers) joins
- * them and so refuses the key: such a request is left to the app. X-API-Key is joined by both.
- */
-function authorizationRepeated(rawHeaders: string[]): boolean {
-  let seen = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    if (rawHeaders[i]!.length === 13 && rawHeaders[i]!.toLowerCase() === 'authorization') seen++;
-  }
-  return seen > 1;
 }

@@ -114,12 +114,17 @@ export interface ErrorLogger {
 export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
   return (err: Error, c: Context): Response => {
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
-    if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
     if (err instanceof HTTPException) {
       const status = err.status;
       return problemResponse(status, status === 401 ? 'unauthorized' : `http_${status}`, err.message || TITLE_BY_STATUS[status] || 'Error', { requestId });
     }
-    getLogger(c).error({ err }, 'unhandled error');
-    return problemResponse(500, 'internal_error', 'The server failed to handle this request.', { requestId });
+    return errorResponse(err, requestId, getLogger(c));
   };
+}
+
+/** A ServiceError's answer; anything else logged with its stack and answered as a bare 500. */
+export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {
+  if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
+  log.error({ err }, 'unhandled error');
+  return problemResponse(500, 'internal_error', 'The server failed to handle this request.', { requestId });
 }

@@ -10,6 +10,8 @@ import { matchedRoutes } from 'hono/route';
 export const ARTIFACT_ROUTE = '/artifacts/{cid}/{name}';
 /** getJob's route, which the job lane also answers. */
 export const JOB_ROUTE = '/jobs/{id}';
+/** submitSource's route, which the submit lane also answers. */
+export const SOURCES_ROUTE = '/sources';
 
 export function routeTemplate(c: Context): string {
   const handler = matchedRoutes(c).findLast((route) => route.method !== 'ALL');

@@ -14,6 +14,19 @@ import type { AppEnv } from '../env.js';
  * Request that @hono/node-server would build for it (a ReadableStream, an AbortController) was a
  * tenth of a born-done submission's CPU time (bench/api.ts profile).
  */
+/** A JSON media type, with or without parameters (`application/json`, `application/problem+json; charset=utf-8`). */
+export function isJsonContentType(type: string): boolean {
+  return /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type);
+}
+
+/** Bodies a lane in front of the app read before handing their request to it (src/http/submit-lane.ts). */
+const readAhead = new WeakMap<IncomingMessage, Promise<string>>();
+
+/** The app is to take this request's body as `text`: a lane read it already. */
+export function handBodyToApp(incoming: IncomingMessage, text: Promise<string>): void {
+  readAhead.set(incoming, text);
+}
+
 export function jsonBody(options: { maxBytes: number }): MiddlewareHandler<AppEnv> {
   const tooLarge = () => new ServiceError('payload_too_large', 'body_too_large', `The request body exceeds ${options.maxBytes} bytes.`);
   const limit = bodyLimit({
@@ -32,12 +45,12 @@ export function jsonBody(options: { maxBytes: number }): MiddlewareHandler<AppEn
   };
   return async (c, next) => {
     const type = c.req.header('content-type') ?? '';
-    if (!/^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type)) {
+    if (!isJsonContentType(type)) {
       throw new ServiceError('unsupported_media_type', 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
     }
     const incoming = (c.env as Partial<HttpBindings> | undefined)?.incoming;
     if (incoming) {
-      const text = readText(incoming, options.maxBytes, tooLarge);
+      const text = readAhead.get(incoming) ?? readBodyText(incoming, options.maxBytes, tooLarge);
       (c.req.bodyCache as { text?: Promise<string> }).text = text;
       await parse(text);
       return next();
@@ -55,7 +68,7 @@ export function jsonBody(options: { maxBytes: number }): MiddlewareHandler<AppEn
  * maxBytes it stops reading and rejects; the rest stays unread, and the server closes the
  * connection after the answer (src/http/server.ts).
  */
-function readText(incoming: IncomingMessage, maxBytes: number, tooLarge: () => Error): Promise<string> {
+export function readBodyText(incoming: IncomingMessage, maxBytes: number, tooLarge: () => Error): Promise<string> {
   return new Promise((resolve, reject) => {
     if (Number(incoming.headers['content-length'] ?? 0) > maxBytes) return reject(tooLarge());
     const chunks: Buffer[] = [];
