@@ -5,15 +5,6 @@ import { bodyLimit } from 'hono/body-limit';
 import { ServiceError } from '../../errors.js';
 import type { AppEnv } from '../env.js';
 
-/**
- * For operations that take a JSON body: 415 unless the body is declared as JSON, 413 past
- * maxBytes (counted while reading, whatever Content-Length claims), 400 if it does not parse.
- * The text is left in Hono's body cache, so the route's validator does not read it again.
- *
- * Under node's server the body is read from node's request itself: reading it through the web
- * Request that @hono/node-server would build for it (a ReadableStream, an AbortController) was a
- * tenth of a born-done submission's CPU time (bench/api.ts profile).
- */
 /** A JSON media type, with or without parameters (`application/json`, `application/problem+json; charset=utf-8`). */
 export function isJsonContentType(type: string): boolean {
   return /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type);
@@ -27,6 +18,15 @@ export function handBodyToApp(incoming: IncomingMessage, text: Promise<string>):
   readAhead.set(incoming, text);
 }
 
+/**
+ * For operations that take a JSON body: 415 unless the body is declared as JSON, 413 past
+ * maxBytes (counted while reading, whatever Content-Length claims), 400 if it does not parse.
+ * The text is left in Hono's body cache, so the route's validator does not read it again.
+ *
+ * Under node's server the body is read from node's request itself: reading it through the web
+ * Request that @hono/node-server would build for it (a ReadableStream, an AbortController) was a
+ * tenth of a born-done submission's CPU time (bench/api.ts profile).
+ */
 export function jsonBody(options: { maxBytes: number }): MiddlewareHandler<AppEnv> {
   const tooLarge = () => new ServiceError('payload_too_large', 'body_too_large', `The request body exceeds ${options.maxBytes} bytes.`);
   const limit = bodyLimit({
