@@ -4,19 +4,14 @@
  * leaves in the access log and the rate limit. The service's own lane is compared with its app in
  * test/e2e/job-lane.test.ts.
  */
-import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/errors.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
 import { createJobLane } from '../../src/http/job-lane.js';
 import { createTokenBucketLimiter } from '../../src/http/middleware/rate-limit.js';
-import { createRequestEnvelope, requestFacts } from '../../src/http/request-envelope.js';
+import { requestFacts } from '../../src/http/request-envelope.js';
 import type { JobRecord } from '../../src/http/schemas.js';
-import { createLogger } from '../../src/logger.js';
-import { openRawConnection } from '../support/raw-http.js';
+import { startLaneServer, type LaneServer } from '../support/lane-server.js';
 
 const KEY = 'job-lane-test-key';
 const BURST = 3;
@@ -24,9 +19,8 @@ const BURST = 3;
 const recordOf = (id: string) => ({ job_id: id, status: 'queued', url: 'https://media.example/a' }) as unknown as JobRecord;
 
 describe('the job lane in front of the app', () => {
-  let server: Server;
-  let port: number;
-  const logLines: Array<Record<string, unknown>> = [];
+  let lanes: LaneServer;
+  let logLines: Array<Record<string, unknown>>;
   /** Requests the stand-in app answered, with whether the lane had counted them against the rate limit. */
   const handedOver: Array<{ url: string; rateCounted: boolean }> = [];
   const reads: string[] = [];
@@ -34,37 +28,29 @@ describe('the job lane in front of the app', () => {
   let failRead: Error | undefined;
 
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
-        done();
+    lanes = await startLaneServer(
+      (log) =>
+        createJobLane({
+          checkKey: createKeyChecker([KEY]),
+          rateLimiter: createTokenBucketLimiter({ perMinute: 1, burst: BURST, now: () => clockMs }),
+          readJob: async (id) => {
+            reads.push(id);
+            if (failRead) throw failRead;
+            if (id === 'missing') throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+            return recordOf(id);
+          },
+          log,
+        }),
+      (req, res) => {
+        handedOver.push({ url: req.url ?? '', rateCounted: requestFacts(req)?.rateCounted === true });
+        res.writeHead(299, { 'content-length': '0' }).end();
       },
-    });
-    const log = createLogger('info', sink);
-    const envelope = createRequestEnvelope({ log, observeRequest: () => {} });
-    const lane = createJobLane({
-      checkKey: createKeyChecker([KEY]),
-      rateLimiter: createTokenBucketLimiter({ perMinute: 1, burst: BURST, now: () => clockMs }),
-      readJob: async (id) => {
-        reads.push(id);
-        if (failRead) throw failRead;
-        if (id === 'missing') throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
-        return recordOf(id);
-      },
-      log,
-    });
-    const app = (req: IncomingMessage, res: import('node:http').ServerResponse) => {
-      handedOver.push({ url: req.url ?? '', rateCounted: requestFacts(req)?.rateCounted === true });
-      res.writeHead(299, { 'content-length': '0' }).end();
-    };
-    server = createServer((req, res) => envelope(req, res, () => lane(req, res, () => app(req, res))));
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    port = (server.address() as AddressInfo).port;
+    );
+    logLines = lanes.logLines;
   });
 
-  afterAll(async () => {
-    server?.close();
+  afterAll(() => {
+    lanes?.close();
   });
 
   beforeEach(() => {
@@ -76,15 +62,7 @@ describe('the job lane in front of the app', () => {
   });
 
   /** One request with the header lines given as written (repeats allowed); the answer and its access-log line. */
-  async function send(method: string, target: string, headerLines: string[] = [`Authorization: Bearer ${KEY}`]) {
-    const connection = await openRawConnection(port);
-    const logged = logLines.length;
-    connection.write(`${method} ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\n${headerLines.map((line) => `${line}\r\n`).join('')}\r\n`);
-    const message = await connection.readMessage();
-    connection.close();
-    await expect.poll(() => logLines.length).toBeGreaterThan(logged);
-    return { ...message, text: message.body.toString('utf8'), line: logLines[logged]! };
-  }
+  const send = (method: string, target: string, headerLines: string[] = [`Authorization: Bearer ${KEY}`]) => lanes.send(method, target, headerLines);
 
   it('answers a keyed GET of a job itself: the record as JSON, its route and job in the access log', async () => {
     for (const header of [`Authorization: Bearer ${KEY}`, `X-API-Key: ${KEY}`]) {

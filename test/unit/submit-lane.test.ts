@@ -4,65 +4,48 @@
  * whether it read their body first), and what it leaves in the access log. The service's own lane
  * is compared with its app in test/e2e/submit-lane.test.ts.
  */
-import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/errors.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
-import { createRequestEnvelope } from '../../src/http/request-envelope.js';
 import type { JobRecord } from '../../src/http/schemas.js';
 import { createSubmitLane } from '../../src/http/submit-lane.js';
 import type { JobView, Submission } from '../../src/jobs/job-service.js';
-import { createLogger } from '../../src/logger.js';
-import { openRawConnection } from '../support/raw-http.js';
+import { startLaneServer, type LaneServer } from '../support/lane-server.js';
 
 const KEY = 'submit-lane-test-key';
 const viewOf = (id: string, url: string) => ({ job: { id, url, status: 'done', bornDone: true }, artifacts: [] }) as unknown as JobView;
 const recordOf = (view: JobView) => ({ job_id: view.job.id, status: view.job.status, url: view.job.url }) as unknown as JobRecord;
 
 describe('the submit lane in front of the app', () => {
-  let server: Server;
-  let port: number;
-  const logLines: Array<Record<string, unknown>> = [];
+  let lanes: LaneServer;
   /** Requests the stand-in app answered, with whether their body had been read before. */
   const handedOver: Array<{ url: string; bodyRead: boolean }> = [];
   const submitted: Array<{ input: Submission; requestId: string }> = [];
   let refusal: Error | undefined;
 
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
-        done();
-      },
-    });
-    const log = createLogger('info', sink);
-    const envelope = createRequestEnvelope({ log, observeRequest: () => {} });
     let ids = 0;
-    const lane = createSubmitLane({
-      checkKey: createKeyChecker([KEY]),
-      submit: async (input, requestId) => {
-        submitted.push({ input, requestId });
-        if (refusal) throw refusal;
-        return viewOf(`job-${++ids}`, input.url);
+    lanes = await startLaneServer(
+      (log) =>
+        createSubmitLane({
+          checkKey: createKeyChecker([KEY]),
+          submit: async (input, requestId) => {
+            submitted.push({ input, requestId });
+            if (refusal) throw refusal;
+            return viewOf(`job-${++ids}`, input.url);
+          },
+          render: recordOf,
+          log,
+        }),
+      (req, res) => {
+        handedOver.push({ url: req.url ?? '', bodyRead: req.readableEnded });
+        res.writeHead(299, { 'content-length': '0', connection: 'close' }).end();
       },
-      render: recordOf,
-      log,
-    });
-    const app = (req: IncomingMessage, res: ServerResponse) => {
-      handedOver.push({ url: req.url ?? '', bodyRead: req.readableEnded });
-      res.writeHead(299, { 'content-length': '0', connection: 'close' }).end();
-    };
-    server = createServer((req, res) => envelope(req, res, () => lane(req, res, () => app(req, res))));
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    port = (server.address() as AddressInfo).port;
+    );
   });
 
-  afterAll(async () => {
-    server?.close();
+  afterAll(() => {
+    lanes?.close();
   });
 
   beforeEach(() => {
@@ -74,17 +57,9 @@ describe('the submit lane in front of the app', () => {
   const json = 'Content-Type: application/json';
   const keyed = `Authorization: Bearer ${KEY}`;
 
-  /** One request with the header lines given as written and a body; the answer and its access-log line. */
-  async function send(target: string, body: string, headerLines: string[] = [keyed, json], method = 'POST') {
-    const connection = await openRawConnection(port);
-    const logged = logLines.length;
-    const lines = [...headerLines, ...(body === '' ? [] : [`Content-Length: ${Buffer.byteLength(body)}`])];
-    connection.write(`${method} ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\n${lines.map((line) => `${line}\r\n`).join('')}\r\n${body}`);
-    const message = await connection.readMessage();
-    connection.close();
-    await expect.poll(() => logLines.length).toBeGreaterThan(logged);
-    return { ...message, text: message.body.toString('utf8'), line: logLines[logged]! };
-  }
+  /** A POST with the header lines given as written and a body (its Content-Length added); the answer and its access-log line. */
+  const send = (target: string, body: string, headerLines: string[] = [keyed, json]) =>
+    lanes.send('POST', target, [...headerLines, ...(body === '' ? [] : [`Content-Length: ${Buffer.byteLength(body)}`])], body);
 
   it('answers a keyed JSON submission itself: 202, the record, Location, and the access line', async () => {
     const res = await send('/sources', JSON.stringify({ url: 'https://media.example/a', callback_url: 'https://hooks.example/x' }), [keyed, json, 'X-Request-Id: lane-1']);
