@@ -12,6 +12,9 @@
  * server (http.createServer answering the same job record bytes) on the same machine, driven by
  * wrk -t2 -c32 (Debian package wrk):
  *   GET /jobs/{id}          a done job's record (its signed URL made per request)
+ *   GET /jobs/{id} (100)    the same, each request for the next of 100 done jobs in turn
+ *                           (on PostgreSQL, polls made together are read together: with one
+ *                           job they share one read, with 100 they share its round trip)
  *   POST /sources           a URL already stored: a born-done job, committed durably before its 202
  * on SQLite (a file in a temp data dir) and on PostgreSQL (DATABASE_URL if set, else a throwaway
  * cluster started here with PostgreSQL's durable defaults: fsync and synchronous_commit on).
@@ -92,8 +95,11 @@ async function main(): Promise<void> {
       const trivial = await startTrivialServer(service.record);
       stops.unshift(() => trivial.stop());
       const auth = ['-H', `Authorization: Bearer ${service.apiKey}`];
+      const manyJobsScript = path.join(scratch, `get-many-${backend}.lua`);
+      await writeFile(manyJobsScript, pollInTurn(await bornDoneJobs(service, 100)));
       const cases = {
         'GET /jobs/{id}': { path: `/jobs/${service.jobId}`, args: auth },
+        'GET /jobs/{id} (100 jobs)': { path: '/', args: [...auth, '-s', manyJobsScript] },
         'POST /sources (born done)': { path: '/sources', args: [...auth, '-s', postScript] },
       };
       const results = new Map<string, { trivial: Measure[]; service: Measure[] }>();
@@ -141,6 +147,26 @@ const median = (values: number[]) => {
   const mid = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 };
+
+/** `count` born-done jobs' ids, submitted one after the other. */
+async function bornDoneJobs(service: ServiceTarget, count: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const response = await fetch(`http://127.0.0.1:${service.port}/sources`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${service.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: service.sourceUrl }),
+    });
+    const { job_id: id } = (await response.json()) as { job_id: string };
+    ids.push(id);
+  }
+  return ids;
+}
+
+/** A wrk script whose requests go to GET /jobs/{id} for each of `ids` in turn. */
+function pollInTurn(ids: string[]): string {
+  return `local ids = {${ids.map((id) => JSON.stringify(id)).join(', ')}}\nlocal next = 0\nrequest = function()\n  next = next % #ids + 1\n  return wrk.format("GET", "/jobs/" .. ids[next])\nend\n`;
+}
 
 /** The baseline: plain Node answering the job record for any GET, and after reading the body for any POST. */
 async function startTrivialServer(body: string): Promise<Target> {

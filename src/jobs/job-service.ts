@@ -1,7 +1,7 @@
 import { asc, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
-import { keptUntilChange } from '../db/read-cache.js';
+import { gatheredReads, keptUntilChange } from '../db/read-cache.js';
 import { ServiceError } from '../errors.js';
 import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
@@ -50,9 +50,10 @@ export interface JobService {
   /** The view of a job row already read. */
   view(job: JobRow): Promise<JobView>;
   /**
-   * The view of a job by id, read in one statement (every poll of getJob reads it), or kept from
-   * the last read while the database has not changed since (SQLite); undefined if there is no
-   * such job. Shared and frozen: not to be modified.
+   * The view of a job by id, read in one statement (every poll of getJob reads it): kept from the
+   * last read while the database has not changed since (SQLite), or read together with the polls
+   * of other jobs made at the same time (PostgreSQL); undefined if there is no such job. May be
+   * shared and frozen: not to be modified.
    */
   find(id: string): Promise<JobView | undefined>;
   /** find(), throwing job_not_found as get() does. */
@@ -61,8 +62,13 @@ export interface JobService {
 
 const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
 
-/** Job views kept between polls while the database does not change (../db/read-cache.ts). */
+/** Job views kept between polls while the database does not change (SQLite, ../db/read-cache.ts). */
 const KEPT_VIEWS = 1000;
+/**
+ * PostgreSQL: polls made while two reads are under way wait and go together as one. Two, so that
+ * one round trip's wait overlaps the other's; more would split the waiting polls into smaller reads.
+ */
+const GATHERED_READS = { concurrency: 2, maxKeys: 100 };
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
 const BATCH_CHECK_CONCURRENCY = 8;
@@ -86,15 +92,17 @@ export function createJobService(deps: JobServiceDeps): JobService {
     const current = await readJobView(database, job.id);
     return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback };
   }
-  const find = keptUntilChange(
-    database,
-    async (id: string): Promise<JobView | undefined> => {
-      const found = await readJobView(database, id);
-      // A follower shows its leader while it waits: the rare case, left to view().
-      return found && found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
-    },
-    KEPT_VIEWS,
-  );
+  // A follower shows its leader while it waits: the rare case, left to view().
+  const withLeader = (found: JobView) => (found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found);
+  const find = database.changeMark
+    ? keptUntilChange(database, async (id: string) => {
+        const found = await readJobView(database, id);
+        return found && withLeader(found);
+      }, KEPT_VIEWS)
+    : gatheredReads(async (ids: string[]) => {
+        const views = await Promise.all([...(await readJobViews(database, ids)).values()].map(withLeader));
+        return new Map(views.map((found) => [found.job.id, found]));
+      }, GATHERED_READS);
   return {
     async submit({ url, callbackUrl }, requestId) {
       const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
@@ -166,11 +174,38 @@ async function readJobView(q: Queryable, id: string): Promise<JobView | undefine
       .orderBy(asc(t.cacheEntries.name))
       .prepare('job_view_by_id'),
   );
-  const rows = await query.execute({ id });
-  const first = rows[0];
-  if (!first) return undefined;
-  const artifacts = rows.flatMap((row) => (row.artifact ? [row.artifact] : []));
-  return { job: first.job, leader: undefined, artifacts, callback: first.callback ?? undefined };
+  return viewsOf(await query.execute({ id })).get(id);
+}
+
+/** readJobView for many jobs in one statement: PostgreSQL only (`= any` of an array). */
+async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, JobView>> {
+  const query = prepared(q, 'job_views_by_ids', ({ db, t }) =>
+    db
+      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries })
+      .from(t.jobs)
+      .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
+      .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
+      .where(sql`${t.jobs.id} = any(${sql.placeholder('ids')})`)
+      .orderBy(asc(t.cacheEntries.name))
+      .prepare('job_views_by_ids'),
+  );
+  return viewsOf(await query.execute({ ids }));
+}
+
+type JobViewRow = { job: JobRow; artifact: CacheEntryRow | null; callback: CallbackDeliveryRow | null };
+
+/** Views from joined rows, by job id; each job's artifacts in the rows' order. */
+function viewsOf(rows: JobViewRow[]): Map<string, JobView> {
+  const views = new Map<string, JobView>();
+  for (const row of rows) {
+    let view = views.get(row.job.id);
+    if (!view) {
+      view = { job: row.job, leader: undefined, artifacts: [], callback: row.callback ?? undefined };
+      views.set(row.job.id, view);
+    }
+    if (row.artifact) view.artifacts.push(row.artifact);
+  }
+  return views;
 }
 
 /** The value, or the ServiceError that refused it; anything else is thrown on. */

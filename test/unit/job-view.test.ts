@@ -89,6 +89,44 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(await service.find('no-such-job')).toBeUndefined();
   });
 
+  it('find(id) of many jobs at once answers each its own view (on PostgreSQL read together), and nothing for no such job', async () => {
+    const { job: leader } = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
+    const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
+    await database.transaction(async (q) => {
+      for (const name of ['stems.wav', 'audio.wav']) {
+        await recordCacheEntry(q, { contentId: 'cid-s', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 500);
+      }
+      await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
+    });
+    const { job: stored } = await service.submit({ url: 'https://m.example/stored' }, 'req-3');
+    const ids = [leader.id, follower.id, stored.id, 'no-such-job', leader.id, stored.id];
+    const found = await Promise.all(ids.map((id) => service.find(id)));
+    const expected = await Promise.all(
+      ids.map(async (id) => {
+        const row = await getJobRow(database, id);
+        return row && service.view(row);
+      }),
+    );
+    expect(found).toEqual(expected);
+    expect(found.map((view) => view?.job.status)).toEqual(['queued', 'queued', 'done', undefined, 'queued', 'done']);
+    expect(found[1]!.leader?.id).toBe(leader.id);
+    expect(found[2]!.artifacts.map((a) => a.name)).toEqual(['audio.wav', 'stems.wav']);
+    expect(found[0]!.callback?.url).toBe('https://hooks.example/done');
+  });
+
+  it('find(id) asked for after a write sees it, even while a read of the same job from before the write is under way', async () => {
+    const { job } = await service.submit({ url: 'https://m.example/a' }, 'req-1');
+    const { job: other } = await service.submit({ url: 'https://m.example/b' }, 'req-2');
+    // Under way before the write (on PostgreSQL, two reads: every later one waits for its turn).
+    const before = [service.find(job.id), service.find(other.id)];
+    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    const running = await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    expect(running).toBeDefined();
+    const after = await service.find(job.id);
+    expect(after!.job.status).toBe('running');
+    await Promise.all(before);
+  });
+
   it("submit() of a stored URL answers the born-done view its transaction read: find()'s but for the use it recorded", async () => {
     await database.transaction(async (q) => {
       for (const name of ['stems.wav', 'audio.wav']) {
