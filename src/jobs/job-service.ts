@@ -1,7 +1,8 @@
 import { asc, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
-import { gatheredReads, keptUntilChange } from '../db/read-cache.js';
+import { gatheredReads } from '../db/gathered.js';
+import { keptUntilChange } from '../db/read-cache.js';
 import { ServiceError } from '../errors.js';
 import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';

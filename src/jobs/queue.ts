@@ -108,21 +108,54 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
  * a born-done submission's CPU there.
  */
 export async function insertBornDoneJobLocked(q: Queryable, job: BornDoneJob): Promise<JobRow | undefined> {
-  const rows = await q.db.execute<Record<string, unknown>>(
-    sql`select * from born_done_job(${job.id}, ${job.url}, ${job.urlKey}, ${job.contentId}, ${job.at}, ${job.requestId})`,
-  );
-  const row = rows[0];
-  return row && jobFromColumns(q.t.jobs, row);
+  const query = prepared(q, 'born_done_job', ({ db, t: { jobs } }) => {
+    const arg = (name: keyof BornDoneJob) => sql.placeholder(name);
+    const call = sql`born_done_job(${arg('id')}, ${arg('url')}, ${arg('urlKey')}, ${arg('contentId')}, ${arg('at')}, ${arg('requestId')})`;
+    return db.select(jobsColumnsOf(jobs)).from(call).prepare('born_done_job');
+  });
+  const [row] = await query.execute({ ...job });
+  return row;
 }
 
-/** A jobs row as the database named and encoded its columns, mapped as drizzle maps it. */
-function jobFromColumns(jobs: Queryable['t']['jobs'], row: Record<string, unknown>): JobRow {
-  const job: Record<string, unknown> = {};
-  for (const [key, column] of Object.entries(getTableColumns(jobs))) {
-    const value = row[column.name];
-    job[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+/**
+ * insertBornDoneJobLocked for many jobs in one round trip and one commit, by the migration's
+ * born_done_jobs() (drizzle/postgres/0005_born_done_jobs_function.sql), which takes the items in
+ * the order given: sorted here by content id, as lockContent takes its locks. The jobs made, by id.
+ */
+export async function insertBornDoneJobsLocked(q: Queryable, jobs: BornDoneJob[]): Promise<Map<string, JobRow>> {
+  const query = prepared(q, 'born_done_jobs', ({ db, t }) =>
+    db
+      .select(jobsColumnsOf(t.jobs))
+      .from(sql`born_done_jobs(${sql.placeholder('jobs')}::jsonb)`)
+      .prepare('born_done_jobs'),
+  );
+  const inLockOrder = [...jobs].sort((a, b) => (a.contentId < b.contentId ? -1 : a.contentId > b.contentId ? 1 : 0));
+  const rows = await query.execute({ jobs: JSON.stringify(inLockOrder) });
+  return new Map(rows.map((row) => [row.id, row]));
+}
+
+/**
+ * insertBornDoneJobsLocked's result for each job, in order. One commit for all: if it fails, each
+ * job goes again alone, so that whatever failed it fails only its own (a promise of its own).
+ */
+export async function insertBornDoneJobsOrEachAlone(q: Queryable, jobs: BornDoneJob[]): Promise<Array<Promise<JobRow | undefined> | JobRow | undefined>> {
+  try {
+    const made = await insertBornDoneJobsLocked(q, jobs);
+    return jobs.map((job) => made.get(job.id));
+  } catch (err) {
+    if (jobs.length === 1) throw err;
+    return jobs.map((job) => insertBornDoneJobLocked(q, job));
   }
-  return job as JobRow;
+}
+
+/**
+ * The columns of a function's jobs rows, each mapped as the table's column is: so that a call of
+ * the function is a prepared select. (A raw execute() is not prepared, and postgres.js then asks
+ * PostgreSQL for its parameters' types first: a round trip more.)
+ */
+function jobsColumnsOf(jobs: Queryable['t']['jobs']): { [K in keyof JobRow]: SQL<JobRow[K]> } {
+  const columns = Object.entries(getTableColumns(jobs)).map(([key, column]) => [key, sql`${sql.identifier(column.name)}`.mapWith(column)]);
+  return Object.fromEntries(columns) as { [K in keyof JobRow]: SQL<JobRow[K]> };
 }
 
 /** The job that currently leads work on a URL, if any. */

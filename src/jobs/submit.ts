@@ -1,17 +1,18 @@
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
+import { gathered, gatheredReads } from '../db/gathered.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
-import { aliasedArtifacts } from '../store/aliases.js';
+import { aliasedArtifacts, aliasedArtifactsOfKeys } from '../store/aliases.js';
 import { recordUse } from '../store/usage.js';
 import { insertDelivery, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked } from './queue.js';
+import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked, insertBornDoneJobsOrEachAlone, type BornDoneJob } from './queue.js';
 
 /**
  * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
  *  - the URL has an alias to content still stored → a job born done, nothing downloaded, and
  *    the content's use recorded; alias, job and use are one transaction under the content's
- *    lock (on PostgreSQL, one call of born_done_job()), so no node's eviction can remove the
- *    content in between;
+ *    lock (on PostgreSQL, one call of born_done_job(), or of born_done_jobs() for the
+ *    submissions made at the same time), so no node's eviction can remove the content in between;
  *  - a job for the same URL is already queued or running, on any node → a job that follows it;
  *  - otherwise → a queued job, and the workers are told.
  * A callback's delivery row is written in the job's own transaction (src/webhooks/deliveries.ts:
@@ -55,6 +56,33 @@ export interface CheckedSource {
  * needs no async context and commits together with those that wait beside it.
  */
 const BORN_DONE_TRANSACTION = { handleOnly: true };
+
+/**
+ * PostgreSQL: born-done submissions made while others are under way wait and go together: one
+ * read of their URLs' artifacts, one call of born_done_jobs() (one commit). Two of each at once.
+ */
+const TOGETHER = { concurrency: 2, maxItems: 64 };
+
+interface BornDoneTogether {
+  /** aliasedArtifacts(url), read with those asked for at the same time; shared, frozen when asked twice. */
+  artifacts: (urlKey: string) => Promise<CacheEntryRow[] | undefined>;
+  /** insertBornDoneJobLocked, with those asked for at the same time. */
+  insert: (job: BornDoneJob) => Promise<JobRow | undefined>;
+}
+
+const togetherByDatabase = new WeakMap<Database, BornDoneTogether>();
+
+function bornDoneTogether(database: Database): BornDoneTogether {
+  let together = togetherByDatabase.get(database);
+  if (!together) {
+    together = {
+      artifacts: gatheredReads((keys) => aliasedArtifactsOfKeys(database, 'url', keys), { concurrency: TOGETHER.concurrency, maxKeys: TOGETHER.maxItems }),
+      insert: gathered((jobs: BornDoneJob[]) => insertBornDoneJobsOrEachAlone(database, jobs), TOGETHER),
+    };
+    togetherByDatabase.set(database, together);
+  }
+  return together;
+}
 
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
@@ -115,16 +143,19 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
   // PostgreSQL: the artifacts read and the file checked, then one round trip takes the content's
   // lock, reads the alias again and writes (insertBornDoneJobLocked). The file may be checked
   // before the lock: an eviction that removed it had removed its rows, under the lock, first.
-  // A callback's delivery joins the job in a transaction.
+  // Both round trips are shared with the submissions made at the same time (bornDoneTogether);
+  // a callback's delivery joins its own job in a transaction.
   const bornDoneOnPostgres = async (now: number) => {
-    const artifacts = await aliasedArtifacts(deps.database, 'url', urlKey);
+    const together = bornDoneTogether(deps.database);
+    const artifacts = (await together.artifacts(urlKey)) ?? [];
     const aliased = artifacts[0]?.contentId;
     if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
-    const insert = async (q: Queryable) => {
-      const job = await insertBornDoneJobLocked(q, { ...born, contentId: aliased, at: now });
-      return job && withCallback(q, { job, artifacts }, now);
-    };
-    return options.callbackUrl ? deps.database.transaction(insert) : insert(deps.database);
+    const job: BornDoneJob = { ...born, contentId: aliased, at: now };
+    if (!options.callbackUrl) return together.insert(job).then((made) => made && { job: made, artifacts });
+    return deps.database.transaction(async (q) => {
+      const made = await insertBornDoneJobLocked(q, job);
+      return made && withCallback(q, { job: made, artifacts }, now);
+    });
   };
 
   for (let round = 0; round < MAX_ROUNDS; round++) {

@@ -54,3 +54,23 @@ export async function aliasedArtifacts(q: Queryable, kind: AliasKind, key: strin
   );
   return query.execute({ kind, key });
 }
+
+/** aliasedArtifacts for many keys of one kind in one statement, by key: PostgreSQL only (`= any` of an array). */
+export async function aliasedArtifactsOfKeys(q: Queryable, kind: AliasKind, keys: string[]): Promise<Map<string, CacheEntryRow[]>> {
+  const query = prepared(q, 'alias_artifacts_of_keys', ({ db, t: { aliases, cacheEntries } }) =>
+    db
+      .select({ key: aliases.key, artifact: cacheEntries })
+      .from(aliases)
+      .innerJoin(cacheEntries, eq(cacheEntries.contentId, aliases.contentId))
+      .where(and(eq(aliases.kind, sql.placeholder('kind')), sql`${aliases.key} = any(${sql.placeholder('keys')})`))
+      .orderBy(asc(cacheEntries.name))
+      .prepare('alias_artifacts_of_keys'),
+  );
+  const byKey = new Map<string, CacheEntryRow[]>();
+  for (const { key, artifact } of await query.execute({ kind, keys })) {
+    const artifacts = byKey.get(key);
+    if (artifacts) artifacts.push(artifact);
+    else byKey.set(key, [artifact]);
+  }
+  return byKey;
+}

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BACKENDS } from '../support/test-database.js';
+import { insertBornDoneJobsLocked, insertBornDoneJobsOrEachAlone } from '../../src/jobs/queue.js';
 import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
+import { setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor } from '../../src/store/cache-entries.js';
 import { evictToCap } from '../../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
@@ -100,5 +102,71 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     }
     // Both orders happened: eviction first (a queued job), submission first (born done).
     expect([...outcomes].sort()).toEqual(['done', 'queued']);
+  });
+
+  it('submissions made at once are each born done on their own content, or queued (PostgreSQL: made together), and every content used is written', async () => {
+    const fx = await createStoreFixture(kind);
+    const url = (name: string) => `https://media.example/${name}`;
+    const a = await fx.addArtifact(1000, 1000, url('a'));
+    const b = await fx.addArtifact(1000, 2000, url('b'));
+    // The hottest: used together with others, it is written all the same.
+    const c = await fx.addArtifact(1000, 3000, url('c'));
+    // Its file is gone: not born done.
+    const gone = await fx.addArtifact(1000, 500, url('gone'));
+    fx.store.removeSync(gone);
+    const names = ['a', 'b', 'a', 'c', 'gone', 'b', 'c', 'a', 'never-stored', 'a'];
+    const deps = submitDeps(fx, 5000);
+    const submitted = await Promise.all(names.map((name) => submitSource({ deps, input: { url: url(name) } })));
+    const expected: Record<string, string> = { a, b, c };
+    submitted.forEach(({ job, artifacts }, i) => {
+      const content = expected[names[i]!];
+      if (content) {
+        expect({ name: names[i], job, artifacts: artifacts?.map((x) => x.contentId) }).toMatchObject({ name: names[i], job: { status: 'done', bornDone: true, contentId: content, url: url(names[i]!) }, artifacts: [content] });
+      } else {
+        expect({ name: names[i], status: job.status, bornDone: job.bornDone }).toEqual({ name: names[i], status: 'queued', bornDone: false });
+      }
+    });
+    expect(new Set(submitted.map(({ job }) => job.id)).size).toBe(names.length);
+    const lastUse = async (cid: string) => (await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
+    expect([await lastUse(a), await lastUse(b), await lastUse(c)]).toEqual([5000, 5000, 5000]);
+  });
+});
+
+describe('born_done_jobs() on postgres', () => {
+  it('makes the jobs whose alias still points to their content, and writes each content used once', async () => {
+    const fx = await createStoreFixture('postgres');
+    const url = (name: string) => `https://media.example/${name}`;
+    const a = await fx.addArtifact(1000, 1000, url('a'));
+    const b = await fx.addArtifact(1000, 2000, url('b'));
+    // The alias of "moved" now points to b: a job asked for on a is not made.
+    await setAlias(fx.database, 'url', url('moved'), b, 2500);
+    const job = (id: string, name: string, contentId: string, at: number) => ({ id, url: url(name), urlKey: url(name), contentId, at, requestId: `req-${id}` });
+    const made = await insertBornDoneJobsLocked(fx.database, [job('j1', 'b', b, 5000), job('j2', 'a', a, 5000), job('j3', 'moved', a, 5000), job('j4', 'a', a, 6000)]);
+    expect([...made.keys()].sort()).toEqual(['j1', 'j2', 'j4']);
+    expect(made.get('j4')).toMatchObject({ id: 'j4', url: url('a'), urlKey: url('a'), status: 'done', bornDone: true, contentId: a, createdAt: 6000, startedAt: 6000, finishedAt: 6000, requestId: 'req-j4', followsJobId: null });
+    const lastUse = async (cid: string) => (await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
+    // Two contents used together: each written, at its latest use.
+    expect([await lastUse(a), await lastUse(b)]).toEqual([6000, 5000]);
+
+    // One content alone, the hottest already: its rank cannot change, nothing is written.
+    expect((await insertBornDoneJobsLocked(fx.database, [job('j5', 'a', a, 7000)])).size).toBe(1);
+    expect(await lastUse(a)).toBe(6000);
+    // Control: alone but not the hottest, it is written.
+    expect((await insertBornDoneJobsLocked(fx.database, [job('j6', 'b', b, 8000)])).size).toBe(1);
+    expect(await lastUse(b)).toBe(8000);
+    expect(await insertBornDoneJobsLocked(fx.database, [])).toEqual(new Map());
+  });
+
+  it('when the jobs made together fail, each is made alone, and only the one at fault fails', async () => {
+    const fx = await createStoreFixture('postgres');
+    const url = (name: string) => `https://media.example/${name}`;
+    const a = await fx.addArtifact(1000, 1000, url('a'));
+    const job = (id: string) => ({ id, url: url('a'), urlKey: url('a'), contentId: a, at: 5000, requestId: null });
+    // The second 'j2' breaks the primary key: the statement fails for all four.
+    await expect(insertBornDoneJobsLocked(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')])).rejects.toThrow();
+    const outcomes = await Promise.allSettled(await insertBornDoneJobsOrEachAlone(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')]));
+    // The two j2 go at once: either may be the one made.
+    const ids = outcomes.map((outcome) => (outcome.status === 'fulfilled' ? outcome.value?.id : 'failed'));
+    expect([ids[0], [ids[1], ids[2]].sort(), ids[3]]).toEqual(['j1', ['failed', 'j2'], 'j3']);
   });
 });
