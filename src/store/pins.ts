@@ -1,5 +1,6 @@
 import { and, eq, gt, inArray, lt, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
+import { prepared } from '../db/prepared.js';
 import type { ContentPins } from './content-store.js';
 
 /**
@@ -25,10 +26,16 @@ export type ContentLock = 'use' | 'remove';
 
 export async function lockContent(q: Queryable, contentIds: string[], lock: ContentLock): Promise<void> {
   if (q.kind !== 'postgres') return;
-  for (const contentId of [...new Set(contentIds)].sort()) {
-    const lockFunction = lock === 'use' ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
-    await q.db.execute(sql`select ${sql.raw(lockFunction)}(hashtextextended(${`store:${contentId}`}, 0))`);
-  }
+  // A prepared select (a raw execute() would ask PostgreSQL for its parameter's type first).
+  const name = `lock_content_${lock}`;
+  const query = prepared(q, name, ({ db }) => {
+    const lockFunction = sql.raw(lock === 'use' ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock');
+    return db
+      .select({ locked: sql<number>`1` })
+      .from(sql`${lockFunction}(hashtextextended(${sql.placeholder('key')}, 0))`)
+      .prepare(name);
+  });
+  for (const contentId of [...new Set(contentIds)].sort()) await query.execute({ key: `store:${contentId}` });
 }
 
 /** The ids among `contentIds` that hold a live pin. */
