@@ -1,7 +1,7 @@
 import { asc, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
-import { prepared } from '../db/prepared.js';
 import { gatheredReads } from '../db/gathered.js';
+import { prepared } from '../db/prepared.js';
 import { keptUntilChange } from '../db/read-cache.js';
 import { ServiceError } from '../errors.js';
 import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
@@ -66,8 +66,8 @@ const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job
 /** Job views kept between polls while the database does not change (SQLite, ../db/read-cache.ts). */
 const KEPT_VIEWS = 1000;
 /**
- * PostgreSQL: polls made while two reads are under way wait and go together as one. Two, so that
- * one round trip's wait overlaps the other's; more would split the waiting polls into smaller reads.
+ * PostgreSQL: polls made while two reads are under way wait and go together as one (1 to 4 at
+ * once measured alike in bench/api.ts; two lets one round trip's wait overlap the other's).
  */
 const GATHERED_READS = { concurrency: 2, maxKeys: 100 };
 
@@ -96,10 +96,14 @@ export function createJobService(deps: JobServiceDeps): JobService {
   // A follower shows its leader while it waits: the rare case, left to view().
   const withLeader = (found: JobView) => (found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found);
   const find = database.changeMark
-    ? keptUntilChange(database, async (id: string) => {
-        const found = await readJobView(database, id);
-        return found && withLeader(found);
-      }, KEPT_VIEWS)
+    ? keptUntilChange(
+        database,
+        async (id: string) => {
+          const found = await readJobView(database, id);
+          return found && withLeader(found);
+        },
+        KEPT_VIEWS,
+      )
     : gatheredReads(async (ids: string[]) => {
         const views = await Promise.all([...(await readJobViews(database, ids)).values()].map(withLeader));
         return new Map(views.map((found) => [found.job.id, found]));

@@ -2,12 +2,14 @@
  * A real database (SQLite in the temp folder by default, or a fresh PostgreSQL database) and a
  * real artifact root in a temp folder, for unit tests of the store: `addArtifact` writes a file
  * at its content address and records its cache row, the way a finished job does. The store pins
- * content in the database, as the service's does.
+ * content in the database, as the service's does. Made inside a test, and closed (database,
+ * temp folder) when that test ends.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { onTestFinished } from 'vitest';
 import type { DatabaseKind } from '../../src/db/database.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
@@ -30,6 +32,10 @@ export interface StoreFixture {
 export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { now?: () => number } = {}): Promise<StoreFixture> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
   const database = await openTestDatabase(kind);
+  onTestFinished(async () => {
+    await database.close();
+    await rm(dir, { recursive: true, force: true });
+  });
   let holders = 0;
   const store = createContentStore(path.join(dir, 'artifacts'), createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }), 'test-node');
   await mkdir(store.root, { recursive: true });
