@@ -20,7 +20,9 @@
  *   svc fallback    the whole service streaming it, the job's signed URL
  *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor of the fallback
  * Prints requests/s, MB/s, p99 latency, each as a ratio to nginx static, and the fallbacks' rates
- * as a ratio to node plain. Every nginx writes the same JSON access log line per request; the
+ * as a ratio to node plain. BENCH_CASES (a pattern on the case names; nginx static and node plain
+ * always run, as the ratios need them) and BENCH_SIZES (on "whole file", "64 KiB ranges") pick
+ * what runs. Every nginx writes the same JSON access log line per request; the
  * services write theirs to a file; the services run with their default rate limit, which does not
  * count signed URLs (they carry no API key).
  */
@@ -44,6 +46,8 @@ const ROUNDS = Number(process.argv[3] ?? 3);
 const THREADS = 2;
 const CONNECTIONS = 32;
 const RANGE_BYTES = 64 * 1024;
+const CASES = process.env.BENCH_CASES ? new RegExp(process.env.BENCH_CASES) : undefined;
+const SIZES = process.env.BENCH_SIZES ? new RegExp(process.env.BENCH_SIZES) : undefined;
 const WAV_SECONDS = 57; // 44.1 kHz 16-bit stereo: 57 s ≈ 10 MB
 
 interface Result {
@@ -104,7 +108,7 @@ async function main(): Promise<void> {
   // Signed URLs carry their own credentials: no API key header (as for a browser). Valid for the
   // whole run.
   const signed = accelApp.signedPath(cid, AUDIO_ARTIFACT_NAME, 6 * 3600);
-  const targets: Array<[string, string, { apiKey: boolean }]> = [
+  const allTargets: Array<[string, string, { apiKey: boolean }]> = [
     ['nginx static', `http://127.0.0.1:${staticPort}/static/${relative}`, { apiKey: false }],
     ['static+ofc', `http://127.0.0.1:${staticPort}/static-ofc/${relative}`, { apiKey: false }],
     ['nginx signed', nginx.url(signed), { apiKey: false }],
@@ -114,6 +118,7 @@ async function main(): Promise<void> {
     ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
     ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: false }],
   ];
+  const targets = allTargets.filter(([name]) => !CASES || CASES.test(name) || name === 'nginx static' || name === 'node plain');
 
   console.log(
     `delivery benchmark: ${(bytes.length / 1e6).toFixed(1)} MB WAV, wrk -t${THREADS} -c${CONNECTIONS} -d${SECONDS}s per case, ` +
@@ -124,6 +129,7 @@ async function main(): Promise<void> {
       ['whole file', undefined],
       ['64 KiB ranges', rangeScript],
     ] as const) {
+      if (SIZES && !SIZES.test(label)) continue;
       const rounds = new Map<string, Result[]>(targets.map(([name]) => [name, []]));
       for (let round = 0; round < ROUNDS; round++) {
         for (const [name, url, { apiKey }] of targets) rounds.get(name)!.push(await wrk(url, script, apiKey));
