@@ -11,7 +11,7 @@
  *   static+ofc      the same with the open_file_cache the signed location uses: what that cache
  *                   alone is worth, so that the signed case is not flattered by it
  *   nginx signed    nginx/templates in front of the delivery handler in a bare Hono app, asked
- *                   with a signed URL: nginx checks it (njs) and answers alone
+ *                   with a signed URL: nginx checks it (Lua) and answers alone
  *   nginx keyed     the same with the API key: the app answers each request with X-Accel-Redirect
  *   app fallback    that bare app streaming the file itself, signed URL
  *   svc signed      nginx in front of the whole service (dist/main.js: request id, access log,

@@ -19,7 +19,8 @@ export const KEYED_CACHE_CONTROL = 'private, max-age=31536000, immutable';
 /**
  * A signed URL is its own credential, so a shared cache may keep the answer for whoever presents
  * the same URL, but no longer than the signature lives: Expires carries that limit as an absolute
- * time, the same on every answer (nginx writes it from the URL alone: nginx/njs/source-fetch.js).
+ * time, the same on every answer (nginx writes it from the URL alone:
+ * nginx/lua/source_fetch_signed_url.lua).
  * No max-age, which would have to shrink from answer to answer as the signature nears its end.
  */
 export const SIGNED_CACHE_CONTROL = 'public, immutable';

@@ -1,7 +1,7 @@
 /**
  * A real nginx (Debian's /usr/sbin/nginx) on 127.0.0.1 in front of an app under test, with the
- * very template from nginx/templates rendered the way the official image's envsubst step does,
- * inside a minimal main config whose paths all live in a temp folder.
+ * very template from nginx/templates rendered the way the nginx image's entrypoint
+ * (nginx/entrypoint.sh) does, inside a minimal main config whose paths all live in a temp folder.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -13,12 +13,12 @@ import { fileURLToPath } from 'node:url';
 
 export const NGINX_BINARY = '/usr/sbin/nginx';
 export const TEMPLATE_PATH = fileURLToPath(new URL('../../nginx/templates/default.conf.template', import.meta.url));
-/** The folder of the template's njs module (its NGINX_NJS_DIR). */
-const NJS_DIR = fileURLToPath(new URL('../../nginx/njs', import.meta.url));
+/** The folder of the template's Lua module (its NGINX_LUA_DIR). */
+const LUA_DIR = fileURLToPath(new URL('../../nginx/lua', import.meta.url));
 /** A URL_SIGNING_SECRET for a service under test and the nginx in front of it. */
 export const SHARED_URL_SIGNING_SECRET = 'url-signing-secret-shared-with-nginx';
-/** Debian's libnginx-mod-http-js, which the template needs. */
-const NJS_MODULE = '/usr/lib/nginx/modules/ngx_http_js_module.so';
+/** Debian's libnginx-mod-http-lua (and the development kit it builds on), which the template needs. */
+const LUA_MODULES = ['/usr/lib/nginx/modules/ndk_http_module.so', '/usr/lib/nginx/modules/ngx_http_lua_module.so'];
 
 export interface NginxOptions {
   appPort: number;
@@ -92,7 +92,7 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
     NGINX_PORT: `127.0.0.1:${port}`,
     NGINX_ACCESS_LOG: path.join(prefix, 'access.json'),
     NGINX_USAGE_LOG: usageLogPath,
-    NGINX_NJS_DIR: NJS_DIR,
+    NGINX_LUA_DIR: LUA_DIR,
   });
   if (options.proxyReadTimeoutS !== undefined) {
     const directive = /proxy_read_timeout \d+s;/;
@@ -104,10 +104,9 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
   const errorLogPath = path.join(prefix, 'error.log');
   const accessLogPath = path.join(prefix, 'access.json');
   const temp = (name: string) => path.join(prefix, name);
-  // Mirrors nginx/nginx.conf (the official image's /etc/nginx/nginx.conf with njs), with every
-  // path in the temp folder.
+  // Mirrors nginx/nginx.conf, with every path in the temp folder.
   const main = `
-load_module ${NJS_MODULE};
+${LUA_MODULES.map((module) => `load_module ${module};`).join('\n')}
 env URL_SIGNING_SECRET;
 ${process.getuid?.() === 0 ? 'user root;' : ''}
 daemon off;

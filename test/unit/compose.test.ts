@@ -3,8 +3,11 @@
  * by reading them against what the tests do run: the configuration schema, and the nginx
  * template that test/support/nginx.ts renders for a real nginx.
  */
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
@@ -73,17 +76,20 @@ function expectUsageLogShared(appService: Service, nginxService: Service, volume
 }
 
 /**
- * nginx checks signed URLs in njs with the app's secret: the main config that loads njs and lets
- * the secret through, the module where the template imports it, and the very secret the app gets.
+ * nginx checks signed URLs in Lua with the app's secret: its image installs the packages the tests
+ * run, the main config loads the module and lets the secret through, the module is mounted where
+ * the template looks for it, and nginx gets the very secret the app gets.
  */
 function expectSignedUrlsCheckedByNginx(appService: Service, nginxService: Service, set: Record<string, string> = {}): void {
+  expect(nginxService.build).toBe('./nginx');
+  expect(read('nginx/Dockerfile')).toMatch(/apt-get install[^\n]*\bnginx-light\b[^\n]*\blibnginx-mod-http-lua\b/);
   expect(mount(nginxService.volumes, '/etc/nginx/nginx.conf')).toEqual({ source: './nginx/nginx.conf', target: '/etc/nginx/nginx.conf', readOnly: true });
   const mainConfig = read('nginx/nginx.conf');
-  expect(mainConfig).toMatch(/^load_module modules\/ngx_http_js_module\.so;$/m);
+  expect(mainConfig).toMatch(/^load_module modules\/ndk_http_module\.so;\nload_module modules\/ngx_http_lua_module\.so;$/m);
   expect(mainConfig).toMatch(/^env URL_SIGNING_SECRET;$/m);
   expect(mainConfig).toMatch(/^\s*include \/etc\/nginx\/conf\.d\/\*\.conf;$/m);
   const nginxEnv = interpolate(nginxService.environment);
-  expect(mount(nginxService.volumes, nginxEnv.NGINX_NJS_DIR!)).toEqual({ source: './nginx/njs', target: nginxEnv.NGINX_NJS_DIR, readOnly: true });
+  expect(mount(nginxService.volumes, nginxEnv.NGINX_LUA_DIR!)).toEqual({ source: './nginx/lua', target: nginxEnv.NGINX_LUA_DIR, readOnly: true });
   const secret = { ...set, URL_SIGNING_SECRET: 's'.repeat(40) };
   expect(interpolate(nginxService.environment, secret).URL_SIGNING_SECRET).toBe(secret.URL_SIGNING_SECRET);
   expect(loadConfig(interpolate(appService.environment, secret)).urlSigningSecret).toBe(secret.URL_SIGNING_SECRET);
@@ -124,6 +130,30 @@ describe('compose.yaml', () => {
     expect(site).toContain(`alias ${env.ARTIFACT_ROOT}/;`);
     expect(site).toContain(`listen ${env.NGINX_PORT};`);
     expect(nginx.ports).toEqual([`\${PUBLISH_PORT:-8080}:${env.NGINX_PORT}`]);
+  });
+
+  it("renders it in the nginx image's entrypoint as the tests do, never writing the secret, then runs the command", () => {
+    const dockerfile = read('nginx/Dockerfile');
+    expect(dockerfile).toMatch(/^COPY entrypoint\.sh \/usr\/local\/bin\/nginx-entrypoint$/m);
+    expect(dockerfile).toMatch(/^ENTRYPOINT \["\/usr\/local\/bin\/nginx-entrypoint"\]$/m);
+    const folder = mkdtempSync(path.join(tmpdir(), 'sf-entrypoint-'));
+    try {
+      const [templates, output] = [path.join(folder, 'templates'), path.join(folder, 'conf.d')];
+      mkdirSync(templates);
+      mkdirSync(output);
+      copyFileSync(TEMPLATE_PATH, path.join(templates, 'default.conf.template'));
+      const env = interpolate(nginx.environment, { URL_SIGNING_SECRET: 'secret-that-stays-in-the-environment' });
+      const rendered = path.join(output, 'default.conf');
+      // `cat` stands for nginx: what the entrypoint hands over to runs on the rendered file.
+      const shown = execFileSync('sh', [fileURLToPath(new URL('nginx/entrypoint.sh', ROOT)), 'cat', rendered], {
+        env: { PATH: process.env.PATH, ...env, NGINX_ENVSUBST_TEMPLATE_DIR: templates, NGINX_ENVSUBST_OUTPUT_DIR: output },
+        encoding: 'utf8',
+      });
+      expect(shown).toBe(renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), env));
+      expect(shown).not.toContain('secret-that-stays-in-the-environment');
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 
   it('shares one artifact volume, read-only for nginx, at the path each side is told', () => {
