@@ -8,12 +8,19 @@
  * `serviceEnv(kind)` gives what startService() needs to run the service on that kind.
  */
 import { mkdtemp } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { inject } from 'vitest';
 import type { Database, DatabaseKind } from '../../src/db/database.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { openSqlite } from '../../src/db/sqlite.js';
 import { freshDatabaseUrl } from './postgres.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** The run's folder for SQLite test databases, removed when the run ends (test/support/postgres-global.ts). */
+    sqliteTestDir: string;
+  }
+}
 
 export const BACKENDS: readonly DatabaseKind[] = ['sqlite', 'postgres'];
 
@@ -27,7 +34,7 @@ export async function openTestDatabase(kind: DatabaseKind): Promise<TestDatabase
     const url = await freshDatabaseUrl();
     return Object.assign(await openPostgres(url, { poolSize: 5 }), { location: url });
   }
-  const file = path.join(await mkdtemp(path.join(tmpdir(), 'sf-db-')), 'db.sqlite');
+  const file = path.join(await mkdtemp(path.join(inject('sqliteTestDir'), 'sf-db-')), 'db.sqlite');
   return Object.assign(openSqlite(file), { location: file });
 }
 
