@@ -28,7 +28,7 @@ export interface AppDeps {
   checkKey: KeyChecker;
   /** The new job's view (JobService.submit). */
   submitSource: (input: Submission, requestId: string) => Promise<JobView>;
-  submitSourceBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
+  submitSourceBatch: (input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string) => Promise<BatchItem[]>;
   getJob: (id: string) => Promise<JobRow>;
   /** The job's record (getJob), read in one go; throws not_found. */
   readJob: (id: string) => Promise<JobRecord>;

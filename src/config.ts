@@ -56,6 +56,8 @@ const envSchema = z.object({
   RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(0).default(1200),
   RATE_LIMIT_BURST: z.coerce.number().int().positive().optional(),
   ARTIFACT_CAP_BYTES: positiveInt(50 * 1024 ** 3),
+  /** Unset: a quarter of ARTIFACT_CAP_BYTES; 0: no bound per key. */
+  STORE_BYTES_PER_KEY_PER_DAY: z.coerce.number().int().min(0).optional(),
   EVICTION_INTERVAL_S: positiveInt(60),
   FETCH_ALLOW_HOSTS: commaList.transform((entries, ctx) => {
     try {
@@ -139,6 +141,8 @@ export interface Config {
   /** Token bucket size per key. */
   rateLimitBurst: number;
   artifactCapBytes: number;
+  /** New content one API key may store over a rolling day (src/store/key-allowance.ts); null: no bound. */
+  storeBytesPerKeyPerDay: number | null;
   evictionIntervalMs: number;
   /** FETCH_ALLOW_HOSTS as written (for the start-up warning) and parsed. */
   fetchAllowHosts: string[];
@@ -170,6 +174,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   }
   const e = parsed.data;
   const dataDir = path.resolve(e.DATA_DIR);
+  const storeBytesPerKey = e.STORE_BYTES_PER_KEY_PER_DAY ?? Math.floor(e.ARTIFACT_CAP_BYTES / 4);
   return {
     host: e.HOST,
     port: e.PORT,
@@ -195,6 +200,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitPerMinute: e.RATE_LIMIT_PER_MINUTE,
     rateLimitBurst: e.RATE_LIMIT_BURST ?? e.RATE_LIMIT_PER_MINUTE,
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,
+    storeBytesPerKeyPerDay: storeBytesPerKey === 0 ? null : storeBytesPerKey,
     evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
     fetchAllowHosts: e.FETCH_ALLOW_HOSTS.entries,
     allowHosts: e.FETCH_ALLOW_HOSTS.list,

@@ -43,6 +43,7 @@ import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
 import { readStoreTotals } from './store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
+import { KEY_ALLOWANCE_WINDOW_MS } from './store/key-allowance.js';
 import { createDatabasePins } from './store/pins.js';
 import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
@@ -235,6 +236,7 @@ async function main(): Promise<void> {
     openEgressSession: (label) => guard.openSession(label),
     cookiesFile: config.ytdlpCookiesFile,
     onStored: () => sizeCap.request(),
+    keyAllowance: config.storeBytesPerKeyPerDay === null ? undefined : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
     onDownloaded: (bytes) => metrics.addDownloadedBytes(bytes),
   });
   const workers = createWorkerPool({

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { JobView, Submission } from '../jobs/job-service.js';
+import { jobKeyIdentity } from '../jobs/key-identity.js';
 import type { Logger } from '../logger.js';
 import { nodeRequestKey, type KeyChecker } from './api-key.js';
 import { handBodyToApp, isJsonContentType, readBodyText } from './middleware/json-body.js';
@@ -39,7 +40,8 @@ export interface SubmitLaneDeps {
 const tooLarge = () => new Error('over the limit');
 
 export function createSubmitLane(deps: SubmitLaneDeps): SubmitLane {
-  async function answer(req: IncomingMessage, res: ServerResponse, facts: RequestFacts, otherwise: () => void): Promise<void> {
+  /** `apiKeyId`: the identity of the request's key (src/jobs/key-identity.ts), which its job records. */
+  async function answer(req: IncomingMessage, res: ServerResponse, facts: RequestFacts, apiKeyId: string, otherwise: () => void): Promise<void> {
     const text = readBodyText(req, MAX_BODY_BYTES, tooLarge);
     let body: { url: string; callback_url?: string };
     try {
@@ -56,7 +58,7 @@ export function createSubmitLane(deps: SubmitLaneDeps): SubmitLane {
     let headers: Record<string, string | number>;
     let payload: string;
     try {
-      const view = await deps.submit({ url: body.url, callbackUrl: body.callback_url }, facts.id);
+      const view = await deps.submit({ url: body.url, callbackUrl: body.callback_url, apiKeyId }, facts.id);
       const { job } = view;
       facts.jobId = job.id;
       facts.submitted = { status: job.status, bornDone: job.bornDone, callback: body.callback_url !== undefined };
@@ -86,7 +88,7 @@ export function createSubmitLane(deps: SubmitLaneDeps): SubmitLane {
       if (!deps.rateLimiter.take(keyIdentity(key)).allowed) return otherwise();
       facts.rateCounted = true;
     }
-    answer(req, res, facts, otherwise).catch((err: unknown) => {
+    answer(req, res, facts, jobKeyIdentity(key), otherwise).catch((err: unknown) => {
       deps.log.error({ err }, 'submit lane failed');
       res.destroy();
     });

@@ -32,6 +32,8 @@ export interface JobView {
 export interface Submission {
   url: string;
   callbackUrl?: string;
+  /** The submitting key's identity (./key-identity.ts), never the key. */
+  apiKeyId?: string;
 }
 
 /** One URL of a batch: its job, or why it got none (the error a single submission would have answered). */
@@ -45,7 +47,7 @@ export interface JobService {
    * one job that the other follows). A refused callback_url refuses the whole batch (it throws);
    * a refused URL refuses only its own item.
    */
-  submitBatch(input: { urls: string[]; callbackUrl?: string }, requestId: string): Promise<BatchItem[]>;
+  submitBatch(input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string): Promise<BatchItem[]>;
   get(id: string): Promise<JobRow>;
   cancel(id: string): Promise<JobRow>;
   /** The view of a job row already read. */
@@ -109,13 +111,13 @@ export function createJobService(deps: JobServiceDeps): JobService {
         return new Map(views.map((found) => [found.job.id, found]));
       }, GATHERED_READS);
   return {
-    async submit({ url, callbackUrl }, requestId) {
-      const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId } });
+    async submit({ url, callbackUrl, apiKeyId }, requestId) {
+      const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId, apiKeyId } });
       reportBornDone(job, callbackUrl !== undefined);
       // A born-done job's record is what its transaction read; one that waits may show its leader.
       return artifacts ? { job, leader: undefined, artifacts, callback } : view(job);
     },
-    async submitBatch({ urls, callbackUrl }, requestId) {
+    async submitBatch({ urls, callbackUrl, apiKeyId }, requestId) {
       const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl);
       const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) => refusalOr(checkSource(deps, url)));
       // The workers are told once, after the whole batch is queued.
@@ -129,7 +131,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
             items.push({ url, refusal: source });
             continue;
           }
-          const submitted = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId }));
+          const submitted = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId, apiKeyId }));
           if (submitted instanceof ServiceError) {
             items.push({ url, refusal: submitted });
             continue;

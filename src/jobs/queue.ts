@@ -72,6 +72,8 @@ export interface BornDoneJob {
   /** Created, started and finished at once. */
   at: number;
   requestId: string | null;
+  /** The submitting key's identity (./key-identity.ts). */
+  apiKeyId: string;
 }
 
 /** Inserts a job that is done as it is made: its URL's content is already stored. */
@@ -91,6 +93,7 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
         startedAt: at,
         finishedAt: at,
         requestId: sql.placeholder('requestId'),
+        apiKeyId: sql.placeholder('apiKeyId'),
       })
       .returning()
       .prepare('insert_born_done_job');
@@ -101,16 +104,16 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
 
 /**
  * PostgreSQL: a born-done job in one round trip and no transaction of the caller's, by the
- * migration's born_done_job() (drizzle/postgres/0004_born_done_function.sql): under the content's
- * 'use' lock, if the URL's alias still points to this content and it is still stored, its use is
- * recorded and the job inserted. Undefined when the alias moved or the content went. A BEGIN,
- * four statements and a COMMIT had each been a round trip: node's socket writes were a quarter of
- * a born-done submission's CPU there.
+ * migrations' born_done_job() (drizzle/postgres/0007_born_done_key_identity.sql): under the
+ * content's 'use' lock, if the URL's alias still points to this content and it is still stored,
+ * its use is recorded and the job inserted. Undefined when the alias moved or the content went.
+ * A BEGIN, four statements and a COMMIT had each been a round trip: node's socket writes were a
+ * quarter of a born-done submission's CPU there.
  */
 export async function insertBornDoneJobLocked(q: Queryable, job: BornDoneJob): Promise<JobRow | undefined> {
   const query = prepared(q, 'born_done_job', ({ db, t: { jobs } }) => {
     const arg = (name: keyof BornDoneJob) => sql.placeholder(name);
-    const call = sql`born_done_job(${arg('id')}, ${arg('url')}, ${arg('urlKey')}, ${arg('contentId')}, ${arg('at')}, ${arg('requestId')})`;
+    const call = sql`born_done_job(${arg('id')}, ${arg('url')}, ${arg('urlKey')}, ${arg('contentId')}, ${arg('at')}, ${arg('requestId')}, ${arg('apiKeyId')})`;
     return db.select(jobsColumnsOf(jobs)).from(call).prepare('born_done_job');
   });
   const [row] = await query.execute({ ...job });
@@ -118,8 +121,8 @@ export async function insertBornDoneJobLocked(q: Queryable, job: BornDoneJob): P
 }
 
 /**
- * insertBornDoneJobLocked for many jobs in one round trip and one commit, by the migration's
- * born_done_jobs() (drizzle/postgres/0005_born_done_jobs_function.sql), which takes the items in
+ * insertBornDoneJobLocked for many jobs in one round trip and one commit, by the migrations'
+ * born_done_jobs() (drizzle/postgres/0007_born_done_key_identity.sql), which takes the items in
  * the order given: sorted here by content id, as lockContent takes its locks. The jobs made, by id.
  */
 export async function insertBornDoneJobsLocked(q: Queryable, jobs: BornDoneJob[]): Promise<Map<string, JobRow>> {
@@ -327,12 +330,16 @@ export async function followMediaDownload(database: Database, id: string, owner:
   });
 }
 
-/** running → done, with every follower. Undefined when the job was no longer running under `owner`. */
-export async function markDone(q: Queryable, id: string, owner: string, contentId: string, now: number): Promise<Ended | undefined> {
+/**
+ * running → done, with every follower. `storedBytes`: the new content the job put into the store,
+ * which counts against its key's allowance (src/store/key-allowance.ts); null when it stored none.
+ * Undefined when the job was no longer running under `owner`.
+ */
+export async function markDone(q: Queryable, id: string, owner: string, contentId: string, now: number, storedBytes: number | null = null): Promise<Ended | undefined> {
   const { jobs } = q.t;
   const [job] = await q.db
     .update(jobs)
-    .set({ status: 'done', contentId, finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+    .set({ status: 'done', contentId, finishedAt: now, lockOwner: null, leaseExpiresAt: null, storedBytes })
     .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
     .returning();
   if (!job) return undefined;

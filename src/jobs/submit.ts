@@ -5,6 +5,7 @@ import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
 import { aliasedArtifacts, aliasedArtifactsOfKeys } from '../store/aliases.js';
 import { recordUse } from '../store/usage.js';
 import { insertDelivery, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
+import { NO_KEY_IDENTITY } from './key-identity.js';
 import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked, insertBornDoneJobsOrEachAlone, type BornDoneJob } from './queue.js';
 
 /**
@@ -87,10 +88,16 @@ function bornDoneTogether(database: Database): BornDoneTogether {
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
 
-export async function submitSource({ deps, input }: { deps: SubmitDeps; input: { url: string; callbackUrl?: string; requestId?: string } }): Promise<Submitted> {
+export async function submitSource({
+  deps,
+  input,
+}: {
+  deps: SubmitDeps;
+  input: { url: string; callbackUrl?: string; requestId?: string; apiKeyId?: string };
+}): Promise<Submitted> {
   const source = await checkSource(deps, input.url);
   const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl);
-  return queueChecked(deps, source, { callbackUrl, requestId: input.requestId });
+  return queueChecked(deps, source, { callbackUrl, requestId: input.requestId, apiKeyId: input.apiKeyId });
 }
 
 /** The source URL, parsed and its destination checked; throws the policy's ServiceError. */
@@ -118,18 +125,22 @@ export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'
   }
 }
 
-/** Gives a checked source its job: born done, following another, or queued. */
-export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string }): Promise<Submitted> {
+/**
+ * Gives a checked source its job: born done, following another, or queued. `apiKeyId` is the
+ * submitting key's identity (./key-identity.ts), recorded on the job whichever way it is made.
+ */
+export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string; apiKeyId?: string }): Promise<Submitted> {
   const { url, urlKey } = source;
   const id = deps.newJobId();
   const requestId = options.requestId ?? null;
+  const apiKeyId = options.apiKeyId ?? NO_KEY_IDENTITY;
   const withCallback = async (q: Queryable, submitted: Submitted, now: number): Promise<Submitted> => {
     if (!options.callbackUrl) return submitted;
     const callback = await insertDelivery(q, { id: deps.newDeliveryId(), jobId: submitted.job.id, url: options.callbackUrl.href, createdAt: now });
     return { ...submitted, callback };
   };
 
-  const born = { id, url: url.href, urlKey, requestId };
+  const born = { id, url: url.href, urlKey, requestId, apiKeyId };
   // SQLite: one handle-only transaction, committed with those waiting beside it (BORN_DONE_TRANSACTION).
   // A SQLite transaction is the only writer from its start, so its first read stands.
   const bornDoneOnSqlite = (now: number) =>
@@ -164,7 +175,7 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
     if (bornDone) return bornDone;
 
     await deps.admitJob();
-    const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId });
+    const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId, apiKeyId });
     // With a callback, enqueueJob's own transactions join this one: the job and its delivery commit together.
     const queued = options.callbackUrl
       ? await deps.database.transaction(async (q) => {

@@ -33,7 +33,7 @@ beforeAll(async () => {
   logDir = await mkdtemp(path.join(tmpdir(), 'sf-usage-'));
   const usageLog = path.join(logDir, 'usage.log');
   svc = await startService({
-    env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', ARTIFACT_CAP_BYTES: String(CAP), NGINX_USAGE_LOG: usageLog, URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET },
+    env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', ARTIFACT_CAP_BYTES: String(CAP), STORE_BYTES_PER_KEY_PER_DAY: '0', NGINX_USAGE_LOG: usageLog, URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET },
   });
   nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts'), usageLogPath: usageLog, urlSigningSecret: SHARED_URL_SIGNING_SECRET });
 });

@@ -94,7 +94,8 @@ describe.each(BACKENDS)('store size cap on %s', (kind) => {
   let svc: ServiceHandle;
 
   beforeAll(async () => {
-    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) } });
+    // One key fills the store on purpose: no allowance per key (test/e2e/store-key-allowance.test.ts has it).
+    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' } });
   });
 
   afterAll(async () => {
@@ -152,7 +153,7 @@ describe('eviction of an artifact while it is streamed', () => {
   let svc: ServiceHandle;
 
   beforeAll(async () => {
-    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(BIG_CAP) } });
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(BIG_CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' } });
   });
 
   afterAll(async () => {

@@ -23,7 +23,7 @@ describe.each(BACKENDS)('prepared queries in transactions on %s', (kind) => {
     await database?.close();
   });
 
-  const bornDone = (id: string) => ({ id, url: `https://media.example/${id}`, urlKey: id, contentId: CID, at: 1, requestId: null });
+  const bornDone = (id: string) => ({ id, url: `https://media.example/${id}`, urlKey: id, contentId: CID, at: 1, requestId: null, apiKeyId: '' });
 
   it("run on the transaction: they read its own writes, and its rollback takes their writes with it", async () => {
     let seenInside: string | undefined;

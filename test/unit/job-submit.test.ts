@@ -53,6 +53,26 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     expect(fx.store.hasSync(other, AUDIO_ARTIFACT_NAME)).toBe(false);
   });
 
+  it("records the submitting key's identity on every job it makes: born done (alone and at once), queued, following", async () => {
+    const fx = await createStoreFixture(kind);
+    await fx.addArtifact(1000, 1000, URL_A);
+    const deps = submitDeps(fx, 5000);
+    const submit = (url: string, apiKeyId?: string) => submitSource({ deps, input: { url, apiKeyId } }).then(({ job }) => job);
+    expect(await submit(URL_A, 'key-1')).toMatchObject({ bornDone: true, apiKeyId: 'key-1' });
+    const together = await Promise.all(['key-2', 'key-3', 'key-4'].map((key) => submit(URL_A, key)));
+    expect(together.map((job) => [job.bornDone, job.apiKeyId])).toEqual([
+      [true, 'key-2'],
+      [true, 'key-3'],
+      [true, 'key-4'],
+    ]);
+    expect(await submit('https://media.example/new', 'key-5')).toMatchObject({ status: 'queued', followsJobId: null, apiKeyId: 'key-5' });
+    expect(await submit('https://media.example/new', 'key-6')).toMatchObject({ status: 'queued', followsJobId: expect.any(String), apiKeyId: 'key-6' });
+    // As the database has them, not only as returned; and without a key, the empty identity.
+    const rows = await fx.database.db.select({ id: fx.database.t.jobs.id, apiKeyId: fx.database.t.jobs.apiKeyId }).from(fx.database.t.jobs);
+    expect(rows.map((row) => row.apiKeyId).sort()).toEqual(['key-1', 'key-2', 'key-3', 'key-4', 'key-5', 'key-6']);
+    expect(await submit(URL_A)).toMatchObject({ bornDone: true, apiKeyId: '' });
+  });
+
   it('writes a reuse only when other content was used since (the rank changes), and never back in time', async () => {
     const fx = await createStoreFixture(kind);
     const aliased = await fx.addArtifact(1000, 1000, URL_A);
@@ -140,10 +160,10 @@ describe('born_done_jobs() on postgres', () => {
     const b = await fx.addArtifact(1000, 2000, url('b'));
     // The alias of "moved" now points to b: a job asked for on a is not made.
     await setAlias(fx.database, 'url', url('moved'), b, 2500);
-    const job = (id: string, name: string, contentId: string, at: number) => ({ id, url: url(name), urlKey: url(name), contentId, at, requestId: `req-${id}` });
+    const job = (id: string, name: string, contentId: string, at: number) => ({ id, url: url(name), urlKey: url(name), contentId, at, requestId: `req-${id}`, apiKeyId: `key-${id}` });
     const made = await insertBornDoneJobsLocked(fx.database, [job('j1', 'b', b, 5000), job('j2', 'a', a, 5000), job('j3', 'moved', a, 5000), job('j4', 'a', a, 6000)]);
     expect([...made.keys()].sort()).toEqual(['j1', 'j2', 'j4']);
-    expect(made.get('j4')).toMatchObject({ id: 'j4', url: url('a'), urlKey: url('a'), status: 'done', bornDone: true, contentId: a, createdAt: 6000, startedAt: 6000, finishedAt: 6000, requestId: 'req-j4', followsJobId: null });
+    expect(made.get('j4')).toMatchObject({ id: 'j4', url: url('a'), urlKey: url('a'), status: 'done', bornDone: true, contentId: a, createdAt: 6000, startedAt: 6000, finishedAt: 6000, requestId: 'req-j4', apiKeyId: 'key-j4', followsJobId: null });
     const lastUse = async (cid: string) => (await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
     // Two contents used together: each written, at its latest use.
     expect([await lastUse(a), await lastUse(b)]).toEqual([6000, 5000]);
@@ -161,7 +181,7 @@ describe('born_done_jobs() on postgres', () => {
     const fx = await createStoreFixture('postgres');
     const url = (name: string) => `https://media.example/${name}`;
     const a = await fx.addArtifact(1000, 1000, url('a'));
-    const job = (id: string) => ({ id, url: url('a'), urlKey: url('a'), contentId: a, at: 5000, requestId: null });
+    const job = (id: string) => ({ id, url: url('a'), urlKey: url('a'), contentId: a, at: 5000, requestId: null, apiKeyId: 'key' });
     // The second 'j2' breaks the primary key: the statement fails for all four.
     await expect(insertBornDoneJobsLocked(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')])).rejects.toThrow();
     const outcomes = await Promise.allSettled(await insertBornDoneJobsOrEachAlone(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')]));

@@ -10,6 +10,7 @@ import { createKeyChecker } from '../../src/http/api-key.js';
 import type { JobRecord } from '../../src/http/schemas.js';
 import { createSubmitLane } from '../../src/http/submit-lane.js';
 import type { JobView, Submission } from '../../src/jobs/job-service.js';
+import { jobKeyIdentity } from '../../src/jobs/key-identity.js';
 import { startLaneServer, type LaneServer } from '../support/lane-server.js';
 
 const KEY = 'submit-lane-test-key';
@@ -68,7 +69,8 @@ describe('the submit lane in front of the app', () => {
     expect(res.headers.get('location')).toBe('/jobs/job-1');
     expect(res.headers.get('content-type')).toBe('application/json');
     expect(res.headers.get('x-route-template')).toBe('/sources');
-    expect(submitted).toEqual([{ input: { url: 'https://media.example/a', callbackUrl: 'https://hooks.example/x' }, requestId: 'lane-1' }]);
+    // With the identity of the key (never the key), which the job records.
+    expect(submitted).toEqual([{ input: { url: 'https://media.example/a', callbackUrl: 'https://hooks.example/x', apiKeyId: jobKeyIdentity(KEY) }, requestId: 'lane-1' }]);
     expect(res.line).toMatchObject({ msg: 'request', request_id: 'lane-1', route: '/sources', status: 202, job_id: 'job-1', job_status: 'done', born_done: true, callback: true });
     expect(handedOver).toEqual([]);
   });

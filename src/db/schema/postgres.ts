@@ -34,6 +34,8 @@ export const jobs = pgTable(
     mediaId: text('media_id'),
     mediaKey: text('media_key'),
     requestId: text('request_id'),
+    apiKeyId: text('api_key_id').notNull().default(''),
+    storedBytes: int64('stored_bytes'),
   },
   (t) => [
     index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
@@ -42,6 +44,7 @@ export const jobs = pgTable(
     index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
     uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
     uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
+    index('jobs_key_stored_idx').on(t.apiKeyId, t.finishedAt).where(sql`stored_bytes is not null`),
   ],
 );
 

@@ -38,6 +38,13 @@ export const jobs = sqliteTable(
     mediaKey: text('media_key'),
     /** X-Request-Id of the submission, so the worker's log lines can be tied to it. */
     requestId: text('request_id'),
+    /**
+     * Who submitted it: a digest of the API key (src/jobs/key-identity.ts), never the key; '' when
+     * no key is known. The store's allowance per key and the queue's turns across keys go by it.
+     */
+    apiKeyId: text('api_key_id').notNull().default(''),
+    /** Bytes of new content this job put into the store (none: null); counted against its key's allowance. */
+    storedBytes: integer('stored_bytes'),
   },
   (t) => [
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job
@@ -49,6 +56,8 @@ export const jobs = sqliteTable(
     // Single flight across nodes: one leader per URL, one download per media at a time.
     uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
     uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
+    // A key's stored bytes over the allowance's window: only the jobs that stored new content.
+    index('jobs_key_stored_idx').on(t.apiKeyId, t.finishedAt).where(sql`stored_bytes is not null`),
   ],
 );
 

@@ -1,6 +1,8 @@
 import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
 import type { BatchItem, JobView, Submission } from '../../jobs/job-service.js';
+import { jobKeyIdentity } from '../../jobs/key-identity.js';
+import { presentedKey } from '../api-key.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonBody } from '../middleware/json-body.js';
@@ -8,6 +10,9 @@ import { problemDocument, statusOf } from '../problem.js';
 import { BatchResultSchema, JobSchema, MAX_BATCH_URLS, SubmitSourceBatchBody, SubmitSourceBody, type BatchResult, type JobRecord } from '../schemas.js';
 
 export const MAX_BODY_BYTES = 8 * 1024;
+
+/** The identity of the key the request presents (authentication has checked it): what its jobs record. */
+const submitterOf = (headers: Headers) => jobKeyIdentity(presentedKey(headers) ?? '');
 /** Room for MAX_BATCH_URLS URLs of the longest length, and a callback_url. */
 export const MAX_BATCH_BODY_BYTES = 256 * 1024;
 
@@ -60,14 +65,14 @@ export function registerSourceRoutes(
   app: OpenAPIHono<AppEnv>,
   deps: {
     submit: (input: Submission, requestId: string) => Promise<JobView>;
-    submitBatch: (input: { urls: string[]; callbackUrl?: string }, requestId: string) => Promise<BatchItem[]>;
+    submitBatch: (input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string) => Promise<BatchItem[]>;
     render: (job: JobRow) => Promise<JobRecord>;
     renderView: (view: JobView) => JobRecord;
   },
 ): void {
   app.openapi(submitSourceRoute, async (c) => {
     const { url, callback_url: callbackUrl } = c.req.valid('json');
-    const view = await deps.submit({ url, callbackUrl }, c.get('facts').id);
+    const view = await deps.submit({ url, callbackUrl, apiKeyId: submitterOf(c.req.raw.headers) }, c.get('facts').id);
     const { job } = view;
     // Told by the request's access line: a line of its own was up to a tenth of a born-done submission's CPU.
     const facts = c.get('facts');
@@ -80,7 +85,7 @@ export function registerSourceRoutes(
   app.openapi(submitSourceBatchRoute, async (c) => {
     const { urls, callback_url: callbackUrl } = c.req.valid('json');
     const requestId = c.get('facts').id;
-    const items = await deps.submitBatch({ urls, callbackUrl }, requestId);
+    const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: submitterOf(c.req.raw.headers) }, requestId);
     const results: BatchResult['results'] = [];
     for (const item of items) {
       if ('job' in item) {

@@ -3,11 +3,13 @@ import { setAlias } from '../../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../store/cache-entries.js';
 import type { ContentStore } from '../../store/content-store.js';
 import { AUDIO_ARTIFACT_NAME } from '../../store/layout.js';
+import { allowanceRefusal, lockKeyStorage, type KeyAllowance } from '../../store/key-allowance.js';
 import { lockContent, pinnedAmong } from '../../store/pins.js';
+import { NO_KEY_IDENTITY } from '../key-identity.js';
 import { markDone, type Ended } from '../queue.js';
 import type { Converted } from './convert.js';
 import { aliasUrlsOf } from './media-alias.js';
-import { step, type FetchContext, type Outcome } from './step.js';
+import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
@@ -15,11 +17,19 @@ import { step, type FetchContext, type Outcome } from './step.js';
  * attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
  * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
  * longer this node's (canceled meanwhile) records nothing: undefined.
+ *
+ * New content counts against the submitting key's allowance (`keyAllowance`,
+ * src/store/key-allowance.ts), checked in that transaction under the key's lock: a job that would
+ * take its key past it records nothing, its file goes again (unless the same bytes are recorded
+ * or held by another put), and it fails with key_storage_quota_exceeded. Nothing was recorded, so
+ * nothing is evicted for it. Jobs whose key is not known are not counted.
  */
 export interface CommitDeps {
   database: Database;
   store: ContentStore;
   now: () => number;
+  /** Absent: no allowance per key. */
+  keyAllowance?: KeyAllowance;
 }
 
 export function commitContent(
@@ -36,10 +46,17 @@ export function commitContent(
       await discardWork();
       const now = deps.now();
       const { header } = converted;
+      const apiKeyId = ctx.job.apiKeyId;
+      const storedBytes = stored.reused ? null : stored.bytes;
       const outcome = await database.transaction(async (q) => {
         // Never a row without its file, whoever removed it.
         if (!store.hasSync(stored.contentId, AUDIO_ARTIFACT_NAME)) return 'vanished' as const;
-        const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now);
+        if (deps.keyAllowance && storedBytes !== null && apiKeyId !== NO_KEY_IDENTITY) {
+          await lockKeyStorage(q, apiKeyId);
+          const refusal = await allowanceRefusal(q, deps.keyAllowance, apiKeyId, storedBytes, now);
+          if (refusal) return { refusal };
+        }
+        const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now, storedBytes);
         if (!ended) return 'lost' as const;
         await recordCacheEntry(
           q,
@@ -60,11 +77,13 @@ export function commitContent(
         return ended;
       });
       if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
-      if (outcome === 'lost') {
+      if (outcome === 'lost' || 'refusal' in outcome) {
         await stored.release();
         // The new file goes, unless the same bytes are recorded or another put holds them.
         if (!stored.reused) await removeIfUnreferenced(deps, stored.contentId);
-        return undefined;
+        if (outcome === 'lost') return undefined;
+        ctx.log.info({ bytes: stored.bytes }, "over its key's storage allowance: nothing stored");
+        throw new JobFailure(outcome.refusal);
       }
       ctx.log.info({ content_id: stored.contentId, bytes: stored.bytes, reused: stored.reused }, 'job done');
       return outcome;

@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Database, JobRow } from '../../db/database.js';
 import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
+import type { KeyAllowance } from '../../store/key-allowance.js';
 import * as ytdlp from '../../tools/ytdlp.js';
 import { markFailed, recordProgress, type Ended, type JobError } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
@@ -42,6 +43,8 @@ export interface FetchTaskDeps {
   openEgressSession?: (label: string) => EgressSession;
   /** Told about each stored content (the store's size cap hooks in here). */
   onStored?: (contentId: string, bytes: number) => void;
+  /** What each API key may store (STORE_BYTES_PER_KEY_PER_DAY); absent: no bound per key. */
+  keyAllowance?: KeyAllowance;
   onDownloaded?: (bytes: number) => void;
   /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
   cookiesFile?: string;
