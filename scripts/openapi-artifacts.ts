@@ -31,7 +31,7 @@ export function renderOpenApiJson(): string {
     cancelJob: unused,
     renderJob: unused,
     renderView: unused,
-    jobEvents: { open: unused, openCount: unused, closeAll: unused },
+    jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
     serveArtifact: unused,
     checkHealth: unused,
     metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused }),

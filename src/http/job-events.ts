@@ -17,6 +17,11 @@ import type { JobRecord } from './schemas.js';
  * comment every keep-alive interval (shorter than nginx's proxy_read_timeout) keeps an idle
  * stream open. Streams are bounded per API key and per node (429 `too_many_event_streams`); a
  * client that stops reading has its stream ended once 64 KiB are waiting for it, and reconnects.
+ *
+ * A stream holds its place in those bounds only as long as the HTTP exchange that carries it: it
+ * ends, and gives its place back, when the exchange does (`closed`), however it ends, even when
+ * nobody reads or cancels the body. HEAD gets the head a GET would get (200, 204 or 429) and no
+ * stream at all.
  */
 export const JOB_EVENT = 'job';
 
@@ -35,13 +40,20 @@ export interface OpenStreamInput {
   lastEventId: string | undefined;
   /** Whose streams count against the per-key limit (a digest of the key, never the key). */
   keyIdentity: string;
+  /**
+   * Aborted when the HTTP exchange that carries the stream has ended (its answer finished or its
+   * connection closed): the stream ends then, if it has not already.
+   */
+  closed?: AbortSignal;
   onEnd?: (reason: StreamEnd) => void;
 }
 
-export type StreamEnd = 'job_ended' | 'client_closed' | 'client_too_slow' | 'shutdown';
+export type StreamEnd = 'job_ended' | 'client_closed' | 'client_too_slow' | 'exchange_ended' | 'shutdown';
 
 export interface JobEventStreams {
   open(input: OpenStreamInput): Promise<Response>;
+  /** What `open` would answer, without the stream: the head for HEAD. Takes no place. */
+  head(input: Omit<OpenStreamInput, 'closed' | 'onEnd'>): Promise<Response>;
   openCount(): number;
   /** Ends every stream (shutdown): clients reconnect, to another node, with Last-Event-ID. */
   closeAll(): void;
@@ -123,15 +135,27 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     }
   }
 
+  /** The job's current record, or the 204 for a client that has its final state already. */
+  async function current(job: JobRow, lastEventId: string | undefined): Promise<JobRecord | Response> {
+    const record = await deps.render(job);
+    // The record, not the row: its view reads a follower again whose leader has just ended.
+    const ended = FINAL_STATUSES.has(record.status);
+    // The client has the final state already: nothing more will come.
+    if (ended && lastEventId === eventIdOf(record)) return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
+    return record;
+  }
+
   return {
-    async open({ job, lastEventId, keyIdentity, onEnd }) {
+    async head({ job, lastEventId, keyIdentity }) {
       admit(keyIdentity);
-      const current = await deps.render(job);
-      const currentId = eventIdOf(current);
-      // The record, not the row: its view reads a follower again whose leader has just ended.
-      const ended = FINAL_STATUSES.has(current.status);
-      // The client has the final state already: nothing more will come.
-      if (ended && lastEventId === currentId) return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
+      const record = await current(job, lastEventId);
+      if (record instanceof Response) return record;
+      return new Response(null, { status: 200, headers: SSE_HEADERS });
+    },
+    async open({ job, lastEventId, keyIdentity, closed: exchangeClosed, onEnd }) {
+      admit(keyIdentity);
+      const record = await current(job, lastEventId);
+      if (record instanceof Response) return record;
       // Checked again: rendering awaited, and other streams may have opened meanwhile.
       admit(keyIdentity);
 
@@ -190,10 +214,15 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         { highWaterMark: MAX_UNREAD_BYTES, size: (chunk) => chunk.byteLength },
       );
       track(stream);
+      // The exchange may have ended while the record was read: then the place is given back at once.
+      if (exchangeClosed) {
+        if (exchangeClosed.aborted) stream.end('exchange_ended');
+        else exchangeClosed.addEventListener('abort', () => stream.end('exchange_ended'), { once: true });
+      }
       // The first bytes go out at once, so the client (and nginx) see the answer start even when
       // the client already has the current state.
       write(`retry: ${deps.retryMs ?? 1000}\n\n`);
-      send(current);
+      send(record);
       if (!closed) unwatch = deps.watcher.watch(job.id, send);
       return new Response(body, { status: 200, headers: SSE_HEADERS });
     },

@@ -374,6 +374,50 @@ describe('job event streams', () => {
     expect((await open(row(), { key: 'b' })).status).toBe(200);
   });
 
+  it('a stream whose exchange ends gives its place back, though nobody cancels its body (the control: unread, it holds it)', async () => {
+    const { streams, watcher } = make({ maxPerKey: 1 });
+    const openFor = (closed?: AbortSignal) => streams.open({ job: row(), lastEventId: undefined, keyIdentity: 'key-a', closed, onEnd: (reason) => ends.push(reason) });
+    // The control: a body nobody reads or cancels, with no exchange to end, keeps its place.
+    await openFor();
+    expect(streams.openCount()).toBe(1);
+    await expect(openFor()).rejects.toMatchObject({ code: 'too_many_event_streams' });
+    streams.closeAll();
+
+    const exchange = new AbortController();
+    const res = await openFor(exchange.signal);
+    expect(res.status).toBe(200);
+    expect([streams.openCount(), watcher.size()]).toEqual([1, 1]);
+    exchange.abort();
+    expect([streams.openCount(), watcher.size()]).toEqual([0, 0]);
+    expect(ends).toEqual(['shutdown', 'exchange_ended']);
+    expect((await openFor(new AbortController().signal)).status).toBe(200);
+
+    // An exchange already over by the time the record is read takes no place at all.
+    streams.closeAll();
+    const gone = new AbortController();
+    gone.abort();
+    await openFor(gone.signal);
+    expect(streams.openCount()).toBe(0);
+  });
+
+  it('HEAD: the head a GET would get (200, 204, 429) and no stream', async () => {
+    const { streams, open, watcher } = make({ maxPerKey: 1 });
+    const head = (job: JobRow, lastEventId?: string) => streams.head({ job, lastEventId, keyIdentity: 'key-a' });
+    for (let i = 0; i < 5; i++) {
+      const res = await head(row());
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+      expect(res.body).toBeNull();
+    }
+    expect([streams.openCount(), watcher.size()]).toEqual([0, 0]);
+    const canceled = row({ status: 'canceled', finishedAt: 1_700_000_003_000 });
+    expect((await head(canceled, eventIdOf(render(canceled)))).status).toBe(204);
+    // With the key's one place taken, HEAD is refused as a GET would be.
+    readEvents(await open(row()));
+    await expect(head(row())).rejects.toMatchObject({ code: 'too_many_event_streams', extra: { fields: { limit: 'per_key' } } });
+    streams.closeAll();
+  });
+
   it('keeps an idle stream alive with comments', async () => {
     const { open, streams } = make({ keepAliveMs: 20 });
     const stream = readEvents(await open(row()));

@@ -1,3 +1,4 @@
+import type { HttpBindings } from '@hono/node-server';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
 import { presentedKey } from '../api-key.js';
@@ -102,11 +103,26 @@ export function registerJobRoutes(
     // The key middleware has let only a valid key through.
     const key = presentedKey(c.req.raw.headers)!;
     const log = c.get('facts').log;
+    const request = { job, lastEventId: c.req.valid('header')['last-event-id'], keyIdentity: keyIdentity(key) };
+    // Hono answers HEAD with the GET route's head and drops the body unread: no stream is opened.
+    if (c.req.method === 'HEAD') return deps.events.head(request);
     return deps.events.open({
-      job,
-      lastEventId: c.req.valid('header')['last-event-id'],
-      keyIdentity: keyIdentity(key),
+      ...request,
+      closed: exchangeClosed(c.env as Partial<HttpBindings> | undefined),
       onEnd: (reason) => log.debug({ job_id: job.id, reason }, 'job event stream ended'),
     });
   });
+}
+
+/**
+ * Aborted when node's response for this request closes: its answer was sent whole, or its
+ * connection went away first. Undefined when the app is asked directly (unit tests' app.request).
+ */
+function exchangeClosed(env: Partial<HttpBindings> | undefined): AbortSignal | undefined {
+  const outgoing = env?.outgoing;
+  if (!outgoing) return undefined;
+  const closed = new AbortController();
+  if (outgoing.closed) closed.abort();
+  else outgoing.once('close', () => closed.abort());
+  return closed.signal;
 }
