@@ -2,6 +2,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseUpstreamProxy, type UpstreamProxy } from './egress/upstream-proxy.js';
 import { parseAllowHosts, type AllowList } from './policy/destination.js';
+import { isNameServer } from './policy/name-resolver.js';
 
 /**
  * The service's configuration: the only module that reads the environment. Everything else
@@ -59,6 +60,12 @@ const envSchema = z.object({
   /** Unset: a quarter of ARTIFACT_CAP_BYTES; 0: no bound per key. */
   STORE_BYTES_PER_KEY_PER_DAY: z.coerce.number().int().min(0).optional(),
   EVICTION_INTERVAL_S: positiveInt(60),
+  DNS_SERVERS: commaList.refine((servers) => servers.every(isNameServer), {
+    message: 'each server must be ip, ip:port or [ipv6]:port',
+  }),
+  DNS_TIMEOUT_S: z.coerce.number().positive().max(60).default(5),
+  DNS_LOOKUPS_PER_KEY: positiveInt(8),
+  HOSTS_FILE: z.string().default('/etc/hosts'),
   FETCH_ALLOW_HOSTS: commaList.transform((entries, ctx) => {
     try {
       return { entries, list: parseAllowHosts(entries) };
@@ -144,6 +151,11 @@ export interface Config {
   /** New content one API key may store over a rolling day (src/store/key-allowance.ts); null: no bound. */
   storeBytesPerKeyPerDay: number | null;
   evictionIntervalMs: number;
+  /**
+   * Name look-ups (src/policy/name-resolver.ts): servers (empty: /etc/resolv.conf's), one
+   * look-up's time limit, look-ups in flight per client, and the hosts file read first (null: none).
+   */
+  dns: { servers: string[]; timeoutMs: number; lookupsPerKey: number; hostsFile: string | null };
   /** FETCH_ALLOW_HOSTS as written (for the start-up warning) and parsed. */
   fetchAllowHosts: string[];
   allowHosts: AllowList;
@@ -202,6 +214,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,
     storeBytesPerKeyPerDay: storeBytesPerKey === 0 ? null : storeBytesPerKey,
     evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
+    dns: {
+      servers: e.DNS_SERVERS,
+      timeoutMs: Math.round(e.DNS_TIMEOUT_S * 1000),
+      lookupsPerKey: e.DNS_LOOKUPS_PER_KEY,
+      hostsFile: e.HOSTS_FILE.trim() === '' ? null : path.resolve(e.HOSTS_FILE.trim()),
+    },
     fetchAllowHosts: e.FETCH_ALLOW_HOSTS.entries,
     allowHosts: e.FETCH_ALLOW_HOSTS.list,
     searchPath: e.PATH,

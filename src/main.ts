@@ -35,7 +35,8 @@ import { createMetrics } from './metrics.js';
 import { makeNodeId } from './ops/node-id.js';
 import { createShutdown } from './ops/shutdown.js';
 import { recoverAtStartup } from './ops/startup.js';
-import { checkDestination, createSystemResolver } from './policy/destination.js';
+import { checkDestination } from './policy/destination.js';
+import { createNameResolver } from './policy/name-resolver.js';
 import { destinationOf } from './policy/source-url.js';
 import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
@@ -127,7 +128,14 @@ async function main(): Promise<void> {
     log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
   }
 
-  const resolve = createSystemResolver();
+  // One resolver for submission, the egress guard and callbacks, each look-up bounded and
+  // counted against its client (src/policy/name-resolver.ts).
+  const { resolve } = createNameResolver({
+    servers: config.dns.servers,
+    timeoutMs: config.dns.timeoutMs,
+    perClient: config.dns.lookupsPerKey,
+    hostsFile: config.dns.hostsFile,
+  });
   // Confined tools reach the guard through its Unix socket alone, and the resident yt-dlp listens
   // on one: a private folder keeps them ours.
   const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
@@ -273,9 +281,9 @@ async function main(): Promise<void> {
     now,
     newJobId: randomUUID,
     newDeliveryId: randomUUID,
-    checkDestination: async (target) => {
+    checkDestination: async (target, apiKeyId) => {
       const { host, port } = destinationOf(target);
-      await checkDestination(host, port, { resolve, allowHosts: config.allowHosts });
+      await checkDestination(host, port, { resolve, allowHosts: config.allowHosts, client: `key:${apiKeyId ?? ''}` });
     },
     contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.ok }),

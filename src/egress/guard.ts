@@ -211,7 +211,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
   const openUpstream = async (session: SessionState, host: string, port: number): Promise<Upstream> => {
     let addresses: string[];
     try {
-      ({ addresses } = await checkDestination(host, port, policy));
+      // Each job's look-ups are a client of their own: one job's silent names delay no other.
+      ({ addresses } = await checkDestination(host, port, { ...policy, client: `job:${session.label}`, signal: session.aborter.signal }));
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       if (err.code === 'host_unresolvable') {

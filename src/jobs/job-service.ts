@@ -118,8 +118,8 @@ export function createJobService(deps: JobServiceDeps): JobService {
       return artifacts ? { job, leader: undefined, artifacts, callback } : view(job);
     },
     async submitBatch({ urls, callbackUrl, apiKeyId }, requestId) {
-      const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl);
-      const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) => refusalOr(checkSource(deps, url)));
+      const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl, apiKeyId);
+      const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) => refusalOr(checkSource(deps, url, apiKeyId)));
       // The workers are told once, after the whole batch is queued.
       let queued = false;
       const submitDeps: SubmitDeps = { ...deps, onQueued: () => (queued = true) };

@@ -28,8 +28,11 @@ export interface SubmitDeps {
   newJobId: () => string;
   /** The id of a callback's delivery: the receiver's idempotency key. */
   newDeliveryId: () => string;
-  /** Throws a ServiceError('refused', ...) when the URL's destination is not allowed. */
-  checkDestination: (url: URL) => Promise<void>;
+  /**
+   * Throws a ServiceError('refused', ...) when the URL's destination is not allowed. `apiKeyId`:
+   * whose look-up it is (name look-ups in flight are bounded per key).
+   */
+  checkDestination: (url: URL, apiKeyId?: string) => Promise<void>;
   /** Synchronous (ContentStore.hasSync): it runs inside the born-done transaction. */
   contentPresent: (contentId: string) => boolean;
   /** Throws a ServiceError when no job may be queued now (queue full, fetching disabled). */
@@ -95,15 +98,15 @@ export async function submitSource({
   deps: SubmitDeps;
   input: { url: string; callbackUrl?: string; requestId?: string; apiKeyId?: string };
 }): Promise<Submitted> {
-  const source = await checkSource(deps, input.url);
-  const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl);
+  const source = await checkSource(deps, input.url, input.apiKeyId);
+  const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl, input.apiKeyId);
   return queueChecked(deps, source, { callbackUrl, requestId: input.requestId, apiKeyId: input.apiKeyId });
 }
 
 /** The source URL, parsed and its destination checked; throws the policy's ServiceError. */
-export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string): Promise<CheckedSource> {
+export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string, apiKeyId?: string): Promise<CheckedSource> {
   const url = parseSourceUrl(raw);
-  await deps.checkDestination(url);
+  await deps.checkDestination(url, apiKeyId);
   return { url, urlKey: aliasKey(url) };
 }
 
@@ -111,10 +114,10 @@ export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, ra
  * A callback URL passes the same policy as a source URL (it is checked again at every attempt,
  * src/webhooks/send.ts); its refusals carry the same codes, with the field named in `errors`.
  */
-export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string): Promise<URL> {
+export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string, apiKeyId?: string): Promise<URL> {
   try {
     const url = parseSourceUrl(raw);
-    await deps.checkDestination(url);
+    await deps.checkDestination(url, apiKeyId);
     return url;
   } catch (err) {
     if (!(err instanceof ServiceError)) throw err;

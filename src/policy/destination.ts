@@ -1,4 +1,3 @@
-import { promises as dns } from 'node:dns';
 import { ServiceError } from '../errors.js';
 import { canonicalIp, classifyAddress } from './address.js';
 
@@ -11,15 +10,11 @@ import { canonicalIp, classifyAddress } from './address.js';
  * (DNS rebinding would otherwise swap in a refused address between check and connect).
  */
 
-/** All A and AAAA addresses of a host name. */
-export type Resolver = (hostname: string) => Promise<string[]>;
-
-export function createSystemResolver(): Resolver {
-  return async (hostname) => {
-    const found = await dns.lookup(hostname, { all: true, verbatim: true });
-    return found.map((a) => a.address);
-  };
-}
+/**
+ * All A and AAAA addresses of a host name (./name-resolver.ts). `client` is who asks (look-ups
+ * in flight are bounded per client); `signal` gives the look-up up and frees its place.
+ */
+export type Resolver = (hostname: string, how?: { client?: string; signal?: AbortSignal }) => Promise<string[]>;
 
 /** An operator-trusted destination (FETCH_ALLOW_HOSTS): a null port allows every port. */
 export interface AllowEntry {
@@ -31,8 +26,12 @@ export type AllowList = readonly AllowEntry[];
 export interface DestinationDeps {
   resolve: Resolver;
   allowHosts: AllowList;
-  /** Bound on a lookup; getaddrinfo has none of its own worth relying on. Default 10 s. */
+  /** Bound on a lookup, on top of the resolver's own. Default 10 s. */
   resolveTimeoutMs?: number;
+  /** Who the look-up is for: the resolver bounds look-ups in flight per client. */
+  client?: string;
+  /** Gives the look-up up (the caller stopped waiting). */
+  signal?: AbortSignal;
 }
 
 export interface CheckedDestination {
@@ -161,20 +160,21 @@ function isPort(port: number): boolean {
 }
 
 async function resolveOnce(host: string, deps: DestinationDeps): Promise<string[]> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(Object.assign(new Error('lookup timed out'), { code: 'ETIMEOUT' })),
-      deps.resolveTimeoutMs ?? DEFAULT_RESOLVE_TIMEOUT_MS,
-    );
+  // Giving up also tells the resolver, which cancels the look-up and frees its place at once.
+  const timeout = AbortSignal.timeout(deps.resolveTimeoutMs ?? DEFAULT_RESOLVE_TIMEOUT_MS);
+  const signal = deps.signal ? AbortSignal.any([deps.signal, timeout]) : timeout;
+  let onAbort: (() => void) | undefined;
+  const givenUp = new Promise<never>((_, reject) => {
+    onAbort = () => reject(Object.assign(new Error('lookup timed out'), { code: timeout.aborted ? 'ETIMEOUT' : 'ECANCELLED' }));
+    signal.addEventListener('abort', onAbort, { once: true });
   });
   let addresses: string[];
   try {
-    addresses = await Promise.race([deps.resolve(host), timeout]);
+    addresses = await Promise.race([deps.resolve(host, { client: deps.client, signal }), givenUp]);
   } catch (err) {
     throw unresolvable(host, shortReason(err));
   } finally {
-    clearTimeout(timer);
+    signal.removeEventListener('abort', onAbort!);
   }
   if (!Array.isArray(addresses) || addresses.length === 0) throw unresolvable(host, 'no addresses');
   return [...new Set(addresses)];

@@ -28,6 +28,12 @@ describe('configuration', () => {
     expect(config.webhooks).toEqual({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
   });
 
+  it('takes the name servers, the look-up time limit, look-ups per key and the hosts file', () => {
+    expect(loadConfig({}).dns).toEqual({ servers: [], timeoutMs: 5_000, lookupsPerKey: 8, hostsFile: '/etc/hosts' });
+    const config = loadConfig({ DNS_SERVERS: ' 10.0.0.53 , 10.0.0.54:5353,[2001:db8::53]:53 ', DNS_TIMEOUT_S: '1.5', DNS_LOOKUPS_PER_KEY: '3', HOSTS_FILE: '' });
+    expect(config.dns).toEqual({ servers: ['10.0.0.53', '10.0.0.54:5353', '[2001:db8::53]:53'], timeoutMs: 1_500, lookupsPerKey: 3, hostsFile: null });
+  });
+
   it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
     const config = loadConfig({ DATABASE_URL: 'postgres://app:pw@db:5432/app', DATABASE_POOL_SIZE: '20', WORKER_CONCURRENCY: '0', NODE_ID: 'api-1' });
     expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:pw@db:5432/app', poolSize: 20 });
@@ -55,6 +61,10 @@ describe('configuration', () => {
     ['LOG_LEVEL', 'loud'],
     ['MAX_DOWNLOAD_BYTES', '-1'],
     ['FETCH_ALLOW_HOSTS', 'http://127.0.0.1:8000/'],
+    ['DNS_SERVERS', 'dns.example'],
+    ['DNS_SERVERS', '10.0.0.53:0'],
+    ['DNS_TIMEOUT_S', '0'],
+    ['DNS_LOOKUPS_PER_KEY', '0'],
     ['EGRESS_UPSTREAM_PROXY', 'proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'https://proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'http://proxy.internal:3128/some/path'],
