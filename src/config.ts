@@ -105,6 +105,10 @@ const envSchema = z.object({
     message: 'must be at least 32 characters',
   }),
   WEBHOOK_TIMEOUT_S: positiveInt(10),
+  WEBHOOK_CONNECT_TIMEOUT_S: z.coerce.number().positive().max(60).default(3),
+  WEBHOOK_CONCURRENCY: positiveInt(16),
+  WEBHOOK_CONCURRENCY_PER_KEY: positiveInt(4),
+  WEBHOOK_CONCURRENCY_PER_RECEIVER: positiveInt(2),
   /** Fractions allowed: the first retry's delay, doubled for each one after it. */
   WEBHOOK_RETRY_BASE_S: z.coerce.number().positive().max(3600).default(5),
   WEBHOOK_RETRY_FOR_S: positiveInt(24 * 3600),
@@ -168,8 +172,18 @@ export interface Config {
   egressUpstreamProxy: UpstreamProxy | undefined;
   /** getJobEvents: comment keep-alives this often, and how many streams a key and the node may hold. */
   events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number };
-  /** Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit, retries. */
-  webhooks: { secret: string | undefined; timeoutMs: number; retryBaseMs: number; retryForMs: number };
+  /**
+   * Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit and
+   * its connect's, retries, and attempts in flight on this node: in all, per key, per receiver.
+   */
+  webhooks: {
+    secret: string | undefined;
+    timeoutMs: number;
+    connectTimeoutMs: number;
+    retryBaseMs: number;
+    retryForMs: number;
+    concurrency: { total: number; perKey: number; perReceiver: number };
+  };
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
 }
@@ -232,8 +246,10 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhooks: {
       secret: e.WEBHOOK_SECRET,
       timeoutMs: e.WEBHOOK_TIMEOUT_S * 1000,
+      connectTimeoutMs: Math.round(e.WEBHOOK_CONNECT_TIMEOUT_S * 1000),
       retryBaseMs: Math.round(e.WEBHOOK_RETRY_BASE_S * 1000),
       retryForMs: e.WEBHOOK_RETRY_FOR_S * 1000,
+      concurrency: { total: e.WEBHOOK_CONCURRENCY, perKey: e.WEBHOOK_CONCURRENCY_PER_KEY, perReceiver: e.WEBHOOK_CONCURRENCY_PER_RECEIVER },
     },
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,

@@ -302,9 +302,16 @@ async function main(): Promise<void> {
     log,
     secret: webhookSecret,
     renderJob: async (jobId) => renderJob(await jobs.get(jobId)),
-    send: createCallbackSender({ resolve, dial: createTcpDialer(), allowHosts: config.allowHosts, timeoutMs: config.webhooks.timeoutMs }),
+    send: createCallbackSender({
+      resolve,
+      dial: createTcpDialer(),
+      allowHosts: config.allowHosts,
+      timeoutMs: config.webhooks.timeoutMs,
+      connectTimeoutMs: config.webhooks.connectTimeoutMs,
+    }),
     schedule: { baseMs: config.webhooks.retryBaseMs, retryForMs: config.webhooks.retryForMs },
     leaseMs: config.webhooks.timeoutMs + CALLBACK_LEASE_MARGIN_MS,
+    concurrency: config.webhooks.concurrency,
   });
   // Jobs that end on this node have their callbacks sent at once; other nodes' are found by
   // polling. Jobs known to have none (most born-done ones) wake nobody: each wake is a claim query.

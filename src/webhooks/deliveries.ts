@@ -1,4 +1,4 @@
-import { and, asc, eq, exists, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
+import { and, asc, eq, exists, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Queryable, Tables } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
@@ -53,23 +53,44 @@ export function attemptsOf(row: CallbackDeliveryRow): AttemptEntry[] {
   return JSON.parse(row.attemptLog) as AttemptEntry[];
 }
 
+/** Deliveries a claim passes over: those of jobs of these keys (jobs.api_key_id), and those to these receivers (URL origins). */
+export interface ClaimSkips {
+  keys: readonly string[];
+  receivers: readonly string[];
+}
+
+const NO_SKIPS: ClaimSkips = { keys: [], receivers: [] };
+
+/** The delivery's URL is one of `receiver`'s: an http(s) href is its origin followed by "/". */
+function toReceiver(d: Tables['callbackDeliveries'], receiver: string): SQL {
+  const prefix = `${receiver}/`;
+  return sql`substr(${d.url}, 1, ${sql.raw(String(prefix.length))}) = ${prefix}`;
+}
+
 /**
  * Atomically takes the delivery that has waited longest among those due: pending, past their
- * backoff, not leased (or leased by a node that let the lease run out), and whose job has ended.
+ * backoff, not leased (or leased by a node that let the lease run out), and whose job has ended;
+ * of a key and to a receiver not in `skip` (those that have as many attempts under way on this
+ * node as they may).
  */
-export async function claimDueDelivery(q: Queryable, lease: { owner: string; now: number; leaseMs: number }): Promise<CallbackDeliveryRow | undefined> {
+export async function claimDueDelivery(
+  q: Queryable,
+  lease: { owner: string; now: number; leaseMs: number },
+  skip: ClaimSkips = NO_SKIPS,
+): Promise<CallbackDeliveryRow | undefined> {
   const { callbackDeliveries: d, jobs } = q.t;
   const free = or(isNull(d.leaseExpiresAt), lt(d.leaseExpiresAt, lease.now));
   const jobEnded = exists(
     q.db
       .select({ one: sql`1` })
       .from(jobs)
-      .where(and(eq(jobs.id, d.jobId), inArray(jobs.status, [...FINAL_STATUSES]))),
+      .where(and(eq(jobs.id, d.jobId), inArray(jobs.status, [...FINAL_STATUSES]), skip.keys.length > 0 ? notInArray(jobs.apiKeyId, [...skip.keys]) : undefined)),
   );
+  const notToSkipped = skip.receivers.map((receiver) => sql`not (${toReceiver(d, receiver)})`);
   const oldest = q.db
     .select({ id: d.id })
     .from(d)
-    .where(and(eq(d.status, 'pending'), lte(d.nextAttemptAt, lease.now), free, jobEnded))
+    .where(and(eq(d.status, 'pending'), lte(d.nextAttemptAt, lease.now), free, jobEnded, ...notToSkipped))
     .orderBy(asc(d.nextAttemptAt))
     .limit(1);
   // As in claimNextJob: nodes claiming at once skip each other's row; a scalar subquery, run once.
@@ -109,6 +130,29 @@ export async function recordAttempt(
     .where(and(eq(d.id, claimed.id), eq(d.status, 'pending'), eq(d.lockOwner, owner)))
     .returning({ id: d.id });
   return rows.length > 0;
+}
+
+/**
+ * A receiver backed off (./receiver-backoff.ts): its pending deliveries that no node is
+ * attempting are not due before `until`. The number of deliveries put off.
+ */
+export async function deferReceiver(q: Queryable, receiver: string, until: number, now: number): Promise<number> {
+  const d = q.t.callbackDeliveries;
+  const rows = await q.db
+    .update(d)
+    .set({ nextAttemptAt: until })
+    .where(and(eq(d.status, 'pending'), lt(d.nextAttemptAt, until), or(isNull(d.leaseExpiresAt), lt(d.leaseExpiresAt, now)), toReceiver(d, receiver)))
+    .returning({ id: d.id });
+  return rows.length;
+}
+
+/** Gives a claimed delivery back without an attempt, not due before `until` (its receiver is backed off). */
+export async function deferDelivery(q: Queryable, id: string, owner: string, until: number): Promise<void> {
+  const d = q.t.callbackDeliveries;
+  await q.db
+    .update(d)
+    .set({ lockOwner: null, leaseExpiresAt: null, nextAttemptAt: sql`case when ${d.nextAttemptAt} > ${until} then ${d.nextAttemptAt} else ${until} end` })
+    .where(and(eq(d.id, id), eq(d.status, 'pending'), eq(d.lockOwner, owner)));
 }
 
 /** Gives a claimed delivery back without an attempt (this node is stopping): any node may take it at once. */

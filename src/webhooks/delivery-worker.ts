@@ -1,8 +1,9 @@
-import type { Database } from '../db/database.js';
+import type { Database, JobRow } from '../db/database.js';
 import { createClaimLoop } from '../jobs/claim-loop.js';
 import { getJobRow } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
-import { claimDueDelivery, recordAttempt, releaseDelivery, type CallbackDeliveryRow } from './deliveries.js';
+import { claimDueDelivery, deferDelivery, deferReceiver, recordAttempt, releaseDelivery, type CallbackDeliveryRow } from './deliveries.js';
+import { createReceiverBackoff, receiverOf } from './receiver-backoff.js';
 import { nextAttemptAt, type RetrySchedule } from './retry-schedule.js';
 import type { SendCallback } from './send.js';
 import { signedHeaders } from './signature.js';
@@ -14,6 +15,14 @@ import { signedHeaders } from './signature.js';
  * whichever node claims it then. It looks every poll interval, and at once when woken (a job
  * ended on this node). Stopping aborts the attempts in flight and gives their deliveries back
  * unrecorded, so the next node (or this one restarted) makes them again.
+ *
+ * Fair to every client: a key (the job's api_key_id) has at most `perKey` attempts under way on
+ * this node, and a receiver (the URL's origin) at most `perReceiver`; a claim passes over the
+ * deliveries of those that are full, so a callback to a receiver that answers is claimed as soon
+ * as it is due and a slot of the node is free, however many deliveries of another key or to
+ * silent receivers wait. A receiver that gives no answer (time-out, no connection, no name) is
+ * backed off on its own (./receiver-backoff.ts): its pending deliveries are put off together,
+ * one claimed meanwhile is given back unattempted, and its first answer ends the backoff.
  */
 export interface DeliveryWorkerDeps {
   database: Database;
@@ -28,8 +37,8 @@ export interface DeliveryWorkerDeps {
   schedule: RetrySchedule;
   /** Longer than one attempt may take (the sender's time-out), so no live node loses its lease mid-attempt. */
   leaseMs: number;
-  /** Attempts in flight on this node at once; default 4. */
-  concurrency?: number;
+  /** Attempts in flight on this node at once: in all (default 16), per key (4), per receiver (2). */
+  concurrency?: { total: number; perKey: number; perReceiver: number };
   /** Default 1000. */
   pollIntervalMs?: number;
   random?: () => number;
@@ -44,25 +53,44 @@ export interface DeliveryWorker {
   stop(): Promise<void>;
 }
 
+const DEFAULT_CONCURRENCY = { total: 16, perKey: 4, perReceiver: 2 };
+
+/** One more, or one fewer (a count that falls to zero is removed). */
+function count(counts: Map<string, number>, key: string, by: 1 | -1): void {
+  const next = (counts.get(key) ?? 0) + by;
+  if (next > 0) counts.set(key, next);
+  else counts.delete(key);
+}
+
 export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
-  const concurrency = deps.concurrency ?? 4;
+  const concurrency = deps.concurrency ?? DEFAULT_CONCURRENCY;
   const inFlight = new Map<string, Promise<void>>();
+  const underWay = { byKey: new Map<string, number>(), byReceiver: new Map<string, number>() };
+  const backoff = createReceiverBackoff(deps.schedule.baseMs);
+  const full = (counts: Map<string, number>, limit: number) => [...counts].filter(([, n]) => n >= limit).map(([key]) => key);
   const stopper = new AbortController();
   let stopping = false;
   let timer: NodeJS.Timeout | undefined;
   const report = (what: string) => (err: unknown) => deps.log.error({ err }, what);
 
   const claims = createClaimLoop({
-    hasRoom: () => !stopping && inFlight.size < concurrency,
+    hasRoom: () => !stopping && inFlight.size < concurrency.total,
     claimOne: async () => {
-      const claimed = await claimDueDelivery(deps.database, { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs });
+      const skip = { keys: full(underWay.byKey, concurrency.perKey), receivers: full(underWay.byReceiver, concurrency.perReceiver) };
+      const claimed = await claimDueDelivery(deps.database, { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs }, skip);
       if (!claimed) return false;
       // Stopped while claiming (a delivery just given back, say): give it back again.
       if (stopping) {
         await releaseDelivery(deps.database, claimed.id, deps.nodeId);
         return false;
       }
-      launch(claimed);
+      const receiver = receiverOf(claimed.url);
+      const backedOffUntil = backoff.until(receiver, deps.now());
+      if (backedOffUntil > 0) {
+        await deferDelivery(deps.database, claimed.id, deps.nodeId, backedOffUntil);
+        return true;
+      }
+      launch(claimed, receiver, await getJobRow(deps.database, claimed.jobId));
       return true;
     },
     stopping: () => stopping,
@@ -70,22 +98,27 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   });
   const fill = claims.fill;
 
-  function launch(claimed: CallbackDeliveryRow): void {
-    const done = attempt(claimed)
+  function launch(claimed: CallbackDeliveryRow, receiver: string, job: JobRow | undefined): void {
+    const key = job?.apiKeyId ?? '';
+    count(underWay.byKey, key, 1);
+    count(underWay.byReceiver, receiver, 1);
+    const done = attempt(claimed, receiver, job)
       .catch(report('a callback attempt failed'))
       .finally(() => {
         inFlight.delete(claimed.id);
+        count(underWay.byKey, key, -1);
+        count(underWay.byReceiver, receiver, -1);
         if (!stopping) fill();
       });
     inFlight.set(claimed.id, done);
   }
 
-  async function attempt(claimed: CallbackDeliveryRow): Promise<void> {
+  async function attempt(claimed: CallbackDeliveryRow, receiver: string, job: JobRow | undefined): Promise<void> {
     const log = deps.log.child({ job_id: claimed.jobId, delivery_id: claimed.id, callback_host: new URL(claimed.url).host });
-    const job = await getJobRow(deps.database, claimed.jobId);
     const at = deps.now();
     const body = JSON.stringify(await deps.renderJob(claimed.jobId));
-    const result = await deps.send({ url: claimed.url, headers: signedHeaders(deps.secret, claimed.id, Math.floor(at / 1000), body), body }, stopper.signal);
+    const headers = signedHeaders(deps.secret, claimed.id, Math.floor(at / 1000), body);
+    const result = await deps.send({ url: claimed.url, headers, body, client: `key:${job?.apiKeyId ?? ''}` }, stopper.signal);
     if (stopper.signal.aborted) {
       await releaseDelivery(deps.database, claimed.id, deps.nodeId);
       return;
@@ -93,7 +126,16 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
     const delivered = result.status !== null && result.status >= 200 && result.status < 300;
     const attempts = claimed.attemptCount + 1;
     const now = deps.now();
-    const next = delivered ? null : nextAttemptAt(deps.schedule, attempts, now, job?.finishedAt ?? claimed.createdAt, deps.random);
+    let receiverUntil = 0;
+    if (result.status !== null) {
+      backoff.answered(receiver);
+    } else {
+      receiverUntil = backoff.failed(receiver, now);
+      const putOff = await deferReceiver(deps.database, receiver, receiverUntil, now);
+      log.info({ receiver_until: new Date(receiverUntil).toISOString(), deliveries_put_off: putOff }, 'callback receiver gave no answer: backed off');
+    }
+    const scheduled = delivered ? null : nextAttemptAt(deps.schedule, attempts, now, job?.finishedAt ?? claimed.createdAt, deps.random);
+    const next = scheduled === null ? null : Math.max(scheduled, receiverUntil);
     const outcome = delivered ? 'delivered' : next === null ? 'failed' : 'pending';
     const recorded = await recordAttempt(
       deps.database,

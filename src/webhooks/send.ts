@@ -14,11 +14,17 @@ import { destinationOf } from '../policy/source-url.js';
  * second time, DNS rebinding, cannot steer it). HTTPS runs over that socket, checked against the
  * URL's host name. Redirects are not followed: a 3xx is the receiver's answer, and a failed
  * attempt. Nothing is read of the receiver's answer but its status.
+ *
+ * Each connect has `connectTimeoutMs` of its own (`connect_timeout`), far shorter than the whole
+ * attempt's `timeoutMs` (`timeout`): an address that drops connections costs a delivery slot
+ * seconds, not the whole time limit.
  */
 export interface CallbackRequest {
   url: string;
   headers: Record<string, string>;
   body: string;
+  /** Whose callback: the name look-up is counted against this client (src/policy/name-resolver.ts). */
+  client?: string;
 }
 
 /** `status` when the receiver answered; otherwise `error`, a stable code. */
@@ -32,6 +38,8 @@ export interface CallbackSenderDeps {
   allowHosts: AllowList;
   /** Bounds the whole attempt: look-up, connect, TLS, request and the answer's status line. */
   timeoutMs: number;
+  /** Bounds each connect (per address tried), within timeoutMs. */
+  connectTimeoutMs: number;
   /** Certificates to trust instead of the system's (tests). */
   tlsCa?: string;
 }
@@ -48,24 +56,33 @@ export function createCallbackSender(deps: CallbackSenderDeps): SendCallback {
 
     let addresses: string[];
     try {
-      ({ addresses } = await checkDestination(host, port, { resolve: deps.resolve, allowHosts: deps.allowHosts, resolveTimeoutMs: deps.timeoutMs }));
+      ({ addresses } = await checkDestination(host, port, {
+        resolve: deps.resolve,
+        allowHosts: deps.allowHosts,
+        resolveTimeoutMs: deps.timeoutMs,
+        client: request.client,
+        signal,
+      }));
     } catch (err) {
       if (err instanceof ServiceError) return { status: null, error: err.code };
       throw err;
     }
 
     let socket: Duplex | undefined;
+    let connectTimedOut = false;
     // Every address passed the check, so falling back to the next one reaches nothing unchecked.
     for (const address of addresses) {
       if (signal.aborted) break;
+      const connectTimeout = AbortSignal.timeout(deps.connectTimeoutMs);
       try {
-        socket = await deps.dial(address, port, signal);
+        socket = await deps.dial(address, port, AbortSignal.any([signal, connectTimeout]));
         break;
       } catch {
         // the next address, if any
+        connectTimedOut = connectTimeout.aborted;
       }
     }
-    if (socket === undefined) return failed('connect_failed');
+    if (socket === undefined) return failed(connectTimedOut ? 'connect_timeout' : 'connect_failed');
 
     try {
       if (url.protocol === 'https:') {

@@ -21,6 +21,8 @@ export interface ReceivedCallback {
   at: number;
   /** What it was answered: a status, or 'hang'. */
   answer: number | 'hang';
+  /** When the exchange ended (answered, or the sender gave up on a 'hang'); undefined while open. */
+  closedAt?: number;
 }
 
 export type ScriptedAnswer = number | 'hang';
@@ -57,7 +59,9 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
       req.on('end', () => {
         const answer = scripted.shift() ?? otherwise;
-        requests.push({ method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now(), answer });
+        const received: ReceivedCallback = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now(), answer };
+        res.once('close', () => (received.closedAt = Date.now()));
+        requests.push(received);
         for (const wake of [...waiters]) wake();
         if (answer === 'hang') return;
         res.writeHead(answer, { 'content-type': 'text/plain' });

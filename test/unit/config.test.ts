@@ -25,13 +25,19 @@ describe('configuration', () => {
 
   it('takes a fraction of a second as the callbacks\' retry base', () => {
     const config = loadConfig({ WEBHOOK_RETRY_BASE_S: '0.25', WEBHOOK_TIMEOUT_S: '3', WEBHOOK_RETRY_FOR_S: '600', WEBHOOK_SECRET: ' a-webhook-secret-of-32-characters-0 ' });
-    expect(config.webhooks).toEqual({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
+    expect(config.webhooks).toMatchObject({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
   });
 
   it('takes the name servers, the look-up time limit, look-ups per key and the hosts file', () => {
     expect(loadConfig({}).dns).toEqual({ servers: [], timeoutMs: 5_000, lookupsPerKey: 8, hostsFile: '/etc/hosts' });
     const config = loadConfig({ DNS_SERVERS: ' 10.0.0.53 , 10.0.0.54:5353,[2001:db8::53]:53 ', DNS_TIMEOUT_S: '1.5', DNS_LOOKUPS_PER_KEY: '3', HOSTS_FILE: '' });
     expect(config.dns).toEqual({ servers: ['10.0.0.53', '10.0.0.54:5353', '[2001:db8::53]:53'], timeoutMs: 1_500, lookupsPerKey: 3, hostsFile: null });
+  });
+
+  it("bounds callbacks' connects, and their attempts in flight in all, per key and per receiver", () => {
+    expect(loadConfig({}).webhooks).toMatchObject({ connectTimeoutMs: 3_000, concurrency: { total: 16, perKey: 4, perReceiver: 2 } });
+    const config = loadConfig({ WEBHOOK_CONNECT_TIMEOUT_S: '0.5', WEBHOOK_CONCURRENCY: '8', WEBHOOK_CONCURRENCY_PER_KEY: '2', WEBHOOK_CONCURRENCY_PER_RECEIVER: '1' });
+    expect(config.webhooks).toMatchObject({ connectTimeoutMs: 500, concurrency: { total: 8, perKey: 2, perReceiver: 1 } });
   });
 
   it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
@@ -65,6 +71,8 @@ describe('configuration', () => {
     ['DNS_SERVERS', '10.0.0.53:0'],
     ['DNS_TIMEOUT_S', '0'],
     ['DNS_LOOKUPS_PER_KEY', '0'],
+    ['WEBHOOK_CONNECT_TIMEOUT_S', '0'],
+    ['WEBHOOK_CONCURRENCY_PER_RECEIVER', '0'],
     ['EGRESS_UPSTREAM_PROXY', 'proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'https://proxy.internal:3128'],
     ['EGRESS_UPSTREAM_PROXY', 'http://proxy.internal:3128/some/path'],

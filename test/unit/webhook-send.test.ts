@@ -57,6 +57,7 @@ function senderDeps(overrides: Partial<CallbackSenderDeps> = {}): CallbackSender
     dial,
     allowHosts: [],
     timeoutMs: 5_000,
+    connectTimeoutMs: 3_000,
     ...overrides,
   };
 }
@@ -147,6 +148,25 @@ describe('a callback attempt', () => {
     expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'timeout' });
     expect(receiver.requests).toHaveLength(1);
     expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it('gives a connect its own short time limit (connect_timeout), apart from the attempt\'s', async () => {
+    // An address that never completes a connect (it drops SYNs): the dial waits until aborted.
+    const silentDial: Dialer = (address, port, signal) =>
+      new Promise((_, reject) => {
+        dials.push({ address, port });
+        signal?.addEventListener('abort', () => reject(new Error('connect aborted')), { once: true });
+      });
+    const deps = senderDeps({ timeoutMs: 30_000, connectTimeoutMs: 200 });
+    const send = createCallbackSender({ ...deps, dial: silentDial });
+    const started = performance.now();
+    expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'connect_timeout' });
+    const took = performance.now() - started;
+    expect(took).toBeGreaterThanOrEqual(190);
+    expect(took).toBeLessThan(5_000);
+    expect(dials).toEqual([{ address: PUBLIC_A, port: 80 }]);
+    // Control: the same sender connects to an address that answers.
+    expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({ status: 200, error: null });
   });
 
   it('says aborted when stopped mid-attempt', async () => {
