@@ -3,13 +3,17 @@ The first process inside a tool's sandbox: a new network namespace (and PID name
 `unshare`, whose only network is its own loopback. Started by src/sandbox/sandbox.ts as
 
     unshare --user --map-root-user --net --pid --fork --kill-child -- \
-        python3 -I -S confine.py --host-netns 'net:[4026531840]' [--bridge PORT=GUARD_SOCKET] -- TOOL ARGS...
+        python3 -I -S confine.py --host-netns 'net:[4026531840]' [--bridge PORT=GUARD_SOCKET] \
+            [--limits data=BYTES,cpu=SECONDS,fsize=BYTES,nproc=COUNT] -- TOOL ARGS...
 
 It refuses to start the tool unless it really is in another network namespace than the service
 (`--host-netns`) holding nothing but `lo`. With --bridge it brings `lo` up and forwards every TCP
 connection to 127.0.0.1:PORT to the egress guard's Unix socket, which is a path on the file system
 and so reachable from any network namespace. That bridge is the only thing a tool can connect to:
 an option, a protocol or a helper program that tries any other address fails at connect().
+
+With --limits the tool starts under those resource ceilings (see apply_limits), whatever the tool
+or the media it reads does; confine.py itself, which serves the bridge, stays outside them.
 
 As PID 1 of its namespace it starts the tool as its child, reaps whatever the tool leaves behind,
 and exits with the tool's status; the kernel then kills everything left in the namespace. Its stdin
@@ -24,6 +28,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -48,16 +53,52 @@ def fail(code, reason):
     os._exit(code)
 
 
+# The ceilings a tool run may be given, by the name used in --limits and in resident.py's requests.
+LIMIT_NAMES = ('data', 'cpu', 'fsize', 'nproc')
+# Seconds between the CPU limit's SIGXCPU and the kernel's SIGKILL, for a tool that ignores the first.
+CPU_KILL_AFTER_S = 2
+
+
+def parse_limits(text):
+    limits = {}
+    for item in text.split(','):
+        name, _, value = item.partition('=')
+        if name not in LIMIT_NAMES or not value.isdigit() or int(value) <= 0:
+            fail(SETUP_FAILED, f'usage: --limits {"=N,".join(LIMIT_NAMES)}=N')
+        limits[name] = int(value)
+    return limits
+
+
+def apply_limits(limits):
+    """Sets the calling process's ceilings, inherited by everything it starts: its data segment
+    (heap and private writable mappings: what a decompression or an allocation can grow), CPU
+    seconds (SIGXCPU, then SIGKILL CPU_KILL_AFTER_S later), the size of any file it writes
+    (SIGXFSZ, or EFBIG where the signal is ignored), its user's processes and threads in its own
+    user namespace (not enforced by the kernel for a real root), and no core dumps."""
+    if not limits:
+        return
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if 'data' in limits:
+        resource.setrlimit(resource.RLIMIT_DATA, (limits['data'], limits['data']))
+    if 'cpu' in limits:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits['cpu'], limits['cpu'] + CPU_KILL_AFTER_S))
+    if 'fsize' in limits:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits['fsize'], limits['fsize']))
+    if 'nproc' in limits:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits['nproc'], limits['nproc']))
+
+
 def parse_args(argv):
     host_netns = None
     bridge = None
     check = False
     lifeline = False
+    limits = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == '--':
-            return host_netns, bridge, check, lifeline, argv[i + 1:]
+            return host_netns, bridge, check, lifeline, limits, argv[i + 1:]
         if arg == '--host-netns' and i + 1 < len(argv):
             host_netns = argv[i + 1]
             i += 2
@@ -67,6 +108,9 @@ def parse_args(argv):
                 fail(SETUP_FAILED, 'usage: --bridge PORT=SOCKET_PATH')
             bridge = (int(port), path)
             i += 2
+        elif arg == '--limits' and i + 1 < len(argv):
+            limits = parse_limits(argv[i + 1])
+            i += 2
         elif arg == '--check':
             check = True
             i += 1
@@ -75,7 +119,7 @@ def parse_args(argv):
             i += 1
         else:
             fail(SETUP_FAILED, f'unknown argument {arg!r}')
-    return host_netns, bridge, check, lifeline, []
+    return host_netns, bridge, check, lifeline, limits, []
 
 
 def interfaces():
@@ -211,7 +255,7 @@ def watch_lifeline(child):
 
 
 def main():
-    host_netns, bridge, check, lifeline, command = parse_args(sys.argv[1:])
+    host_netns, bridge, check, lifeline, limits, command = parse_args(sys.argv[1:])
     own = assert_confined(host_netns)
     if bridge is not None:
         start_bridge(*bridge)
@@ -228,16 +272,18 @@ def main():
 
     if not command:
         fail(SETUP_FAILED, 'no command given')
-    return supervise(command, lifeline)
+    return supervise(command, lifeline, limits)
 
 
-def supervise(command, lifeline):
-    """Starts the tool as our child, passes signals on to it, reaps every orphan it leaves behind,
-    and returns its status as an exit code (128 + the signal that killed it)."""
+def supervise(command, lifeline, limits):
+    """Starts the tool as our child under `limits`, passes signals on to it, reaps every orphan it
+    leaves behind, and returns its status as an exit code (128 + the signal that killed it)."""
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True)
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, close_fds=True, preexec_fn=lambda: apply_limits(limits))
     except OSError as err:
         fail(NOT_FOUND if err.errno in (errno.ENOENT, errno.EACCES) else SETUP_FAILED, f'cannot start {command[0]}: {err.strerror}')
+    except subprocess.SubprocessError as err:
+        fail(SETUP_FAILED, f'cannot set the limits of {command[0]}: {err}')
 
     # PID 1 ignores signals it has no handler for: pass the usual ones on to the tool.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -19,13 +19,14 @@ ever enters this process, whose memory every later run inherits.
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
      PID as the service sees it (frame P) and reads the request, one JSON line:
-     {"command", "argv", "cwd", "network": "guard" or "none"};
+     {"command", "argv", "cwd", "network": "guard" or "none", "limits": {"data": BYTES, ...}};
   2. a user, network and PID namespace of its own: its own credentials, nothing but its own
      loopback, and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py gives a
      tool it starts; it checks that it is confined so;
   3. forks the run's PID 1, which serves the bridge, and either runs yt_dlp.main(argv) itself
      (when command is the imported LAUNCHER) or starts command as confine.py does (passing
-     signals on, reaping orphans): stdin /dev/null, stdout and stderr on pipes, cwd;
+     signals on, reaping orphans): stdin /dev/null, stdout and stderr on pipes, cwd; the tool, or
+     yt-dlp in PID 1, under the request's limits (confine.apply_limits);
   4. relays stdout (frame O) and stderr (frame E), then the exit status (frame X, JSON). A setup
      failure is frame F with the reason. End of file on the connection kills the run.
 Frames: one type byte, a 4-byte big-endian length, the payload. A run's processes name the
@@ -147,9 +148,12 @@ def read_request(conn):
             raise ValueError('request too long')
     request = json.loads(data.split(b'\n', 1)[0])
     command, argv, cwd, network = request['command'], request['argv'], request['cwd'], request['network']
+    limits = request.get('limits', {})
     if not (isinstance(command, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str) and network in ('guard', 'none')):
         raise ValueError('malformed request')
-    return command, argv, cwd, network
+    if not (isinstance(limits, dict) and all(name in confine.LIMIT_NAMES and type(value) is int and value > 0 for name, value in limits.items())):
+        raise ValueError('malformed limits')
+    return command, argv, cwd, network, limits
 
 
 def unshare(flags):
@@ -181,7 +185,7 @@ def is_launcher(command, launcher_path):
     return launcher_path is not None and found is not None and os.path.realpath(found) == launcher_path
 
 
-def run_pid1(yt_dlp, command, argv, cwd, out_w, err_w, bridge):
+def run_pid1(yt_dlp, command, argv, cwd, limits, out_w, err_w, bridge):
     """The run's PID 1: the bridge's threads (its leader may not start threads: its children's
     PID namespace is not its own), and the tool. Never returns."""
     code = confine.SETUP_FAILED
@@ -198,8 +202,10 @@ def run_pid1(yt_dlp, command, argv, cwd, out_w, err_w, bridge):
         if bridge is not None:
             threading.Thread(target=confine.serve_bridge, args=bridge, daemon=True).start()
         if yt_dlp is None:
-            code = confine.supervise([command, *argv], lifeline=False)
+            code = confine.supervise([command, *argv], False, limits)
         else:
+            # The bridge's threads run in this process too: they count against the run's limits.
+            confine.apply_limits(limits)
             code = run_ytdlp(yt_dlp, argv)
     except BaseException:
         traceback.print_exc()
@@ -272,7 +278,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         os.close(devnull)
         # /proc is the service's: its "self" is this process as the service sees it.
         send(conn, b'P', os.readlink('/proc/self').encode())
-        command, argv, cwd, network = read_request(conn)
+        command, argv, cwd, network, limits = read_request(conn)
         set_title(opts['title_room'], ['sandbox', cwd])
         try:
             enter_own_namespaces()
@@ -294,7 +300,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
             os.close(out_r)
             os.close(err_r)
             set_title(opts['title_room'], ['yt-dlp' if in_process else 'sandbox', cwd])
-            run_pid1(in_process, command, argv, cwd, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
+            run_pid1(in_process, command, argv, cwd, limits, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
         os.close(out_w)
         os.close(err_w)
         if listener is not None:

@@ -1,9 +1,10 @@
 import { createConnection, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.js';
-import { HeadBuffer, superviseRun, TailBuffer, type RunProcessOptions, type RunProcessResult } from '../tools/process.js';
+import { HeadBuffer, superviseRun, TailBuffer, type RunProcessResult } from '../tools/process.js';
 import { inspectYtDlpLauncher } from '../tools/ytdlp-launcher.js';
-import { BRIDGE_PORT, interpretSandboxed, type Sandbox, type SandboxedResult, type ToolNetwork } from './sandbox.js';
+import { residentLimits } from './limits.js';
+import { BRIDGE_PORT, interpretSandboxed, type Sandbox, type SandboxedResult, type SandboxRunOptions } from './sandbox.js';
 
 /**
  * The resident sandbox. Starting unshare, Python and confine.py for every tool run, and Python
@@ -195,7 +196,7 @@ function parseReport(line: string): { ready: true; ytdlp: string | null } | { re
  * throws stops it too, and its error is rethrown once the run is gone. 'unavailable' when the
  * resident did not take the run: nothing ran.
  */
-export function runInResident(socket: Socket, opts: RunProcessOptions & { network: ToolNetwork }): Promise<SandboxedResult | 'unavailable'> {
+export function runInResident(socket: Socket, opts: SandboxRunOptions): Promise<SandboxedResult | 'unavailable'> {
   const result: RunProcessResult = {
     exitCode: null,
     signal: null,
@@ -266,7 +267,8 @@ export function runInResident(socket: Socket, opts: RunProcessOptions & { networ
 
     socket.on('connect', () => {
       connected = true;
-      socket.write(`${JSON.stringify({ command: opts.command, argv: opts.args, cwd: opts.cwd ?? process.cwd(), network: opts.network })}\n`);
+      const request = { command: opts.command, argv: opts.args, cwd: opts.cwd ?? process.cwd(), network: opts.network, limits: opts.limits ? residentLimits(opts.limits) : {} };
+      socket.write(`${JSON.stringify(request)}\n`);
     });
     socket.on('data', (chunk: Buffer) => {
       pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);

@@ -1,6 +1,7 @@
 import { readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { RunProcessOptions, RunProcessResult } from '../tools/process.js';
+import { confineLimitsArgument, PRLIMIT_NOT_FOUND, prlimitArgs, type ToolLimits } from './limits.js';
 
 /**
  * Confinement of the external tools. yt-dlp, ffmpeg and ffprobe are ordinary processes that can
@@ -15,6 +16,9 @@ import type { RunProcessOptions, RunProcessResult } from '../tools/process.js';
  * loopback up with a bridge on 127.0.0.1:BRIDGE_PORT to the guard's Unix socket. Any other
  * connect() fails at once: nothing is listening on the namespace's loopback, and there is no
  * route anywhere else. Tools that need no network (the conversion) get no bridge at all.
+ *
+ * Either way a run may be given resource ceilings (./limits.ts): confine.py sets them on the tool
+ * it starts; in 'off' mode util-linux prlimit does.
  *
  * 'off' runs the tools as plain processes (the guard then listens on loopback TCP). It exists for
  * hosts that forbid namespaces and must be chosen explicitly: see TOOL_CONFINEMENT in the README.
@@ -55,6 +59,10 @@ export interface SandboxDeps {
   guardSocket: string | null;
   /** The guard's loopback TCP authority ('off' mode). */
   guardAuthority: string | null;
+  /** util-linux prlimit, which sets a run's limits in 'off' mode; default 'prlimit', looked up on PATH. */
+  prlimit?: string;
+  /** confine.py; default the one beside this module. It must be readable by the user the tools run as. */
+  confineScript?: string;
   /** `readlink /proc/self/ns/net` of the service: confine.py refuses to run in the same one. */
   hostNetns: string;
   run: (opts: RunProcessOptions) => Promise<RunProcessResult>;
@@ -70,12 +78,15 @@ export interface SandboxedResult extends RunProcessResult {
   confinementFailure: string | null;
 }
 
+/** One tool run: what it may reach, and the ceilings it runs under (none: the service's own). */
+export type SandboxRunOptions = RunProcessOptions & { network: ToolNetwork; limits?: ToolLimits };
+
 export interface Sandbox {
   readonly mode: ConfinementMode;
   /** host:port at which a tool given network 'guard' reaches the egress guard. */
   readonly guardAuthority: string;
   /** Runs a tool: confined in 'netns' mode, as a plain process in 'off' mode. */
-  run(opts: RunProcessOptions & { network: ToolNetwork }): Promise<SandboxedResult>;
+  run(opts: SandboxRunOptions): Promise<SandboxedResult>;
   /** Starts a sandbox like a tool's and looks inside: its own namespace, only lo, the guard answering. */
   check(): Promise<ConfinementStatus>;
 }
@@ -90,14 +101,19 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
     return {
       mode: 'off',
       guardAuthority: deps.guardAuthority,
-      run: async ({ network: _network, ...opts }) => ({ ...(await deps.run(opts)), confinementFailure: null }),
+      async run({ network: _network, limits, ...opts }) {
+        if (limits === undefined) return { ...(await deps.run(opts)), confinementFailure: null };
+        const result = await deps.run({ ...opts, command: deps.prlimit ?? 'prlimit', args: [...prlimitArgs(limits), opts.command, ...opts.args] });
+        const notFound = result.notFound || (result.exitCode === 127 && PRLIMIT_NOT_FOUND.test(result.stderrTail));
+        return { ...result, notFound, confinementFailure: null };
+      },
       check: async () => ({ mode: 'off', ok: true }),
     };
   }
   const guardSocket = deps.guardSocket;
   if (guardSocket === null) throw new Error("confinement 'netns' needs the guard on a Unix socket");
 
-  const wrap = (network: ToolNetwork, inner: string[]): string[] => [
+  const wrap = (network: ToolNetwork, inner: string[], limits?: ToolLimits): string[] => [
     '--user',
     '--map-root-user',
     '--net',
@@ -109,21 +125,22 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
     // Isolated and without site: no PYTHON* variable or user site-packages can change the script.
     '-I',
     '-S',
-    CONFINE_SCRIPT,
+    deps.confineScript ?? CONFINE_SCRIPT,
     '--host-netns',
     deps.hostNetns,
     ...(network === 'guard' ? ['--bridge', `${BRIDGE_PORT}=${guardSocket}`] : []),
+    ...(limits ? ['--limits', confineLimitsArgument(limits)] : []),
     ...inner,
   ];
 
   return {
     mode: 'netns',
     guardAuthority: `127.0.0.1:${BRIDGE_PORT}`,
-    async run({ network, command, args, ...opts }) {
+    async run({ network, limits, command, args, ...opts }) {
       const result = await deps.run({
         ...opts,
         command: deps.unshare,
-        args: wrap(network, ['--lifeline', '--', command, ...args]),
+        args: wrap(network, ['--lifeline', '--', command, ...args], limits),
         // The lifeline: confine.py ends the sandbox when this pipe closes, i.e. when we die.
         keepStdinOpen: true,
       });

@@ -47,6 +47,8 @@ export interface ConvertArgsOptions {
   /** A path the caller owns and that does not exist yet: ffmpeg is told never to overwrite. */
   output: string;
   maxDurationS: number;
+  /** The converter's memory ceiling, which no single allocation may take more than a quarter of. */
+  maxAllocBytes: number;
 }
 
 /**
@@ -71,6 +73,10 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     '-hide_banner',
     '-loglevel',
     'error',
+    // ffmpeg's own belt under the sandbox's memory ceiling: a container that declares a huge
+    // table is refused at its first allocation instead of growing the process to the ceiling.
+    '-max_alloc',
+    String(Math.floor(opts.maxAllocBytes / 4)),
     // Fail rather than replace an existing file.
     '-n',
     ...INPUT_GUARDS,

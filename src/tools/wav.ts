@@ -14,6 +14,10 @@ export interface WavHeader {
   bitsPerSample: number;
   dataBytes: number;
   durationS: number;
+  /** The RIFF chunk's declared size: the file's size less 8, in a complete file. */
+  riffBytes: number;
+  /** Where the data chunk's bytes start. */
+  dataOffset: number;
 }
 
 const WAVE_FORMAT_EXTENSIBLE = 0xfffe;
@@ -22,7 +26,8 @@ export function parseWavHeader(buf: Buffer): WavHeader {
   if (buf.length < 12 || buf.toString('latin1', 0, 4) !== 'RIFF' || buf.toString('latin1', 8, 12) !== 'WAVE') {
     throw new Error('not a RIFF/WAVE file');
   }
-  let fmt: (Omit<WavHeader, 'dataBytes' | 'durationS'> & { blockAlign: number }) | null = null;
+  let fmt: (Omit<WavHeader, 'dataBytes' | 'durationS' | 'riffBytes' | 'dataOffset'> & { blockAlign: number }) | null = null;
+  const riffBytes = buf.readUInt32LE(4);
   let offset = 12;
   while (offset + 8 <= buf.length) {
     const id = buf.toString('latin1', offset, offset + 4);
@@ -48,9 +53,21 @@ export function parseWavHeader(buf: Buffer): WavHeader {
     } else if (id === 'data') {
       if (!fmt) throw new Error('WAV data chunk comes before the fmt chunk');
       const { blockAlign, ...rest } = fmt;
-      return { ...rest, dataBytes: size, durationS: size / (fmt.sampleRate * blockAlign) };
+      return { ...rest, dataBytes: size, durationS: size / (fmt.sampleRate * blockAlign), riffBytes, dataOffset: body };
     }
     offset = body + size + (size % 2);
   }
   throw new Error(fmt ? 'WAV has no data chunk' : 'WAV has no fmt chunk');
+}
+
+/**
+ * Why a WAV file of `fileBytes` is not whole, or null: a complete file is exactly as long as its
+ * RIFF header says, and its data chunk (with its pad byte), the last chunk a converter writes, ends
+ * the file. A writer cut off (no space left, a killed converter) leaves sizes that disagree.
+ */
+export function incompleteWav(header: WavHeader, fileBytes: number): string | null {
+  if (header.riffBytes + 8 !== fileBytes) return `the RIFF header declares ${header.riffBytes + 8} bytes, the file has ${fileBytes}`;
+  const dataEnd = header.dataOffset + header.dataBytes + (header.dataBytes % 2);
+  if (dataEnd !== fileBytes) return `the data chunk declares ${header.dataBytes} bytes, the file has ${fileBytes - header.dataOffset} after its header`;
+  return null;
 }

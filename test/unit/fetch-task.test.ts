@@ -59,7 +59,11 @@ function wav(seed: number): Buffer {
 
 function fakeTools(media: { extractorKey: string; id: string; page?: string }, wavBytes: Buffer) {
   const calls: string[] = [];
-  const run: typeof runProcess = async (opts) => {
+  const run: typeof runProcess = async (wrapped) => {
+    // Each tool runs under prlimit, which sets its limits and execs it.
+    expect(wrapped.command).toBe('prlimit');
+    const separator = wrapped.args.indexOf('--');
+    const opts = { ...wrapped, command: wrapped.args[separator + 1]!, args: wrapped.args.slice(separator + 2) };
     if (opts.command === 'yt-dlp' && opts.args.includes('--dump-single-json')) {
       calls.push('probe');
       const info = {
@@ -97,7 +101,15 @@ async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: t
     sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     workDir: path.join(fx.dir, 'work'),
-    limits: { timeoutMs: 10_000, maxDownloadBytes: 1_000_000, maxDurationS: 3600 },
+    limits: {
+      timeoutMs: 10_000,
+      metadataTimeoutMs: 10_000,
+      downloadStall: { windowMs: 10_000, minBytes: 1 },
+      maxDownloadBytes: 1_000_000,
+      maxOutputBytes: 1_000_000,
+      maxDurationS: 3600,
+      tool: { memoryBytes: 256 * 1024 ** 2, cpuSeconds: 60, processes: 64 },
+    },
     openEgressSession: () => ({
       proxyUrlAt: (at) => `http://job:secret@${at}`,
       refusals: () => [],

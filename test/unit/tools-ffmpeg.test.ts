@@ -9,12 +9,14 @@ import { parseWavHeader } from '../../src/tools/wav.js';
 import { generateMediaFixtures, type MediaFixtureName, type MediaFixture } from '../support/media.js';
 
 describe('buildConvertArgs', () => {
-  it('makes a bit-exact 44.1 kHz s16le WAV of the first audio stream, mono or stereo, from and to local files only', () => {
-    expect(buildConvertArgs({ input: '/w/in.m4a', output: '/w/out.wav', maxDurationS: 600 })).toEqual([
+  it('makes a bit-exact 44.1 kHz s16le WAV of the first audio stream, mono or stereo, from and to local files only, no allocation over a quarter of its memory', () => {
+    expect(buildConvertArgs({ input: '/w/in.m4a', output: '/w/out.wav', maxDurationS: 600, maxAllocBytes: 1024 ** 3 })).toEqual([
       '-nostdin',
       '-hide_banner',
       '-loglevel',
       'error',
+      '-max_alloc',
+      String(1024 ** 3 / 4),
       '-n',
       '-protocol_whitelist',
       'file',
@@ -59,7 +61,7 @@ describe('with the real ffmpeg', () => {
 
   async function convert(input: string, name: string, maxDurationS = 600) {
     const output = join(dir, name);
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS }) });
+    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS, maxAllocBytes: 1024 ** 3 }) });
     expect(result.stderrTail).toBe('');
     expect(result.exitCode).toBe(0);
     return output;
@@ -68,7 +70,7 @@ describe('with the real ffmpeg', () => {
   /** A conversion that fails, and whether it left an output file (ffmpeg opens it only for an input with audio). */
   async function refused(input: string, name: string) {
     const output = join(dir, name);
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS: 10 }) });
+    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }) });
     expect(result.exitCode).not.toBe(0);
     return { stderr: result.stderrTail, output: await stat(output).then(() => true, () => false) };
   }
@@ -93,7 +95,7 @@ describe('with the real ffmpeg', () => {
     ['flac_51', 2],
   ] as const)('%s: the same bytes as -ac %i chosen from its channel count (content ids do not change)', async (name, channels) => {
     const ours = await convert(fixtures[name].path, `${name}-ours.wav`);
-    const args = buildConvertArgs({ input: fixtures[name].path, output: join(dir, `${name}-ac.wav`), maxDurationS: 600 });
+    const args = buildConvertArgs({ input: fixtures[name].path, output: join(dir, `${name}-ac.wav`), maxDurationS: 600, maxAllocBytes: 1024 ** 3 });
     const af = args.indexOf('-af');
     args.splice(af, 2, '-ac', String(channels));
     expect((await runProcess({ command: 'ffmpeg', args })).exitCode).toBe(0);
@@ -104,7 +106,7 @@ describe('with the real ffmpeg', () => {
   it('never overwrites an existing output', async () => {
     const output = join(dir, 'exists.wav');
     await writeFile(output, 'keep me');
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: fixtures.flac_mono.path, output, maxDurationS: 10 }) });
+    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: fixtures.flac_mono.path, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }) });
     expect(result.exitCode).not.toBe(0);
     expect(await readFile(output, 'utf8')).toBe('keep me');
   });

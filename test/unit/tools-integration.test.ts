@@ -135,7 +135,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(await streamOf(other[0]!)).toEqual({ format: 'mov,mp4,m4a,3gp,3g2,mj2', channels: 2, sampleRate: 48000 });
 
     const wavPath = join(jobDir, 'out.wav');
-    const convert = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: other[0]!, output: wavPath, maxDurationS: 600 }) });
+    const convert = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: other[0]!, output: wavPath, maxDurationS: 600, maxAllocBytes: 1024 ** 3 }) });
     expect(convert.exitCode).toBe(0);
     const header = parseWavHeader(await readFile(wavPath));
     expect(header).toMatchObject({ audioFormat: 1, sampleRate: 44100, bitsPerSample: 16, channels: 2 });

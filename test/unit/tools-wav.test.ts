@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseWavHeader } from '../../src/tools/wav.js';
+import { incompleteWav, parseWavHeader } from '../../src/tools/wav.js';
 
 function chunk(id: string, body: Buffer): Buffer {
   const head = Buffer.alloc(8);
@@ -38,7 +38,25 @@ describe('parseWavHeader', () => {
       bitsPerSample: 16,
       dataBytes: 176400,
       durationS: 1,
+      riffBytes: wav.length - 8,
+      dataOffset: 44,
     });
+    expect(incompleteWav(parseWavHeader(wav), wav.length)).toBeNull();
+  });
+
+  it('tells a complete file from one cut off, or one whose header claims more than it holds', () => {
+    const wav = riff(chunk('fmt ', fmtBody()), chunk('data', Buffer.alloc(4000)));
+    expect(incompleteWav(parseWavHeader(wav), wav.length)).toBeNull();
+    expect(incompleteWav(parseWavHeader(wav), wav.length - 100)).toMatch(/RIFF header declares 4044 bytes, the file has 3944/);
+    // A converter cut off before its trailer: the sizes are placeholders (0xFFFFFFFF).
+    const unfinished = Buffer.from(wav);
+    unfinished.writeUInt32LE(0xffffffff, 4);
+    unfinished.writeUInt32LE(0xffffffff, 40);
+    expect(incompleteWav(parseWavHeader(unfinished), unfinished.length)).toMatch(/RIFF header declares/);
+    // RIFF size right, data size wrong.
+    const lying = Buffer.from(wav);
+    lying.writeUInt32LE(8000, 40);
+    expect(incompleteWav(parseWavHeader(lying), lying.length)).toMatch(/data chunk declares 8000 bytes, the file has 4000/);
   });
 
   it('walks past LIST and odd-sized chunks (with their pad byte)', () => {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import * as ffmpeg from '../../tools/ffmpeg.js';
-import { parseWavHeader, type WavHeader } from '../../tools/wav.js';
+import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/ytdlp.js';
 import type { Downloaded } from './download.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
@@ -11,7 +11,9 @@ import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from 
  * Step 4, convert: ffmpeg (confined, no network, local files of media containers only) to PCM
  * 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg cannot
  * open, or opens without finding an audio stream, fails with not_audio; what it can only partly
- * decode, with media_corrupt.
+ * decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it whatever
+ * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
+ * size disagrees with its header.
  */
 export interface Converted {
   wavPath: string;
@@ -22,13 +24,21 @@ export interface Converted {
 const CORRUPT_INPUT = /partial file|Error while decoding stream|Invalid data found when processing input/i;
 /** ffmpeg's words for an input with nothing to map at 0:a:0. */
 const NO_AUDIO_STREAM = /matches no streams/i;
+/** A write refused for want of space, in ffmpeg's words (strerror of ENOSPC and EDQUOT). */
+const NO_SPACE = /No space left on device|Disk quota exceeded/i;
+/** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
+const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
 export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
-    const run = await ctx.runTool('ffmpeg', ffmpeg.buildConvertArgs({ input: downloaded.path, output: wavPath, maxDurationS: ctx.limits.maxDurationS }));
+    const run = await ctx.runTool(
+      'ffmpeg',
+      ffmpeg.buildConvertArgs({ input: downloaded.path, output: wavPath, maxDurationS: ctx.limits.maxDurationS, maxAllocBytes: ctx.limits.tool.memoryBytes }),
+      { maxFileBytes: ctx.limits.maxOutputBytes },
+    );
+    if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
     if (run.exitCode !== 0) {
-      if (/No space left on device/i.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
       // ffmpeg opens its output only after its input, once an audio stream is found in it; and it
       // names an input it could not open at the start of its line.
       const inputRefused = NO_AUDIO_STREAM.test(run.stderrTail) || run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
@@ -43,8 +53,20 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
         message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(0, 500),
       });
     }
-    return { wavPath, header: await readWavHeader(wavPath) };
+    const header = await readWavHeader(wavPath);
+    const incomplete = incompleteWav(header, (await fs.stat(wavPath)).size);
+    if (incomplete !== null) {
+      ctx.log.warn({ reason: incomplete }, 'the converter wrote an incomplete WAV');
+      if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
+      throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
+    }
+    return { wavPath, header };
   });
+}
+
+async function nearlyFull(dir: string): Promise<boolean> {
+  const volume = await fs.statfs(dir);
+  return volume.bavail * volume.bsize < NEARLY_FULL_BYTES;
 }
 
 /** Not media at all, media without audio, or media too damaged to open (a truncated MP4 without its index, say). */

@@ -6,7 +6,8 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * Step 3, download: yt-dlp fetches the best audio through the egress guard, replaying the probe's
- * info JSON (no second extraction), with the byte limit enforced while it downloads.
+ * info JSON (no second extraction), with the byte limit enforced while it downloads and a
+ * download that stalls (an origin that trickles, or sends nothing) stopped early.
  */
 export interface Downloaded {
   path: string;
@@ -21,6 +22,39 @@ export interface DownloadDeps {
 }
 
 const PROGRESS_INTERVAL_MS = 500;
+const FILE_SIZE_SLACK_BYTES = 1024 * 1024;
+/** How many times per stall window the bytes so far are sampled. */
+const STALL_SAMPLES_PER_WINDOW = 5;
+
+/**
+ * Aborts its signal, with download_stalled as the reason, once the bytes reported through
+ * `progress` grew by fewer than `minBytes` (at least one) over the last `windowMs`.
+ */
+export function watchForStall({ windowMs, minBytes }: { windowMs: number; minBytes: number }) {
+  const stalled = new AbortController();
+  let bytes = 0;
+  const samples: Array<{ at: number; bytes: number }> = [{ at: performance.now(), bytes: 0 }];
+  const timer = setInterval(() => {
+    const now = performance.now();
+    while (samples.length > 1 && now - samples[1]!.at >= windowMs) samples.shift();
+    const oldest = samples[0]!;
+    if (now - oldest.at >= windowMs && bytes - oldest.bytes < Math.max(1, minBytes)) {
+      clearInterval(timer);
+      stalled.abort({
+        code: 'download_stalled',
+        message: `The download gained fewer than ${Math.max(1, minBytes)} bytes in ${windowMs / 1000} s and was stopped.`,
+      });
+    }
+    samples.push({ at: now, bytes });
+  }, windowMs / STALL_SAMPLES_PER_WINDOW);
+  return {
+    signal: stalled.signal,
+    progress(downloadedBytes: number) {
+      bytes = Math.max(bytes, downloadedBytes);
+    },
+    stop: () => clearInterval(timer),
+  };
+}
 
 export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Probed): Promise<Outcome<Downloaded>> {
   return step(async () => {
@@ -32,6 +66,7 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
     const tooLarge = () => new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.` });
     let downloadedPath: string | undefined;
     let lastProgress = 0;
+    const stall = watchForStall(ctx.limits.downloadStall);
     const run = await ctx.runTool(
       'ytdlp',
       ytdlp.buildDownloadArgs({
@@ -44,9 +79,13 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
         format: ytdlp.GUARDED_FORMAT,
       }),
       {
+        // Room for the last chunk past the byte limit: the progress check below stops it first.
+        maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
+        stop: stall.signal,
         onStdoutLine: (line) => {
           const progress = ytdlp.parseProgressLine(line);
           if (progress) {
+            stall.progress(progress.downloadedBytes);
             // Enforced while downloading, whatever the origin announced (chunked responses have no
             // size for --max-filesize to check): throwing here kills yt-dlp's process group.
             if (progress.downloadedBytes > maxBytes) throw tooLarge();
@@ -60,7 +99,7 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
           }
         },
       },
-    );
+    ).finally(stall.stop);
     if (run.exitCode !== 0) throw new JobFailure(ytdlp.describeYtDlpFailure(run.stderrTail, ctx.hide));
     // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
     // carried on without it; the task reports the refusal itself.

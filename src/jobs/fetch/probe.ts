@@ -1,6 +1,6 @@
 import { mediaAliasKey } from '../../store/aliases.js';
 import * as ytdlp from '../../tools/ytdlp.js';
-import { durationExceeded, JobFailure, step, type FetchContext, type Outcome } from './step.js';
+import { abortAfter, durationExceeded, JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * Step 1, probe: yt-dlp's metadata run, no media. Refuses what will not be fetched (playlists,
@@ -16,11 +16,16 @@ export interface Probed {
 
 /** yt-dlp's info JSON lists every format; a few MB at most for real sites. */
 const MAX_INFO_JSON_BYTES = 32 * 1024 * 1024;
+const MAX_PROBE_FILE_BYTES = 16 * 1024 * 1024;
 
 export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
   return step(async () => {
+    const seconds = ctx.limits.metadataTimeoutMs / 1000;
     const probe = await ctx.runTool('ytdlp', ytdlp.buildProbeArgs({ url: ctx.job.url, ...ctx.ytdlpOptions }), {
       stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
+      // The info JSON goes to stdout: the metadata run writes no file of any size.
+      maxFileBytes: MAX_PROBE_FILE_BYTES,
+      stop: abortAfter(ctx.limits.metadataTimeoutMs, { code: 'metadata_timeout', message: `Reading the media's metadata took longer than ${seconds} s and was stopped.` }),
     });
     if (probe.exitCode !== 0) throw new JobFailure(ytdlp.describeYtDlpFailure(probe.stderrTail, ctx.hide));
     let info: ytdlp.MediaInfo;

@@ -29,9 +29,29 @@ export async function step<T>(body: () => Promise<T>): Promise<Outcome<T>> {
 
 export type ToolName = 'ytdlp' | 'ffmpeg';
 
-export interface ToolOutput {
+/** One tool run of a step. */
+export interface ToolRun {
+  /** The largest file the tool may write: the sandbox's file size ceiling for this run. */
+  maxFileBytes: number;
   onStdoutLine?: (line: string) => void;
   stdoutCaptureBytes?: number;
+  /** Aborted with a JobError as its reason: the run is stopped and the step fails with that error. */
+  stop?: AbortSignal;
+}
+
+/** What a job may spend; FetchTaskDeps.limits, from the configuration. */
+export interface FetchLimits {
+  timeoutMs: number;
+  /** The probe's own time limit, within timeoutMs. */
+  metadataTimeoutMs: number;
+  /** A download that gains fewer than minBytes over any windowMs is stopped. */
+  downloadStall: { windowMs: number; minBytes: number };
+  maxDownloadBytes: number;
+  /** The largest WAV. */
+  maxOutputBytes: number;
+  maxDurationS: number;
+  /** Every tool run's ceilings but the file size, which each run sets (ToolRun.maxFileBytes). */
+  tool: { memoryBytes: number; cpuSeconds: number; processes: number };
 }
 
 export interface FetchContext {
@@ -43,14 +63,24 @@ export interface FetchContext {
   signal: AbortSignal;
   /** The attempt's own folder, removed when the job ends. */
   workDir: string;
-  /** Runs a tool in the sandbox; throws JobFailure when it is missing or cannot be confined. */
-  runTool(name: ToolName, args: string[], output?: ToolOutput): Promise<SandboxedResult>;
+  /**
+   * Runs a tool in the sandbox under the job's limits; throws JobFailure when it is missing, cannot
+   * be confined, was stopped by `run.stop`, or ran into one of its ceilings.
+   */
+  runTool(name: ToolName, args: string[], run: ToolRun): Promise<SandboxedResult>;
   /** Secrets and server paths that must not reach a job's error message. */
   hide: string[];
   ytdlpOptions: YtDlpNetworkOptions;
   /** Host names the downloader reached through the egress guard so far. */
   hostsContacted(): string[];
-  limits: { maxDownloadBytes: number; maxDurationS: number };
+  limits: FetchLimits;
+}
+
+/** A signal aborted after `ms` with `error` as its reason, for ToolRun.stop. */
+export function abortAfter(ms: number, error: JobError): AbortSignal {
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(error), ms).unref();
+  return controller.signal;
 }
 
 export const STORAGE_FULL: JobError = { code: 'storage_full', message: 'The service has no storage space left for this file.' };

@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Database, JobRow } from '../../db/database.js';
+import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
@@ -12,7 +13,7 @@ import { convertToWav } from './convert.js';
 import { downloadMedia } from './download.js';
 import { resolveMedia } from './media-alias.js';
 import { probeMedia } from './probe.js';
-import { JobFailure, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
+import { JobFailure, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome, type ToolName } from './step.js';
 import { verifyAudio } from './verify.js';
 
 /**
@@ -38,7 +39,7 @@ export interface FetchTaskDeps {
   sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
   tools: { ytdlp: string; ffmpeg: string };
   workDir: string;
-  limits: { timeoutMs: number; maxDownloadBytes: number; maxDurationS: number };
+  limits: FetchLimits;
   /** Every connection the downloader makes goes through this guard, when present. */
   openEgressSession?: (label: string) => EgressSession;
   /** Told about each stored content (the store's size cap hooks in here). */
@@ -78,15 +79,16 @@ export function createFetchTask(deps: FetchTaskDeps) {
       ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
-      async runTool(name, args, output = {}) {
+      async runTool(name, args, { maxFileBytes, stop, ...output }) {
         // Only the downloader talks to the network (through the guard); the conversion reads a file.
         const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';
         const result = await deps.sandbox.run({
           command: deps.tools[name],
           args,
           cwd: workDir,
-          signal,
+          signal: stop ? AbortSignal.any([signal, stop]) : signal,
           network,
+          limits: { dataBytes: deps.limits.tool.memoryBytes, cpuSeconds: deps.limits.tool.cpuSeconds, processes: deps.limits.tool.processes, fileBytes: maxFileBytes },
           ...output,
           onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
         });
@@ -103,6 +105,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
           );
         }
         if (signal.aborted) throw new Error('aborted');
+        if (stop?.aborted) throw new JobFailure(stop.reason as JobError);
+        const exceeded = exceededLimit(result);
+        if (exceeded !== null) {
+          log.warn({ tool: name, limit: exceeded }, 'a tool run reached its ceiling');
+          throw new JobFailure(limitFailure(name, exceeded, deps.limits, maxFileBytes));
+        }
         return result;
       },
     };
@@ -235,4 +243,24 @@ export function createFetchTask(deps: FetchTaskDeps) {
       return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
     }
   };
+}
+
+const TOOL_WORDS: Record<ToolName, string> = { ytdlp: 'The downloader', ffmpeg: 'The converter' };
+const MIB = 1024 * 1024;
+
+/** The job's error for a tool run that reached one of the ceilings the sandbox set. */
+export function limitFailure(tool: ToolName, exceeded: ExceededLimit, limits: FetchLimits, maxFileBytes: number): JobError {
+  const who = TOOL_WORDS[tool];
+  switch (exceeded) {
+    case 'memory':
+      return { code: 'memory_exceeded', message: `${who} needed more than its memory limit of ${Math.round(limits.tool.memoryBytes / MIB)} MiB and was stopped.` };
+    case 'cpu':
+      return { code: 'cpu_time_exceeded', message: `${who} used more than its CPU time limit of ${limits.tool.cpuSeconds} s and was stopped.` };
+    case 'processes':
+      return { code: 'process_limit_exceeded', message: `${who} started more than its limit of ${limits.tool.processes} processes and threads and was stopped.` };
+    case 'file_size':
+      return tool === 'ffmpeg'
+        ? { code: 'output_too_large', message: `The WAV would be larger than the limit of ${maxFileBytes} bytes.` }
+        : { code: 'file_too_large', message: `The download exceeds the limit of ${limits.maxDownloadBytes} bytes and was stopped.` };
+  }
 }
