@@ -27,6 +27,10 @@ const optionalString = z
 const envSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HTTP_HEADERS_TIMEOUT_S: positiveInt(10),
+  HTTP_REQUEST_TIMEOUT_S: positiveInt(60),
+  HTTP_MAX_IDLE_CONNECTIONS: positiveInt(256),
+  HTTP_MAX_CONNECTIONS: positiveInt(1024),
   DATA_DIR: z.string().min(1).default('./data'),
   DATABASE_URL: optionalString.refine((value) => value === undefined || /^postgres(ql)?:\/\//.test(value), {
     message: 'must be a postgres:// URL (unset: SQLite in DATA_DIR)',
@@ -116,11 +120,21 @@ const envSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
   PATH: z.string().default(''),
-});
+})
+  .superRefine((e, ctx) => {
+    if (e.HTTP_HEADERS_TIMEOUT_S > e.HTTP_REQUEST_TIMEOUT_S) {
+      ctx.addIssue({ code: 'custom', path: ['HTTP_HEADERS_TIMEOUT_S'], message: 'must be at most HTTP_REQUEST_TIMEOUT_S' });
+    }
+    if (e.HTTP_MAX_IDLE_CONNECTIONS >= e.HTTP_MAX_CONNECTIONS) {
+      ctx.addIssue({ code: 'custom', path: ['HTTP_MAX_IDLE_CONNECTIONS'], message: 'must be below HTTP_MAX_CONNECTIONS, which keeps the rest for requests under way' });
+    }
+  });
 
 export interface Config {
   host: string;
   port: number;
+  /** The app port's bounds (src/http/server.ts): request head and request time limits, idle and all connections. */
+  http: { headersTimeoutMs: number; requestTimeoutMs: number; maxIdle: number; maxTotal: number };
   dataDir: string;
   /** PostgreSQL, shared by every node; or SQLite in the data dir (one node). */
   database: { kind: 'postgres'; url: string; poolSize: number } | { kind: 'sqlite'; path: string };
@@ -204,6 +218,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   return {
     host: e.HOST,
     port: e.PORT,
+    http: {
+      headersTimeoutMs: e.HTTP_HEADERS_TIMEOUT_S * 1000,
+      requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_S * 1000,
+      maxIdle: e.HTTP_MAX_IDLE_CONNECTIONS,
+      maxTotal: e.HTTP_MAX_CONNECTIONS,
+    },
     dataDir,
     database:
       e.DATABASE_URL !== undefined

@@ -368,6 +368,8 @@ async function main(): Promise<void> {
       hostname: config.host,
       port: config.port,
       maxRequestBodyBytes: (path) => (path === '/sources/batch' ? MAX_BATCH_BODY_BYTES : MAX_BODY_BYTES),
+      connections: config.http,
+      log,
     },
     (info) => {
       log.info({ host: info.address, port: info.port, node_id: nodeId, database: database.kind, artifact_root: config.artifactRoot, workers: config.workerConcurrency }, 'listening');

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
+import type { Logger } from '../logger.js';
 import type { RequestEnvelope } from './request-envelope.js';
 
 /**
@@ -12,9 +13,16 @@ import type { RequestEnvelope } from './request-envelope.js';
  *   socket, and the client's next request on it fails.
  * - Closing such a connection lingers (see lingerBeforeClosing), so that the answer reaches the
  *   client.
+ * - Nothing after an answer that closes the connection is taken as a request: one connection's
+ *   requests are answered one after the other (node parses pipelined requests as they come and
+ *   would otherwise hand them to the app at once), and those that follow an answer saying
+ *   `Connection: close` are dropped unanswered, never run (see answerInTurn).
  * - `Expect: 100-continue`: Node answers 100 Continue by itself unless 'checkContinue' is
  *   handled. A Content-Length over the largest body the request's path takes gets no 100, so
  *   the client need not send a body that would be refused; the app answers at once (413).
+ * - Connections are bounded (see boundConnections): a request head must arrive whole within
+ *   `headersTimeoutMs`, connections without a request under way are capped (the oldest closed
+ *   first), and so are all connections.
  */
 export interface HttpServerOptions {
   fetch: (request: Request, env: HttpBindings) => Response | Promise<Response>;
@@ -29,7 +37,33 @@ export interface HttpServerOptions {
   beforeApp?: (req: IncomingMessage, res: ServerResponse, toApp: () => void) => void;
   /** Around every request, whoever answers it: request id, access log, metrics. */
   envelope: RequestEnvelope;
+  connections: ConnectionLimits;
+  /** For connections closed by the bounds, and requests dropped after a closing answer. */
+  log: Pick<Logger, 'warn' | 'debug'>;
 }
+
+export interface ConnectionLimits {
+  /** A request head must arrive whole within this (node's headersTimeout); else 408 and close. */
+  headersTimeoutMs: number;
+  /** A request, body included, must arrive whole within this (node's requestTimeout). */
+  requestTimeoutMs: number;
+  /**
+   * Connections without a request under way (opened and no whole head yet, or kept alive
+   * between requests): past this many, the oldest are closed.
+   */
+  maxIdle: number;
+  /**
+   * All connections: past this many, the oldest idle one is closed to make room, or the new
+   * one when none is idle. Above maxIdle: the difference is kept for connections whose request
+   * head has arrived (health checks, keyed clients).
+   */
+  maxTotal: number;
+}
+
+/** How often node looks for requests past headersTimeoutMs or requestTimeoutMs. */
+const CONNECTIONS_CHECK_MS = 1_000;
+/** Closings by the bounds are logged at most this often, with their count since the last line. */
+const SHED_LOG_INTERVAL_MS = 10_000;
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
   const listener = getRequestListener(async (request, env) => {
@@ -44,14 +78,146 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
   });
   const before = options.beforeApp;
   const answer = before ? (req: IncomingMessage, res: ServerResponse) => before(req, res, () => listener(req, res)) : listener;
-  const server = createServer((req, res) => options.envelope(req, res, () => answer(req, res)));
+  const limits = options.connections;
+  const server = createServer({
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, limits.headersTimeoutMs),
+  });
+  const connections = boundConnections(server, limits, options.log);
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => connections.answerInTurn(req, res, () => options.envelope(req, res, () => answer(req, res))));
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
-    const path = (request.url ?? '/').split('?', 1)[0]!;
-    if (!(declaredLength(request) > options.maxRequestBodyBytes(path))) response.writeContinue();
-    options.envelope(request, response, () => listener(request, response));
+    connections.answerInTurn(request, response, () => {
+      const path = (request.url ?? '/').split('?', 1)[0]!;
+      if (!(declaredLength(request) > options.maxRequestBodyBytes(path))) response.writeContinue();
+      options.envelope(request, response, () => listener(request, response));
+    });
   });
   server.listen(options.port, options.hostname, () => onListening(server.address() as AddressInfo));
   return server;
+}
+
+/** One connection, from its accept to its close. */
+interface Connection {
+  socket: Socket;
+  /** The response being answered; undefined while the connection waits for a request head. */
+  current: ServerResponse | undefined;
+  /** Requests node has parsed behind the current one, to be answered in order. */
+  waiting: Array<() => void>;
+  /** An answer on it said `Connection: close`: nothing after it is a request. */
+  closing: boolean;
+  /** Closed by the bounds or gone: no longer counted. */
+  gone: boolean;
+}
+
+/**
+ * Counts the server's connections and bounds them, against clients that open connections and
+ * never finish a request head (slowloris), or open more than the process has descriptors for:
+ *
+ * - node closes a connection whose request head has not arrived whole within headersTimeoutMs
+ *   (408), checked every second;
+ * - a connection is idle from its accept until a whole request head has arrived, and again once
+ *   its answers are finished and it is kept alive for the next one; past maxIdle idle
+ *   connections, the one idle the longest is closed, so that holding connections open costs a
+ *   client a new connection for each one closed, while a client that sends its request at once
+ *   is not idle long enough to be the oldest;
+ * - past maxTotal connections, the oldest idle one is closed to make room for a new one, or the
+ *   new one itself when none is idle (every connection is then answering a request).
+ *
+ * It also answers one connection's requests in turn (answerInTurn).
+ */
+function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Logger, 'warn' | 'debug'>) {
+  const bySocket = new WeakMap<Socket, Connection>();
+  // In the order they became idle: the first is the one idle the longest.
+  const idle = new Set<Connection>();
+  let total = 0;
+  let shed = { idle: 0, total: 0 };
+  let lastShedLog = Number.NEGATIVE_INFINITY;
+
+  function close(connection: Connection, reason: 'idle' | 'total'): void {
+    forget(connection);
+    shed[reason]++;
+    connection.socket.destroy();
+    const now = performance.now();
+    if (now - lastShedLog >= SHED_LOG_INTERVAL_MS) {
+      lastShedLog = now;
+      log.warn(
+        { closed_idle: shed.idle, closed_over_total: shed.total, connections: total, idle: idle.size, max_idle: limits.maxIdle, max_total: limits.maxTotal },
+        'connections closed: over the bounds of the app port (HTTP_MAX_IDLE_CONNECTIONS, HTTP_MAX_CONNECTIONS)',
+      );
+      shed = { idle: 0, total: 0 };
+    }
+  }
+
+  function forget(connection: Connection): void {
+    if (connection.gone) return;
+    connection.gone = true;
+    idle.delete(connection);
+    total--;
+  }
+
+  function becomeIdle(connection: Connection): void {
+    if (connection.gone) return;
+    idle.add(connection);
+    while (idle.size > limits.maxIdle) close(idle.values().next().value!, 'idle');
+  }
+
+  server.on('connection', (socket: Socket) => {
+    const connection: Connection = { socket, current: undefined, waiting: [], closing: false, gone: false };
+    bySocket.set(socket, connection);
+    total++;
+    socket.once('close', () => forget(connection));
+    if (total > limits.maxTotal) {
+      const oldest = idle.values().next().value;
+      close(oldest ?? connection, 'total');
+      if (connection.gone) return;
+    }
+    becomeIdle(connection);
+  });
+
+  /**
+   * Runs `run` (the request's answer) once every earlier request on its connection has been
+   * answered, and never when an earlier answer said `Connection: close` (or its connection went
+   * away before it finished): node has parsed such a request, but the client was told that the
+   * connection ends, and its answer would never be sent.
+   */
+  function answerInTurn(req: IncomingMessage, res: ServerResponse, run: () => void): void {
+    const connection = bySocket.get(req.socket);
+    if (!connection) return run();
+    if (connection.closing) {
+      log.debug({ method: req.method }, 'a request after an answer that closed its connection: dropped, not answered');
+      return;
+    }
+    if (connection.current) {
+      connection.waiting.push(() => answerInTurn(req, res, run));
+      return;
+    }
+    connection.current = res;
+    idle.delete(connection);
+    res.once('close', () => {
+      connection.current = undefined;
+      if (closesConnection(res)) {
+        connection.closing = true;
+        const dropped = connection.waiting.splice(0);
+        for (const next of dropped) next();
+      } else if (connection.waiting.length > 0) {
+        connection.waiting.shift()!();
+      } else {
+        becomeIdle(connection);
+      }
+    });
+    run();
+  }
+
+  return { answerInTurn };
+}
+
+/**
+ * Whether the answer ended its connection: it said `Connection: close` (node marks such a
+ * response `_last`, and destroys the socket after it), or it never finished.
+ */
+function closesConnection(res: ServerResponse): boolean {
+  return (res as ServerResponse & { _last?: boolean })._last === true || !res.writableFinished || res.socket?.destroyed === true;
 }
 
 function declaredLength(request: IncomingMessage): number {
@@ -74,7 +240,8 @@ const LINGER_MS = 2_000;
  * answer). Node's server closes a `Connection: close` connection by calling
  * socket.destroySoon() once the response is finished; on this connection that becomes: send the
  * answer and FIN, read and drop the rest of the request body, and close when the client closes
- * its side, or after LINGER_MS.
+ * its side, or after LINGER_MS. Requests node parses from what follows are dropped unanswered
+ * (answerInTurn).
  */
 function lingerBeforeClosing(socket: Socket, request: IncomingMessage): void {
   socket.destroySoon = function lingeringClose(this: Socket) {

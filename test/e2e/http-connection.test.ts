@@ -2,6 +2,7 @@ import { request as httpRequest, Agent, type IncomingMessage } from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeOfflineTools } from '../support/offline-tools.js';
 import { openRawConnection, type RawConnection, type RawMessage } from '../support/raw-http.js';
@@ -167,6 +168,61 @@ describe('a request body the service does not read', () => {
     expectProblem(answer, 401, 'unauthorized');
     expect(answer.headers.get('connection')).toBe('close');
     await conn.closedByServer;
+  });
+});
+
+describe('a request pipelined after an answer that closes the connection', () => {
+  /** The jobs the service has made for this URL, read from its database. */
+  const jobsFor = (url: string): number => {
+    const db = new Database(path.join(svc.dataDir, 'source-fetch.sqlite'), { readonly: true });
+    try {
+      return (db.prepare('select count(*) as n from jobs where url = ?').get(url) as { n: number }).n;
+    } finally {
+      db.close();
+    }
+  };
+  const dropped = () => svc.logs.filter((line) => line.msg === 'a request after an answer that closed its connection: dropped, not answered').length;
+  const submission = (url: string) => {
+    const body = jsonBody(url);
+    return Buffer.concat([Buffer.from(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length })), body]);
+  };
+  const statusLines = (conn: RawConnection) => conn.received().toString('latin1').match(/HTTP\/1\.1 \d{3}/g) ?? [];
+
+  it('the control: after an answer that keeps the connection, the pipelined submission is answered 202 and its job made', async () => {
+    const url = 'http://127.0.0.1:9/pipelined-after-keep-alive.m4a';
+    const conn = await connection();
+    conn.write(Buffer.concat([submission('http://127.0.0.1:9/pipelined-first.m4a'), submission(url)]));
+    const first = await conn.readMessage();
+    expect([first.status, first.headers.get('connection')]).toEqual([202, 'keep-alive']);
+    const second = await conn.readMessage();
+    expect(second.status).toBe(202);
+    expect((JSON.parse(second.body.toString('utf8')) as { url: string }).url).toBe(url);
+    expect(jobsFor(url)).toBe(1);
+  });
+
+  const over = jsonBody(ACCEPTED_URL, LIMIT + 1);
+  const small = jsonBody(ACCEPTED_URL);
+  const json = 'application/json';
+  it.each([
+    ['413, Content-Length over the limit', 413, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Content-Length': over.length }), over]],
+    ['413, a chunked body over the limit', 413, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Transfer-Encoding': 'chunked' }), chunked(over)]],
+    ['401, no key', 401, () => [head('POST', '/sources', { 'Content-Type': json, 'Content-Length': small.length }), small]],
+    ['415, not JSON', 415, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': 'text/plain', 'Content-Length': small.length }), small]],
+  ] as Array<[string, number, () => [string, Buffer]]>)('%s: the submission pipelined after it is dropped, never run', async (label, status, refused) => {
+    const [refusedHead, refusedBody] = refused();
+    const url = `http://127.0.0.1:9/pipelined-after-${status}-${label.length}.m4a`;
+    const conn = await connection();
+    const droppedBefore = dropped();
+    conn.write(Buffer.concat([Buffer.from(refusedHead), refusedBody, submission(url)]));
+    const answer = await conn.readMessage();
+    expect([answer.status, answer.headers.get('connection')]).toEqual([status, 'close']);
+    // Whichever comes first: the service drops the pipelined request once parsed (from then on
+    // it cannot run), or runs it and makes its job.
+    await expect.poll(() => dropped() > droppedBefore || jobsFor(url) > 0).toBe(true);
+    expect(jobsFor(url)).toBe(0);
+    expect(dropped()).toBe(droppedBefore + 1);
+    expect(statusLines(conn)).toEqual([`HTTP/1.1 ${status}`]);
+    conn.close();
   });
 });
 

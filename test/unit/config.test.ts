@@ -109,6 +109,15 @@ describe('configuration', () => {
     expect(attempt).not.toThrow(/hunter2/);
   });
 
+  it("bounds the app port: the head and request time limits, idle and all connections, each checked against the other", () => {
+    expect(loadConfig({}).http).toEqual({ headersTimeoutMs: 10_000, requestTimeoutMs: 60_000, maxIdle: 256, maxTotal: 1024 });
+    const config = loadConfig({ HTTP_HEADERS_TIMEOUT_S: '2', HTTP_REQUEST_TIMEOUT_S: '5', HTTP_MAX_IDLE_CONNECTIONS: '10', HTTP_MAX_CONNECTIONS: '40' });
+    expect(config.http).toEqual({ headersTimeoutMs: 2_000, requestTimeoutMs: 5_000, maxIdle: 10, maxTotal: 40 });
+    expect(() => loadConfig({ HTTP_HEADERS_TIMEOUT_S: '61' })).toThrow(/HTTP_HEADERS_TIMEOUT_S: must be at most HTTP_REQUEST_TIMEOUT_S/);
+    expect(() => loadConfig({ HTTP_MAX_IDLE_CONNECTIONS: '1024' })).toThrow(/HTTP_MAX_IDLE_CONNECTIONS: must be below HTTP_MAX_CONNECTIONS/);
+    expect(() => loadConfig({ HTTP_MAX_CONNECTIONS: '0' })).toThrow(ConfigError);
+  });
+
   it('bounds event streams and keeps their keep-alive below nginx\'s read timeout', () => {
     expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500 });
     expect(loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
