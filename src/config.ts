@@ -50,11 +50,24 @@ const envSchema = z.object({
   FFPROBE_PATH: z.string().min(1).default('ffprobe'),
   TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
   UNSHARE_PATH: z.string().min(1).default('unshare'),
+  PRLIMIT_PATH: z.string().min(1).default('prlimit'),
   SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
   RESIDENT_SANDBOX: z.enum(['on', 'off']).default('on'),
   WORKER_CONCURRENCY: z.coerce.number().int().min(0).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
+  METADATA_TIMEOUT_S: positiveInt(60),
+  DOWNLOAD_STALL_S: positiveInt(30),
+  DOWNLOAD_MIN_BYTES_PER_S: z.coerce.number().int().min(0).default(2048),
+  TOOL_MEMORY_BYTES: z.coerce.number().int().min(64 * 1024 ** 2, { message: 'must be at least 64 MiB' }).default(1024 ** 3),
+  TOOL_CPU_S: positiveInt(600),
+  TOOL_MAX_PROCESSES: z.coerce.number().int().min(8, { message: 'must be at least 8' }).default(256),
   MAX_DOWNLOAD_BYTES: positiveInt(2 * 1024 ** 3),
+  MAX_OUTPUT_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024 ** 2, { message: 'must be at least 1 MiB' })
+    .max(2 ** 32 - 1, { message: 'must be below 4 GiB, the largest WAV' })
+    .default(2 * 1024 ** 3),
   MAX_DURATION_S: positiveInt(3 * 3600),
   MAX_ATTEMPTS: positiveInt(3),
   MAX_QUEUED_JOBS: positiveInt(1000),
@@ -154,10 +167,18 @@ export interface Config {
    * How the tools are kept from the network but through the egress guard (src/sandbox); resident:
    * whether they run in the resident sandbox, yt-dlp imported once (src/sandbox/resident.ts).
    */
-  confinement: { mode: 'netns' | 'off'; unshare: string; python: string; resident: boolean };
+  confinement: { mode: 'netns' | 'off'; unshare: string; python: string; prlimit: string; resident: boolean };
+  /** Ceilings of every tool run, set by the sandbox (src/sandbox/limits.ts); file sizes are per run. */
+  toolLimits: { memoryBytes: number; cpuSeconds: number; processes: number };
   workerConcurrency: number;
   fetchTimeoutMs: number;
+  /** The metadata step's own time limit, within fetchTimeoutMs. */
+  metadataTimeoutMs: number;
+  /** A download that gains fewer than minBytes over any windowMs is stopped (download_stalled). */
+  downloadStall: { windowMs: number; minBytes: number };
   maxDownloadBytes: number;
+  /** The largest WAV a job may store. */
+  maxOutputBytes: number;
   maxDurationS: number;
   maxAttempts: number;
   maxQueuedJobs: number;
@@ -236,10 +257,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
     ytdlpCookiesFile: e.YTDLP_COOKIES_FILE === undefined ? undefined : path.resolve(e.YTDLP_COOKIES_FILE),
-    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, resident: e.RESIDENT_SANDBOX === 'on' },
+    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, prlimit: e.PRLIMIT_PATH, resident: e.RESIDENT_SANDBOX === 'on' },
+    toolLimits: { memoryBytes: e.TOOL_MEMORY_BYTES, cpuSeconds: e.TOOL_CPU_S, processes: e.TOOL_MAX_PROCESSES },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
+    metadataTimeoutMs: e.METADATA_TIMEOUT_S * 1000,
+    downloadStall: { windowMs: e.DOWNLOAD_STALL_S * 1000, minBytes: e.DOWNLOAD_STALL_S * e.DOWNLOAD_MIN_BYTES_PER_S },
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
+    maxOutputBytes: e.MAX_OUTPUT_BYTES,
     maxDurationS: e.MAX_DURATION_S,
     maxAttempts: e.MAX_ATTEMPTS,
     maxQueuedJobs: e.MAX_QUEUED_JOBS,
