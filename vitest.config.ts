@@ -1,4 +1,26 @@
+import { existsSync, realpathSync } from 'node:fs';
+import path from 'node:path';
 import { defineConfig } from 'vitest/config';
+
+/**
+ * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
+ * formats, the egress guard and confinement around it, and the operator's cookies.
+ */
+const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies'].map((name) => `test/e2e/${name}.test.ts`);
+
+/**
+ * The current yt-dlps to run FETCH_FILES with: SOURCE_FETCH_CURRENT_YTDLP, launchers separated by
+ * ':' (.ci/run sets it: the newest Debian's archive offers, and the image's pin when that is
+ * another version; empty for none); unset, .cache/yt-dlp/current/yt-dlp when
+ * scripts/fetch-current-ytdlp.sh has put one there. Each gets a project named after its folder,
+ * which the script names after the Debian version ("e2e yt-dlp 2026.10.26-1").
+ */
+function currentYtDlps(): string[] {
+  const named = process.env.SOURCE_FETCH_CURRENT_YTDLP;
+  if (named !== undefined) return named.split(':').filter((launcher) => launcher !== '');
+  const fetched = path.resolve(import.meta.dirname, '.cache/yt-dlp/current/yt-dlp');
+  return existsSync(fetched) ? [fetched] : [];
+}
 
 export default defineConfig({
   test: {
@@ -27,6 +49,20 @@ export default defineConfig({
           sequence: { groupOrder: 1 },
         },
       },
+      ...currentYtDlps().map((launcher) => ({
+        test: {
+          name: `e2e yt-dlp ${path.basename(path.dirname(realpathSync(launcher)))}`,
+          include: FETCH_FILES,
+          globalSetup: ['test/support/build.ts', 'test/support/postgres-global.ts'],
+          // Read by test/support/ytdlp-under-test.ts: startService runs this launcher.
+          env: { SOURCE_FETCH_TEST_YTDLP: realpathSync(launcher) },
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          maxWorkers: 2,
+          // After the e2e project: both at once would be four services and their tools on two cores.
+          sequence: { groupOrder: 2 },
+        },
+      })),
     ],
   },
 });

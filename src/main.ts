@@ -51,6 +51,7 @@ import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
 import { netscapeCookiesProblem } from './tools/ytdlp.js';
+import { cookiesRefusal } from './tools/ytdlp-version.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
 import { createCallbackSender } from './webhooks/send.js';
 
@@ -74,11 +75,19 @@ async function main(): Promise<void> {
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
   }
+  // The yt-dlp this process runs, found once and by its real path: a YTDLP_PATH that is a link
+  // (.cache/yt-dlp/current, docs/yt-dlp.md) switched to a new version later changes nothing here
+  // until a restart, so the resident sandbox, the jobs and /healthz all run the same version.
+  const ytdlpFound = await locateTool(config.tools.ytdlp, config.searchPath);
+  const ytdlpPath = ytdlpFound === null ? null : await fs.realpath(ytdlpFound);
+  const tools = { ...config.tools, ytdlp: ytdlpPath ?? config.tools.ytdlp };
   if (config.ytdlpCookiesFile !== undefined) {
     // Checked once here so that a wrong file stops start-up; every job checks its own copy again.
     const problem = await fs.readFile(config.ytdlpCookiesFile, 'utf8').then(netscapeCookiesProblem, (err: NodeJS.ErrnoException) => `it cannot be read (${err.code})`);
-    if (problem !== null) {
-      process.stderr.write(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${problem}\n`);
+    // And a yt-dlp that would send the cookies to other hosts is not given them.
+    const refusal = problem ?? cookiesRefusal(ytdlpPath ?? `${config.tools.ytdlp}, not found`, ytdlpPath === null ? null : await toolVersion(ytdlpPath, ['--version']));
+    if (refusal !== null) {
+      process.stderr.write(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${refusal}\n`);
       process.exit(2);
     }
   }
@@ -163,7 +172,7 @@ async function main(): Promise<void> {
       hostNetns,
       run: runProcess,
     }),
-    ytdlpPath: await locateTool(config.tools.ytdlp, config.searchPath),
+    ytdlpPath,
     python: config.confinement.python,
     socketPath: path.join(runtimeDir ?? config.dataDir, 'resident.sock'),
     hostNetns,
@@ -184,7 +193,7 @@ async function main(): Promise<void> {
   await sandbox.start();
 
   const checkHealth = createHealthCheck({
-    tools: config.tools,
+    tools,
     checkConfinement: async () => (confinement = await sandbox.check()),
     locate: (tool) => locateTool(tool, config.searchPath),
     version: toolVersion,
@@ -239,7 +248,7 @@ async function main(): Promise<void> {
     store,
     now,
     sandbox,
-    tools: config.tools,
+    tools,
     workDir: config.workDir,
     limits: {
       timeoutMs: config.fetchTimeoutMs,

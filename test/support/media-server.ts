@@ -51,7 +51,7 @@ export interface ServeFileOptions {
 export type RouteHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 
 export interface MediaServer {
-  /** '127.0.0.1:<port>' */
+  /** '127.0.0.1:<port>' (or the loopback address it was started on) */
   readonly hostPort: string;
   /** Every request so far, oldest first. */
   readonly requests: RecordedRequest[];
@@ -70,7 +70,8 @@ export interface MediaServer {
 const THROTTLE_TICK_MS = 100;
 const CHUNK_BYTES = 64 * 1024;
 
-export async function startMediaServer(opts: { host?: '127.0.0.1' } = {}): Promise<MediaServer> {
+/** host: another loopback address (127.0.0.2, ...) is another host to a client: its cookies are not 127.0.0.1's. */
+export async function startMediaServer(opts: { host?: `127.${number}.${number}.${number}` } = {}): Promise<MediaServer> {
   const host = opts.host ?? '127.0.0.1';
   const routes = new Map<string, RouteHandler>();
   const requests: RecordedRequest[] = [];

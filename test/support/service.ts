@@ -14,6 +14,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { CURRENT_YTDLP } from './ytdlp-under-test.js';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -102,6 +103,8 @@ export async function startService(
       ...(generatedKey ? {} : { API_KEYS: apiKey }),
       LOG_LEVEL: 'debug',
       SHUTDOWN_GRACE_S: '5',
+      // A current yt-dlp's project runs its launcher (test/support/ytdlp-under-test.ts); a test's own YTDLP_PATH still wins.
+      ...(CURRENT_YTDLP ? { YTDLP_PATH: CURRENT_YTDLP } : {}),
       ...opts.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

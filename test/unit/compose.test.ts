@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
+import { COOKIES_SAFE_SINCE, isAtLeast } from '../../src/tools/ytdlp-version.js';
 import { renderTemplate, TEMPLATE_PATH } from '../support/nginx.js';
 
 const ROOT = new URL('../../', import.meta.url);
@@ -240,20 +241,28 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/^USER node$/m);
   });
 
-  it('runs a current yt-dlp from PyPI, pinned by version and wheel hash, and names it in YTDLP_PATH', () => {
-    const version = /^ARG YTDLP_VERSION=(\S+)$/m.exec(dockerfile)?.[1];
-    const hash = /^ARG YTDLP_WHEEL_SHA256=(\S+)$/m.exec(dockerfile)?.[1];
-    expect(version).toMatch(/^\d{4}\.\d{1,2}\.\d{1,2}$/);
+  it("runs a current yt-dlp, Debian's package pinned by version and SHA-256 and unpacked by the script CI tests it with, and names it in YTDLP_PATH", () => {
+    const version = /^ARG YTDLP_DEB_VERSION=(\S+)$/m.exec(dockerfile)?.[1];
+    const hash = /^ARG YTDLP_DEB_SHA256=(\S+)$/m.exec(dockerfile)?.[1];
+    expect(version).toMatch(/^\d{4}\.\d{2}\.\d{2}-[0-9A-Za-z.+~]+$/);
     expect(hash).toMatch(/^[0-9a-f]{64}$/);
-    const install = /^ && \/opt\/yt-dlp\/bin\/pip install (.*)$/m.exec(dockerfile)?.[1] ?? '';
-    for (const flag of ['--require-hashes', '--no-deps', '--only-binary=:all:']) expect(install).toContain(flag);
-    expect(dockerfile).toContain(`printf 'yt-dlp==%s --hash=sha256:%s\\n' "$YTDLP_VERSION" "$YTDLP_WHEEL_SHA256"`);
+    // The pin must keep cookies to their own domains, or YTDLP_COOKIES_FILE would stop the image's start.
+    expect(isAtLeast(version!.replace(/-.*$/, ''), COOKIES_SAFE_SINCE)).toBe(true);
+    expect(dockerfile).toMatch(/^COPY scripts\/fetch-current-ytdlp\.sh \/tmp\/fetch-current-ytdlp\.sh$/m);
+    expect(dockerfile).toContain('RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --into /opt/yt-dlp');
     const env = /^ENV (.*)$/m.exec(dockerfile)?.[1] ?? '';
     const ytdlpPath = /\bYTDLP_PATH=(\S+)/.exec(env)?.[1];
-    expect(ytdlpPath).toBe('/opt/yt-dlp/bin/yt-dlp');
+    // The script puts the package's launcher at <--into>/yt-dlp, beside its module.
+    expect(ytdlpPath).toBe('/opt/yt-dlp/yt-dlp');
     expect(loadConfig({ YTDLP_PATH: ytdlpPath }).tools.ytdlp).toBe(ytdlpPath);
-    // The README's pinned example is the image's pin.
-    expect(read('README.md')).toContain(`yt-dlp==${version} --hash=sha256:${hash}`);
+    // Debian's own stays installed as the fallback, and brings Python.
+    expect(dockerfile).toMatch(/apt-get install[^\n]*\byt-dlp\b/);
+    // CI tests the pin: .ci/run reads these two lines.
+    const ci = read('.ci/run');
+    expect(ci).toContain("sed -n 's/^ARG YTDLP_DEB_VERSION=//p' Dockerfile");
+    expect(ci).toContain("sed -n 's/^ARG YTDLP_DEB_SHA256=//p' Dockerfile");
+    // The docs name the image's pin.
+    expect(read('docs/yt-dlp.md')).toContain(`YTDLP_DEB_VERSION=${version}`);
   });
 
   it('builds and runs on Node 22, which package.json allows', () => {

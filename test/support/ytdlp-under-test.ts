@@ -1,0 +1,21 @@
+/**
+ * Which yt-dlp an end-to-end test runs. The e2e project runs Debian stable's (`yt-dlp` on PATH);
+ * the projects vitest.config.ts adds for a current yt-dlp run the fetch tests again with the
+ * launcher it names in SOURCE_FETCH_TEST_YTDLP (scripts/fetch-current-ytdlp.sh unpacks it), which
+ * startService passes on as YTDLP_PATH.
+ */
+import { execFileSync } from 'node:child_process';
+
+/** The launcher a current-yt-dlp project runs, or undefined in the e2e project. */
+export const CURRENT_YTDLP: string | undefined = process.env.SOURCE_FETCH_TEST_YTDLP || undefined;
+
+/** The yt-dlp this test run's service runs: YTDLP_PATH as startService sets it. */
+export const YTDLP_UNDER_TEST = CURRENT_YTDLP ?? 'yt-dlp';
+
+/** Debian stable's yt-dlp (2023.03.04 on bookworm), which the e2e project runs. */
+export const DEBIAN_YTDLP = '/usr/bin/yt-dlp';
+
+/** What `yt-dlp --version` prints, e.g. "2023.03.04". */
+export function ytdlpVersion(launcher: string): string {
+  return execFileSync(launcher, ['--version'], { encoding: 'utf8', timeout: 30_000 }).trim();
+}
