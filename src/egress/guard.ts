@@ -258,6 +258,13 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     } catch {
       return plainText(res, 400, 'An absolute http:// URI is required.');
     }
+    if (target.protocol !== 'http:' && target.protocol !== 'https:') {
+      // A downloader that asks its proxy for another scheme (a current yt-dlp sends an HLS
+      // playlist's ftp: segments here) is refused as a destination, so the job says why.
+      const err = new ServiceError('refused', 'scheme_refused', `The downloader asked for a ${target.protocol} URL; only http and https are fetched.`);
+      refuse(session, target.hostname, Number(target.port) || 0, err);
+      return plainText(res, 403, err.message);
+    }
     if (target.protocol !== 'http:') {
       return plainText(res, 400, 'Only http:// URIs are forwarded; use CONNECT for https.');
     }

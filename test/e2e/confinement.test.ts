@@ -62,10 +62,10 @@ afterAll(async () => {
   await trap?.close();
 });
 
-/** Submits, waits for the end, checks the failure code, and that the trap has seen nothing. */
-async function expectFailed(url: string, code: string) {
+/** Submits, waits for the end, checks the failure code (one of `codes`), and that the trap has seen nothing. */
+async function expectFailed(url: string, ...codes: string[]) {
   const job = await svc.waitForJob((await svc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
-  expect({ status: job.status, code: job.error?.code }, JSON.stringify(job.error)).toEqual({ status: 'failed', code });
+  expect({ status: job.status, code: job.error?.code }, JSON.stringify(job.error)).toEqual({ status: 'failed', code: expect.toBeOneOf(codes) });
   await trap.settle();
   expect(trap.connections).toBe(0);
   return job;
@@ -121,7 +121,9 @@ describe('confinement, through the API', () => {
   it('4. an HLS playlist whose segments are ftp:// on the trap fails the job quickly', async () => {
     servePlaylist('/ftp-segments.m3u8', ['#EXTINF:2.0,', `ftp://${trap.authority}/seg0.ts`, '#EXTINF:2.0,', `ftp://${trap.authority}/seg1.ts`]);
     const started = Date.now();
-    await expectFailed(media.url('/ftp-segments.m3u8'), 'direct_connection_refused');
+    // Refused by the sandbox when the downloader connects on its own (Debian's 2023.03.04), or by
+    // the guard when it asks its proxy for the ftp: URL (a current yt-dlp, test/support/ytdlp-under-test.ts).
+    await expectFailed(media.url('/ftp-segments.m3u8'), 'direct_connection_refused', 'destination_refused');
     expect(Date.now() - started).toBeLessThan(30_000);
   });
 

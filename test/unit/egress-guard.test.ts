@@ -521,6 +521,18 @@ describe('egress guard: forwarding', () => {
     expect(session.refusals()).toEqual([]);
   });
 
+  it.each(['ftp://127.0.0.1:2121/seg0.ts', 'file:///etc/passwd'])('refuses a request for %s (a current yt-dlp sends ftp: segments to its proxy) with 403, records the refusal, and dials nothing', async (url) => {
+    const dial = recordingDialer();
+    const { guard, session } = await startGuard({ resolve: refuseLookups(), dial, allowHosts: parseAllowHosts(['127.0.0.1:2121']) });
+    const answer = await viaProxy(guard.port!, url, { auth: authOf(session) });
+    expect(answer.status).toBe(403);
+    expect(dial.calls).toEqual([]);
+    expect(session.refusals()).toEqual([expect.objectContaining({ code: 'destination_refused', message: expect.stringMatching(/asked for a (ftp|file): URL; only http and https are fetched/) })]);
+    // Control: an http: request to the same allowed address is dialled.
+    await viaProxy(guard.port!, 'http://127.0.0.1:2121/seg0.ts', { auth: authOf(session) });
+    expect(dial.calls).toEqual([{ address: '127.0.0.1', port: 2121 }]);
+  });
+
   it('answers 502 for an unresolvable host and 400 for what it cannot proxy', async () => {
     const dial = recordingDialer();
     const { guard, session } = await startGuard({ resolve: refuseLookups(), dial });
