@@ -7,7 +7,7 @@ import type { AppEnv } from './http/env.js';
 import { keyIdentity, rateLimit, type RateLimiter } from './http/middleware/rate-limit.js';
 import { requireApiKey } from './http/middleware/require-api-key.js';
 import { OPENAPI_DOCUMENT } from './http/openapi.js';
-import { createErrorHandler, problemResponse } from './http/problem.js';
+import { createErrorHandler, problemResponse, validationProblem } from './http/problem.js';
 import { registerArtifactRoutes } from './http/routes/artifacts.js';
 import { registerHealthRoute } from './http/routes/health.js';
 import { registerJobRoutes } from './http/routes/jobs.js';
@@ -48,8 +48,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({
     defaultHook: (result, c) => {
       if (result.success) return;
-      const fieldErrors = result.error.issues.map((issue) => ({ path: issue.path.join('.') || '(body)', message: issue.message }));
-      return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId: c.get('facts').id, fieldErrors });
+      return validationProblem(result.error, c.get('facts').id);
     },
   });
 

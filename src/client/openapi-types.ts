@@ -283,7 +283,7 @@ export interface components {
         };
         SubmitSource: {
             /**
-             * @description http or https URL of the media to fetch.
+             * @description http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).
              * @example https://media.example.org/talk.m4a
              */
             url: string;

@@ -90,6 +90,12 @@ export function problemResponse(
   });
 }
 
+/** A request that does not match its schema: 400 `validation_failed`, one field error per issue. */
+export function validationProblem(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> }, requestId: string | undefined): Response {
+  const fieldErrors = error.issues.map((issue) => ({ path: issue.path.map(String).join('.') || '(body)', message: issue.message }));
+  return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId, fieldErrors });
+}
+
 /** The response for a ServiceError, wherever it was thrown. */
 export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
   const headers: Record<string, string> = {};
@@ -102,6 +108,9 @@ export function serviceErrorResponse(err: ServiceError, requestId?: string): Res
     headers,
   });
 }
+
+/** An HTTPException's code where the service documents one for its status. */
+const CODE_BY_HTTP_STATUS: Record<number, string> = { 401: 'unauthorized', 415: 'unsupported_media_type' };
 
 export interface ErrorLogger {
   error(obj: object, msg: string): void;
@@ -116,7 +125,7 @@ export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
     if (err instanceof HTTPException) {
       const status = err.status;
-      return problemResponse(status, status === 401 ? 'unauthorized' : `http_${status}`, err.message || TITLE_BY_STATUS[status] || 'Error', { requestId });
+      return problemResponse(status, CODE_BY_HTTP_STATUS[status] ?? `http_${status}`, err.message || TITLE_BY_STATUS[status] || 'Error', { requestId });
     }
     return errorResponse(err, requestId, getLogger(c));
   };

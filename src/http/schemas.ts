@@ -33,10 +33,12 @@ const callbackUrl = z
 
 export const SubmitSourceBody = z
   .object({
-    url: z
-      .string()
-      .max(MAX_URL_LENGTH)
-      .openapi({ description: 'http or https URL of the media to fetch.', example: 'https://media.example.org/talk.m4a' }),
+    // Its length is checked with the rest of the URL's rules (src/policy/source-url.ts), so that a
+    // URL too long is refused with url_too_long here as in a batch.
+    url: z.string().openapi({
+      description: 'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
+      example: 'https://media.example.org/talk.m4a',
+    }),
     callback_url: callbackUrl,
   })
   .strict()

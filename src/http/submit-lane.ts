@@ -3,7 +3,8 @@ import type { JobView, Submission } from '../jobs/job-service.js';
 import { jobKeyIdentity } from '../jobs/key-identity.js';
 import type { Logger } from '../logger.js';
 import { nodeRequestKey, type KeyChecker } from './api-key.js';
-import { handBodyToApp, isJsonContentType, readBodyText } from './middleware/json-body.js';
+import { isJsonMediaType } from './media-type.js';
+import { handBodyToApp, readBodyText } from './middleware/json-body.js';
 import { keyIdentity, type RateLimiter } from './middleware/rate-limit.js';
 import { ROUTE_TEMPLATE_HEADER } from './middleware/request-context.js';
 import { errorResponse } from './problem.js';
@@ -17,9 +18,10 @@ import { SubmitSourceBody, type JobRecord } from './schemas.js';
  * job lane (./job-lane.ts): through the app, Hono and @hono/node-server (a Request, a Response,
  * the middleware chain, the validator) were about a sixth of a born-done submission's CPU.
  *
- * It takes only `POST /sources` with no query, a JSON Content-Type and a Content-Length within
- * the app's limit, a valid API key, and a token of the key's rate limit (counted as the app's
- * middleware counts it); any other request goes on to the app untouched. It then reads the body:
+ * It takes only `POST /sources` with no query, a JSON Content-Type (isJsonMediaType, the app's own
+ * rule) and a Content-Length within the app's limit, a valid API key, and a token of the key's
+ * rate limit (counted as the app's middleware counts it); any other request goes on to the app
+ * untouched. It then reads the body:
  * one that is not JSON, or not a valid submission, goes on to the app with the text read
  * (handBodyToApp), which answers its usual 400. From there on the lane answers everything itself,
  * with the app's functions: the submission (JobService.submit), its record, its access-line facts,
@@ -80,7 +82,7 @@ export function createSubmitLane(deps: SubmitLaneDeps): SubmitLane {
     const facts = requestFacts(req);
     const length = Number(req.headers['content-length']);
     if (!facts || !(length > 0 && length <= MAX_BODY_BYTES) || req.headers['transfer-encoding'] !== undefined) return otherwise();
-    if (!isJsonContentType(req.headers['content-type'] ?? '')) return otherwise();
+    if (!isJsonMediaType(req.headers['content-type'])) return otherwise();
     const key = nodeRequestKey(req);
     if (key === undefined || !deps.checkKey(key)) return otherwise();
     if (deps.rateLimiter) {

@@ -95,8 +95,7 @@ describe('request and job limits (MAX_DOWNLOAD_BYTES, MAX_DURATION_S)', () => {
     const exact = base + 'a'.repeat(2048 - base.length);
     expect(exact.length).toBe(2048);
     expect((await post(JSON.stringify({ url: exact }))).status).toBe(202);
-    const tooLong = await problem(await post(JSON.stringify({ url: `${exact}b` })), 400, 'validation_failed');
-    expect(tooLong).toMatchObject({ errors: [{ path: 'url' }] });
+    await problem(await post(JSON.stringify({ url: `${exact}b` })), 400, 'url_too_long');
     // 2048 characters as written, but spaces become %20 when the URL is serialised.
     const spaced = base + ' '.repeat(10) + 'a'.repeat(2048 - base.length - 10);
     expect(spaced.length).toBe(2048);
