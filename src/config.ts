@@ -53,6 +53,7 @@ const envSchema = z.object({
   PRLIMIT_PATH: z.string().min(1).default('prlimit'),
   SANDBOX_PYTHON: z.string().min(1).default('/usr/bin/python3'),
   RESIDENT_SANDBOX: z.enum(['on', 'off']).default('on'),
+  TOOL_MOUNT_VIEW: z.enum(['on', 'off']).default('on'),
   WORKER_CONCURRENCY: z.coerce.number().int().min(0).max(64).default(2),
   FETCH_TIMEOUT_S: positiveInt(1800),
   METADATA_TIMEOUT_S: positiveInt(60),
@@ -167,7 +168,7 @@ export interface Config {
    * How the tools are kept from the network but through the egress guard (src/sandbox); resident:
    * whether they run in the resident sandbox, yt-dlp imported once (src/sandbox/resident.ts).
    */
-  confinement: { mode: 'netns' | 'off'; unshare: string; python: string; prlimit: string; resident: boolean };
+  confinement: { mode: 'netns' | 'off'; unshare: string; python: string; prlimit: string; resident: boolean; mountView: boolean };
   /** Ceilings of every tool run, set by the sandbox (src/sandbox/limits.ts); file sizes are per run. */
   toolLimits: { memoryBytes: number; cpuSeconds: number; processes: number };
   workerConcurrency: number;
@@ -257,7 +258,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     apiKeys: e.API_KEYS,
     tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
     ytdlpCookiesFile: e.YTDLP_COOKIES_FILE === undefined ? undefined : path.resolve(e.YTDLP_COOKIES_FILE),
-    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, prlimit: e.PRLIMIT_PATH, resident: e.RESIDENT_SANDBOX === 'on' },
+    confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, prlimit: e.PRLIMIT_PATH, resident: e.RESIDENT_SANDBOX === 'on', mountView: e.TOOL_MOUNT_VIEW === 'on' },
     toolLimits: { memoryBytes: e.TOOL_MEMORY_BYTES, cpuSeconds: e.TOOL_CPU_S, processes: e.TOOL_MAX_PROCESSES },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,

@@ -39,6 +39,7 @@ import { checkDestination } from './policy/destination.js';
 import { createNameResolver } from './policy/name-resolver.js';
 import { destinationOf } from './policy/source-url.js';
 import { createResidentSandbox } from './sandbox/resident.js';
+import { toolFolders } from './sandbox/mount-view.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
 import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
@@ -160,6 +161,12 @@ async function main(): Promise<void> {
     ...(runtimeDir ? { socketPath: path.join(runtimeDir, 'egress-guard.sock') } : {}),
   });
   const hostNetns = readHostNetns();
+  // What a tool run's mount view shows besides the system: the tools' own folders.
+  const viewReadOnly = await toolFolders([
+    await locateTool(config.tools.ytdlp, config.searchPath),
+    await locateTool(config.tools.ffmpeg, config.searchPath),
+    config.confinement.python,
+  ]);
   let wakeWorkers = () => {};
   const sandbox = createResidentSandbox({
     spawned: createSandbox({
@@ -167,6 +174,7 @@ async function main(): Promise<void> {
       unshare: config.confinement.unshare,
       python: config.confinement.python,
       prlimit: config.confinement.prlimit,
+      ...(config.confinement.mountView ? { viewReadOnly } : {}),
       guardSocket: guard.socketPath,
       guardAuthority: guard.authority,
       hostNetns,
@@ -178,6 +186,7 @@ async function main(): Promise<void> {
     hostNetns,
     guardSocket: guard.socketPath,
     enabled: config.confinement.resident,
+    viewReadOnly,
     log,
     onSettled: () => wakeWorkers(),
   });
@@ -248,6 +257,7 @@ async function main(): Promise<void> {
     store,
     now,
     sandbox,
+    mountView: config.confinement.mountView,
     tools,
     workDir: config.workDir,
     limits: {

@@ -2,15 +2,20 @@
 The first process inside a tool's sandbox: a new network namespace (and PID namespace) made by
 `unshare`, whose only network is its own loopback. Started by src/sandbox/sandbox.ts as
 
-    unshare --user --map-root-user --net --pid --fork --kill-child -- \
+    unshare --user --map-root-user --net --pid --fork --kill-child [--mount] -- \
         python3 -I -S confine.py --host-netns 'net:[4026531840]' [--bridge PORT=GUARD_SOCKET] \
-            [--limits data=BYTES,cpu=SECONDS,fsize=BYTES,nproc=COUNT] -- TOOL ARGS...
+            [--limits data=BYTES,cpu=SECONDS,fsize=BYTES,nproc=COUNT] \
+            [--mount-view [--read-only PATH]...] -- TOOL ARGS...
 
 It refuses to start the tool unless it really is in another network namespace than the service
 (`--host-netns`) holding nothing but `lo`. With --bridge it brings `lo` up and forwards every TCP
 connection to 127.0.0.1:PORT to the egress guard's Unix socket, which is a path on the file system
 and so reachable from any network namespace. That bridge is the only thing a tool can connect to:
 an option, a protocol or a helper program that tries any other address fails at connect().
+
+With --mount-view (in a mount namespace of its own, unshare --mount) the tool sees a root of its
+own (enter_mount_view): the system's programs and libraries, the --read-only paths, its working
+folder, and nothing else of the host.
 
 With --limits the tool starts under those resource ceilings (see apply_limits), whatever the tool
 or the media it reads does; confine.py itself, which serves the bridge, stays outside them.
@@ -24,6 +29,7 @@ Setup failures exit 125 with one line on stderr starting with MARKER; a tool tha
 started exits 127 the same way. Standard library only, so that it runs with -I -S.
 """
 
+import ctypes
 import errno
 import fcntl
 import json
@@ -41,6 +47,8 @@ MARKER = 'source-fetch-sandbox:'
 SETUP_FAILED = 125
 NOT_FOUND = 127
 
+# pivot_root(2), which the C library need not wrap.
+PIVOT_ROOT = {'x86_64': 155, 'aarch64': 41}.get(os.uname().machine, 155)
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
@@ -88,17 +96,112 @@ def apply_limits(limits):
         resource.setrlimit(resource.RLIMIT_NPROC, (limits['nproc'], limits['nproc']))
 
 
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+# What any tool needs of the system, read-only: programs and libraries, and the few files of /etc
+# they read (certificates, time zones, name service switch, the dynamic linker's cache).
+SYSTEM_PATHS = ('/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32')
+ETC_PATHS = ('ssl', 'ca-certificates', 'ca-certificates.conf', 'pki', 'localtime', 'timezone', 'nsswitch.conf', 'host.conf',
+             'gai.conf', 'passwd', 'group', 'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'mime.types',
+             'python3', 'python3.11', 'python3.12', 'python3.13')
+DEVICES = ('null', 'zero', 'random', 'urandom')
+TMP_BYTES = 64 * 1024 * 1024
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f'{what}: {os.strerror(err)}')
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), ctypes.c_ulong(flags), data and data.encode()), f'mount {target}')
+
+
+def _bind(host_path, root, writable):
+    """host_path at the same path under root: a symlink copied as a symlink, anything else bound."""
+    target = root + host_path
+    if os.path.islink(host_path):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.symlink(os.readlink(host_path), target)
+        return
+    if os.path.isdir(host_path):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, 'a').close()
+    _mount(host_path, target, None, MS_BIND | MS_REC)
+    if not writable:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def enter_mount_view(workdir, read_only=(), sockets=()):
+    """Makes this process's root a view of its own (it must be alone in a mount namespace it owns):
+    the system's programs and libraries and `read_only` paths (the tools' own folders) read-only,
+    `workdir` (the job's folder) read-write, `sockets` (the egress guard's) at their paths, a fresh
+    /tmp, /dev with null, zero and the random devices, and a /proc of its own PID namespace where
+    the kernel allows one. Nothing else of the host: no data folder, database, secrets, other
+    jobs' folders, nor the service's /proc entries. Paths keep their host names."""
+    _mount(None, '/', None, MS_REC | MS_PRIVATE)
+    root = '/tmp/.source-fetch-view'
+    os.makedirs(root, exist_ok=True)
+    _mount('tmpfs', root, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755')
+    for path in SYSTEM_PATHS:
+        if os.path.lexists(path):
+            _bind(path, root, writable=False)
+    for name in ETC_PATHS:
+        if os.path.lexists(f'/etc/{name}'):
+            _bind(f'/etc/{name}', root, writable=False)
+    os.makedirs(root + '/dev', exist_ok=True)
+    for name in DEVICES:
+        _bind(f'/dev/{name}', root, writable=True)
+    os.makedirs(root + '/tmp', mode=0o1777, exist_ok=True)
+    _mount('tmpfs', root + '/tmp', 'tmpfs', MS_NOSUID | MS_NODEV, f'mode=1777,size={TMP_BYTES}')
+    os.makedirs(root + '/proc', exist_ok=True)
+    try:
+        _mount('proc', root + '/proc', 'proc', MS_NOSUID | MS_NODEV)
+    except OSError:
+        # A container that masks parts of its /proc forbids a fresh one: the tools go without.
+        pass
+    # After /tmp's own tmpfs, which would hide what is bound beneath it (a data folder in /tmp).
+    for path in read_only:
+        if os.path.exists(path):
+            _bind(os.path.realpath(path), root, writable=False)
+    for path in sockets:
+        if os.path.exists(path):
+            _bind(path, root, writable=True)
+    real_workdir = os.path.realpath(workdir)
+    _bind(real_workdir, root, writable=True)
+    os.makedirs(root + '/.old-root', exist_ok=True)
+    _check(libc.syscall(PIVOT_ROOT, root.encode(), (root + '/.old-root').encode()), 'pivot_root')
+    os.chdir('/')
+    _check(libc.umount2(b'/.old-root', MNT_DETACH), 'umount the old root')
+    os.rmdir('/.old-root')
+    _mount(None, '/', None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(real_workdir)
+
+
 def parse_args(argv):
     host_netns = None
     bridge = None
     check = False
     lifeline = False
     limits = {}
+    view = None
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == '--':
-            return host_netns, bridge, check, lifeline, limits, argv[i + 1:]
+            return host_netns, bridge, check, lifeline, limits, view, argv[i + 1:]
         if arg == '--host-netns' and i + 1 < len(argv):
             host_netns = argv[i + 1]
             i += 2
@@ -111,6 +214,12 @@ def parse_args(argv):
         elif arg == '--limits' and i + 1 < len(argv):
             limits = parse_limits(argv[i + 1])
             i += 2
+        elif arg == '--mount-view':
+            view = view or []
+            i += 1
+        elif arg == '--read-only' and i + 1 < len(argv):
+            view = (view or []) + [argv[i + 1]]
+            i += 2
         elif arg == '--check':
             check = True
             i += 1
@@ -119,7 +228,7 @@ def parse_args(argv):
             i += 1
         else:
             fail(SETUP_FAILED, f'unknown argument {arg!r}')
-    return host_netns, bridge, check, lifeline, limits, []
+    return host_netns, bridge, check, lifeline, limits, view, []
 
 
 def interfaces():
@@ -255,13 +364,18 @@ def watch_lifeline(child):
 
 
 def main():
-    host_netns, bridge, check, lifeline, limits, command = parse_args(sys.argv[1:])
+    host_netns, bridge, check, lifeline, limits, view, command = parse_args(sys.argv[1:])
     own = assert_confined(host_netns)
     if bridge is not None:
         start_bridge(*bridge)
+    if view is not None:
+        try:
+            enter_mount_view(os.getcwd(), view, [bridge[1]] if bridge else [])
+        except OSError as err:
+            fail(SETUP_FAILED, f'cannot make the mount view: {err.strerror or err}')
 
     if check:
-        report = {'netns': own, 'interfaces': interfaces()}
+        report = {'netns': own, 'interfaces': interfaces(), 'root': sorted(os.listdir('/'))}
         if bridge is not None:
             try:
                 report['bridge'] = check_bridge(bridge[0])

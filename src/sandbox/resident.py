@@ -19,8 +19,10 @@ ever enters this process, whose memory every later run inherits.
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
      PID as the service sees it (frame P) and reads the request, one JSON line:
-     {"command", "argv", "cwd", "network": "guard" or "none", "limits": {"data": BYTES, ...}};
-  2. a user, network and PID namespace of its own: its own credentials, nothing but its own
+     {"command", "argv", "cwd", "network": "guard" or "none", "limits": {"data": BYTES, ...},
+      "view": null or {"read_only": [PATH, ...]}};
+  2. a user, mount, network and PID namespace of its own: its own credentials, with "view" a root
+     of its own (confine.enter_mount_view: the cwd read-write, nothing else of the host's data), nothing but its own
      loopback, and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py gives a
      tool it starts; it checks that it is confined so;
   3. forks the run's PID 1, which serves the bridge, and either runs yt_dlp.main(argv) itself
@@ -55,6 +57,7 @@ import confine  # noqa: E402
 # yt-dlp is imported as its launcher script would see it: its own folder first, not this one.
 sys.path = [entry for entry in sys.path if entry != HERE]
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
@@ -149,11 +152,14 @@ def read_request(conn):
     request = json.loads(data.split(b'\n', 1)[0])
     command, argv, cwd, network = request['command'], request['argv'], request['cwd'], request['network']
     limits = request.get('limits', {})
+    view = request.get('view')
+    if not (view is None or (isinstance(view, dict) and isinstance(view.get('read_only'), list) and all(isinstance(p, str) for p in view['read_only']))):
+        raise ValueError('malformed view')
     if not (isinstance(command, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str) and network in ('guard', 'none')):
         raise ValueError('malformed request')
     if not (isinstance(limits, dict) and all(name in confine.LIMIT_NAMES and type(value) is int and value > 0 for name, value in limits.items())):
         raise ValueError('malformed limits')
-    return command, argv, cwd, network, limits
+    return command, argv, cwd, network, limits, view
 
 
 def unshare(flags):
@@ -163,9 +169,9 @@ def unshare(flags):
 
 
 def enter_own_namespaces():
-    """A user namespace (its root is this sandbox's root, the service's user outside), a network
-    namespace and, for the next child, a PID namespace, all of the run's own."""
-    unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID)
+    """A user namespace (its root is this sandbox's root, the service's user outside), a mount and
+    a network namespace and, for the next child, a PID namespace, all of the run's own."""
+    unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
     for name, text in (('setgroups', 'deny'), ('uid_map', '0 0 1'), ('gid_map', '0 0 1')):
         with open(f'/proc/self/{name}', 'w') as f:
             f.write(text)
@@ -185,7 +191,7 @@ def is_launcher(command, launcher_path):
     return launcher_path is not None and found is not None and os.path.realpath(found) == launcher_path
 
 
-def run_pid1(yt_dlp, command, argv, cwd, limits, out_w, err_w, bridge):
+def run_pid1(yt_dlp, command, argv, cwd, limits, view, out_w, err_w, bridge):
     """The run's PID 1: the bridge's threads (its leader may not start threads: its children's
     PID namespace is not its own), and the tool. Never returns."""
     code = confine.SETUP_FAILED
@@ -199,6 +205,11 @@ def run_pid1(yt_dlp, command, argv, cwd, limits, out_w, err_w, bridge):
         for fd in (devnull, out_w, err_w):
             os.close(fd)
         os.chdir(cwd)
+        if view is not None:
+            # The bridge's guard socket stays reachable at its path; yt-dlp's own files, imported
+            # here on demand, too.
+            packages = [os.path.dirname(os.path.dirname(yt_dlp.__file__))] if yt_dlp is not None else []
+            confine.enter_mount_view(cwd, [*view['read_only'], *packages], [bridge[1]] if bridge is not None else [])
         if bridge is not None:
             threading.Thread(target=confine.serve_bridge, args=bridge, daemon=True).start()
         if yt_dlp is None:
@@ -278,7 +289,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         os.close(devnull)
         # /proc is the service's: its "self" is this process as the service sees it.
         send(conn, b'P', os.readlink('/proc/self').encode())
-        command, argv, cwd, network, limits = read_request(conn)
+        command, argv, cwd, network, limits, view = read_request(conn)
         set_title(opts['title_room'], ['sandbox', cwd])
         try:
             enter_own_namespaces()
@@ -300,7 +311,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
             os.close(out_r)
             os.close(err_r)
             set_title(opts['title_room'], ['yt-dlp' if in_process else 'sandbox', cwd])
-            run_pid1(in_process, command, argv, cwd, limits, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
+            run_pid1(in_process, command, argv, cwd, limits, view, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
         os.close(out_w)
         os.close(err_w)
         if listener is not None:

@@ -47,6 +47,8 @@ export interface ResidentSandboxDeps {
   guardSocket: string | null;
   /** False: every run is started on its own (RESIDENT_SANDBOX=off). */
   enabled: boolean;
+  /** As SandboxDeps.viewReadOnly, for runs with a mount view. */
+  viewReadOnly?: string[];
   log: Logger;
   /** Called once the resident's first start is over, ready or not (see settled()). */
   onSettled?: () => void;
@@ -152,7 +154,7 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
 
     async run(opts) {
       if (!ready) return spawned.run(opts);
-      const result = await runInResident(createConnection(deps.socketPath), opts);
+      const result = await runInResident(createConnection(deps.socketPath), opts, deps.viewReadOnly ?? []);
       // The resident went away since it was last seen: this run is started on its own.
       return result === 'unavailable' ? spawned.run(opts) : result;
     },
@@ -196,7 +198,7 @@ function parseReport(line: string): { ready: true; ytdlp: string | null } | { re
  * throws stops it too, and its error is rethrown once the run is gone. 'unavailable' when the
  * resident did not take the run: nothing ran.
  */
-export function runInResident(socket: Socket, opts: SandboxRunOptions): Promise<SandboxedResult | 'unavailable'> {
+export function runInResident(socket: Socket, opts: SandboxRunOptions, viewReadOnly: string[] = []): Promise<SandboxedResult | 'unavailable'> {
   const result: RunProcessResult = {
     exitCode: null,
     signal: null,
@@ -267,7 +269,14 @@ export function runInResident(socket: Socket, opts: SandboxRunOptions): Promise<
 
     socket.on('connect', () => {
       connected = true;
-      const request = { command: opts.command, argv: opts.args, cwd: opts.cwd ?? process.cwd(), network: opts.network, limits: opts.limits ? residentLimits(opts.limits) : {} };
+      const request = {
+        command: opts.command,
+        argv: opts.args,
+        cwd: opts.cwd ?? process.cwd(),
+        network: opts.network,
+        limits: opts.limits ? residentLimits(opts.limits) : {},
+        view: opts.mountView ? { read_only: viewReadOnly } : null,
+      };
       socket.write(`${JSON.stringify(request)}\n`);
     });
     socket.on('data', (chunk: Buffer) => {

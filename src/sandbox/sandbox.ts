@@ -1,4 +1,5 @@
 import { readlinkSync } from 'node:fs';
+import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { RunProcessOptions, RunProcessResult } from '../tools/process.js';
 import { confineLimitsArgument, PRLIMIT_NOT_FOUND, prlimitArgs, type ToolLimits } from './limits.js';
@@ -63,6 +64,12 @@ export interface SandboxDeps {
   prlimit?: string;
   /** confine.py; default the one beside this module. It must be readable by the user the tools run as. */
   confineScript?: string;
+  /**
+   * What a run with a mount view sees read-only besides the system's programs and libraries: the
+   * tools' folders. Given, the health check makes a view too, so that a host that cannot make one
+   * is told at once.
+   */
+  viewReadOnly?: string[];
   /** `readlink /proc/self/ns/net` of the service: confine.py refuses to run in the same one. */
   hostNetns: string;
   run: (opts: RunProcessOptions) => Promise<RunProcessResult>;
@@ -78,8 +85,12 @@ export interface SandboxedResult extends RunProcessResult {
   confinementFailure: string | null;
 }
 
-/** One tool run: what it may reach, and the ceilings it runs under (none: the service's own). */
-export type SandboxRunOptions = RunProcessOptions & { network: ToolNetwork; limits?: ToolLimits };
+/**
+ * One tool run: what it may reach, the ceilings it runs under (none: the service's own), and with
+ * mountView ('netns' mode) a root of its own in which its cwd is the only folder of the host's
+ * data it sees (confine.py's enter_mount_view).
+ */
+export type SandboxRunOptions = RunProcessOptions & { network: ToolNetwork; limits?: ToolLimits; mountView?: boolean };
 
 export interface Sandbox {
   readonly mode: ConfinementMode;
@@ -101,7 +112,7 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
     return {
       mode: 'off',
       guardAuthority: deps.guardAuthority,
-      async run({ network: _network, limits, ...opts }) {
+      async run({ network: _network, mountView: _mountView, limits, ...opts }) {
         if (limits === undefined) return { ...(await deps.run(opts)), confinementFailure: null };
         const result = await deps.run({ ...opts, command: deps.prlimit ?? 'prlimit', args: [...prlimitArgs(limits), opts.command, ...opts.args] });
         const notFound = result.notFound || (result.exitCode === 127 && PRLIMIT_NOT_FOUND.test(result.stderrTail));
@@ -113,13 +124,14 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
   const guardSocket = deps.guardSocket;
   if (guardSocket === null) throw new Error("confinement 'netns' needs the guard on a Unix socket");
 
-  const wrap = (network: ToolNetwork, inner: string[], limits?: ToolLimits): string[] => [
+  const wrap = (network: ToolNetwork, inner: string[], limits?: ToolLimits, mountView = false): string[] => [
     '--user',
     '--map-root-user',
     '--net',
     '--pid',
     '--fork',
     '--kill-child',
+    ...(mountView ? ['--mount'] : []),
     '--',
     deps.python,
     // Isolated and without site: no PYTHON* variable or user site-packages can change the script.
@@ -130,17 +142,18 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
     deps.hostNetns,
     ...(network === 'guard' ? ['--bridge', `${BRIDGE_PORT}=${guardSocket}`] : []),
     ...(limits ? ['--limits', confineLimitsArgument(limits)] : []),
+    ...(mountView ? ['--mount-view', ...(deps.viewReadOnly ?? []).flatMap((folder) => ['--read-only', folder])] : []),
     ...inner,
   ];
 
   return {
     mode: 'netns',
     guardAuthority: `127.0.0.1:${BRIDGE_PORT}`,
-    async run({ network, limits, command, args, ...opts }) {
+    async run({ network, limits, mountView, command, args, ...opts }) {
       const result = await deps.run({
         ...opts,
         command: deps.unshare,
-        args: wrap(network, ['--lifeline', '--', command, ...args], limits),
+        args: wrap(network, ['--lifeline', '--', command, ...args], limits, mountView),
         // The lifeline: confine.py ends the sandbox when this pipe closes, i.e. when we die.
         keepStdinOpen: true,
       });
@@ -149,7 +162,8 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
     async check() {
       const result = await deps.run({
         command: deps.unshare,
-        args: wrap('guard', ['--check']),
+        args: wrap('guard', ['--check'], undefined, deps.viewReadOnly !== undefined),
+        cwd: os.tmpdir(),
         timeoutMs: 10_000,
         killGraceMs: 500,
         stdoutCaptureBytes: 64 * 1024,

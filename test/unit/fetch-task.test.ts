@@ -98,6 +98,7 @@ async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: t
     database: fx.database,
     store: opts.store ?? fx.store,
     now: () => opts.now,
+    mountView: false,
     sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     workDir: path.join(fx.dir, 'work'),

@@ -37,6 +37,8 @@ export interface FetchTaskDeps {
   now: () => number;
   /** Runs the tools, confined to the egress guard (or not, when the operator turned that off). */
   sandbox: Pick<Sandbox, 'mode' | 'guardAuthority' | 'run'>;
+  /** Whether each tool run sees a root of its own (TOOL_MOUNT_VIEW); 'netns' mode only. */
+  mountView: boolean;
   tools: { ytdlp: string; ffmpeg: string };
   workDir: string;
   limits: FetchLimits;
@@ -89,6 +91,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
           signal: stop ? AbortSignal.any([signal, stop]) : signal,
           network,
           limits: { dataBytes: deps.limits.tool.memoryBytes, cpuSeconds: deps.limits.tool.cpuSeconds, processes: deps.limits.tool.processes, fileBytes: maxFileBytes },
+          // The job's folder is the only folder of the host's data a tool sees.
+          mountView: deps.sandbox.mode === 'netns' && deps.mountView,
           ...output,
           onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
         });
