@@ -235,6 +235,7 @@ export interface components {
             result: {
                 content_id: string;
                 artifacts: components["schemas"]["Artifact"][];
+                evicted: components["schemas"]["Evicted"] | null;
             } | null;
             error: {
                 code: string;
@@ -255,6 +256,13 @@ export interface components {
             channels: number | null;
             /** @description Seconds. */
             duration: number | null;
+        };
+        /** @description Set on a done job whose content the store no longer holds: evicted (least recently used first, to keep the store within its bounds) or found gone at start-up. `artifacts` is then empty. Null while the content is stored (again). */
+        Evicted: {
+            /** @description When the store removed the content. */
+            at: string;
+            /** @description What happened, and that submitting the URL again fetches it again. */
+            message: string;
         };
         /** @description The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise). */
         Callback: {

@@ -3,7 +3,7 @@ import type { JobView } from '../jobs/job-service.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath } from '../store/layout.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import type { CallbackRecord, JobRecord } from './schemas.js';
+import type { CallbackRecord, EvictedRecord, JobRecord } from './schemas.js';
 
 /** Renders a job row as the API's job record (job_id first). */
 export interface SignArtifact {
@@ -19,7 +19,7 @@ export interface SignArtifact {
  */
 export function createJobRenderer(sign: SignArtifact, now: () => number): (view: JobView) => JobRecord {
   const rendered = new WeakMap<JobView, { second: number; record: JobRecord }>();
-  const render = (view: JobView) => toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, sign });
+  const render = (view: JobView) => toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, evictedAt: view.evictedAt, sign });
   return (view) => {
     if (!Object.isFrozen(view)) return render(view);
     const second = Math.floor(now() / 1000);
@@ -42,6 +42,8 @@ export function toJobRecord(
     sign: SignArtifact;
     /** The job's callback delivery, if it has one. */
     callback?: CallbackDeliveryRow;
+    /** When the store removed the job's content, if it did (src/store/evicted.ts). */
+    evictedAt?: number;
   },
 ): JobRecord {
   const shown = job.status === 'queued' && context.leader ? context.leader : job;
@@ -75,6 +77,8 @@ export function toJobRecord(
               duration: artifact.durationS,
             };
           }),
+          // Said only while the content is gone: stored again, its artifacts are back.
+          evicted: context.artifacts.length === 0 && context.evictedAt !== undefined ? evictedRecord(context.evictedAt) : null,
         }
       : null;
   return {
@@ -91,6 +95,13 @@ export function toJobRecord(
     result,
     error: job.status === 'failed' && job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
+  };
+}
+
+function evictedRecord(at: number): EvictedRecord {
+  return {
+    at: new Date(at).toISOString(),
+    message: 'The store evicted this content to make room for other content: its artifacts are gone. Submitting the URL again fetches it again.',
   };
 }
 

@@ -74,6 +74,16 @@ export const ArtifactSchema = z
   })
   .openapi('Artifact');
 
+export const EvictedSchema = z
+  .object({
+    at: z.string().openapi({ description: 'When the store removed the content.' }),
+    message: z.string().openapi({ description: 'What happened, and that submitting the URL again fetches it again.' }),
+  })
+  .openapi('Evicted', {
+    description:
+      "Set on a done job whose content the store no longer holds: evicted (least recently used first, to keep the store within its bounds) or found gone at start-up. `artifacts` is then empty. Null while the content is stored (again).",
+  });
+
 export const CallbackAttemptSchema = z
   .object({
     at: z.string().openapi({ description: 'When the attempt started.' }),
@@ -119,7 +129,7 @@ export const JobSchema = z
       })
       .nullable(),
     media: z.object({ extractor: z.string(), id: z.string() }).nullable(),
-    result: z.object({ content_id: z.string(), artifacts: z.array(ArtifactSchema) }).nullable(),
+    result: z.object({ content_id: z.string(), artifacts: z.array(ArtifactSchema), evicted: z.union([EvictedSchema, z.null()]) }).nullable(),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
     callback: z.union([CallbackSchema, z.null()]),
   })
@@ -179,5 +189,6 @@ export const HealthSchema = z
 
 export type JobRecord = z.infer<typeof JobSchema>;
 export type CallbackRecord = z.infer<typeof CallbackSchema>;
+export type EvictedRecord = z.infer<typeof EvictedSchema>;
 export type BatchResult = z.infer<typeof BatchResultSchema>;
 export type HealthReport = z.infer<typeof HealthSchema>;

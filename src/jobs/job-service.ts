@@ -27,6 +27,8 @@ export interface JobView {
   artifacts: CacheEntryRow[];
   /** Its callback's delivery, when it was submitted with a callback_url. */
   callback: CallbackDeliveryRow | undefined;
+  /** When the store removed its content (src/store/evicted.ts), if it did and has not stored it again. */
+  evictedAt?: number;
 }
 
 export interface Submission {
@@ -91,9 +93,9 @@ export function createJobService(deps: JobServiceDeps): JobService {
       job = (await getJobRow(database, job.id)) ?? job;
       leader = undefined;
     }
-    // The row as read, with what the database holds of its artifacts and callback now.
+    // The row as read, with what the database holds of its artifacts, callback and eviction now.
     const current = await readJobView(database, job.id);
-    return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback };
+    return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback, evictedAt: current?.evictedAt };
   }
   // A follower shows its leader while it waits: the rare case, left to view().
   const withLeader = (found: JobView) => (found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found);
@@ -169,14 +171,18 @@ export function createJobService(deps: JobServiceDeps): JobService {
   };
 }
 
-/** A job, its artifacts and its callback's delivery: the job row joined to both, one row per artifact. */
+/**
+ * A job, its artifacts, its callback's delivery and its content's eviction: the job row joined to
+ * all three, one row per artifact.
+ */
 async function readJobView(q: Queryable, id: string): Promise<JobView | undefined> {
   const query = prepared(q, 'job_view_by_id', ({ db, t }) =>
     db
-      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries })
+      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries, evictedAt: t.evictedContent.evictedAt })
       .from(t.jobs)
       .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
       .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
+      .leftJoin(t.evictedContent, eq(t.evictedContent.contentId, t.jobs.contentId))
       .where(eq(t.jobs.id, sql.placeholder('id')))
       .orderBy(asc(t.cacheEntries.name))
       .prepare('job_view_by_id'),
@@ -188,10 +194,11 @@ async function readJobView(q: Queryable, id: string): Promise<JobView | undefine
 async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, JobView>> {
   const query = prepared(q, 'job_views_by_ids', ({ db, t }) =>
     db
-      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries })
+      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries, evictedAt: t.evictedContent.evictedAt })
       .from(t.jobs)
       .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
       .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
+      .leftJoin(t.evictedContent, eq(t.evictedContent.contentId, t.jobs.contentId))
       .where(sql`${t.jobs.id} = any(${sql.placeholder('ids')})`)
       .orderBy(asc(t.cacheEntries.name))
       .prepare('job_views_by_ids'),
@@ -199,7 +206,7 @@ async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, Jo
   return viewsOf(await query.execute({ ids }));
 }
 
-type JobViewRow = { job: JobRow; artifact: CacheEntryRow | null; callback: CallbackDeliveryRow | null };
+type JobViewRow = { job: JobRow; artifact: CacheEntryRow | null; callback: CallbackDeliveryRow | null; evictedAt: number | null };
 
 /** Views from joined rows, by job id; each job's artifacts in the rows' order. */
 function viewsOf(rows: JobViewRow[]): Map<string, JobView> {
@@ -207,7 +214,7 @@ function viewsOf(rows: JobViewRow[]): Map<string, JobView> {
   for (const row of rows) {
     let view = views.get(row.job.id);
     if (!view) {
-      view = { job: row.job, leader: undefined, artifacts: [], callback: row.callback ?? undefined };
+      view = { job: row.job, leader: undefined, artifacts: [], callback: row.callback ?? undefined, evictedAt: row.evictedAt ?? undefined };
       views.set(row.job.id, view);
     }
     if (row.artifact) view.artifacts.push(row.artifact);

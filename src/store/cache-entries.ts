@@ -1,18 +1,21 @@
 import { and, eq, sql } from 'drizzle-orm';
 import type { CacheEntryRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
+import { clearEvicted } from './evicted.js';
 
 /** The cache rows that track stored artifacts (kind → content id and file name). */
 export const SOURCE_WAV_KIND = 'source_wav';
 
 export type NewCacheEntry = Omit<CacheEntryRow, 'createdAt' | 'lastUsedAt'>;
 
+/** Records a stored artifact; content stored again after an eviction is no longer marked evicted. */
 export async function recordCacheEntry(q: Queryable, entry: NewCacheEntry, now: number): Promise<void> {
   const { cacheEntries } = q.t;
   await q.db
     .insert(cacheEntries)
     .values({ ...entry, createdAt: now, lastUsedAt: now })
     .onConflictDoUpdate({ target: [cacheEntries.contentId, cacheEntries.name], set: { lastUsedAt: now } });
+  await clearEvicted(q, entry.contentId);
 }
 
 export async function cacheEntriesFor(q: Queryable, contentId: string): Promise<CacheEntryRow[]> {

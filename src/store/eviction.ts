@@ -1,11 +1,13 @@
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
 import type { ContentStore } from './content-store.js';
+import { markEvicted } from './evicted.js';
 import { lockContent, pinnedAmong } from './pins.js';
 
 /**
  * Least-recently-used garbage collection: while the store holds more than its cap, the coldest
- * cache rows go, with their files and the aliases that pointed at them. Rows are read in
+ * cache rows go, with their files and the aliases that pointed at them; the time each content
+ * went is kept (./evicted.ts) for the records of the jobs done with it. Rows are read in
  * last-use order through the index, a batch at a time, so the cost grows with what is evicted,
  * not with the size of the store. Rows first, files after, in one transaction: a crash in
  * between leaves files without rows, which start-up reconciliation removes; never a row without
@@ -116,6 +118,7 @@ export async function evictToCap(deps: {
           : new Set((await q.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(inArray(cacheEntries.contentId, deletedIds))).map((row) => row.contentId));
       const goneIds = deletedIds.filter((contentId) => !stillThere.has(contentId));
       if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
+      await markEvicted(q, goneIds, deps.now());
       // Still under the content locks: no put can pin these until their files are gone. A reader
       // that has a file open keeps reading it: unlinking does not cut a download short.
       for (const contentId of goneIds) store.removeSync(contentId);

@@ -5,6 +5,7 @@ import type { Database } from '../db/database.js';
 import { parseWavHeader } from '../tools/wav.js';
 import { SOURCE_WAV_KIND } from './cache-entries.js';
 import { sha256File, type ContentStore } from './content-store.js';
+import { clearEvicted, markEvicted } from './evicted.js';
 import { AUDIO_ARTIFACT_NAME, isContentId } from './layout.js';
 import { pinnedAmong } from './pins.js';
 
@@ -12,7 +13,7 @@ import { pinnedAmong } from './pins.js';
  * Start-up reconciliation of the store with its cache rows:
  *  - a file with no row is adopted when its bytes hash to its content id and it is a WAV the
  *    service made (a crash between store and commit), else removed;
- *  - a row whose file is gone is dropped;
+ *  - a row whose file is gone is dropped (its content marked evicted, ./evicted.ts);
  *  - aliases to content that has no row are cleared.
  * Content pinned by a put (on this or another node sharing the store) is left alone: its row is
  * on its way. The caller makes sure one node at a time runs it.
@@ -72,6 +73,8 @@ export async function reconcileStore(deps: { database: Database; store: ContentS
         const [contentId, name] = key.split('/') as [string, string];
         await q.db.delete(q.t.cacheEntries).where(and(eq(q.t.cacheEntries.contentId, contentId), eq(q.t.cacheEntries.name, name)));
       }
+      // Their jobs' records say the content is gone, as after an eviction.
+      await markEvicted(q, [...new Set(missing.map((key) => key.split('/')[0]!))], deps.now());
     });
     counts.rowsDropped = missing.length;
   }
@@ -115,6 +118,7 @@ async function adopt(deps: { database: Database; store: ContentStore; now: () =>
         lastUsedAt: 0,
       })
       .onConflictDoNothing();
+    await clearEvicted(deps.database, contentId);
     return true;
   } catch {
     return false;

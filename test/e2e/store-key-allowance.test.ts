@@ -13,7 +13,8 @@ import { BACKENDS, serviceEnv } from '../support/test-database.js';
  * two keys, and constant-sample FLAC (a few KB that decode to a WAV thirty times larger, as a
  * hostile page would serve). With the allowance per key, the bulk key's job that would pass it
  * fails with key_storage_quota_exceeded and the other key's artifact is still served. The
- * control, the same uploads with no allowance per key: the other key's artifact is evicted.
+ * control, the same uploads with no allowance per key: the other key's artifact is evicted, and
+ * its job's record says so (result.evicted) until the URL, submitted again, is fetched again.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const KEY_OTHER = 'other-client-key-0123456789';
@@ -72,6 +73,9 @@ async function fetchAs(svc: ServiceHandle, key: string, name: string): Promise<J
   const { job_id: id } = (await res.json()) as JobBody;
   return svc.waitForJob(id, ['done', 'failed']);
 }
+
+/** A done job's result.evicted: when the store evicted its content, and what to do; null while it is stored. */
+const evictedOf = (job: JobBody) => (job.result as { evicted?: { at: string; message: string } | null } | null)?.evicted;
 
 async function metric(svc: ServiceHandle, name: string): Promise<number> {
   const text = await (await svc.request('/metrics')).text();
@@ -143,15 +147,36 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
     await svc?.stop();
   });
 
-  it("the bulk key's uploads push the other key's content out of the store", async () => {
+  it("the bulk key's uploads push the other key's content out of the store; its job's record says so", async () => {
     const other = await fetchAs(svc, KEY_OTHER, 'other');
     const signedUrl = other.result!.artifacts[0]!.signed_url;
     expect(await served(svc, other, signedUrl)).toEqual([200, 200]);
+    expect(evictedOf(other)).toBeNull();
     // Each stored after the other key's content was last served: it is the coldest.
     expect((await fetchAs(svc, KEY_BULK, 'bomb-1')).status).toBe('done');
-    expect((await fetchAs(svc, KEY_BULK, 'bomb-2')).status).toBe('done');
+    const bomb2 = await fetchAs(svc, KEY_BULK, 'bomb-2');
+    expect(bomb2.status).toBe('done');
     const deadline = Date.now() + 10_000;
     while ((await metric(svc, 'source_fetch_store_evicted_artifacts_total')) < 1) if (Date.now() > deadline) throw new Error('nothing was evicted');
     expect(await served(svc, other, signedUrl)).toEqual([404, 404]);
+
+    // Its job still reads done, and now says why its artifacts are gone, when, and what to do.
+    const evicted = await svc.getJob(other.job_id);
+    expect(evicted.status).toBe('done');
+    expect(evicted.result).toEqual({
+      content_id: other.result!.content_id,
+      artifacts: [],
+      evicted: { at: expect.any(String), message: expect.stringContaining('Submitting the URL again fetches it again.') },
+    });
+    const at = Date.parse(evictedOf(evicted)!.at);
+    expect(at).toBeGreaterThanOrEqual(Date.parse(bomb2.finished_at as string));
+    // The control: the job whose content stays says nothing of the kind.
+    expect(evictedOf(await svc.getJob(bomb2.job_id))).toBeNull();
+
+    // As it says: submitted again, the URL is fetched again (not born done), and the old record has its artifact back.
+    const again = await fetchAs(svc, KEY_OTHER, 'other');
+    expect([again.born_done, again.status, again.result!.content_id]).toEqual([false, 'done', other.result!.content_id]);
+    const restored = await svc.getJob(other.job_id);
+    expect([restored.result!.artifacts.length, evictedOf(restored)]).toEqual([1, null]);
   });
 });

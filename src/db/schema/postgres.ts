@@ -92,6 +92,11 @@ export const storePins = pgTable(
   (t) => [primaryKey({ columns: [t.contentId, t.holder] })],
 );
 
+export const evictedContent = pgTable('evicted_content', {
+  contentId: text('content_id').primaryKey(),
+  evictedAt: int64('evicted_at').notNull(),
+});
+
 export const serviceLeases = pgTable('service_leases', {
   name: text('name').primaryKey(),
   holder: text('holder').notNull(),

@@ -129,6 +129,15 @@ export const storePins = sqliteTable(
   (t) => [primaryKey({ columns: [t.contentId, t.holder] })],
 );
 
+/**
+ * Content the store removed (evicted, or found gone at start-up) and when, so that a job done
+ * with it says so in its record. Cleared when the same content is stored again.
+ */
+export const evictedContent = sqliteTable('evicted_content', {
+  contentId: text('content_id').primaryKey(),
+  evictedAt: integer('evicted_at').notNull(),
+});
+
 /** Named leases for work that one node at a time must do (eviction). */
 export const serviceLeases = sqliteTable('service_leases', {
   name: text('name').primaryKey(),
