@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -183,6 +183,81 @@ describe('request ids through nginx', () => {
       else expect(used).toMatch(/^[0-9a-f]{32}$/);
       await expectEventually(() => lineWith(used)?.status === '206');
     }
+  });
+});
+
+describe('bytes that are not UTF-8, from a client', () => {
+  /** Each line of the log file as written: valid UTF-8, else the error (a fatal decoder's). */
+  const decodeLines = (bytes: Buffer): Array<string | Error> => {
+    const lines: Array<string | Error> = [];
+    let start = 0;
+    for (let nl = bytes.indexOf(0x0a); nl >= 0; start = nl + 1, nl = bytes.indexOf(0x0a, start)) {
+      try {
+        lines.push(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(start, nl)));
+      } catch (err) {
+        lines.push(err as Error);
+      }
+    }
+    return lines;
+  };
+  /** GoAccess's count of the lines it read and of those it could not parse, as the README runs it. */
+  const goaccess = async (log: Buffer): Promise<{ total: number; failed: number }> => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-bytes-'));
+    try {
+      await writeFile(path.join(dir, 'access.json'), log);
+      const args = [path.join(dir, 'access.json'), `--log-format=${GOACCESS_LOG_FORMAT}`, '--date-format=%Y-%m-%d', '--time-format=%H:%M:%S', '-o', path.join(dir, 'report.json')];
+      await run('goaccess', args);
+      const { general } = JSON.parse(await readFile(path.join(dir, 'report.json'), 'utf8')) as { general: { total_requests: number; failed_requests: number } };
+      return { total: general.total_requests, failed: general.failed_requests };
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+  const R = '\ufffd';
+  // Header values and the path are written byte for byte (latin1): '\xff' is the byte 0xff.
+  const cases: Array<[string, string, Record<string, string>, Record<string, string>]> = [
+    ['a 0xff in the path', '/jobs/\xff\xfe', {}, { uri: `/jobs/${R}${R}` }],
+    ['a cut sequence in the path, and a query', '/jobs/a\xc3?x=\xff', {}, { uri: `/jobs/a${R}?redacted` }],
+    ['a 0xff in the User-Agent', '/healthz', { 'user-agent': 'agent \xff/1' }, { user_agent: `agent ${R}/1` }],
+    ['an overlong form and a surrogate in the User-Agent', '/healthz', { 'user-agent': '\xc0\xaf \xed\xa0\x80' }, { user_agent: `${R}${R} ${R}${R}${R}` }],
+    ['a 0xff in the Referer', '/healthz', { referer: 'http://ref.example/\xff' }, { referer: `http://ref.example/${R}` }],
+    ['a 0xff in the Range', '/healthz', { range: 'bytes=\xff-' }, { range: `bytes=${R}-` }],
+    ['well-formed UTF-8 (é, ♫, 𝄞) kept as it is, with a quote and a backslash', '/healthz', { 'user-agent': 'caf\xc3\xa9 \xe2\x99\xab \xf0\x9d\x84\x9e "q" \\' }, { user_agent: 'café ♫ 𝄞 "q" \\' }],
+  ];
+
+  it('every line is valid UTF-8 JSON, each such byte logged as U+FFFD, and GoAccess reads every line', async () => {
+    for (const [i, [, target, headers]] of cases.entries()) {
+      const res = await rawRequest(nginx.port, 'GET', target, { ...headers, 'x-request-id': `bytes-${i}` });
+      expect(res.status).toBeGreaterThan(0);
+    }
+    await nginx.accessLines(
+      () => true,
+      (all) => cases.every((_, i) => all.some((line) => line.request_id === `bytes-${i}`)),
+    );
+    const bytes = await readFile(nginx.accessLogPath);
+    const lines = decodeLines(bytes);
+    expect(lines.filter((line) => line instanceof Error)).toEqual([]);
+    const parsed = (lines as string[]).map((line) => JSON.parse(line) as LogLine);
+    // The control: the bytes reached nginx and its log, in the field they were sent in.
+    for (const [i, [label, , , expected]] of cases.entries()) {
+      expect(parsed.find((line) => line.request_id === `bytes-${i}`), label).toMatchObject(expected);
+    }
+    expect(await goaccess(bytes)).toEqual({ total: parsed.length, failed: 0 });
+  });
+
+  it('the control: the same line with the raw byte is not UTF-8, and GoAccess does not read it', async () => {
+    const bytes = await readFile(nginx.accessLogPath);
+    const line = decodeLines(bytes).find((text) => typeof text === 'string' && text.includes('"request_id":"bytes-2"')) as string;
+    expect(line).toBeDefined();
+    const raw = Buffer.concat([Buffer.from(line.replace(R, '\uE000'), 'utf8'), Buffer.from('\n')]);
+    // U+E000's bytes as a stand-in, then swapped for the single byte the client sent.
+    const at = raw.indexOf(Buffer.from('\uE000', 'utf8'));
+    const withRawByte = Buffer.concat([raw.subarray(0, at), Buffer.from([0xff]), raw.subarray(at + 3)]);
+    expect(decodeLines(withRawByte)[0]).toBeInstanceOf(Error);
+    const valid = Buffer.from(`${line}\n`, 'utf8');
+    expect(await goaccess(Buffer.concat([valid, valid]))).toEqual({ total: 2, failed: 0 });
+    const read = await goaccess(Buffer.concat([valid, withRawByte]));
+    expect(read.total - read.failed).toBeLessThan(2);
   });
 });
 

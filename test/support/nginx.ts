@@ -50,6 +50,8 @@ export interface RunningNginx {
   /** What nginx wrote to its standard error (the template's `error_log stderr crit` lines). */
   stderr(): string;
   accessLog(): string;
+  /** The JSON access log's file, for reading its bytes as written. */
+  accessLogPath: string;
   /**
    * The access log's lines that `select` keeps, once `ready` holds for them. nginx writes a line
    * after the answer has gone out, so a client can hold the answer before the line exists.
@@ -154,6 +156,7 @@ ${options.extraHttpConfig ?? ''}
     errorLog: () => safeRead(errorLogPath),
     stderr: () => stderr,
     accessLog: () => safeRead(accessLogPath),
+    accessLogPath,
     async accessLines(select, ready, timeoutMs = 5000) {
       const read = () =>
         safeRead(accessLogPath)
