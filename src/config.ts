@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { parseUpstreamProxy, type UpstreamProxy } from './egress/upstream-proxy.js';
 import { parseAllowHosts, type AllowList } from './policy/destination.js';
 import { isNameServer } from './policy/name-resolver.js';
+import { splitWebhookSecrets, webhookSecretProblem } from './webhooks/signature.js';
 
 /**
  * The service's configuration: the only module that reads the environment. Everything else
@@ -119,8 +120,17 @@ const envSchema = z.object({
     .default(15),
   EVENT_STREAMS_PER_KEY: positiveInt(20),
   EVENT_STREAMS_PER_NODE: positiveInt(500),
-  WEBHOOK_SECRET: optionalString.refine((value) => value === undefined || value.length >= 32, {
-    message: 'must be at least 32 characters',
+  /** One secret, or several separated by spaces or commas (rotation): each signs every callback. */
+  WEBHOOK_SECRET: optionalString.transform((value, ctx) => {
+    if (value === undefined) return undefined;
+    const secrets = splitWebhookSecrets(value);
+    if (secrets.length === 0) ctx.addIssue({ code: 'custom', message: 'names no secret' });
+    // The message says which secret by its place, never by its value.
+    secrets.forEach((secret, i) => {
+      const problem = webhookSecretProblem(secret);
+      if (problem !== null) ctx.addIssue({ code: 'custom', message: secrets.length > 1 ? `secret ${i + 1}: ${problem}` : problem });
+    });
+    return secrets.join(' ');
   }),
   WEBHOOK_TIMEOUT_S: positiveInt(10),
   WEBHOOK_CONNECT_TIMEOUT_S: z.coerce.number().positive().max(60).default(3),
@@ -209,8 +219,9 @@ export interface Config {
   /** getJobEvents: comment keep-alives this often, and how many streams a key and the node may hold. */
   events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number };
   /**
-   * Callbacks (src/webhooks): signing secret (undefined: generated), one attempt's time limit and
-   * its connect's, retries, and attempts in flight on this node: in all, per key, per receiver.
+   * Callbacks (src/webhooks): signing secrets, space-separated, each of which signs (undefined:
+   * generated), one attempt's time limit and its connect's, retries, and attempts in flight on
+   * this node: in all, per key, per receiver.
    */
   webhooks: {
     secret: string | undefined;

@@ -55,6 +55,7 @@ import { netscapeCookiesProblem } from './tools/ytdlp.js';
 import { cookiesRefusal } from './tools/ytdlp-version.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
 import { createCallbackSender } from './webhooks/send.js';
+import { splitWebhookSecrets, webhookSecretProblem, whsecOf } from './webhooks/signature.js';
 
 /** A callback attempt's lease outlives its time limit by this much (writing its outcome). */
 const CALLBACK_LEASE_MARGIN_MS = 5_000;
@@ -120,7 +121,8 @@ async function main(): Promise<void> {
 
   // Secrets the configuration leaves out are generated: in the data dir for one node (SQLite),
   // in the database for all of them (PostgreSQL; those operators must read also go to the data dir).
-  const generated = (name: string, mirror: boolean) => loadOrCreateServiceSecret({ database, dataDir: config.dataDir, name, now: now(), mirror });
+  const generated = (name: string, mirror: boolean, encode?: (bytes: Buffer) => string) =>
+    loadOrCreateServiceSecret({ database, dataDir: config.dataDir, name, now: now(), mirror, encode });
   let apiKeys = config.apiKeys;
   if (apiKeys.length === 0) {
     const key = await generated('api-key', true);
@@ -130,7 +132,13 @@ async function main(): Promise<void> {
   const signingSecret = config.urlSigningSecret ?? (await generated('url-signing-secret', false)).value;
   let webhookSecret = config.webhooks.secret;
   if (webhookSecret === undefined) {
-    const secret = await generated('webhook-secret', true);
+    // Generated in the Standard Webhooks form (whsec_); a file holding any secret WEBHOOK_SECRET takes is used as it is.
+    const secret = await generated('webhook-secret', true, whsecOf);
+    const problem = splitWebhookSecrets(secret.value).map(webhookSecretProblem).find((found) => found !== null);
+    if (problem) {
+      process.stderr.write(`Invalid webhook secret in ${secret.file ?? 'the database'}: ${problem}\n`);
+      process.exit(2);
+    }
     webhookSecret = secret.value;
     log.info({ file: secret.file, created: secret.created }, 'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file');
   }

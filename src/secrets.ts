@@ -4,6 +4,10 @@ import path from 'node:path';
 import { eq } from 'drizzle-orm';
 import type { Queryable } from './db/database.js';
 
+/** How a new secret's random bytes are written: base64url unless the secret has a form of its own. */
+export type SecretEncoding = (bytes: Buffer) => string;
+const base64url: SecretEncoding = (bytes) => bytes.toString('base64url');
+
 /**
  * A secret kept in the data dir when the configuration gives none: made at first start with
  * mode 0600, read at every start after. Returns the value and whether it was just created.
@@ -13,19 +17,19 @@ import type { Queryable } from './db/database.js';
  * link() refuses to replace a secret another process put there meanwhile. An empty file (left by
  * an older version's crash, or a `touch`) holds no secret anyone could have used: it is replaced.
  */
-export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32): { value: string; file: string; created: boolean } {
+export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32, encode: SecretEncoding = base64url): { value: string; file: string; created: boolean } {
   const file = path.join(dataDir, fileName);
   const existing = readSecret(file);
   if (existing) return { value: existing, file, created: false };
 
-  const value = randomBytes(bytes).toString('base64url');
+  const value = encode(randomBytes(bytes));
   const temp = writeBeside(file, value);
   try {
     if (existing === '') fs.renameSync(temp, file);
     else fs.linkSync(temp, file);
   } catch (err) {
     // Another process made it first: use theirs, which is complete.
-    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return loadOrCreateSecret(dataDir, fileName, bytes);
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return loadOrCreateSecret(dataDir, fileName, bytes, encode);
     throw err;
   } finally {
     fs.rmSync(temp, { force: true });
@@ -62,9 +66,9 @@ function readSecret(file: string): string | undefined {
  * first node to start makes it, the others read it. Returns the value and whether it was just
  * created.
  */
-export async function loadOrCreateSharedSecret(q: Queryable, name: string, now: number, bytes = 32): Promise<{ value: string; created: boolean }> {
+export async function loadOrCreateSharedSecret(q: Queryable, name: string, now: number, bytes = 32, encode: SecretEncoding = base64url): Promise<{ value: string; created: boolean }> {
   const { serviceSecrets } = q.t;
-  const value = randomBytes(bytes).toString('base64url');
+  const value = encode(randomBytes(bytes));
   const inserted = await q.db.insert(serviceSecrets).values({ name, value, createdAt: now }).onConflictDoNothing().returning({ value: serviceSecrets.value });
   if (inserted.length > 0) return { value, created: true };
   const [row] = await q.db.select({ value: serviceSecrets.value }).from(serviceSecrets).where(eq(serviceSecrets.name, name));
@@ -91,8 +95,10 @@ export async function loadOrCreateServiceSecret(opts: {
   name: string;
   now: number;
   mirror: boolean;
+  /** Default base64url. */
+  encode?: SecretEncoding;
 }): Promise<{ value: string; file: string | undefined; created: boolean }> {
-  if (opts.database.kind !== 'postgres') return loadOrCreateSecret(opts.dataDir, opts.name);
-  const shared = await loadOrCreateSharedSecret(opts.database, opts.name, opts.now);
+  if (opts.database.kind !== 'postgres') return loadOrCreateSecret(opts.dataDir, opts.name, 32, opts.encode);
+  const shared = await loadOrCreateSharedSecret(opts.database, opts.name, opts.now, 32, opts.encode);
   return { ...shared, file: opts.mirror ? mirrorSecretFile(opts.dataDir, opts.name, shared.value) : undefined };
 }

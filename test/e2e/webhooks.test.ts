@@ -1,11 +1,13 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { whsecOf } from '../../src/webhooks/signature.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { readmeVerifyWebhook, type VerifyWebhook } from '../support/readme-webhook.js';
+import { readmeVerifiedJob, readmeVerifyWebhook, type VerifiedJob, type VerifyWebhook } from '../support/readme-webhook.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } from '../support/webhook-receiver.js';
@@ -13,8 +15,9 @@ import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } fro
 /**
  * Callbacks with the real service, tools and database (each kind), to a receiver on loopback
  * (allowed by FETCH_ALLOW_HOSTS=127.0.0.1, which opens every port of that address and nothing
- * else): signed as the README says (every callback is checked with the README's own snippet),
- * retried after failures and a dead receiver, kept across a restart and across a node killed
+ * else): Standard Webhooks, as the README says (every callback is checked with the README's two
+ * snippets: the `standardwebhooks` package, as a receiver would, and the hand-written check),
+ * under one secret per signature for rotation, retried after failures and a dead receiver, kept across a restart and across a node killed
  * mid-attempt, and refused at submission when the policy refuses their destination. Refused
  * destinations off this machine are submitted with a source that never answers, so that even a
  * regression accepting them would leave no job that ends, and so no callback that leaves.
@@ -35,16 +38,51 @@ let media: MediaServer;
 let tone: MediaFixture;
 let long: MediaFixture;
 let verifyWebhook: VerifyWebhook;
+let verifiedJob: VerifiedJob;
 
 beforeAll(async () => {
   tone = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'flac' });
   long = await makeTone(FIXTURE_DIR, { seconds: 30, channels: 2, sampleRate: 44100, format: 'wav' });
   media = await startMediaServer();
   verifyWebhook = await readmeVerifyWebhook();
+  verifiedJob = await readmeVerifiedJob();
 });
 afterAll(async () => {
   await media?.close();
 });
+
+/** What the README's `standardwebhooks` snippet makes of a callback: the job record, or the message it throws. */
+function libraryVerdict(secret: string, request: Pick<ReceivedCallback, 'headers' | 'body'>): unknown {
+  try {
+    return verifiedJob(secret, request.headers, request.body);
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+/**
+ * Every request verifies under `secret` with both README snippets; each refuses another secret, a
+ * changed body, another id and an old timestamp (the hand-written one: a tolerance it is past).
+ */
+function expectSigned(requests: ReceivedCallback[], secret: string) {
+  const other = whsecOf(randomBytes(32));
+  for (const request of requests) {
+    expect(libraryVerdict(secret, request), JSON.stringify(request.headers)).toEqual(JSON.parse(request.body));
+    expect(verifyWebhook(secret, request.headers, request.body), JSON.stringify(request.headers)).toBe(true);
+
+    const changed = request.body.replace('"status"', '"status" ');
+    const otherId = { ...request.headers, 'webhook-id': 'another-id' };
+    const old = { ...request.headers, 'webhook-timestamp': String(Number(request.headers['webhook-timestamp']) - 600) };
+    expect(libraryVerdict(other, request)).toBe('No matching signature found');
+    expect(libraryVerdict(secret, { ...request, body: changed })).toBe('No matching signature found');
+    expect(libraryVerdict(secret, { ...request, headers: otherId })).toBe('No matching signature found');
+    expect(libraryVerdict(secret, { ...request, headers: old })).toBe('Message timestamp too old');
+    expect(verifyWebhook(other, request.headers, request.body)).toBe(false);
+    expect(verifyWebhook(secret, request.headers, changed)).toBe(false);
+    expect(verifyWebhook(secret, otherId, request.body)).toBe(false);
+    expect(verifyWebhook(secret, request.headers, request.body, -1)).toBe(false);
+  }
+}
 
 function callbackOf(job: JobBody): CallbackBody {
   return job.callback as CallbackBody;
@@ -85,9 +123,10 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     dataDir = await mkdtemp(path.join(tmpdir(), 'sf-webhooks-'));
     env = { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: '127.0.0.1', ...RETRY_ENV };
     svc = await startService({ dataDir, env });
-    // WEBHOOK_SECRET is unset: the service generated one (on PostgreSQL into the database, and
-    // copied here for operators).
+    // WEBHOOK_SECRET is unset: the service generated one in the Standard Webhooks form (on
+    // PostgreSQL into the database, and copied here for operators).
     secret = (await readFile(path.join(dataDir, 'webhook-secret'), 'utf8')).trim();
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
   });
   afterAll(async () => {
     await svc?.stop();
@@ -95,16 +134,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   });
 
-  function expectSigned(requests: ReceivedCallback[]) {
-    for (const request of requests) {
-      expect(verifyWebhook(secret, request.headers, request.body), JSON.stringify(request.headers)).toBe(true);
-      // The snippet can refuse: another secret, a changed body or id, an old timestamp.
-      expect(verifyWebhook(`${secret}x`, request.headers, request.body)).toBe(false);
-      expect(verifyWebhook(secret, request.headers, request.body.replace('"status"', '"status" '))).toBe(false);
-      expect(verifyWebhook(secret, { ...request.headers, 'webhook-id': 'another-id' }, request.body)).toBe(false);
-      expect(verifyWebhook(secret, request.headers, request.body, -1)).toBe(false);
-    }
-  }
+  const expectSignedHere = (requests: ReceivedCallback[]) => expectSigned(requests, secret);
 
   it('POSTs the signed job record when the job is done, after two 500s, with the same id on every attempt', async () => {
     media.serveFile(`/${kind}/done.flac`, tone.path, { contentType: tone.contentType });
@@ -116,7 +146,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
 
     const requests = await receiver.waitForRequests(3, 60_000, paths(hook));
     expect(requests.map((request) => request.answer)).toEqual([500, 500, 200]);
-    expectSigned(requests);
+    expectSignedHere(requests);
     const ids = new Set(requests.map((request) => request.headers['webhook-id']));
     expect(ids.size).toBe(1);
     for (const request of requests) {
@@ -152,7 +182,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
 
     const [failedCallback] = await receiver.waitForRequests(1, 60_000, paths(failedHook));
     const [canceledCallback] = await receiver.waitForRequests(1, 60_000, paths(canceledHook));
-    expectSigned([failedCallback!, canceledCallback!]);
+    expectSignedHere([failedCallback!, canceledCallback!]);
     expect(JSON.parse(failedCallback!.body)).toMatchObject({ job_id: failed.body.job_id, status: 'failed', error: { code: expect.any(String) } });
     expect(JSON.parse(canceledCallback!.body)).toMatchObject({ job_id: canceled.body.job_id, status: 'canceled' });
   });
@@ -170,7 +200,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
 
       await down.listenAgain();
       const [request] = await down.waitForRequests(1, 60_000, paths(hook));
-      expectSigned([request!]);
+      expectSignedHere([request!]);
       const job = await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
       const attempts = callbackOf(job).attempts;
       expect(attempts.at(-1)).toMatchObject({ status: 200, error: null });
@@ -198,7 +228,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
       const job = await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
       const all = receiver.requests.filter(paths(hook));
       expect(all.at(-1)!.answer).toBe(200);
-      expectSigned(all);
+      expectSignedHere(all);
       expect(new Set(all.map((request) => request.headers['webhook-id']))).toEqual(new Set([callbackOf(job).delivery_id]));
       expect(callbackOf(job).attempt_count).toBe(all.length);
     } finally {
@@ -217,7 +247,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     svc = await startService({ dataDir, env });
     // The dead node's lease (WEBHOOK_TIMEOUT_S + 5 s) runs out, then the new node makes the attempt.
     const [, second] = await receiver.waitForRequests(2, 60_000, paths(hook));
-    expectSigned([first!, second!]);
+    expectSignedHere([first!, second!]);
     expect(second!.headers['webhook-id']).toBe(first!.headers['webhook-id']);
     expect(second!.at - first!.at).toBeGreaterThanOrEqual(5_000);
     const job = await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
@@ -262,5 +292,44 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     expect(output).toContain('callback delivered');
     expect(output.includes(secret)).toBe(false);
     for (const signature of signatures) expect(output.includes(signature)).toBe(false);
+  });
+});
+
+describe('webhooks under several secrets (rotation)', () => {
+  const current = whsecOf(randomBytes(32));
+  const previous = 'the-previous-plain-webhook-secret-0123456789';
+  let receiver: WebhookReceiver;
+  let svc: ServiceHandle;
+
+  beforeAll(async () => {
+    receiver = await startWebhookReceiver();
+    svc = await startService({ env: { FETCH_ALLOW_HOSTS: '127.0.0.1', ...RETRY_ENV, WEBHOOK_SECRET: `${current}, ${previous}` } });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    await receiver?.close();
+  });
+
+  it('signs each callback once per secret, so a receiver holding either one verifies it (control: a third secret does not)', async () => {
+    const hook = '/rotation';
+    const { status, body: submitted } = await submitWithCallback(svc, media.url('/rotation/missing.flac'), receiver.url(hook));
+    expect(status).toBe(202);
+    const [request] = await receiver.waitForRequests(1, 60_000, (r) => r.path === hook);
+    await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
+    expect(String(request!.headers['webhook-signature'])).toMatch(/^v1,[A-Za-z0-9+/]{43}= v1,[A-Za-z0-9+/]{43}=$/);
+    expectSigned([request!], current);
+    // The plain secret as a library takes it: its bytes in the whsec_ form; the hand-written check takes it as it is.
+    expectSigned([request!], whsecOf(Buffer.from(previous)));
+    expect(verifyWebhook(previous, request!.headers, request!.body)).toBe(true);
+    const third = whsecOf(randomBytes(32));
+    expect(libraryVerdict(third, request!)).toBe('No matching signature found');
+    expect(verifyWebhook(third, request!.headers, request!.body)).toBe(false);
+  });
+
+  it('never writes a secret to the log', async () => {
+    // The delivery's log line follows its record: the output holds it once it is read in.
+    await expect.poll(() => svc.output(), { timeout: 10_000 }).toContain('callback delivered');
+    const output = svc.output();
+    for (const secret of [current.slice('whsec_'.length), previous]) expect(output.includes(secret)).toBe(false);
   });
 });

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadOrCreateSecret, loadOrCreateServiceSecret } from '../../src/secrets.js';
+import { webhookSecretProblem, whsecOf } from '../../src/webhooks/signature.js';
 import { openTestDatabase } from '../support/test-database.js';
 
 /** loadOrCreateSecret: the API key and URL signing secret kept in the data dir when the configuration gives none. */
@@ -140,6 +141,20 @@ describe('loadOrCreateServiceSecret', () => {
     } finally {
       await database.close();
       await rm(otherDir, { recursive: true, force: true });
+    }
+  });
+
+  it.each(['sqlite', 'postgres'] as const)('on %s, writes a secret with a form of its own in that form (the whsec_ of callbacks), base64url otherwise', async (kind) => {
+    const database = await openTestDatabase(kind);
+    try {
+      const made = await loadOrCreateServiceSecret({ database, dataDir: dir, name: `webhook-secret-${kind}`, now: 1, mirror: true, encode: whsecOf });
+      expect(made.value).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+      expect(webhookSecretProblem(made.value)).toBeNull();
+      expect((await readFile(made.file!, 'utf8')).trim()).toBe(made.value);
+      const plain = await loadOrCreateServiceSecret({ database, dataDir: dir, name: `api-key-${kind}`, now: 1, mirror: true });
+      expect(plain.value).toMatch(BASE64URL);
+    } finally {
+      await database.close();
     }
   });
 });
