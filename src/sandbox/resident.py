@@ -117,6 +117,15 @@ def warm_up(yt_dlp):
     # yt-dlp reads Last-Modified and the like with strptime, whose formats compile on first use.
     unified_timestamp('Sat, 01 Jan 2000 00:00:00 GMT')
     yt_dlp.parse_options(['--ignore-config', '--skip-download', 'http://warm-up.invalid/'])
+    # Plugins on sys.path, loaded here, where their folder can be seen: Debian's 2023.03.04 loads
+    # them when its extractors are imported (above), a current yt-dlp only when a run starts, in
+    # the run's mount view, which does not show that folder; a run's own loading, finding nothing
+    # there, leaves these in place.
+    try:
+        from yt_dlp.plugins import load_all_plugins
+    except ImportError:
+        return
+    load_all_plugins()
 
 
 def set_title(room, words):
