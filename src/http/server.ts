@@ -62,6 +62,12 @@ export interface ConnectionLimits {
 
 /** How often node looks for requests past headersTimeoutMs or requestTimeoutMs. */
 const CONNECTIONS_CHECK_MS = 1_000;
+/**
+ * Requests waiting on one connection for their turn past which the connection is no longer read
+ * until they are answered: node parses whatever a client pipelines, and the requests it has
+ * parsed but not yet answered are held in memory.
+ */
+const MAX_WAITING_PER_CONNECTION = 32;
 /** Closings by the bounds are logged at most this often, with their count since the last line. */
 const SHED_LOG_INTERVAL_MS = 10_000;
 
@@ -106,6 +112,8 @@ interface Connection {
   waiting: Array<() => void>;
   /** An answer on it said `Connection: close`: nothing after it is a request. */
   closing: boolean;
+  /** Not read while too many requests wait (MAX_WAITING_PER_CONNECTION). */
+  paused: boolean;
   /** Closed by the bounds or gone: no longer counted. */
   gone: boolean;
 }
@@ -163,7 +171,7 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
   }
 
   server.on('connection', (socket: Socket) => {
-    const connection: Connection = { socket, current: undefined, waiting: [], closing: false, gone: false };
+    const connection: Connection = { socket, current: undefined, waiting: [], closing: false, paused: false, gone: false };
     bySocket.set(socket, connection);
     total++;
     socket.once('close', () => forget(connection));
@@ -190,6 +198,7 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
     }
     if (connection.current) {
       connection.waiting.push(() => answerInTurn(req, res, run));
+      if (connection.waiting.length >= MAX_WAITING_PER_CONNECTION) stopReading(connection);
       return;
     }
     connection.current = res;
@@ -200,8 +209,12 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
         connection.closing = true;
         const dropped = connection.waiting.splice(0);
         for (const next of dropped) next();
+        // What follows is read and dropped while the connection closes (lingerBeforeClosing).
+        if (connection.paused) readAgain(connection);
       } else if (connection.waiting.length > 0) {
-        connection.waiting.shift()!();
+        const next = connection.waiting.shift()!;
+        if (connection.paused && connection.waiting.length < MAX_WAITING_PER_CONNECTION) readAgain(connection);
+        next();
       } else {
         becomeIdle(connection);
       }
@@ -210,6 +223,37 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
   }
 
   return { answerInTurn };
+}
+
+/** Node's server socket, with what its own backpressure uses (node:_http_server). */
+type ServerSocket = Socket & { _paused?: boolean; parser?: { resume(): void } | null };
+
+/**
+ * Stops reading a connection the way node's server does when answers queue up for a client that
+ * does not read them: `_paused` keeps node from starting to read again (reading a request's body
+ * would), and node pauses the parser once it has executed the chunk at hand. So at most one more
+ * read's worth of requests is parsed.
+ */
+function stopReading(connection: Connection): void {
+  const socket = connection.socket as ServerSocket;
+  connection.paused = true;
+  if (socket._paused) return;
+  socket._paused = true;
+  socket.pause();
+}
+
+/**
+ * Reads a connection stopped by stopReading again, as node's server does on 'drain'; left to
+ * node when its own reason to stop still holds (a client not taking its answers): node reads it
+ * again on 'drain'.
+ */
+function readAgain(connection: Connection): void {
+  const socket = connection.socket as ServerSocket;
+  connection.paused = false;
+  if (!socket._paused || socket.writableNeedDrain) return;
+  socket._paused = false;
+  socket.parser?.resume();
+  socket.resume();
 }
 
 /**
