@@ -1,3 +1,4 @@
+import { databaseOutage } from '../db/outage.js';
 import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -131,9 +132,26 @@ export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
   };
 }
 
-/** A ServiceError's answer; anything else logged with its stack and answered as a bare 500. */
+/** Seconds a client is told to wait when the database is out of reach or out of space. */
+const OUTAGE_RETRY_AFTER_S = 5;
+
+/**
+ * A ServiceError's answer; a database that cannot serve the request now, 503 with Retry-After
+ * (database_unavailable, or storage_full where a write was refused for want of space); anything
+ * else logged with its stack and answered as a bare 500.
+ */
 export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {
   if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
+  const outage = databaseOutage(err);
+  if (outage !== null) {
+    log.error({ err }, outage === 'full' ? 'the database refused a write: no space' : 'the database cannot be reached');
+    return serviceErrorResponse(
+      outage === 'full'
+        ? new ServiceError('unavailable', 'storage_full', 'The service has no storage space left for this request; try again later.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S })
+        : new ServiceError('unavailable', 'database_unavailable', 'The database cannot be reached right now; try again shortly.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S }),
+      requestId,
+    );
+  }
   log.error({ err }, 'unhandled error');
   return problemResponse(500, 'internal_error', 'The server failed to handle this request.', { requestId });
 }

@@ -1,0 +1,106 @@
+import { once } from 'node:events';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { freshDatabaseUrl } from '../support/postgres.js';
+import { startService, type ServiceHandle } from '../support/service.js';
+
+/**
+ * PostgreSQL out of reach under a running node: the service reaches its database through a TCP
+ * forwarder on loopback that the test cuts (every connection closed, the port refusing) and puts
+ * back. While it is cut, every operation that needs the database answers 503 database_unavailable
+ * with Retry-After, never 500 and never a 202 whose job was not stored; once it is back, the same
+ * requests succeed without a restart.
+ */
+interface Forwarder {
+  port: number;
+  cut(): Promise<void>;
+  restore(): Promise<void>;
+  close(): Promise<void>;
+}
+
+async function startForwarder(target: { host: string; port: number }): Promise<Forwarder> {
+  const sockets = new Set<Socket>();
+  let server: Server | undefined;
+  let port = 0;
+  const listen = async () => {
+    server = createServer((client) => {
+      const upstream = createConnection(target);
+      for (const socket of [client, upstream]) {
+        sockets.add(socket);
+        socket.on('close', () => sockets.delete(socket));
+        socket.on('error', () => socket.destroy());
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    server.listen(port, '127.0.0.1');
+    await once(server, 'listening');
+    port = (server.address() as { port: number }).port;
+  };
+  const cut = async () => {
+    const closed = server ? new Promise((resolve) => server!.close(resolve)) : Promise.resolve();
+    for (const socket of sockets) socket.destroy();
+    await closed;
+    server = undefined;
+  };
+  await listen();
+  return { port, cut, restore: listen, close: cut };
+}
+
+let media: MediaServer;
+let forwarder: Forwarder;
+let svc: ServiceHandle;
+
+beforeAll(async () => {
+  media = await startMediaServer();
+  media.route('/slow.mp3', () => {
+    // Never answers: the jobs stay queued or running, which is all this test needs of them.
+  });
+  const url = new URL(await freshDatabaseUrl());
+  forwarder = await startForwarder({ host: url.hostname, port: Number(url.port) });
+  url.port = String(forwarder.port);
+  svc = await startService({ env: { DATABASE_URL: url.toString(), FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '0' } });
+});
+
+afterAll(async () => {
+  await svc?.stop();
+  await forwarder?.close();
+  await media?.close();
+});
+
+describe('the database out of reach', () => {
+  it('answers 503 database_unavailable with Retry-After while it is, and serves again once it is back', async () => {
+    // Control: with the database there, a submission is stored and read back.
+    const before = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?before') }) });
+    expect(before.status).toBe(202);
+    const job = (await before.json()) as { job_id: string };
+    expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
+
+    await forwarder.cut();
+    const submitted = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?during') }) });
+    expect(submitted.status).toBe(503);
+    expect(submitted.headers.get('content-type')).toBe('application/problem+json');
+    expect(submitted.headers.get('retry-after')).toBe('5');
+    expect(await submitted.json()).toMatchObject({ status: 503, code: 'database_unavailable' });
+    const polled = await svc.request(`/jobs/${job.job_id}`);
+    expect(polled.status).toBe(503);
+    expect(await polled.json()).toMatchObject({ code: 'database_unavailable' });
+    const health = await svc.request('/healthz', { auth: false });
+    expect(health.status).toBe(503);
+
+    await forwarder.restore();
+    const deadline = Date.now() + 30_000;
+    let after: Response;
+    for (;;) {
+      after = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?after') }) });
+      if (after.status === 202 || Date.now() > deadline) break;
+      expect(after.status).toBe(503);
+      await after.body?.cancel();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(after.status).toBe(202);
+    expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
+    // Nothing anywhere answered 500.
+    expect(svc.logs.filter((line) => line.msg === 'unhandled error')).toEqual([]);
+  });
+});
