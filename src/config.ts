@@ -78,6 +78,8 @@ const envSchema = z.object({
   ARTIFACT_CAP_BYTES: positiveInt(50 * 1024 ** 3),
   /** Unset: a quarter of ARTIFACT_CAP_BYTES; 0: no bound per key. */
   STORE_BYTES_PER_KEY_PER_DAY: z.coerce.number().int().min(0).optional(),
+  /** Unset: MAX_DOWNLOAD_BYTES + MAX_OUTPUT_BYTES, what one job can need. */
+  STORE_MIN_FREE_BYTES: z.coerce.number().int().min(0).optional(),
   EVICTION_INTERVAL_S: positiveInt(60),
   DNS_SERVERS: commaList.refine((servers) => servers.every(isNameServer), {
     message: 'each server must be ip, ip:port or [ipv6]:port',
@@ -200,6 +202,8 @@ export interface Config {
   artifactCapBytes: number;
   /** New content one API key may store over a rolling day (src/store/key-allowance.ts); null: no bound. */
   storeBytesPerKeyPerDay: number | null;
+  /** Free space kept on the artifact root's volume (src/store/free-space.ts); a node with less takes no job. */
+  storeMinFreeBytes: number;
   evictionIntervalMs: number;
   /**
    * Name look-ups (src/policy/name-resolver.ts): servers (empty: /etc/resolv.conf's), one
@@ -284,6 +288,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     rateLimitBurst: e.RATE_LIMIT_BURST ?? e.RATE_LIMIT_PER_MINUTE,
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,
     storeBytesPerKeyPerDay: storeBytesPerKey === 0 ? null : storeBytesPerKey,
+    storeMinFreeBytes: e.STORE_MIN_FREE_BYTES ?? e.MAX_DOWNLOAD_BYTES + e.MAX_OUTPUT_BYTES,
     evictionIntervalMs: e.EVICTION_INTERVAL_S * 1000,
     dns: {
       servers: e.DNS_SERVERS,

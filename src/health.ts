@@ -2,12 +2,16 @@ import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
 import type { HealthReport } from './http/schemas.js';
 import type { ConfinementStatus } from './sandbox/sandbox.js';
+import type { StoreSpace } from './store/free-space.js';
 
 /**
  * The health check: can this service fetch right now? It needs the downloader and ffmpeg,
  * tools confined to the egress guard (unless the operator turned that off), a working database
  * and a writable artifact root. ffprobe is still reported, but no job runs it any more (the
- * conversion itself tells what is not audio), so it is not needed to fetch.
+ * conversion itself tells what is not audio), so it is not needed to fetch. A node whose artifact
+ * root's volume has less free than one job can need (STORE_MIN_FREE_BYTES, src/store/free-space.ts)
+ * takes no job, and says `degraded` with a `store_low_on_space` warning: the other nodes, or the
+ * operator, must take over.
  * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
  * every second.
  *
@@ -41,6 +45,8 @@ export interface HealthDeps {
   databaseKind: 'sqlite' | 'postgres';
   nodeId: string;
   artifactRoot: string;
+  /** Free space on the artifact root's volume and what one job needs; absent: statfs here, no minimum. */
+  storeSpace?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
   now: () => number;
   cacheMs?: number;
 }
@@ -94,34 +100,45 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       () => true,
       () => false,
     );
-    const freeBytes = await fs.statfs(deps.artifactRoot).then(
-      (s) => s.bavail * s.bsize,
-      () => null,
-    );
+    const freeBytes = deps.storeSpace
+      ? deps.storeSpace.freeBytes()
+      : await fs.statfs(deps.artifactRoot).then(
+          (s) => s.bavail * s.bsize,
+          () => null,
+        );
+    const minFreeBytes = deps.storeSpace?.minFreeBytes ?? 0;
+    const canStore = freeBytes === null || freeBytes >= minFreeBytes;
     const canFetch = ytdlp.present && ffmpeg.present && confinement.ok && databaseOk && writable;
+    const warnings: HealthReport['warnings'] = [];
+    if (downloader.outdated) {
+      warnings.push({
+        code: 'downloader_outdated',
+        message: `yt-dlp ${downloader.version} is ${downloader.age_days} days old (more than ${DOWNLOADER_MAX_AGE_DAYS}): sites change, install a current release (README: A current yt-dlp).`,
+      });
+    }
+    if (!canStore) {
+      warnings.push({
+        code: 'store_low_on_space',
+        message: `The artifact root's volume has ${freeBytes} bytes free, less than one job can need (STORE_MIN_FREE_BYTES, ${minFreeBytes}): this node takes no job until eviction or the operator frees space.`,
+      });
+    }
     return {
-      // Fetching works, but with the tools unconfined: a state to be seen, not a failure.
-      status: !canFetch ? 'unavailable' : confinement.mode === 'off' ? 'degraded' : 'ok',
+      // Fetching works, but with the tools unconfined, or this node takes no job (no room to store
+      // one): states to be seen, not failures of the service.
+      status: !canFetch ? 'unavailable' : confinement.mode === 'off' || !canStore ? 'degraded' : 'ok',
       can_fetch: canFetch,
       downloader,
       ffmpeg,
       ffprobe,
       node_id: deps.nodeId,
       database: { ok: databaseOk, kind: deps.databaseKind },
-      artifact_root: { writable, free_bytes: freeBytes },
+      artifact_root: { writable, free_bytes: freeBytes, min_free_bytes: minFreeBytes, can_store: canStore },
       confinement: {
         mode: confinement.mode,
         ok: confinement.ok,
         reason: confinement.ok ? (confinement.mode === 'off' ? 'TOOL_CONFINEMENT=off' : null) : confinement.reason,
       },
-      warnings: downloader.outdated
-        ? [
-            {
-              code: 'downloader_outdated',
-              message: `yt-dlp ${downloader.version} is ${downloader.age_days} days old (more than ${DOWNLOADER_MAX_AGE_DAYS}): sites change, install a current release (README: A current yt-dlp).`,
-            },
-          ]
-        : [],
+      warnings,
     };
   };
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { statfsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import os from 'node:os';
@@ -44,6 +45,7 @@ import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/
 import { loadOrCreateServiceSecret } from './secrets.js';
 import { createContentStore } from './store/content-store.js';
 import { readStoreTotals } from './store/eviction.js';
+import { createStoreSpace } from './store/free-space.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
 import { KEY_ALLOWANCE_WINDOW_MS } from './store/key-allowance.js';
 import { createDatabasePins } from './store/pins.js';
@@ -209,6 +211,18 @@ async function main(): Promise<void> {
   // In the background: tools are started on their own until the resident sandbox is ready.
   await sandbox.start();
 
+  // Free space on the artifact root's volume: eviction keeps STORE_MIN_FREE_BYTES of it, and a
+  // node with less takes no job (canClaim below) and says so in /healthz.
+  const storeSpace = createStoreSpace({
+    root: config.artifactRoot,
+    minFreeBytes: config.storeMinFreeBytes,
+    statfs: statfsSync,
+    now,
+    onShort: () => {
+      log.warn({ free_bytes: storeSpace.freeBytes(), min_free_bytes: config.storeMinFreeBytes }, "the artifact root's volume has less free than one job can need: taking no job, evicting");
+      sizeCap.request();
+    },
+  });
   const checkHealth = createHealthCheck({
     tools,
     checkConfinement: async () => (confinement = await sandbox.check()),
@@ -218,6 +232,7 @@ async function main(): Promise<void> {
     databaseKind: database.kind,
     nodeId,
     artifactRoot: config.artifactRoot,
+    storeSpace,
     now,
   });
   void checkHealth().then(
@@ -232,6 +247,8 @@ async function main(): Promise<void> {
     queueDepth: () => countQueued(database),
     busyWorkers: () => busyWorkers(),
     storeTotals: () => readStoreTotals(database),
+    storeFreeBytes: () => storeSpace.freeBytes(),
+    storeMinFreeBytes: config.storeMinFreeBytes,
     downloaderPresent: async () => (await checkHealth()).downloader.present,
   });
   const nginxUsage = config.nginxUsageLog
@@ -252,6 +269,7 @@ async function main(): Promise<void> {
     database,
     store,
     capBytes: config.artifactCapBytes,
+    space: storeSpace,
     log,
     nodeId,
     now,
@@ -291,7 +309,7 @@ async function main(): Promise<void> {
     maxAttempts: config.maxAttempts,
     now,
     log,
-    canClaim: () => confinement.ok && sandbox.settled(),
+    canClaim: () => confinement.ok && sandbox.settled() && storeSpace.canStoreJob(),
     runJob: async (job, ctx) => {
       const ended = await runJob(job, ctx);
       if (ended) jobEnded(ended);

@@ -22,6 +22,9 @@ export interface MetricsSources {
   queueDepth: () => Promise<number>;
   busyWorkers: () => number;
   storeTotals: () => Promise<{ bytes: number; artifacts: number }>;
+  /** Bytes free on the artifact root's volume (null: it cannot be asked), and what one job needs (STORE_MIN_FREE_BYTES). */
+  storeFreeBytes?: () => number | null;
+  storeMinFreeBytes?: number;
   downloaderPresent: () => Promise<boolean>;
 }
 
@@ -74,12 +77,12 @@ export function createMetrics(sources: MetricsSources) {
   });
   const evictedArtifacts = new Counter({
     name: prefixed('store_evicted_artifacts_total'),
-    help: 'Artifacts evicted by the size cap.',
+    help: 'Artifacts evicted by the size cap or for free space.',
     registers: [registry],
   });
   const evictedBytes = new Counter({
     name: prefixed('store_evicted_bytes_total'),
-    help: 'Bytes evicted by the size cap.',
+    help: 'Bytes evicted by the size cap or for free space.',
     registers: [registry],
   });
   new Gauge({
@@ -96,6 +99,22 @@ export function createMetrics(sources: MetricsSources) {
     registers: [registry],
     async collect() {
       this.set((await sources.storeTotals()).artifacts);
+    },
+  });
+  new Gauge({
+    name: prefixed('store_free_bytes'),
+    help: "Bytes free on the artifact root's volume; below STORE_MIN_FREE_BYTES the node takes no job (NaN: unknown).",
+    registers: [registry],
+    collect() {
+      this.set(sources.storeFreeBytes?.() ?? Number.NaN);
+    },
+  });
+  new Gauge({
+    name: prefixed('store_min_free_bytes'),
+    help: 'STORE_MIN_FREE_BYTES: the free space eviction keeps on the volume, what one job can need.',
+    registers: [registry],
+    collect() {
+      this.set(sources.storeMinFreeBytes ?? Number.NaN);
     },
   });
   new Gauge({

@@ -181,7 +181,12 @@ export interface components {
             };
             artifact_root: {
                 writable: boolean;
+                /** @description Bytes free on the artifact root's volume (null: it cannot be asked). */
                 free_bytes: number | null;
+                /** @description What one job can need (STORE_MIN_FREE_BYTES); eviction keeps at least this much free. */
+                min_free_bytes: number;
+                /** @description False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`. */
+                can_store: boolean;
             };
             confinement: {
                 /**
@@ -193,7 +198,7 @@ export interface components {
                 /** @description Why the tools cannot be confined (or that confinement is turned off). */
                 reason: string | null;
             };
-            /** @description What an operator should look at although the service works (`downloader_outdated`). */
+            /** @description What an operator should look at although the service works (`downloader_outdated`, `store_low_on_space`). */
             warnings: {
                 code: string;
                 message: string;

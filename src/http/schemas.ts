@@ -175,7 +175,12 @@ export const HealthSchema = z
     ffprobe: ToolHealth,
     node_id: z.string().openapi({ description: 'This node, among the nodes sharing the database.' }),
     database: z.object({ ok: z.boolean(), kind: z.enum(['sqlite', 'postgres']) }),
-    artifact_root: z.object({ writable: z.boolean(), free_bytes: z.number().nullable() }),
+    artifact_root: z.object({
+      writable: z.boolean(),
+      free_bytes: z.number().nullable().openapi({ description: "Bytes free on the artifact root's volume (null: it cannot be asked)." }),
+      min_free_bytes: z.number().openapi({ description: 'What one job can need (STORE_MIN_FREE_BYTES); eviction keeps at least this much free.' }),
+      can_store: z.boolean().openapi({ description: 'False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`.' }),
+    }),
     confinement: z.object({
       mode: z.enum(['netns', 'off']).openapi({ description: "How the tools are confined to the egress guard; 'off' only when the operator chose it." }),
       ok: z.boolean(),
@@ -183,7 +188,7 @@ export const HealthSchema = z
     }),
     warnings: z
       .array(z.object({ code: z.string(), message: z.string() }))
-      .openapi({ description: 'What an operator should look at although the service works (`downloader_outdated`).' }),
+      .openapi({ description: 'What an operator should look at although the service works (`downloader_outdated`, `store_low_on_space`).' }),
   })
   .openapi('Health');
 

@@ -2,6 +2,7 @@ import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
 import type { ContentStore } from './content-store.js';
 import { markEvicted } from './evicted.js';
+import type { StoreSpace } from './free-space.js';
 import { lockContent, pinnedAmong } from './pins.js';
 
 /**
@@ -63,24 +64,38 @@ export function evictionBatchQuery(q: Queryable, cursor: EvictionCursor | undefi
     .limit(batchSize);
 }
 
+/**
+ * Evicts until the store is within `capBytes` and, given `space`, its volume has at least
+ * `space.minFreeBytes` free: each batch goes by whichever falls shorter, read anew before it (the
+ * files of a batch are gone from the volume when the next is read; one a reader still holds open
+ * keeps its blocks until it is closed, and the next batch makes up for it). Stops when nothing is
+ * left to evict but pinned content.
+ */
 export async function evictToCap(deps: {
   database: Database;
   store: ContentStore;
   capBytes: number;
   now: () => number;
+  space?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
   batchSize?: number;
 }): Promise<EvictionResult> {
   const { database, store } = deps;
   const batchSize = deps.batchSize ?? 200;
   const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
   let cursor: EvictionCursor | undefined;
+  /** Bytes to evict: past the cap, or short of the free space to keep, whichever is more. */
+  const shortfall = async () => {
+    const overCap = (await readStoreTotals(database)).bytes - deps.capBytes;
+    const free = deps.space?.freeBytes() ?? null;
+    return Math.max(overCap, free === null ? 0 : deps.space!.minFreeBytes - free);
+  };
 
-  while ((await readStoreTotals(database)).bytes > deps.capBytes) {
+  while ((await shortfall()) > 0) {
     const rows = await evictionBatchQuery(database, cursor, batchSize);
     if (rows.length === 0) break;
 
     const pinned = await pinnedAmong(database, [...new Set(rows.map((row) => row.contentId))], deps.now());
-    let excess = (await readStoreTotals(database)).bytes - deps.capBytes;
+    let excess = await shortfall();
     const candidates: typeof rows = [];
     for (const row of rows) {
       if (excess <= 0) break;

@@ -3,14 +3,17 @@ import { giveBackLease, takeLease } from '../db/leases.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from './content-store.js';
 import { evictToCap, type EvictionResult } from './eviction.js';
+import type { StoreSpace } from './free-space.js';
 import { dropExpiredPins } from './pins.js';
 
 /**
- * Keeps the store within ARTIFACT_CAP_BYTES: eviction runs after each store and on a timer, one
- * run at a time in this process, and one node at a time across nodes (the 'evictor' lease; a node
- * that finds it taken leaves the work to its holder). A request during a run schedules one more
- * run after it. Each run first writes this node's uses still pending in memory, so content served
- * since the last flush is not taken for cold.
+ * Keeps the store within ARTIFACT_CAP_BYTES and, given `space`, STORE_MIN_FREE_BYTES free on its
+ * volume (./free-space.ts): eviction runs after each store, on a timer, and when a node finds too
+ * little space to take a job (StoreSpace's onShort); one run at a time in this process, and one
+ * node at a time across nodes (the 'evictor' lease; a node that finds it taken leaves the work to
+ * its holder). A request during a run schedules one more run after it. Each run first writes this
+ * node's uses still pending in memory, so content served since the last flush is not taken for
+ * cold.
  */
 export interface SizeCap {
   request(): void;
@@ -27,6 +30,7 @@ export function createSizeCap(deps: {
   database: Database;
   store: ContentStore;
   capBytes: number;
+  space?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
   log: Logger;
   nodeId: string;
   now: () => number;
@@ -45,11 +49,16 @@ export function createSizeCap(deps: {
     if (!(await takeLease(deps.database, EVICTOR_LEASE, deps.nodeId, deps.now(), EVICTOR_LEASE_MS))) return NOTHING;
     try {
       await dropExpiredPins(deps.database, deps.now());
-      const result = await evictToCap({ database: deps.database, store: deps.store, capBytes: deps.capBytes, now: deps.now });
+      const result = await evictToCap({ database: deps.database, store: deps.store, capBytes: deps.capBytes, now: deps.now, space: deps.space });
       if (result.evictedArtifacts > 0) {
         deps.log.info(
-          { evicted_artifacts: result.evictedArtifacts, evicted_bytes: result.evictedBytes, ms: Math.round(performance.now() - started) },
-          'store over its cap: evicted the least recently used content',
+          {
+            evicted_artifacts: result.evictedArtifacts,
+            evicted_bytes: result.evictedBytes,
+            free_bytes: deps.space?.freeBytes() ?? null,
+            ms: Math.round(performance.now() - started),
+          },
+          'store over its cap or short of free space: evicted the least recently used content',
         );
         deps.onEvicted?.(result);
       }

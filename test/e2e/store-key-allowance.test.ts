@@ -1,6 +1,7 @@
 import { mkdir, rename } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runProcess } from '../../src/tools/process.js';
 import { makeTone } from '../support/media.js';
@@ -157,7 +158,10 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
     const bomb2 = await fetchAs(svc, KEY_BULK, 'bomb-2');
     expect(bomb2.status).toBe('done');
     const deadline = Date.now() + 10_000;
-    while ((await metric(svc, 'source_fetch_store_evicted_artifacts_total')) < 1) if (Date.now() > deadline) throw new Error('nothing was evicted');
+    while ((await metric(svc, 'source_fetch_store_evicted_artifacts_total')) < 1) {
+      if (Date.now() > deadline) throw new Error('nothing was evicted');
+      await sleep(50);
+    }
     expect(await served(svc, other, signedUrl)).toEqual([404, 404]);
 
     // Its job still reads done, and now says why its artifacts are gone, when, and what to do.
