@@ -464,6 +464,26 @@ export async function reclaimExpiredLeases(database: Database, maxAttempts: numb
   });
 }
 
+/**
+ * Ends at once the leases of running jobs whose holder is provably gone, so that the next sweep
+ * takes them back without waiting their leases out: on SQLite every running job's (the file's
+ * lock proves that no other process of the service uses it, ../db/sqlite-lock.ts), on PostgreSQL
+ * those whose holder `isGone` says is (this node's own NODE_ID from before a restart, a dead
+ * process of this machine). Run at start, before this node holds any lease. Returns how many.
+ */
+export async function expireLeasesOfGoneHolders(q: Queryable, isGone: (owner: string) => boolean): Promise<number> {
+  const { jobs } = q.t;
+  const holders = await q.db.selectDistinct({ owner: jobs.lockOwner }).from(jobs).where(isRunning(jobs));
+  const gone = holders.map((row) => row.owner).filter((owner): owner is string => owner !== null && (q.kind === 'sqlite' || isGone(owner)));
+  if (gone.length === 0) return 0;
+  const expired = await q.db
+    .update(jobs)
+    .set({ leaseExpiresAt: 0 })
+    .where(and(isRunning(jobs), inArray(jobs.lockOwner, gone)))
+    .returning({ id: jobs.id });
+  return expired.length;
+}
+
 async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
   const { jobs } = q.t;
   const error = { code: 'attempts_exhausted', message: `The job was interrupted ${maxAttempts} times and is not retried again.` };

@@ -4,6 +4,7 @@ import { inArray } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { giveBackLease, takeLease } from '../db/leases.js';
 import { killOrphanedTools } from '../jobs/orphaned-tools.js';
+import { expireLeasesOfGoneHolders } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from '../store/content-store.js';
 import { reconcileStore } from '../store/reconcile.js';
@@ -11,8 +12,10 @@ import { nodeIdParts } from './node-id.js';
 
 /**
  * Start-up recovery of what a crash of this node (or of a node before it on this machine) left
- * behind, before any job runs. Jobs themselves are not touched here: their leases expire and any
- * node's worker pool takes them back (src/jobs/queue.ts, reclaimExpiredLeases).
+ * behind, before any job runs.
+ *  - The leases of running jobs whose holder is provably gone (every one on SQLite; this node's
+ *    own NODE_ID and dead processes of this machine on PostgreSQL) end now, so that this node's
+ *    worker pool takes them back at once (src/jobs/queue.ts); other nodes' wait for their leases.
  *  - Job folders under the work dir, and tool processes working in them, that belong to no live
  *    process any more: removed, killed. A folder whose job another live node on this machine is
  *    running is left alone.
@@ -64,6 +67,8 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   const toolsKilled = await killOrphanedTools(deps.workDir, isOrphan);
   for (const folder of orphanFolders) await fs.rm(path.join(deps.workDir, folder), { recursive: true, force: true });
 
+  // Their jobs are taken back by the worker pool's first sweep, without waiting their leases out.
+  const leasesExpired = await expireLeasesOfGoneHolders(deps.database, isDeadNode);
   const incomingRemoved = await deps.store.clearIncoming(deps.now(), isDeadNode);
   let reconciled;
   if (await takeLease(deps.database, RECONCILE_LEASE, deps.nodeId, deps.now(), RECONCILE_LEASE_MS)) {
@@ -76,6 +81,7 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   deps.log.info(
     {
       work_folders_removed: orphanFolders.length,
+      leases_expired: leasesExpired,
       orphaned_tools_killed: toolsKilled,
       incoming_removed: incomingRemoved,
       ...(reconciled
