@@ -34,7 +34,7 @@ export function renderOpenApiJson(): string {
     jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
     serveArtifact: unused,
     checkHealth: unused,
-    metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused }),
+    metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused, downloaderRelease: unused }),
   });
   return `${JSON.stringify(app.getOpenAPI31Document(OPENAPI_DOCUMENT), null, 2)}\n`;
 }

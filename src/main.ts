@@ -250,6 +250,10 @@ async function main(): Promise<void> {
     storeFreeBytes: () => storeSpace.freeBytes(),
     storeMinFreeBytes: config.storeMinFreeBytes,
     downloaderPresent: async () => (await checkHealth()).downloader.present,
+    downloaderRelease: async () => {
+      const { version, released_on: releasedOn } = (await checkHealth()).downloader;
+      return version !== null && releasedOn !== null ? { version, releasedAtMs: Date.parse(releasedOn) } : null;
+    },
   });
   const nginxUsage = config.nginxUsageLog
     ? createUsageLogReader({
@@ -349,6 +353,13 @@ async function main(): Promise<void> {
   }, now);
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
   const readJob = async (id: string): Promise<JobRecord> => renderView(await jobs.read(id));
+  const sendCallback = createCallbackSender({
+    resolve,
+    dial: createTcpDialer(),
+    allowHosts: config.allowHosts,
+    timeoutMs: config.webhooks.timeoutMs,
+    connectTimeoutMs: config.webhooks.connectTimeoutMs,
+  });
   const callbacks = createDeliveryWorker({
     database,
     nodeId,
@@ -356,13 +367,12 @@ async function main(): Promise<void> {
     log,
     secret: webhookSecret,
     renderJob: async (jobId) => renderJob(await jobs.get(jobId)),
-    send: createCallbackSender({
-      resolve,
-      dial: createTcpDialer(),
-      allowHosts: config.allowHosts,
-      timeoutMs: config.webhooks.timeoutMs,
-      connectTimeoutMs: config.webhooks.connectTimeoutMs,
-    }),
+    // Every attempt is counted by its result, but one cut short by this node's stop: it is given back unmade.
+    send: async (request, signal) => {
+      const result = await sendCallback(request, signal);
+      if (result.error !== 'aborted') metrics.observeCallbackAttempt(result);
+      return result;
+    },
     schedule: { baseMs: config.webhooks.retryBaseMs, retryForMs: config.webhooks.retryForMs },
     leaseMs: config.webhooks.timeoutMs + CALLBACK_LEASE_MARGIN_MS,
     concurrency: config.webhooks.concurrency,

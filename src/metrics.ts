@@ -1,12 +1,14 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { SendResult } from './webhooks/send.js';
 
 /**
- * Prometheus metrics, every name under METRIC_PREFIX and named as Prometheus asks (base units in
- * the name, `_total` for counters only). HTTP series are labelled by route template only (never a
- * concrete path), so their number stays bounded whatever ids clients send. Gauges that mirror
- * state (queue depth, store size, ...) are read at scrape time through the callbacks given here.
- * prom-client's process and Node.js metrics (CPU, memory, descriptors, event-loop lag, GC) come
- * with the same prefix.
+ * Prometheus metrics, named as Prometheus asks (base units in the name, `_total` for counters
+ * only). The service's own carry METRIC_PREFIX; prom-client's process and Node.js metrics (CPU,
+ * memory, descriptors, event-loop lag, GC) keep the standard names every Node.js service exports
+ * (`process_*`, `nodejs_*`), which stock dashboards and alerts expect. HTTP series are labelled by
+ * route template only (never a concrete path), so their number stays bounded whatever ids clients
+ * send. Gauges that mirror state (queue depth, store size, ...) are read at scrape time through
+ * the callbacks given here.
  */
 export const METRIC_PREFIX = 'source_fetch_';
 
@@ -26,6 +28,8 @@ export interface MetricsSources {
   storeFreeBytes?: () => number | null;
   storeMinFreeBytes?: number;
   downloaderPresent: () => Promise<boolean>;
+  /** The downloader's version and the release date it names (Unix ms); null when it names none. */
+  downloaderRelease: () => Promise<{ version: string; releasedAtMs: number } | null>;
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
@@ -34,8 +38,8 @@ type EndedJob = { status: string; bornDone: boolean; errorCode: string | null; s
 
 export function createMetrics(sources: MetricsSources) {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX });
-  for (const name of GAUGES_NAMED_LIKE_COUNTERS) registry.removeSingleMetric(`${METRIC_PREFIX}${name}`);
+  collectDefaultMetrics({ register: registry });
+  for (const name of GAUGES_NAMED_LIKE_COUNTERS) registry.removeSingleMetric(name);
 
   const prefixed = (name: string) => `${METRIC_PREFIX}${name}`;
   const httpRequests = new Counter({
@@ -142,6 +146,24 @@ export function createMetrics(sources: MetricsSources) {
     },
   });
 
+  new Gauge({
+    name: prefixed('downloader_release_timestamp_seconds'),
+    help: "Release date the downloader's version names, Unix seconds, labelled by that version (no series when it names none).",
+    labelNames: ['version'] as const,
+    registers: [registry],
+    async collect() {
+      const release = await sources.downloaderRelease();
+      this.reset();
+      if (release !== null) this.set({ version: release.version }, release.releasedAtMs / 1000);
+    },
+  });
+  const callbackAttempts = new Counter({
+    name: prefixed('callback_attempts_total'),
+    help: 'Callback attempts made by this node, by result: the status class (2xx delivers), or the error code when no answer came.',
+    labelNames: ['result'] as const,
+    registers: [registry],
+  });
+
   return {
     registry,
     observeRequest(method: string, route: string, status: number, seconds: number) {
@@ -158,6 +180,10 @@ export function createMetrics(sources: MetricsSources) {
       if (job.startedAt !== null && job.finishedAt !== null && !job.bornDone) {
         jobDuration.observe({ status: job.status }, (job.finishedAt - job.startedAt) / 1000);
       }
+    },
+    /** Counted by the receiver's status class (`2xx`, `4xx`...), or the sender's error code (a fixed set) when no answer came. */
+    observeCallbackAttempt(result: SendResult) {
+      callbackAttempts.inc({ result: result.status !== null ? `${Math.floor(result.status / 100)}xx` : result.error });
     },
     addDownloadedBytes(bytes: number) {
       downloadedBytes.inc(bytes);

@@ -71,7 +71,7 @@ async function honestRequests(svc: ServiceHandle): Promise<string[]> {
 /** The service's open descriptors, by its own metric. */
 async function openFds(svc: ServiceHandle): Promise<number> {
   const text = await (await svc.request('/metrics')).text();
-  return Number(/^source_fetch_process_open_fds (\d+)/m.exec(text)![1]);
+  return Number(/^process_open_fds (\d+)/m.exec(text)![1]);
 }
 
 interface Attack {

@@ -105,25 +105,33 @@ describe('metrics', () => {
     expect(await series('source_fetch_downloader_present ')).toEqual(['source_fetch_downloader_present 1']);
   });
 
-  it("all carry the service's prefix, the process and Node.js metrics included", async () => {
+  it("carry the service's prefix, and the process and Node.js metrics their standard names", async () => {
     const res = await svc.request('/metrics');
     expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
     const text = await res.text();
     const families = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => ({ name: name!, type: type! }));
     expect(families.length).toBeGreaterThan(20);
-    expect(families.filter((family) => !family.name.startsWith('source_fetch_'))).toEqual([]);
-    const samples = text.split('\n').filter((line) => line !== '' && !line.startsWith('#'));
-    expect(samples.filter((line) => !line.startsWith('source_fetch_'))).toEqual([]);
+    // prom-client's own, as every Node.js service exports them (process_*, nodejs_*)...
+    const standard = families.filter((family) => !family.name.startsWith('source_fetch_'));
+    expect(standard.filter((family) => !/^(process|nodejs)_/.test(family.name))).toEqual([]);
     expect(families).toEqual(
       expect.arrayContaining([
-        { name: 'source_fetch_process_cpu_seconds_total', type: 'counter' },
-        { name: 'source_fetch_process_resident_memory_bytes', type: 'gauge' },
-        { name: 'source_fetch_process_open_fds', type: 'gauge' },
-        { name: 'source_fetch_nodejs_eventloop_lag_seconds', type: 'gauge' },
-        { name: 'source_fetch_nodejs_gc_duration_seconds', type: 'histogram' },
+        { name: 'process_cpu_seconds_total', type: 'counter' },
+        { name: 'process_resident_memory_bytes', type: 'gauge' },
+        { name: 'process_open_fds', type: 'gauge' },
+        { name: 'nodejs_eventloop_lag_seconds', type: 'gauge' },
+        { name: 'nodejs_eventloop_lag_p99_seconds', type: 'gauge' },
+        { name: 'nodejs_gc_duration_seconds', type: 'histogram' },
       ]),
     );
-    expect(Number(samples.find((line) => line.startsWith('source_fetch_process_resident_memory_bytes '))?.split(' ')[1])).toBeGreaterThan(1_000_000);
+    // ...none of them also under the prefix...
+    expect(families.filter((family) => /^source_fetch_(process|nodejs)_/.test(family.name))).toEqual([]);
+    // ...and the service's own under it.
+    const own = families.filter((family) => family.name.startsWith('source_fetch_')).map((family) => family.name);
+    expect(own).toEqual(expect.arrayContaining(['source_fetch_http_requests_total', 'source_fetch_jobs_queued', 'source_fetch_callback_attempts_total']));
+    const samples = text.split('\n').filter((line) => line !== '' && !line.startsWith('#'));
+    expect(samples.filter((line) => !/^(source_fetch|process|nodejs)_/.test(line))).toEqual([]);
+    expect(Number(samples.find((line) => line.startsWith('process_resident_memory_bytes '))?.split(' ')[1])).toBeGreaterThan(1_000_000);
   });
 
   it('pass promtool check metrics (control: promtool flags a gauge named like a counter)', async () => {

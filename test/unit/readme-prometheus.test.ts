@@ -64,7 +64,8 @@ describe("the README's Prometheus examples", () => {
     const [block] = codeBlocks('promql');
     const queries = block!.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('#'));
     expect(queries.length).toBeGreaterThanOrEqual(5);
-    for (const query of queries) expect(query).toMatch(/source_fetch_/);
+    // Each names the service's metrics, or the standard process and Node.js ones.
+    for (const query of queries) expect(query).toMatch(/\b(source_fetch|process|nodejs)_/);
     expect(await checkQueries(queries, 'queries.yml')).toMatchObject({ ok: true });
 
     const broken = await checkQueries([...queries, 'sum by (code) (rate(source_fetch_job_failures_total[15m])'], 'broken.yml');
