@@ -9,15 +9,18 @@
  * and exits 1.
  *
  *   const tools = await writeOfflineTools(dir);
- *   const svc = await startService({ env: { ...tools.env } });   // YTDLP_PATH, FFMPEG_PATH, FFPROBE_PATH
+ *   const svc = await startService({ env: { ...tools.env } });   // YTDLP_PATH, FFMPEG_PATH, FFPROBE_PATH, TOOL_MOUNT_VIEW
  *   expect(await tools.calls()).toEqual([]);                       // no job ever ran a tool
  */
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 export interface OfflineTools {
-  /** Service environment that points every tool at its stand-in. */
-  env: { YTDLP_PATH: string; FFMPEG_PATH: string; FFPROBE_PATH: string };
+  /**
+   * Service environment that points every tool at its stand-in, and lets the stand-ins write their
+   * call log beside them: a tool's mount view (TOOL_MOUNT_VIEW) shows their folder read-only.
+   */
+  env: { YTDLP_PATH: string; FFMPEG_PATH: string; FFPROBE_PATH: string; TOOL_MOUNT_VIEW: 'off' };
   /** Every invocation other than a version question, as "<tool> <args...>", in order. */
   calls(): Promise<string[]>;
 }
@@ -46,6 +49,7 @@ export async function writeOfflineTools(dir: string): Promise<OfflineTools> {
     YTDLP_PATH: await stub('yt-dlp', '--version', '2023.03.04'),
     FFMPEG_PATH: await stub('ffmpeg', '-version', 'ffmpeg version 0.0-offline-stand-in'),
     FFPROBE_PATH: await stub('ffprobe', '-version', 'ffprobe version 0.0-offline-stand-in'),
+    TOOL_MOUNT_VIEW: 'off' as const,
   };
   return {
     env,
