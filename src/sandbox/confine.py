@@ -99,7 +99,11 @@ def apply_limits(limits):
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_RELATIME = 0x200000
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
@@ -141,7 +145,14 @@ def _bind(host_path, root, writable):
         open(target, 'a').close()
     _mount(host_path, target, None, MS_BIND | MS_REC)
     if not writable:
-        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        # Inside a user namespace the host mount's noexec and atime flags are locked: a remount
+        # must keep them, or it is refused.
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+        current = os.statvfs(target).f_flag
+        for statvfs_flag, mount_flag in ((os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME)):
+            if current & statvfs_flag:
+                flags |= mount_flag
+        _mount(None, target, None, flags)
 
 
 def enter_mount_view(workdir, read_only=(), sockets=()):
