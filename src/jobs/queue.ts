@@ -1,3 +1,4 @@
+import { alias } from 'drizzle-orm/pg-core';
 import { and, asc, eq, getTableColumns, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
 import { prepared } from '../db/prepared.js';
 import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
@@ -202,17 +203,71 @@ async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
 }
 
 /**
- * Atomically takes the oldest claimable job, with a lease. This and the queries a running job
- * makes every second or so (renewLeases, recordProgress) are prepared: built anew by drizzle and
- * sent unprepared, where PostgreSQL describes the statement in a round trip of its own,
- * recordProgress took 340-470 µs on loopback, one after another; prepared, 120-175 µs.
+ * Atomically takes a claimable job, with a lease, taking turns across API keys (jobs.api_key_id)
+ * so that one key's bulk cannot hold every worker while another key's jobs wait: of the keys with
+ * queued jobs, the one with the fewest jobs running (on every node), then the one whose last claim
+ * is oldest (key_claims; never claimed: first), then the one whose oldest job is oldest; and of
+ * that key, its oldest job. When another node is taking that job at the same moment (PostgreSQL
+ * skips the row it locked), the next key in turn is tried. The claim then records the key's turn.
+ * Choosing the key groups the queued jobs by key along the claim index and orders the keys, not
+ * the jobs; taking the key's job walks the claim index. Given the database, all of it is one
+ * transaction; given a transaction, it joins it.
+ *
+ * The statements are prepared, as are the queries a running job makes every second or so
+ * (renewLeases, recordProgress): built anew by drizzle and sent unprepared, where PostgreSQL
+ * describes the statement in a round trip of its own, recordProgress took 340-470 µs on loopback,
+ * one after another; prepared, 120-175 µs.
  */
-export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow | undefined> {
+export async function claimNextJob(q: Queryable | Database, lease: Lease): Promise<JobRow | undefined> {
+  const claim = async (t: Queryable) => {
+    for (const apiKeyId of await keysInTurn(t)) {
+      const job = await claimOldestOfKey(t, apiKeyId, lease);
+      if (job) {
+        await recordKeyTurn(t, apiKeyId, lease.now);
+        return job;
+      }
+    }
+    return undefined;
+  };
+  // One transaction, one commit (and on SQLite one sync) for the claim and its turn; every step
+  // takes the handle.
+  return 'transaction' in q ? q.transaction(claim, { handleOnly: true }) : claim(q);
+}
+
+/** The keys with claimable jobs, in the order of their turns (see claimNextJob). */
+async function keysInTurn(q: Queryable): Promise<string[]> {
+  const query = prepared(q, 'keys_in_turn', ({ db, t: { jobs, keyClaims } }) => {
+    const waiting = db
+      .select({ apiKeyId: jobs.apiKeyId, firstAt: sql<number>`min(${jobs.createdAt})`.as('first_at') })
+      .from(jobs)
+      .where(and(isQueued(jobs), isNull(jobs.followsJobId)))
+      .groupBy(jobs.apiKeyId)
+      .as('waiting');
+    const others = alias(jobs, 'running_jobs');
+    const running = db
+      .select({ apiKeyId: others.apiKeyId, count: sql<number>`count(*)`.as('running') })
+      .from(others)
+      .where(sql`${others.status} = 'running'`)
+      .groupBy(others.apiKeyId)
+      .as('running_by_key');
+    return db
+      .select({ apiKeyId: waiting.apiKeyId })
+      .from(waiting)
+      .leftJoin(running, eq(running.apiKeyId, waiting.apiKeyId))
+      .leftJoin(keyClaims, eq(keyClaims.apiKeyId, waiting.apiKeyId))
+      .orderBy(sql`coalesce(${running.count}, 0)`, sql`coalesce(${keyClaims.lastClaimedAt}, 0)`, asc(waiting.firstAt))
+      .prepare('keys_in_turn');
+  });
+  return (await query.execute()).map((row) => row.apiKeyId);
+}
+
+/** Claims the key's oldest claimable job, unless another node is taking it (PostgreSQL). */
+async function claimOldestOfKey(q: Queryable, apiKeyId: string, lease: Lease): Promise<JobRow | undefined> {
   const query = prepared(q, 'claim_next_job', ({ db, t: { jobs }, kind }) => {
     const oldest = db
       .select({ id: jobs.id })
       .from(jobs)
-      .where(and(isQueued(jobs), isNull(jobs.followsJobId)))
+      .where(and(isQueued(jobs), isNull(jobs.followsJobId), eq(jobs.apiKeyId, sql.placeholder('apiKeyId'))))
       .orderBy(asc(jobs.createdAt))
       .limit(1);
     // Postgres: nodes claiming at once each skip the row another is taking instead of queueing on
@@ -234,8 +289,20 @@ export async function claimNextJob(q: Queryable, lease: Lease): Promise<JobRow |
       .returning()
       .prepare('claim_next_job');
   });
-  const [row] = await query.execute({ owner: lease.owner, leaseExpiresAt: lease.now + lease.leaseMs, now: lease.now });
+  const [row] = await query.execute({ apiKeyId, owner: lease.owner, leaseExpiresAt: lease.now + lease.leaseMs, now: lease.now });
   return row;
+}
+
+/** The key whose job was just claimed had its turn at `at` (key_claims). */
+async function recordKeyTurn(q: Queryable, apiKeyId: string, at: number): Promise<void> {
+  const query = prepared(q, 'record_key_turn', ({ db, t: { keyClaims } }) =>
+    db
+      .insert(keyClaims)
+      .values({ apiKeyId: sql.placeholder('apiKeyId'), lastClaimedAt: sql.placeholder('at') })
+      .onConflictDoUpdate({ target: keyClaims.apiKeyId, set: { lastClaimedAt: sql`excluded.last_claimed_at` } })
+      .prepare('record_key_turn'),
+  );
+  await query.execute({ apiKeyId, at });
 }
 
 /**

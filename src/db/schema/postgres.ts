@@ -39,6 +39,7 @@ export const jobs = pgTable(
   },
   (t) => [
     index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
+    index('jobs_claim_key_idx').on(t.apiKeyId, t.createdAt).where(sql`status = 'queued'`),
     index('jobs_lease_idx').on(t.status, t.leaseExpiresAt).where(sql`status = 'running'`),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
     index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
@@ -95,6 +96,11 @@ export const storePins = pgTable(
 export const evictedContent = pgTable('evicted_content', {
   contentId: text('content_id').primaryKey(),
   evictedAt: int64('evicted_at').notNull(),
+});
+
+export const keyClaims = pgTable('key_claims', {
+  apiKeyId: text('api_key_id').primaryKey(),
+  lastClaimedAt: int64('last_claimed_at').notNull(),
 });
 
 export const serviceLeases = pgTable('service_leases', {

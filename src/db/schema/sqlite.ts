@@ -50,6 +50,8 @@ export const jobs = sqliteTable(
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job
     // writes three index pages fewer (5.9 pages to the WAL instead of 8.9 on SQLite).
     index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
+    // claimNextJob: each key's queued jobs in their order, so that a key's turn finds its oldest at once.
+    index('jobs_claim_key_idx').on(t.apiKeyId, t.createdAt).where(sql`status = 'queued'`),
     index('jobs_lease_idx').on(t.status, t.leaseExpiresAt).where(sql`status = 'running'`),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
     index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
@@ -136,6 +138,15 @@ export const storePins = sqliteTable(
 export const evictedContent = sqliteTable('evicted_content', {
   contentId: text('content_id').primaryKey(),
   evictedAt: integer('evicted_at').notNull(),
+});
+
+/**
+ * When each API key (jobs.api_key_id) last had a job claimed: of the keys with as few jobs
+ * running, the queue takes the one whose turn is oldest (src/jobs/queue.ts, claimNextJob).
+ */
+export const keyClaims = sqliteTable('key_claims', {
+  apiKeyId: text('api_key_id').primaryKey(),
+  lastClaimedAt: integer('last_claimed_at').notNull(),
 });
 
 /** Named leases for work that one node at a time must do (eviction). */
