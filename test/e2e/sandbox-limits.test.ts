@@ -1,12 +1,13 @@
-import { chmod, copyFile, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
 import { exceededLimit, type ToolLimits } from '../../src/sandbox/limits.js';
 import { createResidentSandbox, type ResidentSandbox } from '../../src/sandbox/resident.js';
-import { CONFINE_SCRIPT, createSandbox, readHostNetns, type Sandbox } from '../../src/sandbox/sandbox.js';
+import { createSandbox, readHostNetns, type Sandbox } from '../../src/sandbox/sandbox.js';
 import { runProcess } from '../../src/tools/process.js';
+import { unprivilegedSandbox } from '../support/unprivileged-sandbox.js';
 
 /**
  * The ceilings a sandbox sets on a tool run (src/sandbox/limits.ts), with real processes: in a
@@ -110,22 +111,7 @@ describe.each(WAYS)('%s', (_way, sandboxOf) => {
 });
 
 it('processes: an unprivileged run cannot start more than its processes (the kernel exempts a real root)', async () => {
-  const wrapper = path.join(dir, 'unshare-as-nobody');
-  await writeFile(wrapper, '#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups unshare "$@"\n');
-  await chmod(wrapper, 0o755);
-  const confineScript = path.join(dir, 'confine.py');
-  await copyFile(CONFINE_SCRIPT, confineScript);
-  await chmod(dir, 0o755);
-  const unprivileged = createSandbox({
-    mode: 'netns',
-    unshare: wrapper,
-    python: '/usr/bin/python3',
-    confineScript,
-    guardSocket: path.join(dir, 'absent.sock'),
-    guardAuthority: null,
-    hostNetns: readHostNetns(),
-    run: runProcess,
-  });
+  const unprivileged = await unprivilegedSandbox(dir);
   const FORK_64 = python(
     'import os, time\nkids = []\nfor _ in range(64):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(2); os._exit(0)\n    kids.append(pid)\nprint(len(kids))',
   );

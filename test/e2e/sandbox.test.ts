@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, copyFile, mkdir, mkdtemp, open, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, open, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
@@ -8,13 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEgressGuard } from '../../src/egress/guard.js';
 import { createLogger } from '../../src/logger.js';
 import { createResidentSandbox, type ResidentSandbox } from '../../src/sandbox/resident.js';
-import { CONFINE_SCRIPT, createSandbox, readHostNetns, REFUSED_CONNECT, type Sandbox } from '../../src/sandbox/sandbox.js';
+import { createSandbox, readHostNetns, REFUSED_CONNECT, type Sandbox } from '../../src/sandbox/sandbox.js';
 import { runProcess, type RunProcessResult } from '../../src/tools/process.js';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startPlainProxy, type PlainProxy } from '../support/plain-proxy.js';
 import { processesMatching } from '../support/processes.js';
+import { unprivilegedSandbox } from '../support/unprivileged-sandbox.js';
 
 /**
  * The sandbox alone, with the real tools and no other safeguard: each input below is run three
@@ -222,23 +223,7 @@ describe('the sandbox, against the real tools', () => {
   });
 
   it('works for an unprivileged user, through an unprivileged user namespace', async () => {
-    const wrapper = path.join(dir, 'unshare-as-nobody');
-    await writeFile(wrapper, '#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups unshare "$@"\n');
-    await chmod(wrapper, 0o755);
-    // Nobody may not be able to read the checkout (a clone in a 0700 folder): confine.py from a copy it can read.
-    const confineScript = path.join(dir, 'confine.py');
-    await copyFile(CONFINE_SCRIPT, confineScript);
-    await chmod(dir, 0o755);
-    const unprivileged = createSandbox({
-      mode: 'netns',
-      unshare: wrapper,
-      python: '/usr/bin/python3',
-      confineScript,
-      guardSocket: path.join(dir, 'absent.sock'),
-      guardAuthority: null,
-      hostNetns: readHostNetns(),
-      run: runProcess,
-    });
+    const unprivileged = await unprivilegedSandbox(dir);
     const result = await unprivileged.run({ command: 'python3', args: ['-I', '-S', '-c', 'import os; print(os.getuid(), open("/proc/self/uid_map").read().split())'], network: 'none', stdoutCaptureBytes: 4096 });
     expect(result.confinementFailure).toBeNull();
     expect(result.exitCode).toBe(0);
