@@ -31,6 +31,7 @@ import { createJobService } from './jobs/job-service.js';
 import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
+import { databaseOutage } from './db/outage.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeNodeId } from './ops/node-id.js';
@@ -96,6 +97,16 @@ async function main(): Promise<void> {
     }
   }
   const log = createLogger(config.logLevel);
+  // postgres.js races a transaction's body against its connection's close, so the rollback of a
+  // transaction whose connection is lost fails after nobody waits for it, and a lost connection
+  // can surface as an uncaught error: a database outage must not end the process. Any other
+  // unobserved error still does.
+  const survivingOutages = (err: unknown) => {
+    if (databaseOutage(err) === null) throw err;
+    log.warn({ err }, 'a database query failed unobserved during an outage');
+  };
+  process.on('unhandledRejection', survivingOutages);
+  process.on('uncaughtException', survivingOutages);
   const now = () => Date.now();
   const nodeId = config.nodeId ?? makeNodeId(os.hostname(), process.pid);
 
