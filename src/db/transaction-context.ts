@@ -24,8 +24,8 @@ export function createTransactionContext<T>(): TransactionContext<T> {
       try {
         return await storage.run(store, fn);
       } finally {
-        // Work that a transaction left running reads no transaction afterwards, as before it
-        // read one that was no longer open.
+        // Once no transaction is open, work a transaction left running reads none (never one
+        // that has already ended).
         if (--open === 0) storage.disable();
       }
     },
