@@ -8,7 +8,7 @@ import { expireLeasesOfGoneHolders } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from '../store/content-store.js';
 import { reconcileStore } from '../store/reconcile.js';
-import { nodeIdParts } from './node-id.js';
+import { isDeadPredecessor } from './node-id.js';
 
 /**
  * Start-up recovery of what a crash of this node (or of a node before it on this machine) left
@@ -52,13 +52,7 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
           .filter((row) => row.status === 'running' && row.owner !== null)
           .map((row) => [row.id, row.owner!] as const),
   );
-  const ownHost = nodeIdParts(deps.nodeId)?.host;
-  const isDeadNode = (nodeId: string): boolean => {
-    const parts = nodeIdParts(nodeId);
-    // A configured NODE_ID is this node's own, from before a restart; another machine's is not ours to judge.
-    if (parts === undefined) return nodeId === deps.nodeId;
-    return parts.host === ownHost && !deps.isProcessAlive(parts.pid);
-  };
+  const isDeadNode = (nodeId: string): boolean => isDeadPredecessor(nodeId, deps.nodeId, deps.isProcessAlive);
   const isOrphan = (folder: string): boolean => {
     const owner = owners.get(jobIdOf(folder));
     return owner === undefined || isDeadNode(owner);
