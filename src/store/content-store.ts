@@ -117,7 +117,11 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
       await fs.rename(sourceFile, staged);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
-      await fs.copyFile(sourceFile, staged);
+      // A copy cut short (a full volume, say) leaves no partial file behind.
+      await fs.copyFile(sourceFile, staged).catch(async (copyErr: unknown) => {
+        await fs.rm(staged, { force: true });
+        throw copyErr;
+      });
       await fs.rm(sourceFile, { force: true });
     }
     return staged;

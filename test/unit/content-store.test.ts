@@ -1,11 +1,11 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import fs, { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createContentStore, INCOMING_DIR, type ContentPins } from '../../src/store/content-store.js';
 import { storedFiles } from '../support/store-inspect.js';
 
@@ -162,6 +162,29 @@ describe('content store', () => {
     expect(killedInPut).toBeGreaterThan(ROUNDS / 2);
     console.info(`content store crash test: ${killedInPut} of ${ROUNDS * 2} kills inside a put, ${leftovers} leftovers cleared`);
   }, 40_000);
+
+  it('a put whose copy from another file system fails (a full volume) leaves no partial file in .incoming, and its source in place', async () => {
+    const { store, write, pins } = await setup();
+    const data = randomBytes(100_000);
+    const source = await write('a.wav', data);
+    const noSpace = Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+    // The source is on another file system (rename: EXDEV), and the volume fills half-way through the copy.
+    const rename = vi.spyOn(fs, 'rename').mockRejectedValueOnce(Object.assign(new Error('EXDEV: cross-device link not permitted'), { code: 'EXDEV' }));
+    const copyFile = vi.spyOn(fs, 'copyFile').mockImplementationOnce(async (_from, to) => {
+      await writeFile(to as string, data.subarray(0, data.length / 2));
+      throw noSpace;
+    });
+    try {
+      await expect(store.put(source, 'audio.wav')).rejects.toBe(noSpace);
+      expect(copyFile).toHaveBeenCalledOnce();
+    } finally {
+      rename.mockRestore();
+      copyFile.mockRestore();
+    }
+    expect(await readdir(path.join(store.root, INCOMING_DIR))).toEqual([]);
+    expect((await readFile(source)).equals(data)).toBe(true);
+    expect(pins.held.size).toBe(0);
+  });
 
   it('removes content while keeping others', async () => {
     const { store, write } = await setup();
