@@ -3,14 +3,16 @@
  * script in `dir`; they answer `--version` / `-version` like the real tool (so the health check
  * finds them) and otherwise echo their whole command line to stderr, which carries server paths
  * and, for yt-dlp, the per-job proxy credentials, before exiting non-zero. A job's error
- * message must show none of that. Two more work but differ: one claims a version (the health
- * check reads its age), one converts late (so that a conversion can be watched).
+ * message must show none of that. Three more work but differ: one claims a version (the health
+ * check reads its age), one converts late (so that a conversion can be watched), one at the
+ * audio's own pace (so that a conversion can be caught in its middle).
  *
  *   const ytdlp = await writeFailingYtDlp(dir);           // YTDLP_PATH
  *   const ffmpeg = await writeFailingFfmpeg(dir);         // FFMPEG_PATH
  *   const noExec = await writeNotExecutable(dir);         // a file without the x bit
  *   const old = await writeYtDlpOfVersion(dir, '2023.03.04'); // says it is that version
  *   const slow = await writeSlowFfmpeg(dir, 2);          // converts, 2 s late
+ *   const realtime = await writeRealtimeFfmpeg(dir);      // converts at the audio's own pace
  */
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -69,4 +71,12 @@ export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/
  */
 export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
   return script(dir, 'ffmpeg', [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `sleep ${delaySeconds}`, `exec ${realFfmpeg} "$@"`].join('\n'));
+}
+
+/**
+ * The real ffmpeg, reading its input at the audio's own rate (-re): a 30 s file takes 30 s to
+ * convert, its WAV growing all along, so that a test can stop the service in the middle of it.
+ */
+export function writeRealtimeFfmpeg(dir: string, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
+  return script(dir, 'ffmpeg', [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `exec ${realFfmpeg} -re "$@"`].join('\n'));
 }
