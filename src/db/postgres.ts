@@ -3,6 +3,8 @@ import { drizzle } from 'drizzle-orm/postgres-js';
 import { migrate } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
 import type { Database, Queryable, Tables } from './database.js';
+import { gatheredReads } from './gathered.js';
+import { guardedByCheckedWrite } from './guarded-write.js';
 import { createTransactionContext } from './transaction-context.js';
 import * as pgSchema from './schema/postgres.js';
 
@@ -31,7 +33,7 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
   const q: Queryable = { kind: 'postgres', db, t: pgSchema as Tables };
   const context = createTransactionContext<Queryable>();
 
-  return {
+  const database: Database = {
     ...q,
     transaction(fn, options) {
       const current = options?.handleOnly ? undefined : context.current();
@@ -49,6 +51,8 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
         return options?.handleOnly ? fn(inner) : context.run(inner, () => fn(inner));
       });
     },
+    hotReads: (read, options) => gatheredReads(read.many, options.together),
+    guardedWrites: (op, together) => guardedByCheckedWrite(database, op, together),
     async notify(channel, payload) {
       await client.notify(channel, payload);
     },
@@ -64,6 +68,7 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
       await client.end({ timeout: 5 });
     },
   };
+  return database;
 }
 
 /** A copy of a prepared query that runs on `connection`: drizzle's PostgresJsPreparedQuery runs on its own `client`. */

@@ -9,6 +9,8 @@ import { migrate } from 'drizzle-orm/better-sqlite3/migrator';
 import { drizzle as drizzleProxy } from 'drizzle-orm/sqlite-proxy';
 import type { Database, Db, Queryable, Tables } from './database.js';
 import { createGroupSync } from './group-sync.js';
+import { guardedInOneTransaction } from './guarded-write.js';
+import { keptUntilChange } from './read-cache.js';
 import { BACKSTOP_PAGES, startCheckpointer } from './sqlite-checkpoints.js';
 import { lockDatabaseFile, type DatabaseLock } from './sqlite-lock.js';
 import { createTransactionContext } from './transaction-context.js';
@@ -293,7 +295,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
 
   const channels = new EventEmitter().setMaxListeners(0);
 
-  return {
+  const database: Database = {
     ...q,
     async transaction(fn, options) {
       if (options?.handleOnly) return together(fn);
@@ -303,6 +305,8 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
       return context.run(token, () => exclusive(token, () => fn(q)));
     },
     changeMark,
+    hotReads: (read, options) => keptUntilChange(database, read.one, options.kept),
+    guardedWrites: (op) => guardedInOneTransaction(database, op),
     async notify(channel, payload) {
       channels.emit(channel, payload);
     },
@@ -323,6 +327,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
       lock.release();
     },
   };
+  return database;
 }
 
 interface Transaction {

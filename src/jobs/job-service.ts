@@ -1,10 +1,7 @@
 import { asc, eq, sql } from 'drizzle-orm';
-import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
-import { gatheredReads } from '../db/gathered.js';
+import type { CacheEntryRow, CallbackDeliveryRow, Database, JobRow, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
-import { keptUntilChange } from '../db/read-cache.js';
 import { ServiceError } from '../errors.js';
-import type { CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { cancelJob } from './cancel.js';
 import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
 import { checkCallbackUrl, checkSource, queueChecked, submitSource, type SubmitDeps } from './submit.js';
@@ -55,10 +52,10 @@ export interface JobService {
   /** The view of a job row already read. */
   view(job: JobRow): Promise<JobView>;
   /**
-   * The view of a job by id, read in one statement (every poll of getJob reads it): kept from the
-   * last read while the database has not changed since (SQLite), or read together with the polls
-   * of other jobs made at the same time (PostgreSQL); undefined if there is no such job. May be
-   * shared and frozen: not to be modified.
+   * The view of a job by id, read in one statement (every poll of getJob reads it), as the
+   * database serves such reads (Database.hotReads: kept while nothing changes, or read together
+   * with the polls of other jobs made at the same time); undefined if there is no such job. May
+   * be shared and frozen: not to be modified.
    */
   find(id: string): Promise<JobView | undefined>;
   /** find(), throwing job_not_found as get() does. */
@@ -67,13 +64,12 @@ export interface JobService {
 
 const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
 
-/** Job views kept between polls while the database does not change (SQLite, ../db/read-cache.ts). */
-const KEPT_VIEWS = 1000;
 /**
- * PostgreSQL: polls made while two reads are under way wait and go together as one (1 to 4 at
- * once measured alike in bench/api.ts; two lets one round trip's wait overlap the other's).
+ * How job views are read by Database.hotReads: at most 1000 kept between polls where they are
+ * kept; where polls made at the same time are read together, two reads under way at once (one
+ * round trip's wait overlaps the other's; see bench/api.ts), each for up to 100 jobs.
  */
-const GATHERED_READS = { concurrency: 2, maxKeys: 100 };
+const HOT_VIEWS = { kept: 1000, together: { concurrency: 2, maxKeys: 100 } };
 
 /** URLs of a batch whose destinations are checked at once (each check may wait on DNS). */
 const BATCH_CHECK_CONCURRENCY = 8;
@@ -99,19 +95,19 @@ export function createJobService(deps: JobServiceDeps): JobService {
   }
   // A follower shows its leader while it waits: the rare case, left to view().
   const withLeader = (found: JobView) => (found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found);
-  const find = database.changeMark
-    ? keptUntilChange(
-        database,
-        async (id: string) => {
-          const found = await readJobView(database, id);
-          return found && withLeader(found);
-        },
-        KEPT_VIEWS,
-      )
-    : gatheredReads(async (ids: string[]) => {
+  const find = database.hotReads(
+    {
+      one: async (id) => {
+        const found = await readJobView(database, id);
+        return found && withLeader(found);
+      },
+      many: async (ids) => {
         const views = await Promise.all([...(await readJobViews(database, ids)).values()].map(withLeader));
         return new Map(views.map((found) => [found.job.id, found]));
-      }, GATHERED_READS);
+      },
+    },
+    HOT_VIEWS,
+  );
   return {
     async submit({ url, callbackUrl, apiKeyId }, requestId) {
       const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId, apiKeyId } });
@@ -190,7 +186,7 @@ async function readJobView(q: Queryable, id: string): Promise<JobView | undefine
   return viewsOf(await query.execute({ id })).get(id);
 }
 
-/** readJobView for many jobs in one statement: PostgreSQL only (`= any` of an array). */
+/** readJobView for many jobs in one statement, for a database that reads polls together: PostgreSQL (`= any` of an array). */
 async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, JobView>> {
   const query = prepared(q, 'job_views_by_ids', ({ db, t }) =>
     db

@@ -1,7 +1,7 @@
 import { alias } from 'drizzle-orm/pg-core';
 import { and, asc, eq, getTableColumns, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
 import { prepared } from '../db/prepared.js';
-import { isUniqueViolation, type Database, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
+import { isUniqueViolation, type Database, type JobError, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
 
 /**
  * The job queue: job rows and every state change they go through, on either database, for any
@@ -32,11 +32,6 @@ const ACTIVE: JobStatus[] = ['queued', 'running'];
  */
 const isQueued = (jobs: Queryable['t']['jobs']) => sql`${jobs.status} = 'queued'`;
 const isRunning = (jobs: Queryable['t']['jobs']) => sql`${jobs.status} = 'running'`;
-
-export interface JobError {
-  code: string;
-  message: string;
-}
 
 export interface Lease {
   /** The node taking or holding the lease. */

@@ -1,19 +1,17 @@
-import type { CacheEntryRow, Database, JobRow, Queryable } from '../db/database.js';
-import { gathered, gatheredReads } from '../db/gathered.js';
+import type { CacheEntryRow, CallbackDeliveryRow, Database, GuardedWrite, GuardedWriter, JobRow, Queryable } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
 import { aliasedArtifacts, aliasedArtifactsOfKeys } from '../store/aliases.js';
 import { recordUse } from '../store/usage.js';
-import { insertDelivery, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import { NO_KEY_IDENTITY } from './key-identity.js';
 import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked, insertBornDoneJobsOrEachAlone, type BornDoneJob } from './queue.js';
 
 /**
  * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
  *  - the URL has an alias to content still stored → a job born done, nothing downloaded, and
- *    the content's use recorded; alias, job and use are one transaction under the content's
- *    lock (on PostgreSQL, one call of born_done_job(), or of born_done_jobs() for the
- *    submissions made at the same time), so no node's eviction can remove the content in between;
+ *    the content's use recorded; the job and the use are written only while the alias still
+ *    points to that content, under the content's lock (BORN_DONE), so no node's eviction can
+ *    remove the content in between;
  *  - a job for the same URL is already queued or running, on any node → a job that follows it;
  *  - otherwise → a queued job, and the workers are told.
  * A callback's delivery row is written in the job's own transaction (src/webhooks/deliveries.ts:
@@ -26,14 +24,17 @@ export interface SubmitDeps {
   database: Database;
   now: () => number;
   newJobId: () => string;
-  /** The id of a callback's delivery: the receiver's idempotency key. */
-  newDeliveryId: () => string;
+  /**
+   * Writes a callback's delivery row (src/webhooks/deliveries.ts), in the job's own transaction:
+   * every query through `q`, no transaction of its own.
+   */
+  recordCallback: (q: Queryable, delivery: { jobId: string; url: string; createdAt: number }) => Promise<CallbackDeliveryRow>;
   /**
    * Throws a ServiceError('refused', ...) when the URL's destination is not allowed. `apiKeyId`:
    * whose look-up it is (name look-ups in flight are bounded per key).
    */
   checkDestination: (url: URL, apiKeyId?: string) => Promise<void>;
-  /** Synchronous (ContentStore.hasSync): it runs inside the born-done transaction. */
+  /** Synchronous (ContentStore.hasSync): it may run inside the born-done transaction. */
   contentPresent: (contentId: string) => boolean;
   /** Throws a ServiceError when no job may be queued now (queue full, fetching disabled). */
   admitJob: () => Promise<void>;
@@ -56,36 +57,36 @@ export interface CheckedSource {
 }
 
 /**
- * SQLite's born-done transaction: every step takes its handle, so the hottest transaction of all
- * needs no async context and commits together with those that wait beside it.
+ * A job born done, as a write guarded by a read (Database.guardedWrites): it depends on the
+ * artifacts of the URL's alias (none: the alias points to no content still stored), and writes
+ * the content's use and the job. Where the read stands until the write (one transaction), the
+ * two are written as they are; otherwise born_done_job(), or born_done_jobs() for many, takes the
+ * content's lock, reads the alias again and writes (./queue.ts).
  */
-const BORN_DONE_TRANSACTION = { handleOnly: true };
+const BORN_DONE: GuardedWrite<CacheEntryRow[], BornDoneJob, JobRow> = {
+  read: (q, urlKey) => aliasedArtifacts(q, 'url', urlKey),
+  readMany: (q, urlKeys) => aliasedArtifactsOfKeys(q, 'url', urlKeys),
+  write: async (q, job) => (await Promise.all([recordUse(q, job.contentId, job.at), insertBornDoneJob(q, job)]))[1],
+  writeChecked: insertBornDoneJobLocked,
+  writeCheckedMany: insertBornDoneJobsOrEachAlone,
+};
 
 /**
- * PostgreSQL: born-done submissions made while others are under way wait and go together: one
- * read of their URLs' artifacts, one call of born_done_jobs() (one commit). Two of each at once.
+ * Born-done submissions made at the same time, where the database gathers them: two reads (and
+ * two writes) under way at once, each for up to 64 submissions.
  */
 const TOGETHER = { concurrency: 2, maxItems: 64 };
 
-interface BornDoneTogether {
-  /** aliasedArtifacts(url), read with those asked for at the same time; shared, frozen when asked twice. */
-  artifacts: (urlKey: string) => Promise<CacheEntryRow[] | undefined>;
-  /** insertBornDoneJobLocked, with those asked for at the same time. */
-  insert: (job: BornDoneJob) => Promise<JobRow | undefined>;
-}
+const bornDoneByDatabase = new WeakMap<Database, GuardedWriter<CacheEntryRow[], BornDoneJob, JobRow>>();
 
-const togetherByDatabase = new WeakMap<Database, BornDoneTogether>();
-
-function bornDoneTogether(database: Database): BornDoneTogether {
-  let together = togetherByDatabase.get(database);
-  if (!together) {
-    together = {
-      artifacts: gatheredReads((keys) => aliasedArtifactsOfKeys(database, 'url', keys), { concurrency: TOGETHER.concurrency, maxKeys: TOGETHER.maxItems }),
-      insert: gathered((jobs: BornDoneJob[]) => insertBornDoneJobsOrEachAlone(database, jobs), TOGETHER),
-    };
-    togetherByDatabase.set(database, together);
+/** BORN_DONE on `database`: one per database, so that submissions made at the same time go together. */
+function bornDoneOn(database: Database): GuardedWriter<CacheEntryRow[], BornDoneJob, JobRow> {
+  let bornDone = bornDoneByDatabase.get(database);
+  if (!bornDone) {
+    bornDone = database.guardedWrites(BORN_DONE, TOGETHER);
+    bornDoneByDatabase.set(database, bornDone);
   }
-  return together;
+  return bornDone;
 }
 
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
@@ -137,53 +138,31 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
   const id = deps.newJobId();
   const requestId = options.requestId ?? null;
   const apiKeyId = options.apiKeyId ?? NO_KEY_IDENTITY;
-  const withCallback = async (q: Queryable, submitted: Submitted, now: number): Promise<Submitted> => {
-    if (!options.callbackUrl) return submitted;
-    const callback = await insertDelivery(q, { id: deps.newDeliveryId(), jobId: submitted.job.id, url: options.callbackUrl.href, createdAt: now });
-    return { ...submitted, callback };
-  };
-
-  const born = { id, url: url.href, urlKey, requestId, apiKeyId };
-  // SQLite: one handle-only transaction, committed with those waiting beside it (BORN_DONE_TRANSACTION).
-  // A SQLite transaction is the only writer from its start, so its first read stands.
-  const bornDoneOnSqlite = (now: number) =>
-    deps.database.transaction(async (q) => {
-      const artifacts = await aliasedArtifacts(q, 'url', urlKey);
-      const aliased = artifacts[0]?.contentId;
-      if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
-      const [, job] = await Promise.all([recordUse(q, aliased, now), insertBornDoneJob(q, { ...born, contentId: aliased, at: now })]);
-      return withCallback(q, { job, artifacts }, now);
-    }, BORN_DONE_TRANSACTION);
-  // PostgreSQL: the artifacts read and the file checked, then one round trip takes the content's
-  // lock, reads the alias again and writes (insertBornDoneJobLocked). The file may be checked
-  // before the lock: an eviction that removed it had removed its rows, under the lock, first.
-  // Both round trips are shared with the submissions made at the same time (bornDoneTogether);
-  // a callback's delivery joins its own job in a transaction.
-  const bornDoneOnPostgres = async (now: number) => {
-    const together = bornDoneTogether(deps.database);
-    const artifacts = (await together.artifacts(urlKey)) ?? [];
-    const aliased = artifacts[0]?.contentId;
-    if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
-    const job: BornDoneJob = { ...born, contentId: aliased, at: now };
-    if (!options.callbackUrl) return together.insert(job).then((made) => made && { job: made, artifacts });
-    return deps.database.transaction(async (q) => {
-      const made = await insertBornDoneJobLocked(q, job);
-      return made && withCallback(q, { job: made, artifacts }, now);
-    });
-  };
+  const { callbackUrl } = options;
+  const bornDone = bornDoneOn(deps.database);
 
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const now = deps.now();
-    const bornDone = await (deps.database.kind === 'postgres' ? bornDoneOnPostgres(now) : bornDoneOnSqlite(now));
-    if (bornDone) return bornDone;
+    // The callback's delivery is written in its job's transaction, whichever way the job is made.
+    const callbackFor =
+      callbackUrl && ((q: Queryable, job: JobRow) => deps.recordCallback(q, { jobId: job.id, url: callbackUrl.href, createdAt: now }));
+    const born = await bornDone(urlKey, {
+      decide: (artifacts) => {
+        const aliased = artifacts?.[0]?.contentId;
+        if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
+        return { id, url: url.href, urlKey, contentId: aliased, at: now, requestId, apiKeyId };
+      },
+      along: callbackFor,
+    });
+    if (born) return { job: born.written, artifacts: born.value ?? [], callback: born.along };
 
     await deps.admitJob();
     const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId, apiKeyId });
     // With a callback, enqueueJob's own transactions join this one: the job and its delivery commit together.
-    const queued = options.callbackUrl
+    const queued: Submitted | undefined = callbackFor
       ? await deps.database.transaction(async (q) => {
           const job = await enqueue();
-          return job && withCallback(q, { job }, now);
+          return job && { job, callback: await callbackFor(q, job) };
         })
       : await enqueue().then((job) => job && { job });
     if (queued) {

@@ -1,6 +1,6 @@
 import type { Database, JobRow } from '../db/database.js';
 import type { Logger } from '../logger.js';
-import { createClaimLoop } from './claim-loop.js';
+import { createClaimLoop } from '../claim-loop.js';
 import { claimNextJob, reclaimExpiredLeases, releaseJob, renewLeases, requeueInterrupted, type Ended } from './queue.js';
 
 /**

@@ -1,7 +1,6 @@
 import { and, eq, gte, isNotNull, sql } from 'drizzle-orm';
-import type { Queryable } from '../db/database.js';
+import type { JobError, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
-import type { JobError } from '../jobs/queue.js';
 
 /**
  * What one API key may put into the store: at most `bytes` of new content over any `windowMs`

@@ -1,5 +1,5 @@
 import { and, asc, eq, exists, inArray, isNull, lt, lte, notInArray, or, sql, type SQL } from 'drizzle-orm';
-import type { Queryable, Tables } from '../db/database.js';
+import type { CallbackDeliveryRow, Queryable, Tables } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 
@@ -19,7 +19,7 @@ import { FINAL_STATUSES } from '../jobs/queue.js';
  * expires, and any node tries again (the receiver may then see the same delivery twice: at least
  * once, with the same id). Only the lease holder records the attempt's outcome.
  */
-export type CallbackDeliveryRow = Tables['callbackDeliveries']['$inferSelect'];
+export type { CallbackDeliveryRow };
 
 /** Attempts kept on the row (and shown on the job record); attempt_count has them all. */
 export const ATTEMPT_LOG_SIZE = 10;
@@ -39,6 +39,14 @@ export async function insertDelivery(q: Queryable, delivery: { id: string; jobId
     .values({ ...delivery, status: 'pending', nextAttemptAt: delivery.createdAt, attemptCount: 0, attemptLog: '[]' })
     .returning();
   return row!;
+}
+
+/**
+ * What a submission is given to write a job's callback delivery (src/jobs/submit.ts), inside the
+ * job's own transaction. `newId`: each delivery's id, the receiver's idempotency key.
+ */
+export function callbackRecorder(newId: () => string): (q: Queryable, delivery: { jobId: string; url: string; createdAt: number }) => Promise<CallbackDeliveryRow> {
+  return (q, delivery) => insertDelivery(q, { id: newId(), ...delivery });
 }
 
 export async function deliveryForJob(q: Queryable, jobId: string): Promise<CallbackDeliveryRow | undefined> {

@@ -1,5 +1,5 @@
 import type { Database, JobRow } from '../db/database.js';
-import { createClaimLoop } from '../jobs/claim-loop.js';
+import { createClaimLoop } from '../claim-loop.js';
 import { getJobRow } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import { claimDueDelivery, deferDelivery, deferReceiver, recordAttempt, releaseDelivery, type CallbackDeliveryRow } from './deliveries.js';

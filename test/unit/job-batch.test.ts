@@ -6,7 +6,7 @@ import { createJobService, type BatchItem, type JobService } from '../../src/job
 import { getJobRow } from '../../src/jobs/queue.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
-import { deliveryForJob } from '../../src/webhooks/deliveries.js';
+import { callbackRecorder, deliveryForJob } from '../../src/webhooks/deliveries.js';
 import { BACKENDS, openTestDatabase } from '../support/test-database.js';
 
 /**
@@ -37,7 +37,7 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
       database,
       now: () => 1000 + ids,
       newJobId: () => `job-${++ids}`,
-      newDeliveryId: () => `delivery-${ids}`,
+      recordCallback: callbackRecorder(() => `delivery-${ids}`),
       checkDestination: async (url) => {
         if (url.hostname.endsWith('refused.example')) {
           throw new ServiceError('refused', 'address_private', `Host ${url.hostname} resolves to 10.0.0.1, which is in the private range.`, { fields: { host: url.hostname } });

@@ -6,6 +6,7 @@ import { setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor } from '../../src/store/cache-entries.js';
 import { evictToCap } from '../../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { callbackRecorder } from '../../src/webhooks/deliveries.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 
 /** submitSource on a real database (each kind) and artifact root, racing real eviction. */
@@ -17,7 +18,7 @@ function submitDeps(fx: StoreFixture, now: number): SubmitDeps {
     database: fx.database,
     now: () => now,
     newJobId: () => `job-${++n}`,
-    newDeliveryId: () => `delivery-${n}`,
+    recordCallback: callbackRecorder(() => `delivery-${n}`),
     checkDestination: async () => {},
     contentPresent: (cid) => fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: async () => {},

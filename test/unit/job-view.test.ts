@@ -6,6 +6,7 @@ import { createJobService, type JobService, type JobView } from '../../src/jobs/
 import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/jobs/queue.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
+import { callbackRecorder } from '../../src/webhooks/deliveries.js';
 import { BACKENDS, openTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /**
@@ -19,7 +20,7 @@ function serviceOn(database: Database): JobService {
     database,
     now: () => 1000,
     newJobId: () => `job-${++ids}`,
-    newDeliveryId: () => `delivery-${ids}`,
+    recordCallback: callbackRecorder(() => `delivery-${ids}`),
     checkDestination: async () => {},
     contentPresent: () => true,
     admitJob: createAdmission({ database, maxQueuedJobs: 10, confinementOk: () => true }),

@@ -6,6 +6,7 @@ import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { evictToCap } from '../../src/store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { reconcileStore } from '../../src/store/reconcile.js';
+import { callbackRecorder } from '../../src/webhooks/deliveries.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 import { BACKENDS } from '../support/test-database.js';
 
@@ -25,7 +26,7 @@ function serviceOn(fx: StoreFixture, now: () => number): JobService {
     database: fx.database,
     now,
     newJobId: () => `job-${++ids}`,
-    newDeliveryId: () => `delivery-${ids}`,
+    recordCallback: callbackRecorder(() => `delivery-${ids}`),
     checkDestination: async () => {},
     contentPresent: (cid) => fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({ database: fx.database, maxQueuedJobs: 10, confinementOk: () => true }),

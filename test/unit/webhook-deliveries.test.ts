@@ -5,7 +5,7 @@ import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
-import { ATTEMPT_LOG_SIZE, attemptsOf, claimDueDelivery, deliveryForJob, recordAttempt, releaseDelivery } from '../../src/webhooks/deliveries.js';
+import { ATTEMPT_LOG_SIZE, attemptsOf, callbackRecorder, claimDueDelivery, deliveryForJob, recordAttempt, releaseDelivery } from '../../src/webhooks/deliveries.js';
 import { createDeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
 import { webhookSignature } from '../../src/webhooks/signature.js';
@@ -34,7 +34,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     database,
     now: () => clock,
     newJobId: () => `job-${++ids}`,
-    newDeliveryId: () => `delivery-${ids}`,
+    recordCallback: callbackRecorder(() => `delivery-${ids}`),
     checkDestination: async () => {},
     contentPresent: () => contentPresent,
     admitJob: async () => {},

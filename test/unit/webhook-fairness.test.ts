@@ -3,7 +3,7 @@ import type { Database } from '../../src/db/database.js';
 import { markCanceled } from '../../src/jobs/queue.js';
 import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
-import { deliveryForJob } from '../../src/webhooks/deliveries.js';
+import { callbackRecorder, deliveryForJob } from '../../src/webhooks/deliveries.js';
 import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
 import { createReceiverBackoff } from '../../src/webhooks/receiver-backoff.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
@@ -41,7 +41,7 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
     database,
     now: () => clock,
     newJobId: () => `job-${++ids}`,
-    newDeliveryId: () => `delivery-${ids}`,
+    recordCallback: callbackRecorder(() => `delivery-${ids}`),
     checkDestination: async () => {},
     contentPresent: () => false,
     admitJob: async () => {},

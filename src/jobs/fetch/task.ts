@@ -1,12 +1,12 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Database, JobRow } from '../../db/database.js';
+import type { Database, JobError, JobRow } from '../../db/database.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
 import * as ytdlp from '../../tools/ytdlp.js';
-import { markFailed, recordProgress, type Ended, type JobError } from '../queue.js';
+import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import { commitContent } from './commit.js';
 import { convertToWav } from './convert.js';

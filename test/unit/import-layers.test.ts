@@ -1,0 +1,144 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import ts from 'typescript';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * The parts of src/ import one another one way. A part is a folder of src/ (src/jobs, with
+ * src/jobs/fetch in it) or a file at its top (src/config.ts). The order below reads from the top
+ * down: a part may import a part on its own row or any row under it, never one above. Parts on one
+ * row do not import each other both ways either (no circle of parts at all).
+ *
+ * The rows follow the way a request's data goes: the HTTP edge takes a submission and hands it to
+ * the job service, whose URL policy checks it and whose queue holds it; a worker claims it and
+ * runs the fetch with the tools inside the sandbox; the result goes into the store, its alias
+ * makes the next submission born done, and delivery serves the file. Callbacks (src/webhooks)
+ * read a job's end from the queue, so they sit above the jobs; the jobs get what they write of a
+ * callback as a function (SubmitDeps.recordCallback), wired in src/main.ts.
+ */
+const LAYERS: readonly (readonly string[])[] = [
+  // The composition root, and the CLI, a program of its own over the HTTP API.
+  ['main.ts', 'cli'],
+  // The app and the health check, served over HTTP.
+  ['app.ts', 'health.ts'],
+  // The HTTP edge and artifact delivery, which answers through it: one row, so that either may
+  // use the other, one way only.
+  ['http', 'delivery'],
+  // Read once at start (config.ts), counted (metrics.ts), run at start and at shutdown (ops).
+  ['config.ts', 'metrics.ts', 'ops'],
+  ['webhooks'],
+  ['jobs'],
+  // What a job uses: the content store, the egress guard, the sandbox, the service's own secrets.
+  ['store', 'egress', 'sandbox', 'secrets.ts'],
+  // URL policy, the tools' argument builders and parsers, the database, the generated API types.
+  ['policy', 'tools', 'db', 'client'],
+  // Shared by all: claiming work while there is room, logging, the service's error type.
+  ['claim-loop.ts', 'logger.ts', 'errors.ts'],
+];
+
+const SRC = path.resolve(import.meta.dirname, '../../src');
+
+function sourceFiles(folder: string): string[] {
+  return readdirSync(folder, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(folder, entry.name);
+    if (entry.isDirectory()) return sourceFiles(full);
+    return entry.name.endsWith('.ts') ? [full] : [];
+  });
+}
+
+/** The part of src/ a file is in: its top folder, or the file itself at the top. */
+function partOf(file: string): string {
+  return path.relative(SRC, file).split(path.sep)[0]!;
+}
+
+interface Import {
+  from: string;
+  to: string;
+  /** file -> file, for the failure's message. */
+  where: string;
+}
+
+/** Every import of a file of src/ by another part: static, dynamic, type-only and re-exports alike. */
+function importsBetweenParts(): Import[] {
+  const found: Import[] = [];
+  for (const file of sourceFiles(SRC)) {
+    const { importedFiles } = ts.preProcessFile(readFileSync(file, 'utf8'), true, true);
+    for (const { fileName } of importedFiles) {
+      if (!fileName.startsWith('.')) continue;
+      const target = path.resolve(path.dirname(file), fileName);
+      if (!target.startsWith(SRC + path.sep)) continue;
+      const [from, to] = [partOf(file), partOf(target.replace(/\.js$/, '.ts'))];
+      if (from !== to) found.push({ from, to, where: `${path.relative(SRC, file)} -> ${fileName}` });
+    }
+  }
+  return found;
+}
+
+/** The circles among parts: strongly connected components of more than one part (Tarjan). */
+function circles(edges: Map<string, Set<string>>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (node: string) => {
+    index.set(node, index.size);
+    low.set(node, index.get(node)!);
+    stack.push(node);
+    onStack.add(node);
+    for (const next of edges.get(node) ?? []) {
+      if (!index.has(next)) {
+        visit(next);
+        low.set(node, Math.min(low.get(node)!, low.get(next)!));
+      } else if (onStack.has(next)) {
+        low.set(node, Math.min(low.get(node)!, index.get(next)!));
+      }
+    }
+    if (low.get(node) === index.get(node)) {
+      const component: string[] = [];
+      let member: string;
+      do {
+        member = stack.pop()!;
+        onStack.delete(member);
+        component.push(member);
+      } while (member !== node);
+      if (component.length > 1) found.push(component.sort());
+    }
+  };
+  for (const node of edges.keys()) if (!index.has(node)) visit(node);
+  return found;
+}
+
+describe('imports between the parts of src/', () => {
+  const imports = importsBetweenParts();
+  const rowOf = new Map(LAYERS.flatMap((row, i) => row.map((part) => [part, i] as const)));
+
+  it('finds the imports it judges', () => {
+    expect(imports.some((i) => i.from === 'jobs' && i.to === 'db')).toBe(true);
+  });
+
+  it('puts every part of src/ on a row of the order', () => {
+    const parts = new Set(sourceFiles(SRC).map(partOf));
+    expect([...parts].filter((part) => !rowOf.has(part)).sort()).toEqual([]);
+    expect([...rowOf.keys()].filter((part) => !parts.has(part)).sort()).toEqual([]);
+  });
+
+  it('has no circle of parts', () => {
+    const edges = new Map<string, Set<string>>();
+    for (const { from, to } of imports) edges.set(from, (edges.get(from) ?? new Set()).add(to));
+    // Each circle with its arrows, part -> part, and one import that makes each.
+    const found = circles(edges).map((circle) => {
+      const arrows = new Map<string, string>();
+      for (const i of imports) {
+        if (circle.includes(i.from) && circle.includes(i.to) && !arrows.has(`${i.from} -> ${i.to}`)) arrows.set(`${i.from} -> ${i.to}`, i.where);
+      }
+      return [...arrows].map(([arrow, where]) => `${arrow} (${where})`).join('; ');
+    });
+    expect(found).toEqual([]);
+  });
+
+  it('never imports a part on a row above', () => {
+    const upward = imports.filter((i) => rowOf.has(i.from) && rowOf.has(i.to) && rowOf.get(i.to)! < rowOf.get(i.from)!).map((i) => i.where);
+    expect(upward).toEqual([]);
+  });
+});
