@@ -1,7 +1,7 @@
 /**
  * The argument builders against Debian's real yt-dlp (2023.03.04) and ffmpeg (5.1), fetching
  * from the loopback media server (127.0.0.1 needs no proxy). This is where the yt-dlp behaviour
- * documented in src/tools/ytdlp.ts is pinned down.
+ * documented in src/tools/ytdlp-args.ts, ytdlp-output.ts and ytdlp-failure.ts is pinned down.
  */
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,15 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConvertArgs } from '../../src/tools/ffmpeg.js';
 import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
-import {
-  buildDownloadArgs,
-  buildProbeArgs,
-  classifyYtDlpFailure,
-  cleanToolMessage,
-  parseInfoJson,
-  parseProgressLine,
-  type DownloadProgress,
-} from '../../src/tools/ytdlp.js';
+import { cleanToolMessage } from '../../src/tools/tool-message.js';
+import { buildDownloadArgs, buildProbeArgs } from '../../src/tools/ytdlp-args.js';
+import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
+import { parseInfoJson, parseProgressLine, type DownloadProgress } from '../../src/tools/ytdlp-output.js';
 import { generateMediaFixtures, makeNotAudio, type MediaFixture, type MediaFixtureName } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 

@@ -1,17 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import {
-  buildDownloadArgs,
-  buildProbeArgs,
-  classifyYtDlpFailure,
-  cleanToolMessage,
-  GUARDED_FORMAT,
-  configFileText,
-  isGuardedProtocol,
-  netscapeCookiesProblem,
-  parseInfoJson,
-  parseProgressLine,
-  withoutReplayedHeaders,
-} from '../../src/tools/ytdlp.js';
+import { cleanToolMessage } from '../../src/tools/tool-message.js';
+import { buildDownloadArgs, buildProbeArgs, configFileText, GUARDED_FORMAT, isGuardedProtocol, netscapeCookiesProblem } from '../../src/tools/ytdlp-args.js';
+import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
+import { parseInfoJson, parseProgressLine, withoutReplayedHeaders } from '../../src/tools/ytdlp-output.js';
 
 describe('buildProbeArgs', () => {
   it('asks for metadata only, with the URL last after --', () => {

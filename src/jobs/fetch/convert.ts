@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
-import { cleanToolMessage } from '../../tools/ytdlp.js';
+import { cleanToolMessage } from '../../tools/tool-message.js';
 import type { Downloaded } from './download.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
 

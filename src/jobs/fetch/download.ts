@@ -1,6 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import * as ytdlp from '../../tools/ytdlp.js';
+import { buildDownloadArgs, GUARDED_FORMAT } from '../../tools/ytdlp-args.js';
+import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
+import { parseProgressLine } from '../../tools/ytdlp-output.js';
 import type { Probed } from './probe.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
@@ -69,21 +71,21 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
     const stall = watchForStall(ctx.limits.downloadStall);
     const run = await ctx.runTool(
       'ytdlp',
-      ytdlp.buildDownloadArgs({
+      buildDownloadArgs({
         infoJsonPath,
         url: ctx.job.url,
         outputDir: downloadDir,
         ...ctx.ytdlpOptions,
         maxBytes,
         // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
-        format: ytdlp.GUARDED_FORMAT,
+        format: GUARDED_FORMAT,
       }),
       {
         // Room for the last chunk past the byte limit: the progress check below stops it first.
         maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
         stop: stall.signal,
         onStdoutLine: (line) => {
-          const progress = ytdlp.parseProgressLine(line);
+          const progress = parseProgressLine(line);
           if (progress) {
             stall.progress(progress.downloadedBytes);
             // Enforced while downloading, whatever the origin announced (chunked responses have no
@@ -100,7 +102,7 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
         },
       },
     ).finally(stall.stop);
-    if (run.exitCode !== 0) throw new JobFailure(ytdlp.describeYtDlpFailure(run.stderrTail, ctx.hide));
+    if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
     // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
     // carried on without it; the task reports the refusal itself.
     if (deps.refusals().length > 0) throw new Error('destination refused during download');

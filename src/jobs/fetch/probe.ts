@@ -1,5 +1,7 @@
 import { mediaAliasKey } from '../../store/aliases.js';
-import * as ytdlp from '../../tools/ytdlp.js';
+import { buildProbeArgs, isGuardedProtocol } from '../../tools/ytdlp-args.js';
+import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
+import { parseInfoJson, withoutReplayedHeaders, type MediaInfo } from '../../tools/ytdlp-output.js';
 import { abortAfter, durationExceeded, JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
@@ -8,7 +10,7 @@ import { abortAfter, durationExceeded, JobFailure, step, type FetchContext, type
  * byte of it is downloaded, and names the media alias key when one can be trusted.
  */
 export interface Probed {
-  info: ytdlp.MediaInfo;
+  info: MediaInfo;
   /** The info JSON the download replays, without proxy overrides or cookies. */
   infoText: string;
   mediaKey: string | undefined;
@@ -21,18 +23,18 @@ const MAX_PROBE_FILE_BYTES = 16 * 1024 * 1024;
 export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
   return step(async () => {
     const seconds = ctx.limits.metadataTimeoutMs / 1000;
-    const probe = await ctx.runTool('ytdlp', ytdlp.buildProbeArgs({ url: ctx.job.url, ...ctx.ytdlpOptions }), {
+    const probe = await ctx.runTool('ytdlp', buildProbeArgs({ url: ctx.job.url, ...ctx.ytdlpOptions }), {
       stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
       // The info JSON goes to stdout: the metadata run writes no file of any size.
       maxFileBytes: MAX_PROBE_FILE_BYTES,
       stop: abortAfter(ctx.limits.metadataTimeoutMs, { code: 'metadata_timeout', message: `Reading the media's metadata took longer than ${seconds} s and was stopped.` }),
     });
-    if (probe.exitCode !== 0) throw new JobFailure(ytdlp.describeYtDlpFailure(probe.stderrTail, ctx.hide));
-    let info: ytdlp.MediaInfo;
+    if (probe.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(probe.stderrTail, ctx.hide));
+    let info: MediaInfo;
     let infoText: string;
     try {
-      info = ytdlp.parseInfoJson(probe.stdout);
-      infoText = ytdlp.withoutReplayedHeaders(probe.stdout);
+      info = parseInfoJson(probe.stdout);
+      infoText = withoutReplayedHeaders(probe.stdout);
     } catch {
       throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
     }
@@ -41,7 +43,7 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
     }
     if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
     // Formats fetched by an external program (rtmpdump, mpv...) would connect around the guard.
-    if (info.protocols.length > 0 && !info.protocols.some(ytdlp.isGuardedProtocol)) {
+    if (info.protocols.length > 0 && !info.protocols.some(isGuardedProtocol)) {
       throw new JobFailure({
         code: 'unsupported_protocol',
         message: `The media is only offered over ${[...new Set(info.protocols)].slice(0, 5).join(', ')}; only HTTP(S), HLS and DASH are fetched.`,
@@ -57,7 +59,7 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
  * the generic extractor (its id is a file name), and any media whose page is not on a host the
  * downloader actually fetched from through the guard (an extractor's output can name any page).
  */
-export function trustedMediaKey(info: ytdlp.MediaInfo, hostsContacted: string[]): string | undefined {
+export function trustedMediaKey(info: MediaInfo, hostsContacted: string[]): string | undefined {
   if (info.extractorKey.toLowerCase() === 'generic' || info.webpageUrl === undefined) return undefined;
   let page: URL;
   try {

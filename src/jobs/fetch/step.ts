@@ -1,7 +1,7 @@
 import type { Logger } from '../../logger.js';
 import type { JobError, JobRow } from '../../db/database.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
-import type { YtDlpNetworkOptions } from '../../tools/ytdlp.js';
+import type { YtDlpNetworkOptions } from '../../tools/ytdlp-args.js';
 
 /**
  * What the steps of a fetch share (./task.ts builds it per job), and how they end: each step

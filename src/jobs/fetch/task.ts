@@ -5,7 +5,7 @@ import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
-import * as ytdlp from '../../tools/ytdlp.js';
+import { configFileText, COOKIES_FILE_NAME, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
 import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import { commitContent } from './commit.js';
@@ -138,9 +138,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       await fs.mkdir(deps.workDir, { recursive: true });
       await fs.mkdir(workDir, { mode: 0o700 });
       await fs.mkdir(noFfmpegDir);
-      if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, ytdlp.COOKIES_FILE_NAME));
+      if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, COOKIES_FILE_NAME));
       if (proxyUrl || deps.cookiesFile) {
-        await fs.writeFile(configFile, ytdlp.configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), { mode: 0o600, flag: 'wx' });
+        await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), { mode: 0o600, flag: 'wx' });
       }
       const outcome = await pipeline();
       if (outcome.ok) {
@@ -208,7 +208,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
         log.error({ errno: (err as NodeJS.ErrnoException).code }, 'YTDLP_COOKIES_FILE cannot be read');
         throw new JobFailure(COOKIES_UNUSABLE);
       }
-      const problem = ytdlp.netscapeCookiesProblem(text);
+      const problem = netscapeCookiesProblem(text);
       if (problem !== null) {
         log.error({ problem }, 'YTDLP_COOKIES_FILE is not a Netscape cookies file');
         throw new JobFailure(COOKIES_UNUSABLE);
