@@ -2,12 +2,11 @@ import type { Queryable } from './database.js';
 
 /**
  * A query built once per database and then run with new values (a drizzle prepared query with
- * placeholders): for the queries every request makes, building the SQL with drizzle cost more
+ * placeholders): for the queries every request makes, building the SQL with drizzle costs more
  * than running it. On SQLite a transaction's handle is the database's own. On PostgreSQL a query
- * runs on the connection of the handle it was built from, so a transaction's queries are built on
- * the pool's handle and each run gets a copy bound to the transaction's connection
- * (Queryable.pooled): building them anew in every transaction had been about a sixth of a
- * born-done submission's CPU there.
+ * runs on the connection of the handle it was built from, so a transaction's queries too are
+ * built once, on the pool's handle, and each run gets a copy bound to the transaction's
+ * connection (Queryable.pooled) instead of a query built anew in every transaction.
  */
 const byHandle = new WeakMap<object, Map<string, unknown>>();
 

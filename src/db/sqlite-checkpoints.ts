@@ -5,14 +5,13 @@ import { Worker } from 'node:worker_threads';
  * SQLite's WAL checkpoints, made in a worker thread on a connection of its own. Left to SQLite,
  * the connection whose COMMIT takes the WAL past 1000 pages checkpoints it inside that COMMIT:
  * copies the pages into the database file and fsyncs both files, on the event loop, while every
- * request waits (born-done submissions at 32 connections, bench/api.ts: about a fifth of the
- * service's CPU per submission; made less often, every 10,000 pages, one round's p99 was 347 ms).
+ * request waits; made less often, each waits longer (docs/benchmarks.md).
  * Here the worker looks every `intervalMs` whether another connection has committed since its
  * last look (PRAGMA data_version) and, if so, makes a PASSIVE checkpoint: it copies what no reader
  * still needs and never waits for, or blocks, a reader or the writer. The service's connection
  * keeps SQLite's own checkpoint as a backstop, at BACKSTOP_PAGES, for a worker that falls behind.
- * Durable as before: the worker's connection syncs the WAL before it copies and the database file
- * after (synchronous=FULL, SQLite's default for a connection).
+ * As durable as SQLite's own checkpoints: the worker's connection syncs the WAL before it copies
+ * and the database file after (synchronous=FULL, SQLite's default for a connection).
  */
 export interface Checkpointer {
   /** Stops after the checkpoint under way, if any; the last connection to close checkpoints what is left. */

@@ -82,8 +82,8 @@ export type ArtifactResolver = (cid: string, name: string) => Promise<ResolvedAr
  * addresses). Content under an address never changes, so a remembered answer can only go stale
  * by the file's removal (eviction); then opening it (fallback) or nginx (internal redirect) finds
  * it gone and answers 404 all the same. On hot artifacts this saves two realpath calls and a stat
- * per request, a third of the app's time per request in the delivery benchmark. Refusals and
- * misses are never remembered: content stored a moment later is served at once.
+ * per request, each a trip through libuv's thread pool. Refusals and misses are never
+ * remembered: content stored a moment later is served at once.
  */
 export function createArtifactResolver(
   root: string,

@@ -103,8 +103,8 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
  * migrations' born_done_job() (drizzle/postgres/0007_born_done_key_identity.sql): under the
  * content's 'use' lock, if the URL's alias still points to this content and it is still stored,
  * its use is recorded and the job inserted. Undefined when the alias moved or the content went.
- * A BEGIN, four statements and a COMMIT had each been a round trip: node's socket writes were a
- * quarter of a born-done submission's CPU there.
+ * One round trip, where a transaction of the caller's would take six (BEGIN, four statements,
+ * COMMIT), each a socket write of node's.
  */
 export async function insertBornDoneJobLocked(q: Queryable, job: BornDoneJob): Promise<JobRow | undefined> {
   const query = prepared(q, 'born_done_job', ({ db, t: { jobs } }) => {
@@ -208,10 +208,9 @@ async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
  * the jobs; taking the key's job walks the claim index. Given the database, all of it is one
  * transaction; given a transaction, it joins it.
  *
- * The statements are prepared, as are the queries a running job makes every second or so
- * (renewLeases, recordProgress): built anew by drizzle and sent unprepared, where PostgreSQL
- * describes the statement in a round trip of its own, recordProgress took 340-470 µs on loopback,
- * one after another; prepared, 120-175 µs.
+ * The statements are prepared (../db/prepared.ts), as are the queries a running job makes every
+ * second or so (renewLeases, recordProgress): a statement sent unprepared is built anew by drizzle
+ * each time, and PostgreSQL describes it in a round trip of its own before running it.
  */
 export async function claimNextJob(q: Queryable | Database, lease: Lease): Promise<JobRow | undefined> {
   const claim = async (t: Queryable) => {

@@ -22,8 +22,8 @@ import { BRIDGE_PORT, interpretSandboxed, type Sandbox, type SandboxedResult, ty
  * Only with TOOL_CONFINEMENT=netns. yt-dlp runs in-process only when YTDLP_PATH is a Python
  * launcher script (src/tools/ytdlp-launcher.ts); a standalone build is started per run, in the
  * resident's children like any tool. Until the resident is ready, while it restarts after dying,
- * or when a run cannot reach it, tools are started as before (createSandbox's run). The 'tool
- * runs' log line says which.
+ * or when a run cannot reach it, each tool is started in a sandbox of its own (createSandbox's
+ * run). The 'tool runs' log line says which.
  */
 export const RESIDENT_SCRIPT = fileURLToPath(new URL('../../src/sandbox/resident.py', import.meta.url));
 

@@ -19,9 +19,9 @@ export interface UsageRecorder {
  * the job that reuses it. Never moves a use back in time, and writes nothing when the content is
  * already the most recently used of all: eviction goes by rank, which such a write would not
  * change (eviction takes the hottest content only when the cap leaves no room for it beside the
- * pinned, and a use would only put that off to its next batch). Otherwise every born-done submission of hot content wrote (on PostgreSQL, waiting for
- * the previous one's row lock until its COMMIT); now the hottest content's reuses write nothing,
- * and a use is written as soon as any other content was used later.
+ * pinned, and a use would only put that off to its next batch). So reuses of the hottest content
+ * write nothing, where each would write (on PostgreSQL, waiting for the previous one's row lock
+ * until its COMMIT), and a use is written as soon as any other content was used later.
  */
 export async function recordUse(q: Queryable, contentId: string, at: number): Promise<void> {
   const query = prepared(q, 'record_use', ({ db, t: { cacheEntries } }) =>
