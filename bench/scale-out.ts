@@ -23,11 +23,11 @@
  *      started_at − created_at, both from the record.
  *   2. jobs/s: N jobs submitted at once (8 requests in flight, spread over the nodes), from the
  *      first submission to the last finished_at; every job must end done.
- *      - queue alone: YTDLP_PATH, FFPROBE_PATH and FFMPEG_PATH are stand-in shell scripts that
- *        answer at once (probe JSON, an 8 KiB WAV made distinct by the job's info JSON, a fixed
- *        ffprobe answer, a copy) with TOOL_CONFINEMENT=off: what is left is the service's own
- *        work per job (claim, lease, four tool spawns, hashing, store, commit transaction).
- *      - real tools: yt-dlp, ffprobe and ffmpeg as a user runs them (confined: netns), a distinct
+ *      - queue alone: YTDLP_PATH and FFMPEG_PATH are stand-in shell scripts that answer at once
+ *        (probe JSON, an 8 KiB WAV made distinct by the job's info JSON, a copy) with
+ *        TOOL_CONFINEMENT=off: what is left is the service's own work per job (claim, lease,
+ *        three tool spawns, hashing, store, commit transaction).
+ *      - real tools: yt-dlp and ffmpeg as a user runs them (confined: netns), a distinct
  *        1 s mono AAC file per job from a media server on 127.0.0.1.
  *   3. submissions/s: wrk (3 threads; with 3 nodes one thread per node) POSTs /sources with a
  *      distinct URL per request on the loopback media server (allowed by FETCH_ALLOW_HOSTS, so the
@@ -594,7 +594,7 @@ function execFileTracked(file: string, args: string[]): Promise<string> {
 // ---------------------------------------------------------------------------------------------
 // Stand-in tools: answer at once with a valid result, fetch nothing.
 
-async function writeStandInTools(dir: string): Promise<Record<'YTDLP_PATH' | 'FFPROBE_PATH' | 'FFMPEG_PATH', string>> {
+async function writeStandInTools(dir: string): Promise<Record<'YTDLP_PATH' | 'FFMPEG_PATH', string>> {
   // A mono 16-bit 44.1 kHz WAV of 8 KiB of silence; the download overwrites part of it with the
   // job's info JSON (which holds its URL), so every job stores distinct content.
   const header = Buffer.alloc(44);
@@ -613,7 +613,6 @@ async function writeStandInTools(dir: string): Promise<Record<'YTDLP_PATH' | 'FF
   await mkdir(dir, { recursive: true });
   const template = path.join(dir, 'template.wav');
   await writeFile(template, Buffer.concat([header, Buffer.alloc(STANDIN_WAV_DATA_BYTES)]));
-  const durationS = (STANDIN_WAV_DATA_BYTES / (44100 * 2)).toFixed(6);
   const blocks = Math.floor(STANDIN_WAV_DATA_BYTES / 44);
 
   const script = async (name: string, body: string) => {
@@ -646,11 +645,6 @@ dd if="$info" of="$file" bs=44 seek=1 count=${blocks} conv=notrunc 2>/dev/null
 echo "PROGRESS ${44 + STANDIN_WAV_DATA_BYTES} ${44 + STANDIN_WAV_DATA_BYTES} NA"
 echo "$file"`,
   );
-  const ffprobe = await script(
-    'ffprobe',
-    `[ "$1" = "-version" ] && { echo "ffprobe version 5.1.stand-in"; exit 0; }
-echo '{"streams":[{"codec_type":"audio","channels":1,"sample_rate":"44100","duration":"${durationS}"}],"format":{"format_name":"wav","duration":"${durationS}"}}'`,
-  );
   const ffmpeg = await script(
     'ffmpeg',
     `[ "$1" = "-version" ] && { echo "ffmpeg version 5.1.stand-in"; exit 0; }
@@ -660,7 +654,7 @@ for arg; do
 done
 cp "$in" "$out"`,
   );
-  return { YTDLP_PATH: ytdlp, FFPROBE_PATH: ffprobe, FFMPEG_PATH: ffmpeg };
+  return { YTDLP_PATH: ytdlp, FFMPEG_PATH: ffmpeg };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -844,8 +838,8 @@ function printTable(): void {
       '  client (same clock; no polling in the figure). Negative: claimed before the 202 arrived. created → claimed:',
       '  started_at − created_at, both from the record (created_at is taken as the submission starts its database work).',
       `- jobs/s: N jobs submitted at once (${SUBMIT_IN_FLIGHT} requests in flight over the nodes), first submission to last finished_at.`,
-      `  queue alone: stand-in yt-dlp/ffprobe/ffmpeg (shell scripts that answer at once; TOOL_CONFINEMENT=off), after ${STANDIN_WARMUP_JOBS} unmeasured jobs.`,
-      '  real tools: yt-dlp, ffprobe, ffmpeg confined (netns), a distinct 1 s mono AAC (48 kHz) per job from a loopback media server.',
+      `  queue alone: stand-in yt-dlp/ffmpeg (shell scripts that answer at once; TOOL_CONFINEMENT=off), after ${STANDIN_WARMUP_JOBS} unmeasured jobs.`,
+      '  real tools: yt-dlp, ffmpeg confined (netns), a distinct 1 s mono AAC (48 kHz) per job from a loopback media server.',
       '  CPU ms per job: user+system time of the nodes (their tools included) and of every Postgres process, over the measured jobs.',
       `- submissions/s: wrk -t${WRK_THREADS} -c${WRK_CONNECTIONS}, one thread per node (3 nodes) or all on the one node, POST /sources of a`,
       `  distinct loopback URL each, API-only nodes (WORKER_CONCURRENCY=0), every answer a 202. ${SUBMIT_WARMUP_S} s unmeasured, then the`,

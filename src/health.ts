@@ -7,11 +7,9 @@ import type { StoreSpace } from './store/free-space.js';
 /**
  * The health check: can this service fetch right now? It needs the downloader and ffmpeg,
  * tools confined to the egress guard (unless the operator turned that off), a working database
- * and a writable artifact root. ffprobe is still reported, but no job runs it any more (the
- * conversion itself tells what is not audio), so it is not needed to fetch. A node whose artifact
- * root's volume has less free than one job can need (STORE_MIN_FREE_BYTES, src/store/free-space.ts)
- * takes no job, and says `degraded` with a `store_low_on_space` warning: the other nodes, or the
- * operator, must take over.
+ * and a writable artifact root. A node whose artifact root's volume has less free than one job
+ * can need (STORE_MIN_FREE_BYTES, src/store/free-space.ts) takes no job, and says `degraded`
+ * with a `store_low_on_space` warning: the other nodes, or the operator, must take over.
  * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
  * every second.
  *
@@ -36,7 +34,7 @@ export function releaseDateOf(version: string | null): Date | null {
   return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day ? date : null;
 }
 export interface HealthDeps {
-  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  tools: { ytdlp: string; ffmpeg: string };
   /** Starts a sandbox like a job's and looks inside (src/sandbox). */
   checkConfinement: () => Promise<ConfinementStatus>;
   locate: (nameOrPath: string) => Promise<string | null>;
@@ -59,7 +57,7 @@ interface ToolState {
 
 export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport> {
   const cacheMs = deps.cacheMs ?? 5000;
-  let cached: { at: number; ytdlp: ToolState; ffmpeg: ToolState; ffprobe: ToolState; confinement: ConfinementStatus } | undefined;
+  let cached: { at: number; ytdlp: ToolState; ffmpeg: ToolState; confinement: ConfinementStatus } | undefined;
 
   async function tool(nameOrPath: string, versionArgs: string[]): Promise<ToolState> {
     const found = await deps.locate(nameOrPath);
@@ -70,13 +68,12 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
 
   async function tools() {
     if (!cached || deps.now() - cached.at > cacheMs) {
-      const [ytdlp, ffmpeg, ffprobe, confinement] = await Promise.all([
+      const [ytdlp, ffmpeg, confinement] = await Promise.all([
         tool(deps.tools.ytdlp, ['--version']),
         tool(deps.tools.ffmpeg, ['-version']),
-        tool(deps.tools.ffprobe, ['-version']),
         deps.checkConfinement(),
       ]);
-      cached = { at: deps.now(), ytdlp, ffmpeg, ffprobe, confinement };
+      cached = { at: deps.now(), ytdlp, ffmpeg, confinement };
     }
     return cached;
   }
@@ -93,7 +90,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
   }
 
   return async () => {
-    const { ytdlp, ffmpeg, ffprobe, confinement } = await tools();
+    const { ytdlp, ffmpeg, confinement } = await tools();
     const downloader = downloaderHealth(ytdlp);
     const databaseOk = await deps.pingDatabase().catch(() => false);
     const writable = await fs.access(deps.artifactRoot, constants.W_OK).then(
@@ -129,7 +126,6 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       can_fetch: canFetch,
       downloader,
       ffmpeg,
-      ffprobe,
       node_id: deps.nodeId,
       database: { ok: databaseOk, kind: deps.databaseKind },
       artifact_root: { writable, free_bytes: freeBytes, min_free_bytes: minFreeBytes, can_store: canStore },

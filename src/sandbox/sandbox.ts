@@ -5,7 +5,7 @@ import type { RunProcessOptions, RunProcessResult } from '../tools/process.js';
 import { confineLimitsArgument, PRLIMIT_NOT_FOUND, prlimitArgs, type ToolLimits } from './limits.js';
 
 /**
- * Confinement of the external tools. yt-dlp, ffmpeg and ffprobe are ordinary processes that can
+ * Confinement of the external tools. yt-dlp and ffmpeg are ordinary processes that can
  * open sockets of their own: options, URL fragments, protocols (ftp:, rtmp:...) and helper
  * programs that nobody has thought of would reach the network around the egress guard. So in
  * 'netns' mode every tool runs inside a new network namespace (an unprivileged user namespace

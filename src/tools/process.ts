@@ -1,5 +1,5 @@
 /**
- * Runs one external tool (yt-dlp, ffmpeg, ffprobe) as a child process and reports how it ended.
+ * Runs one external tool (yt-dlp, ffmpeg) as a child process and reports how it ended.
  *
  * - argv array, never a shell; stdin is closed ('ignore') so no tool can wait for input, unless
  *   `keepStdinOpen` asks for a lifeline pipe (a sandbox's, which gives the tool no stdin either).

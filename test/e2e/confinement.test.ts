@@ -177,7 +177,7 @@ describe('confinement, against hostile extractor output (what --load-info-json r
 });
 
 describe('confinement, against downloads that name network sources for ffmpeg', () => {
-  // Served as audio, so yt-dlp downloads the text as it is and ffprobe and ffmpeg get the file.
+  // Served as audio, so yt-dlp downloads the text as it is and ffmpeg gets the file.
   const hostile: Array<[string, () => string]> = [
     ['an HLS playlist of tcp: and http: segments on the trap', () => playlist(['#EXTINF:2.0,', `tcp://${trap.authority}/a`, '#EXTINF:2.0,', `http://${trap.authority}/b.ts`])],
     ['an HLS playlist of rtmp: and httpproxy: segments on the trap', () => playlist(['#EXTINF:2.0,', `rtmp://${trap.authority}/live/a`, '#EXTINF:2.0,', `httpproxy://${trap.authority}/127.0.0.1:80/b.ts`])],

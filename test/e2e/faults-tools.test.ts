@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -40,17 +40,27 @@ function expectCleanMessage(job: JobBody, svc: ServiceHandle) {
   expect(message).not.toMatch(/\n\s+at /);
 }
 
-describe('the prober missing', () => {
-  it('is no loss: jobs do not run ffprobe (the conversion tells what is not audio), and health says it can fetch', async () => {
-    const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFPROBE_PATH: path.join(toolDir, 'no-ffprobe') } });
+describe('no prober', () => {
+  it('jobs never run ffprobe (the conversion tells what is not audio), and health names none', async () => {
+    // An ffprobe first on PATH that records every call: had the service or yt-dlp run one by name, it would be this.
+    const proberDir = path.join(toolDir, 'prober');
+    const calls = path.join(proberDir, 'calls.log');
+    await mkdir(proberDir, { recursive: true });
+    await writeFile(calls, '');
+    await writeFile(path.join(proberDir, 'ffprobe'), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${calls}'\nexit 1\n`, { mode: 0o755 });
+    const svc = await startService({
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, PATH: `${proberDir}:${process.env.PATH ?? '/usr/bin:/bin'}`, TOOL_MOUNT_VIEW: 'off' },
+    });
     try {
       const health = await svc.request('/healthz', { auth: false });
       expect(health.status).toBe(200);
-      const report = (await health.json()) as { can_fetch: boolean; ffprobe: { present: boolean }; ffmpeg: { present: boolean } };
-      expect(report).toMatchObject({ can_fetch: true, ffprobe: { present: false }, ffmpeg: { present: true } });
+      const report = (await health.json()) as Record<string, unknown>;
+      expect(report).toMatchObject({ can_fetch: true, ffmpeg: { present: true } });
+      expect(report).not.toHaveProperty('ffprobe');
       const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?noprobe'))).job_id, ['done', 'failed'], 30_000);
       expect(job.error).toBeNull();
       expect(job.status).toBe('done');
+      expect(await readFile(calls, 'utf8')).toBe('');
     } finally {
       await svc.stop();
     }

@@ -1,5 +1,5 @@
 /**
- * Stand-ins for yt-dlp, ffmpeg and ffprobe that never touch the network, for a service that is
+ * Stand-ins for yt-dlp and ffmpeg that never touch the network, for a service that is
  * sent addresses off this machine (169.254.169.254, 10.0.0.1, example.org...) and must refuse
  * them. If the address policy ever regressed and let such a job run, the worker would start
  * these instead of the real tools: nothing connects anywhere, and the job fails.
@@ -9,7 +9,7 @@
  * and exits 1.
  *
  *   const tools = await writeOfflineTools(dir);
- *   const svc = await startService({ env: { ...tools.env } });   // YTDLP_PATH, FFMPEG_PATH, FFPROBE_PATH, TOOL_MOUNT_VIEW
+ *   const svc = await startService({ env: { ...tools.env } });   // YTDLP_PATH, FFMPEG_PATH, TOOL_MOUNT_VIEW
  *   expect(await tools.calls()).toEqual([]);                       // no job ever ran a tool
  */
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
@@ -20,7 +20,7 @@ export interface OfflineTools {
    * Service environment that points every tool at its stand-in, and lets the stand-ins write their
    * call log beside them: a tool's mount view (TOOL_MOUNT_VIEW) shows their folder read-only.
    */
-  env: { YTDLP_PATH: string; FFMPEG_PATH: string; FFPROBE_PATH: string; TOOL_MOUNT_VIEW: 'off' };
+  env: { YTDLP_PATH: string; FFMPEG_PATH: string; TOOL_MOUNT_VIEW: 'off' };
   /** Every invocation other than a version question, as "<tool> <args...>", in order. */
   calls(): Promise<string[]>;
 }
@@ -48,7 +48,6 @@ export async function writeOfflineTools(dir: string): Promise<OfflineTools> {
   const env = {
     YTDLP_PATH: await stub('yt-dlp', '--version', '2023.03.04'),
     FFMPEG_PATH: await stub('ffmpeg', '-version', 'ffmpeg version 0.0-offline-stand-in'),
-    FFPROBE_PATH: await stub('ffprobe', '-version', 'ffprobe version 0.0-offline-stand-in'),
     TOOL_MOUNT_VIEW: 'off' as const,
   };
   return {

@@ -11,7 +11,7 @@ describe('configuration', () => {
       dataDir: path.resolve('data'),
       artifactRoot: path.resolve('data/artifacts'),
       apiKeys: [],
-      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
       workerConcurrency: 2,
       fetchAllowHosts: [],
       accelRedirectPrefix: null,

@@ -17,7 +17,7 @@ afterAll(async () => {
 
 function check(ytdlpVersion: string | null, now: number, confinement: 'netns' | 'off' = 'netns') {
   return createHealthCheck({
-    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     checkConfinement: async () => (confinement === 'off' ? { mode: 'off', ok: true } : { mode: 'netns', ok: true }),
     locate: async (name) => `/usr/bin/${name}`,
     version: async (found) => (found.endsWith('yt-dlp') ? ytdlpVersion : `${found} version 5.1`),

@@ -58,7 +58,7 @@ describe('the free space of the store', () => {
   it('/healthz says degraded, with a warning, while there is not room for one job; ok once there is', async () => {
     let free = 1000;
     const check = createHealthCheck({
-      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', ffprobe: 'ffprobe' },
+      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
       checkConfinement: async () => ({ mode: 'netns', ok: true }),
       locate: async (name) => `/usr/bin/${name}`,
       version: async (found) => (found.endsWith('yt-dlp') ? '2026.10.01' : `${found} version 5.1`),

@@ -6,7 +6,7 @@ export const healthRoute = createRoute({
   operationId: 'getHealth',
   method: 'get',
   path: '/healthz',
-  summary: 'Whether the service can fetch: downloader, ffmpeg, ffprobe, database, artifact root. No key needed.',
+  summary: 'Whether the service can fetch: downloader, ffmpeg, database, artifact root. No key needed.',
   // Open to probes: no key.
   security: [],
   responses: {
