@@ -48,7 +48,6 @@ const envSchema = z.object({
   YTDLP_PATH: z.string().min(1).default('yt-dlp'),
   YTDLP_COOKIES_FILE: optionalString,
   FFMPEG_PATH: z.string().min(1).default('ffmpeg'),
-  FFPROBE_PATH: z.string().min(1).default('ffprobe'),
   TOOL_CONFINEMENT: z.enum(['netns', 'off']).default('netns'),
   UNSHARE_PATH: z.string().min(1).default('unshare'),
   PRLIMIT_PATH: z.string().min(1).default('prlimit'),
@@ -146,6 +145,13 @@ const envSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Where bare tool names (yt-dlp, ffmpeg) are looked up. */
   PATH: z.string().default(''),
+  SCRUB_INTERVAL_S: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(24 * 3600)
+    .describe('How often the store scrub reads every stored artifact and checks its SHA-256 against its content id, in seconds, once per interval among all nodes (docs/scrub.md); 0: only when asked (source-fetch scrub).'),
+  SCRUB_BYTES_PER_S: positiveInt(32 * 1024 ** 2).describe("The store scrub's read rate limit, bytes per second, so that it never competes with delivery for the disk."),
 })
   .superRefine((e, ctx) => {
     if (e.HTTP_HEADERS_TIMEOUT_S > e.HTTP_REQUEST_TIMEOUT_S) {
@@ -173,7 +179,7 @@ export interface Config {
   workDir: string;
   /** Configured keys; empty means "generate one and keep it in the data dir" (see secrets.ts). */
   apiKeys: string[];
-  tools: { ytdlp: string; ffmpeg: string; ffprobe: string };
+  tools: { ytdlp: string; ffmpeg: string };
   /** A Netscape cookies file for yt-dlp (each job gets a copy); never logged. */
   ytdlpCookiesFile: string | undefined;
   /**
@@ -237,6 +243,8 @@ export interface Config {
   };
   shutdownGraceMs: number;
   logLevel: z.infer<typeof envSchema>['LOG_LEVEL'];
+  /** The store scrub (src/store/scrubber.ts): how often (0: on request only), its read rate, and where corrupt files go (DATA_DIR/quarantine). */
+  scrub: { intervalMs: number; bytesPerSecond: number; quarantineDir: string };
 }
 
 export class ConfigError extends Error {
@@ -271,7 +279,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     artifactRoot: path.resolve(e.ARTIFACT_ROOT ?? path.join(dataDir, 'artifacts')),
     workDir: path.join(dataDir, 'work'),
     apiKeys: e.API_KEYS,
-    tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH, ffprobe: e.FFPROBE_PATH },
+    tools: { ytdlp: e.YTDLP_PATH, ffmpeg: e.FFMPEG_PATH },
     ytdlpCookiesFile: e.YTDLP_COOKIES_FILE === undefined ? undefined : path.resolve(e.YTDLP_COOKIES_FILE),
     confinement: { mode: e.TOOL_CONFINEMENT, unshare: e.UNSHARE_PATH, python: e.SANDBOX_PYTHON, prlimit: e.PRLIMIT_PATH, resident: e.RESIDENT_SANDBOX === 'on', mountView: e.TOOL_MOUNT_VIEW === 'on' },
     toolLimits: { memoryBytes: e.TOOL_MEMORY_BYTES, cpuSeconds: e.TOOL_CPU_S, processes: e.TOOL_MAX_PROCESSES },
@@ -315,5 +323,6 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     },
     shutdownGraceMs: e.SHUTDOWN_GRACE_S * 1000,
     logLevel: e.LOG_LEVEL,
+    scrub: { intervalMs: e.SCRUB_INTERVAL_S * 1000, bytesPerSecond: e.SCRUB_BYTES_PER_S, quarantineDir: path.join(dataDir, 'quarantine') },
   };
 }

@@ -157,6 +157,35 @@ export function createMetrics(sources: MetricsSources) {
       if (release !== null) this.set({ version: release.version }, release.releasedAtMs / 1000);
     },
   });
+  const scrubCheckedArtifacts = new Counter({
+    name: prefixed('store_scrub_checked_artifacts_total'),
+    help: 'Stored artifacts read whole by the store scrub and compared with their content id, by this node.',
+    registers: [registry],
+  });
+  const scrubReadBytes = new Counter({
+    name: prefixed('store_scrub_read_bytes_total'),
+    help: 'Bytes read by the store scrub on this node (paced to SCRUB_BYTES_PER_S).',
+    registers: [registry],
+  });
+  const scrubCorruptArtifacts = new Counter({
+    name: prefixed('store_scrub_corrupt_artifacts_total'),
+    help: 'Stored artifacts whose bytes do not hash to their content id, found by the store scrub on this node (quarantined, or left for the next pass while a job stores that content).',
+    registers: [registry],
+  });
+  const scrubUnreadableArtifacts = new Counter({
+    name: prefixed('store_scrub_unreadable_artifacts_total'),
+    help: 'Stored artifacts the store scrub on this node found missing or could not read (reported only).',
+    registers: [registry],
+  });
+  let scrubCompletedAtMs: number | undefined;
+  new Gauge({
+    name: prefixed('store_scrub_last_completed_timestamp_seconds'),
+    help: "When this node last completed a pass of the store scrub, Unix seconds (NaN: none since it started; with many nodes, take the max).",
+    registers: [registry],
+    collect() {
+      this.set(scrubCompletedAtMs === undefined ? Number.NaN : scrubCompletedAtMs / 1000);
+    },
+  });
   const callbackAttempts = new Counter({
     name: prefixed('callback_attempts_total'),
     help: 'Callback attempts made by this node, by result: the status class (2xx delivers), or the error code when no answer came.',
@@ -191,6 +220,18 @@ export function createMetrics(sources: MetricsSources) {
     observeEviction(artifacts: number, bytes: number) {
       evictedArtifacts.inc(artifacts);
       evictedBytes.inc(bytes);
+    },
+    addScrubReadBytes(bytes: number) {
+      scrubReadBytes.inc(bytes);
+    },
+    observeScrubChecked() {
+      scrubCheckedArtifacts.inc();
+    },
+    observeScrubFinding(finding: { problem: 'corrupt' | 'missing' | 'unreadable' }) {
+      (finding.problem === 'corrupt' ? scrubCorruptArtifacts : scrubUnreadableArtifacts).inc();
+    },
+    observeScrubCompleted(atMs: number) {
+      scrubCompletedAtMs = atMs;
     },
   };
 }

@@ -24,3 +24,19 @@ export async function giveBackLease(q: Queryable, name: string, holder: string):
   const { serviceLeases } = q.t;
   await q.db.delete(serviceLeases).where(and(eq(serviceLeases.name, name), eq(serviceLeases.holder, holder)));
 }
+
+/** A lease's holder and expiry, whether or not it has expired; undefined when nobody took it. */
+export async function readLease(q: Queryable, name: string): Promise<{ holder: string; expiresAt: number } | undefined> {
+  const { serviceLeases } = q.t;
+  const [row] = await q.db.select({ holder: serviceLeases.holder, expiresAt: serviceLeases.expiresAt }).from(serviceLeases).where(eq(serviceLeases.name, name));
+  return row;
+}
+
+/**
+ * Sets a lease whoever holds it: for a row that marks a time for every node to see (when the next
+ * scrub of the store is due, src/store/scrubber.ts) rather than work under way.
+ */
+export async function setLease(q: Queryable, name: string, holder: string, expiresAt: number): Promise<void> {
+  const { serviceLeases } = q.t;
+  await q.db.insert(serviceLeases).values({ name, holder, expiresAt }).onConflictDoUpdate({ target: serviceLeases.name, set: { holder, expiresAt } });
+}
