@@ -35,6 +35,7 @@ export function renderOpenApiJson(): string {
     serveArtifact: unused,
     checkHealth: unused,
     metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused, downloaderRelease: unused }),
+    scrubber: { request: unused, latest: unused },
   });
   return `${JSON.stringify(app.getOpenAPI31Document(OPENAPI_DOCUMENT), null, 2)}\n`;
 }

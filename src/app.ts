@@ -13,10 +13,12 @@ import { registerHealthRoute } from './http/routes/health.js';
 import { registerJobRoutes } from './http/routes/jobs.js';
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { registerSourceRoutes } from './http/routes/sources.js';
+import { registerStoreRoutes } from './http/routes/store.js';
 import type { JobEventStreams } from './http/job-events.js';
 import type { HealthReport, JobRecord } from './http/schemas.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
+import type { Scrubber } from './store/scrubber.js';
 import { requestContext } from './http/middleware/request-context.js';
 
 /**
@@ -42,6 +44,8 @@ export interface AppDeps {
   metrics: Metrics;
   /** Per-API-key request rate limit (RATE_LIMIT_PER_MINUTE); absent: no limit. */
   rateLimiter?: RateLimiter;
+  /** scrubStore and getStoreScrub (src/store/scrubber.ts). */
+  scrubber: Pick<Scrubber, 'request' | 'latest'>;
 }
 
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
@@ -87,6 +91,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.use('/sources/*', keyed);
   app.use('/jobs/*', keyed);
   registerMetricsRoute(app, { metrics: deps.metrics, requireKey: keyed });
+  registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: keyed });
   registerSourceRoutes(app, { submit: deps.submitSource, submitBatch: deps.submitSourceBatch, render: deps.renderJob, renderView: deps.renderView });
   registerJobRoutes(app, { get: deps.getJob, read: deps.readJob, cancel: deps.cancelJob, render: deps.renderJob, events: deps.jobEvents });
 

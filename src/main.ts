@@ -50,12 +50,14 @@ import { createStoreSpace } from './store/free-space.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
 import { KEY_ALLOWANCE_WINDOW_MS } from './store/key-allowance.js';
 import { createDatabasePins } from './store/pins.js';
+import { createScrubber } from './store/scrubber.js';
 import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
-import { netscapeCookiesProblem } from './tools/ytdlp.js';
+import { netscapeCookiesProblem } from './tools/ytdlp-args.js';
 import { cookiesRefusal } from './tools/ytdlp-version.js';
+import { callbackRecorder } from './webhooks/deliveries.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
 import { createCallbackSender } from './webhooks/send.js';
 import { splitWebhookSecrets, webhookSecretProblem, whsecOf } from './webhooks/signature.js';
@@ -292,6 +294,7 @@ async function main(): Promise<void> {
     intervalMs: config.evictionIntervalMs,
     onEvicted: (result) => metrics.observeEviction(result.evictedArtifacts, result.evictedBytes),
   });
+  const scrubber = createScrubber({ database, store, nodeId, log, now, metrics, ...config.scrub });
 
   const runJob = createFetchTask({
     database,
@@ -349,7 +352,7 @@ async function main(): Promise<void> {
     database,
     now,
     newJobId: randomUUID,
-    newDeliveryId: randomUUID,
+    recordCallback: callbackRecorder(randomUUID),
     checkDestination: async (target, apiKeyId) => {
       const { host, port } = destinationOf(target);
       await checkDestination(host, port, { resolve, allowHosts: config.allowHosts, client: `key:${apiKeyId ?? ''}` });
@@ -421,6 +424,7 @@ async function main(): Promise<void> {
     checkHealth,
     metrics,
     rateLimiter,
+    scrubber,
   });
 
   // Answered before the app, which answers everything else and, while shutting down, everything
@@ -464,6 +468,7 @@ async function main(): Promise<void> {
     then: [
       () => callbacks.stop(),
       () => sizeCap.stop(),
+      () => scrubber.stop(),
       () => usage.stop(),
       () => sandbox.stop(),
       () => guard.close(),
@@ -482,6 +487,7 @@ async function main(): Promise<void> {
   callbacks.start();
   usage.start();
   sizeCap.start();
+  scrubber.start();
 }
 
 await main();

@@ -8,7 +8,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Whether the service can fetch: downloader, ffmpeg, ffprobe, database, artifact root. No key needed. */
+        /** Whether the service can fetch: downloader, ffmpeg, database, artifact root. No key needed. */
         get: operations["getHealth"];
         put?: never;
         post?: never;
@@ -46,6 +46,27 @@ export interface paths {
         get: operations["getMetrics"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/store/scrub": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** This node's scrub pass: the one running, or else the last one that ended. */
+        get: operations["getStoreScrub"];
+        put?: never;
+        /**
+         * Check every stored artifact against its content id now; corrupt ones leave the store for the quarantine folder.
+         * @description Starts a scrub pass on this node, or joins the one running here, and answers its report once it ends, or after `wait_s` with the report so far (202; follow it with getStoreScrub on the same node). Every stored file is read (at SCRUB_BYTES_PER_S) and its SHA-256 compared with its content id; a corrupt one is moved to DATA_DIR/quarantine, and its cache row and aliases are dropped, so its artifact answers 404 and the next submission of its URL downloads it again.
+         */
+        post: operations["scrubStore"];
         delete?: never;
         options?: never;
         head?: never;
@@ -167,11 +188,6 @@ export interface components {
                 path: string | null;
                 version: string | null;
             };
-            ffprobe: {
-                present: boolean;
-                path: string | null;
-                version: string | null;
-            };
             /** @description This node, among the nodes sharing the database. */
             node_id: string;
             database: {
@@ -216,6 +232,57 @@ export interface components {
                 path: string;
                 message: string;
             }[];
+        };
+        ScrubReport: {
+            pass_id: string;
+            /** @description The node that runs the pass. */
+            node_id: string;
+            /**
+             * @description Asked for (scrubStore), or the background pass (SCRUB_INTERVAL_S).
+             * @enum {string}
+             */
+            trigger: "request" | "schedule";
+            /**
+             * @description stopped: the node shut down during the pass.
+             * @enum {string}
+             */
+            status: "running" | "done" | "failed" | "stopped";
+            started_at: string;
+            finished_at: string | null;
+            /** @description Artifacts read whole and compared with their content id so far. */
+            checked: number;
+            bytes_read: number;
+            corrupt: number;
+            /** @description Corrupt artifacts moved to the quarantine folder. */
+            moved: number;
+            missing: number;
+            unreadable: number;
+            /** @description Each problem found, in the order found: the first 1000. */
+            findings: components["schemas"]["ScrubFinding"][];
+            /** @description Problems found beyond those listed. */
+            findings_omitted: number;
+            /** @description Why a failed pass stopped. */
+            error: string | null;
+        };
+        ScrubFinding: {
+            content_id: string;
+            name: string;
+            /**
+             * @description corrupt: the file's bytes do not hash to its content id; missing: its cache row names a file that is gone; unreadable: reading it failed (`error`).
+             * @enum {string}
+             */
+            problem: "corrupt" | "missing" | "unreadable";
+            /** @description corrupt: the SHA-256 of the bytes read. */
+            sha256: string | null;
+            /** @description unreadable: the error code of the read (EIO, EISDIR, ...). */
+            error: string | null;
+            /**
+             * @description quarantined: the file left the store for the quarantine folder (DATA_DIR/quarantine), its cache row and aliases went, so the next submission of its URL downloads it again; deferred: a job was storing that content at that moment, so it stays for the next pass; none: reported only.
+             * @enum {string}
+             */
+            action: "quarantined" | "deferred" | "none";
+            /** @description Where under the quarantine folder: `<content id>.<unix ms>/<name>`. */
+            quarantined_as: string | null;
         };
         Job: {
             job_id: string;
@@ -488,6 +555,142 @@ export interface operations {
             };
             /** @description No valid API key. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getStoreScrub: {
+        parameters: {
+            query?: {
+                /** @description Seconds to wait for the pass to end before answering 202 with the report so far (0 to 50). */
+                wait_s?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The last pass has ended: its report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScrubReport"];
+                };
+            };
+            /** @description A pass runs on (waited for up to `wait_s`): its report so far. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScrubReport"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No scrub pass has run on this node since it started (`scrub_not_found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    scrubStore: {
+        parameters: {
+            query?: {
+                /** @description Seconds to wait for the pass to end before answering 202 with the report so far (0 to 50). */
+                wait_s?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pass has ended (done, failed or stopped): its report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScrubReport"];
+                };
+            };
+            /** @description The pass runs on: its report so far. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScrubReport"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another node is scrubbing the store (`scrub_running_elsewhere`, with its `node_id`). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

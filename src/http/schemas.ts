@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { JOB_STATUSES } from '../db/database.js';
 import { CALLBACK_STATUSES } from '../db/schema/model.js';
+import { MAX_FINDINGS_LISTED } from '../store/scrub.js';
 import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
 
 /** The zod schemas of the API: they validate requests and generate openapi.json. */
@@ -172,7 +173,6 @@ export const HealthSchema = z
     can_fetch: z.boolean(),
     downloader: DownloaderHealth,
     ffmpeg: ToolHealth,
-    ffprobe: ToolHealth,
     node_id: z.string().openapi({ description: 'This node, among the nodes sharing the database.' }),
     database: z.object({ ok: z.boolean(), kind: z.enum(['sqlite', 'postgres']) }),
     artifact_root: z.object({
@@ -197,3 +197,42 @@ export type CallbackRecord = z.infer<typeof CallbackSchema>;
 export type EvictedRecord = z.infer<typeof EvictedSchema>;
 export type BatchResult = z.infer<typeof BatchResultSchema>;
 export type HealthReport = z.infer<typeof HealthSchema>;
+
+export const ScrubFindingSchema = z
+  .object({
+    content_id: z.string(),
+    name: z.string(),
+    problem: z.enum(['corrupt', 'missing', 'unreadable']).openapi({
+      description: "corrupt: the file's bytes do not hash to its content id; missing: its cache row names a file that is gone; unreadable: reading it failed (`error`).",
+    }),
+    sha256: z.string().nullable().openapi({ description: 'corrupt: the SHA-256 of the bytes read.' }),
+    error: z.string().nullable().openapi({ description: 'unreadable: the error code of the read (EIO, EISDIR, ...).' }),
+    action: z.enum(['quarantined', 'deferred', 'none']).openapi({
+      description:
+        'quarantined: the file left the store for the quarantine folder (DATA_DIR/quarantine), its cache row and aliases went, so the next submission of its URL downloads it again; deferred: a job was storing that content at that moment, so it stays for the next pass; none: reported only.',
+    }),
+    quarantined_as: z.string().nullable().openapi({ description: 'Where under the quarantine folder: `<content id>.<unix ms>/<name>`.' }),
+  })
+  .openapi('ScrubFinding');
+
+export const ScrubReportSchema = z
+  .object({
+    pass_id: z.string(),
+    node_id: z.string().openapi({ description: 'The node that runs the pass.' }),
+    trigger: z.enum(['request', 'schedule']).openapi({ description: 'Asked for (scrubStore), or the background pass (SCRUB_INTERVAL_S).' }),
+    status: z.enum(['running', 'done', 'failed', 'stopped']).openapi({ description: 'stopped: the node shut down during the pass.' }),
+    started_at: z.string(),
+    finished_at: z.string().nullable(),
+    checked: z.number().int().openapi({ description: 'Artifacts read whole and compared with their content id so far.' }),
+    bytes_read: z.number().int(),
+    corrupt: z.number().int(),
+    moved: z.number().int().openapi({ description: 'Corrupt artifacts moved to the quarantine folder.' }),
+    missing: z.number().int(),
+    unreadable: z.number().int(),
+    findings: z.array(ScrubFindingSchema).openapi({ description: `Each problem found, in the order found: the first ${MAX_FINDINGS_LISTED}.` }),
+    findings_omitted: z.number().int().openapi({ description: 'Problems found beyond those listed.' }),
+    error: z.string().nullable().openapi({ description: 'Why a failed pass stopped.' }),
+  })
+  .openapi('ScrubReport');
+
+export type ScrubReportRecord = z.infer<typeof ScrubReportSchema>;
