@@ -12,6 +12,7 @@ type SubmitBody = operations['submitSource']['requestBody']['content']['applicat
 type Submitted = operations['submitSource']['responses'][202]['content']['application/json'];
 type JobAnswer = operations['getJob']['responses'][200]['content']['application/json'];
 type Canceled = operations['cancelJob']['responses'][200]['content']['application/json'];
+export type ScrubReport = components['schemas']['ScrubReport'];
 
 /** A path of the description with its parameters filled in (each percent-encoded). */
 function pathOf<P extends keyof paths>(template: P, params: Record<string, string> = {}): string {
@@ -59,6 +60,10 @@ export interface ApiClient {
   ): Promise<{ lastEventId: string | undefined; retryMs: number | undefined } | 'ended'>;
   /** Fetches a path of the service (an artifact's) with the key. */
   download(path: string, signal?: AbortSignal): Promise<Response>;
+  /** scrubStore: starts a scrub pass, or joins the one running; its report once it ends, or as it stands after `waitS`. */
+  scrub(waitS: number, signal?: AbortSignal): Promise<ScrubReport>;
+  /** getStoreScrub: the node's pass running or last ended, waited for up to `waitS`. */
+  scrubReport(waitS: number, signal?: AbortSignal): Promise<ScrubReport>;
 }
 
 export function createApiClient(opts: ApiClientOptions): ApiClient {
@@ -146,6 +151,12 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
     },
     async download(path, signal) {
       return send(path, { signal });
+    },
+    async scrub(waitS, signal) {
+      return json<ScrubReport>(await send(`${pathOf('/store/scrub')}?wait_s=${waitS}`, { method: 'POST', signal }));
+    },
+    async scrubReport(waitS, signal) {
+      return json<ScrubReport>(await send(`${pathOf('/store/scrub')}?wait_s=${waitS}`, { signal }));
     },
   };
 }

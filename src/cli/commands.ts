@@ -3,12 +3,12 @@ import { open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { ApiError, createApiClient, TransportError, type ApiClient, type Job } from './api.js';
+import { ApiError, createApiClient, TransportError, type ApiClient, type Job, type ScrubReport } from './api.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { createPlainView, createTerminalView, formatBytes, phaseOf, type Output, type ProgressView } from './progress.js';
 
 /**
- * `source-fetch fetch|status|cancel`: the service's API from a shell. Everything it touches
+ * `source-fetch fetch|status|cancel|scrub`: the service's API from a shell. Everything it touches
  * (arguments, environment, output streams, fetch, the working folder, Ctrl-C) comes in through
  * CliDeps; src/cli/main.ts passes the real ones.
  */
@@ -33,13 +33,18 @@ export const USAGE = `Usage:
   source-fetch status <job-id> [--json]
                                        Show a job (--json: its whole record).
   source-fetch cancel <job-id>         Cancel a queued or running job.
+  source-fetch scrub [--json]          Check every stored WAV's SHA-256 against its content id now (or
+                                       follow the check running); corrupt ones go to the service's
+                                       quarantine folder and are downloaded again when next submitted.
+                                       Prints the report (--json: as JSON).
 
 Environment:
   SOURCE_FETCH_URL       the service (or nginx in front of it); default ${DEFAULT_BASE_URL}
   SOURCE_FETCH_API_KEY   an API key (required)
 
 Exit codes: 0 done, 1 job failed or canceled, 2 usage, 3 refused by the service (4xx),
-4 service unreachable or failing (5xx), 5 SHA-256 mismatch, 6 output not writable, 130 interrupted.
+4 service unreachable or failing (5xx; scrub: the pass failed), 5 SHA-256 mismatch,
+6 output not writable, 7 scrub found corrupt, missing or unreadable artifacts, 130 interrupted.
 `;
 
 class UsageError extends Error {}
@@ -48,6 +53,8 @@ const FINAL = new Set<Job['status']>(['done', 'failed', 'canceled']);
 /** Consecutive failed attempts to follow the events before giving up. */
 const MAX_STREAM_FAILURES = 5;
 const POLL_MS = 1000;
+/** How long each scrub request waits for the pass to end before answering with its progress. */
+const SCRUB_WAIT_S = 25;
 
 export async function runCli(deps: CliDeps): Promise<ExitCode> {
   const err = (text: string) => deps.stderr.write(`source-fetch: ${text}\n`);
@@ -85,6 +92,8 @@ export async function runCli(deps: CliDeps): Promise<ExitCode> {
         return await statusCommand(deps, api, parsed.jobId, parsed.json);
       case 'cancel':
         return await cancelCommand(deps, api, parsed.jobId);
+      case 'scrub':
+        return await scrubCommand(deps, api, parsed.json);
     }
   } catch (e) {
     if (deps.signal.aborted) {
@@ -107,7 +116,8 @@ type Parsed =
   | { command: 'help' | 'version' }
   | { command: 'fetch'; url: string; output: string | undefined }
   | { command: 'status'; jobId: string; json: boolean }
-  | { command: 'cancel'; jobId: string };
+  | { command: 'cancel'; jobId: string }
+  | { command: 'scrub'; json: boolean };
 
 function parse(argv: string[]): Parsed {
   let values: { output?: string; json?: boolean; help?: boolean; version?: boolean };
@@ -140,6 +150,10 @@ function parse(argv: string[]): Parsed {
       only('--json', values.json === undefined);
       if (values.output === '') throw new UsageError('-o needs a file name');
       return { command, url: argument, output: values.output };
+    case 'scrub':
+      if (argument !== undefined) throw new UsageError(`unexpected argument: ${argument}`);
+      only('-o', values.output === undefined);
+      return { command, json: values.json ?? false };
     case 'status':
     case 'cancel':
       if (!argument) throw new UsageError(`${command} needs a job id`);
@@ -326,4 +340,46 @@ async function cancelCommand(deps: CliDeps, api: ApiClient, jobId: string): Prom
   const job = await api.cancel(jobId);
   deps.stdout.write(`job ${job.job_id}: ${job.status}\n`);
   return EXIT.ok;
+}
+
+/**
+ * Asks the service for a scrub pass and follows it to its end on the same node, one request of up
+ * to SCRUB_WAIT_S at a time (below the time-outs of proxies in between).
+ */
+async function scrubCommand(deps: CliDeps, api: ApiClient, json: boolean): Promise<ExitCode> {
+  let report = await api.scrub(SCRUB_WAIT_S, deps.signal);
+  const passId = report.pass_id;
+  while (report.status === 'running') {
+    if (!json) deps.stdout.write(`scrub ${passId} on ${report.node_id}: running, ${report.checked} checked, ${formatBytes(report.bytes_read)} read\n`);
+    report = await api.scrubReport(SCRUB_WAIT_S, deps.signal);
+    if (report.pass_id !== passId) {
+      deps.stderr.write(`source-fetch: the service answered about another scrub pass (${report.pass_id}): point SOURCE_FETCH_URL at the node that runs ${passId}\n`);
+      return EXIT.unavailable;
+    }
+  }
+  if (json) deps.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+  else for (const line of scrubSummary(report)) deps.stdout.write(`${line}\n`);
+  if (report.status !== 'done') {
+    deps.stderr.write(`source-fetch: scrub pass ${passId} ${report.status}: ${report.error ?? 'no reason given'}\n`);
+    return EXIT.unavailable;
+  }
+  return report.corrupt + report.missing + report.unreadable > 0 ? EXIT.storeProblems : EXIT.ok;
+}
+
+function scrubSummary(report: ScrubReport): string[] {
+  const lines = [
+    `scrub ${report.pass_id} on ${report.node_id}: ${report.status}: ${report.checked} checked, ${formatBytes(report.bytes_read)} read; ` +
+      `${report.corrupt} corrupt (${report.moved} moved to the quarantine folder), ${report.missing} missing, ${report.unreadable} unreadable`,
+  ];
+  for (const finding of report.findings) {
+    const artifact = `${finding.content_id}/${finding.name}`;
+    if (finding.problem === 'corrupt') {
+      const action = finding.action === 'quarantined' ? `quarantined as ${finding.quarantined_as}` : 'left for the next pass (a job was storing it)';
+      lines.push(`corrupt ${artifact}: SHA-256 ${finding.sha256}; ${action}`);
+    } else {
+      lines.push(`${finding.problem} ${artifact}${finding.error ? `: ${finding.error}` : ''}`);
+    }
+  }
+  if (report.findings_omitted > 0) lines.push(`(${report.findings_omitted} more not listed)`);
+  return lines;
 }
