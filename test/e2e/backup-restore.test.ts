@@ -4,7 +4,6 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseKind } from '../../src/db/database.js';
@@ -13,6 +12,7 @@ import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import { until } from '../support/until.js';
 
 /**
  * docs/backups.md, run as it is written: its "Back up" block for the database in use, taken while
@@ -60,16 +60,6 @@ async function runBlock(heading: string, env: Record<string, string>): Promise<v
 }
 
 const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 const TITLE: Record<DatabaseKind, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL' };
 

@@ -2,7 +2,6 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeRealtimeFfmpeg } from '../support/fake-tools.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
@@ -11,6 +10,7 @@ import { processesMatching } from '../support/processes.js';
 import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type LogLine, type ServiceHandle } from '../support/service.js';
 import { storedFiles } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import { until } from '../support/until.js';
 
 /**
  * Nothing of a lost attempt is left behind. The service is killed with SIGKILL at three moments
@@ -52,17 +52,6 @@ afterAll(async () => {
   await media?.close();
   if (toolsDir) await rm(toolsDir, { recursive: true, force: true });
 });
-
-/** Polls `probe` until it gives a value; fails with `what` and the last value seen. */
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 /** Live processes named `tool` (argv[0]'s base name) whose command line names `folder`. */
 async function toolsIn(folder: string, tool: string): Promise<number[]> {
@@ -207,7 +196,8 @@ describe.each(BACKENDS)('kill -9 at a known moment of a job leaves nothing behin
         expect(recovery).toMatchObject({ work_folders_removed: 1, incoming_removed: staged ? 1 : 0 });
         expect(existsSync(attempt)).toBe(false);
         if (staged) expect(existsSync(staged)).toBe(false);
-        expect(await processesMatching(`${jobId}.1/`)).toEqual([]);
+        // No tool of the dead attempt lives on (killed with the service, or at start: gone once reaped).
+        await until('no tool of the dead attempt', async () => ((await processesMatching(`${jobId}.1/`)).length === 0 ? true : undefined), 5_000);
 
         const done = await second.waitForJob(jobId, ['done', 'failed'], 60_000);
         expect(done, JSON.stringify(done)).toMatchObject({ status: 'done', attempts: 2 });
