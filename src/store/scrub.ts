@@ -225,11 +225,11 @@ function settle(deps: ScrubDeps, row: { contentId: string; name: string }, file:
   return deps.database.transaction(async (q): Promise<Settled> => {
     await lockContent(q, [contentId], 'remove');
     if (!(await cacheEntryFor(q, contentId, name))) return 'gone';
-    const now = lstatOrNull(file);
+    const onDisk = lstatOrNull(file);
     const pinned = (await pinnedAmong(q, [contentId], deps.now())).size > 0;
-    if (read.kind === 'missing') return now !== null || pinned ? 'changed' : 'found';
+    if (read.kind === 'missing') return onDisk !== null || pinned ? 'changed' : 'found';
     if (read.kind === 'unreadable') return 'found';
-    if (now === null || !sameFile(now, read.file)) return 'changed';
+    if (onDisk === null || !sameFile(onDisk, read.file)) return 'changed';
     if (pinned) return 'deferred';
 
     const { cacheEntries, aliases } = q.t;

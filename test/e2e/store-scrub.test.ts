@@ -13,6 +13,7 @@ import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import { until } from '../support/until.js';
 
 /**
  * The store scrub with the real service (yt-dlp and ffmpeg fetching from a media server on
@@ -195,11 +196,7 @@ describe('the background scrub (SCRUB_INTERVAL_S)', () => {
   it('finds and quarantines a corrupt file on its own, a second or two later', async () => {
     const { cid } = await fetchDone(svc, 'background');
     await flipOneByte(storedFile(svc, cid));
-    const deadline = Date.now() + 15_000;
-    while ((await metric(svc, 'source_fetch_store_scrub_corrupt_artifacts_total')) < 1) {
-      if (Date.now() > deadline) throw new Error('no background pass found the corrupt file');
-      await sleep(100);
-    }
+    await until('a background pass to find the corrupt file', async () => ((await metric(svc, 'source_fetch_store_scrub_corrupt_artifacts_total')) >= 1 ? true : undefined), 15_000);
     expect(existsSync(storedFile(svc, cid))).toBe(false);
     expect((await svc.request(`/artifacts/${cid}/audio.wav`)).status).toBe(404);
     const found = svc.logs.find((line) => line.msg.startsWith('store scrub: a stored file does not hash') && line.content_id === cid);
