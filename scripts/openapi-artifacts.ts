@@ -23,16 +23,12 @@ const unused = () => {
 export function renderOpenApiJson(): string {
   const app = createApp({
     log: createLogger('silent'),
-    checkKey: () => false,
-    submitSource: unused,
-    submitSourceBatch: unused,
+    admission: { validKey: unused, admit: unused, count: unused },
+    // The contract is described apart from the operations that answer it.
+    operations: [],
+    bodies: { body: unused, send: unused },
     getJob: unused,
-    readJob: unused,
-    cancelJob: unused,
-    renderJob: unused,
-    renderView: unused,
     jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
-    serveArtifact: unused,
     checkHealth: unused,
     metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused, downloaderRelease: unused }),
     scrubber: { request: unused, latest: unused },

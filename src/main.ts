@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { statfsSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import type { JobRow } from './db/database.js';
 import { openDatabase } from './db/open.js';
-import { createArtifactDelivery } from './delivery/handler.js';
+import { createArtifactOperation } from './delivery/artifact-operation.js';
+import { createFileBodies } from './delivery/file-body.js';
 import { createUrlSigner } from './delivery/signed-url.js';
 import { createUsageLogReader } from './delivery/usage-log.js';
 import { createTcpDialer, startEgressGuard } from './egress/guard.js';
@@ -16,15 +16,16 @@ import { createUpstreamProxyDialer } from './egress/upstream-proxy.js';
 import { createHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
-import { createJobLane } from './http/job-lane.js';
 import { createJobRenderer } from './http/job-record.js';
-import { createTokenBucketLimiter } from './http/middleware/rate-limit.js';
+import { createTokenBucketLimiter } from './http/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
 import { problemResponse } from './http/problem.js';
-import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES } from './http/routes/sources.js';
+import { createKeyAdmission } from './http/key-admission.js';
+import { createNodeRouter } from './http/node-router.js';
+import { jobOperations } from './http/routes/jobs.js';
+import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES, sourceOperations } from './http/routes/sources.js';
 import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
-import { createSubmitLane } from './http/submit-lane.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createJobService } from './jobs/job-service.js';
@@ -339,15 +340,6 @@ async function main(): Promise<void> {
   wakeWorkers = () => workers.wake();
 
   const signer = createUrlSigner(signingSecret, { now });
-  const checkKey = createKeyChecker(apiKeys);
-  const delivery = createArtifactDelivery({
-    artifactRoot: config.artifactRoot,
-    accelRedirectPrefix: config.accelRedirectPrefix,
-    checkKey,
-    signer,
-    onServed: (cid) => usage.touch(cid),
-    now,
-  });
   const jobs = createJobService({
     database,
     now,
@@ -407,39 +399,37 @@ async function main(): Promise<void> {
   });
   const jobEvents = createJobEventStreams({ watcher: jobWatcher, render: renderJob, ...config.events });
 
-  const rateLimiter =
-    config.rateLimitPerMinute > 0 ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }) : undefined;
-  const app = createApp({
-    log,
-    checkKey,
-    submitSource: (input, requestId) => jobs.submit(input, requestId),
-    submitSourceBatch: (input, requestId) => jobs.submitBatch(input, requestId),
-    getJob: (id) => jobs.get(id),
-    readJob,
-    cancelJob: (id) => jobs.cancel(id),
-    renderJob,
-    renderView,
-    jobEvents,
-    serveArtifact: delivery.handle,
-    checkHealth,
-    metrics,
-    rateLimiter,
-    scrubber,
+  const admission = createKeyAdmission({
+    checkKey: createKeyChecker(apiKeys),
+    rateLimiter:
+      config.rateLimitPerMinute > 0 ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }) : undefined,
   });
-
-  // Answered before the app, which answers everything else and, while shutting down, everything
-  // (503): signed URLs when there is no nginx (src/delivery/signed-lane.ts), getJob
-  // (src/http/job-lane.ts) and submitSource (src/http/submit-lane.ts).
-  const signedLane = config.accelRedirectPrefix === null ? delivery.signedLane({ log }) : undefined;
-  const jobLane = createJobLane({ checkKey, rateLimiter, readJob, log });
-  const submitLane = createSubmitLane({ checkKey, rateLimiter, submit: (input, requestId) => jobs.submit(input, requestId), render: renderView, log });
-  const apiLanes = (req: IncomingMessage, res: ServerResponse, toApp: () => void) => jobLane(req, res, () => submitLane(req, res, toApp));
-  const lanes = (req: IncomingMessage, res: ServerResponse, toApp: () => void) =>
-    signedLane ? signedLane(req, res, () => apiLanes(req, res, toApp)) : apiLanes(req, res, toApp);
+  const operations = [
+    ...sourceOperations({
+      admission,
+      submit: (input, requestId) => jobs.submit(input, requestId),
+      submitBatch: (input, requestId) => jobs.submitBatch(input, requestId),
+      render: renderJob,
+      renderView,
+    }),
+    ...jobOperations({ admission, read: readJob, cancel: (id) => jobs.cancel(id), render: renderJob }),
+    createArtifactOperation({
+      artifactRoot: config.artifactRoot,
+      accelRedirectPrefix: config.accelRedirectPrefix,
+      admission,
+      signer,
+      onServed: (cid) => usage.touch(cid),
+      now,
+    }),
+  ];
+  const bodies = createFileBodies();
+  const app = createApp({ log, admission, operations, bodies, getJob: (id) => jobs.get(id), jobEvents, checkHealth, metrics, scrubber });
+  // The operations straight from node's server; the app answers everything else and, while shutting down, everything (503).
+  const nodeRouter = createNodeRouter(operations, { bodies, log });
   const server = startHttpServer(
     {
       envelope: createRequestEnvelope({ log, observeRequest: (...args) => metrics.observeRequest(...args) }),
-      beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : lanes(req, res, toApp)),
+      beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : nodeRouter(req, res, toApp)),
       fetch: (req, ...rest) =>
         shutdown.stopping
           ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })

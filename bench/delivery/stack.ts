@@ -1,9 +1,9 @@
 /**
  * The delivery stack without the job pipeline, shared by the delivery tests and the benchmark:
  * an artifact root in a temp folder holding real 44.1 kHz WAVs at their content addresses (with
- * a secret file next to the root that must never be served), and the delivery handler mounted
- * in a tiny Hono app on 127.0.0.1 with the service's real error handler; without nginx, the
- * signed lane in front of it, as src/main.ts mounts it.
+ * a secret file next to the root that must never be served), and getArtifact's operation mounted
+ * in a tiny Hono app on 127.0.0.1 with the service's real request context and error handler, and
+ * node's router in front of it dispatching to the same operation, as src/main.ts mounts them.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -13,9 +13,15 @@ import path from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
 import { createServer, type RequestListener, type ServerOptions } from 'node:http';
-import { createArtifactDelivery } from '../../src/delivery/handler.js';
+import { createArtifactOperation } from '../../src/delivery/artifact-operation.js';
+import { createFileBodies } from '../../src/delivery/file-body.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
+import type { AppEnv } from '../../src/http/env.js';
+import { honoOperation } from '../../src/http/hono-operation.js';
+import { createKeyAdmission } from '../../src/http/key-admission.js';
+import { requestContext } from '../../src/http/middleware/request-context.js';
+import { createNodeRouter } from '../../src/http/node-router.js';
 import { createRequestEnvelope } from '../../src/http/request-envelope.js';
 import { createErrorHandler } from '../../src/http/problem.js';
 import { createLogger } from '../../src/logger.js';
@@ -69,8 +75,8 @@ export interface SeenRequest {
   method: string;
   path: string;
   range: string | undefined;
-  /** Answered by the signed lane, before the Hono app. */
-  lane: boolean;
+  /** Answered by node's router, before the Hono app. */
+  byRouter: boolean;
 }
 
 export interface DeliveryApp {
@@ -90,52 +96,52 @@ export async function startDeliveryApp(options: {
   now?: () => number;
   /** Keep `seen` and `served` (default true; the benchmark turns it off). */
   record?: boolean;
-  /** The signed lane in front of the app (default: without nginx, as the service does). */
-  signedLane?: boolean;
+  /** Node's router in front of the app (default true, as the service has it). */
+  nodeRouter?: boolean;
 }): Promise<DeliveryApp> {
   const record = options.record ?? true;
   const signer = createUrlSigner(SIGNING_SECRET, { now: options.now });
   const seen: SeenRequest[] = [];
   const served: string[] = [];
-  const app = new Hono();
+  const log = createLogger('silent');
+  const app = new Hono<AppEnv>();
+  app.use('*', requestContext({ log }));
   app.onError(createErrorHandler(() => ({ error: () => undefined })));
   if (record) {
     app.use('*', async (c, next) => {
-      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), lane: false });
+      seen.push({ method: c.req.method, path: c.req.path, range: c.req.header('range'), byRouter: false });
       await next();
     });
   }
-  const delivery = createArtifactDelivery({
+  const binding = createArtifactOperation({
     artifactRoot: options.root,
     accelRedirectPrefix: options.accelRedirectPrefix,
-    checkKey: createKeyChecker([API_KEY]),
+    admission: createKeyAdmission({ checkKey: createKeyChecker([API_KEY]) }),
     signer,
     onServed: record ? (cid) => served.push(cid) : undefined,
   });
-  app.on(['GET', 'HEAD'], '/artifacts/:cid/:name', delivery.handle);
-  const lane =
-    (options.signedLane ?? options.accelRedirectPrefix === null)
-      ? delivery.signedLane({ log: createLogger('silent') })
-      : undefined;
-  // Around both, as around the service's: the request id (the lane's request is compared with the app's).
+  const bodies = createFileBodies();
+  app.on(binding.method, binding.path, honoOperation(binding.operation, bodies));
+  const router = (options.nodeRouter ?? true) ? createNodeRouter([binding], { bodies, log }) : undefined;
+  // Around both, as around the service's: the request id (the router's answer is compared with the app's).
   const envelope = createRequestEnvelope({ log: createLogger('silent'), observeRequest: () => undefined });
-  const withLane = ((serverOptions: ServerOptions, listener: RequestListener) =>
+  const withRouter = ((serverOptions: ServerOptions, listener: RequestListener) =>
     createServer(serverOptions, (req, res) => {
-      if (!lane) return envelope(req, res, () => listener(req, res));
+      if (!router) return envelope(req, res, () => listener(req, res));
       let declined = false;
       envelope(req, res, () =>
-        lane(req, res, () => {
+        router(req, res, () => {
           declined = true;
           listener(req, res);
         }),
       );
-      // What the lane answered never reaches the app's recorder above.
+      // What the router answered never reaches the app's recorder above.
       const range = req.headers.range;
       const path = (req.url ?? '').split('?')[0]!;
-      if (record) res.once('close', () => declined || seen.push({ method: req.method!, path, range, lane: true }));
+      if (record) res.once('close', () => declined || seen.push({ method: req.method!, path, range, byRouter: true }));
     })) as typeof createServer;
   const server: ServerType = await new Promise((resolve) => {
-    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0, createServer: withLane }, () => resolve(s));
+    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0, createServer: withRouter }, () => resolve(s));
   });
   return {
     port: (server.address() as AddressInfo).port,

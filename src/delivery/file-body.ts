@@ -11,14 +11,11 @@ import type { ServerResponse } from 'node:http';
  * Requests for the same file share one descriptor: the first opens it, and it is closed once no
  * request has needed it for `lingerMs` (default 200 ms; 0: as soon as the last one finishes).
  * Under load a hot artifact then costs one read per request instead of open, read and close
- * (three trips through libuv's thread pool), which is what keeps the fallback ahead of a plain
- * fs.createReadStream server on small ranges: small ranges finish so fast that requests in flight
- * seldom overlap, and without the linger most of them opened and closed the file again (a
- * profile of the signed lane under 64 KiB ranges spent 3% of its main thread in open and close
- * alone, besides the thread-pool round trips). An evicted file is thus kept open (its disk space
- * held) that much longer. Reads are positional, so sharing is safe. The callback API is used
- * throughout: the FileHandle API's objects and promise plumbing cost a third of the app's time
- * per request.
+ * (three trips through libuv's thread pool): small ranges finish so fast that requests in flight
+ * seldom overlap, and without the linger most of them would open and close the file again. An
+ * evicted file is thus kept open (its disk space held) that much longer. Reads are positional,
+ * so sharing is safe. The callback API is used throughout: the FileHandle API's objects and
+ * promise plumbing cost more per request than the read itself (docs/benchmarks.md).
  *
  * Large chunks matter too: each costs one read, one promise round and one socket write, so 512 KiB
  * chunks move a 10 MB file in 20 rounds where fs.createReadStream's default 64 KiB needs 160.
@@ -33,8 +30,8 @@ const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW;
 export type FileBody = (absolutePath: string, start: number, end: number) => Promise<Uint8Array | ReadableStream<Uint8Array>>;
 
 /**
- * Bytes start..end of a file straight to a node response (the signed lane, src/delivery/
- * signed-lane.ts), with the same chunks and descriptor sharing. `writeHead` is called once the
+ * Bytes start..end of a file straight to a node response (src/http/node-router.ts), with the
+ * same chunks and descriptor sharing. `writeHead` is called once the
  * first chunk is read: a file that cannot be opened or read rejects before anything is written,
  * so the caller can still answer otherwise. Resolves once the last byte is handed to the socket,
  * or the client has gone.

@@ -1,5 +1,4 @@
 import { createHash, hash, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 
 /**
  * Checks a presented API key against the configured set. Keys are compared as SHA-256 digests
@@ -29,19 +28,4 @@ export function presentedKey(headers: { get(name: string): string | null | undef
     return match?.[1];
   }
   return headers.get('x-api-key')?.trim() || undefined;
-}
-
-/**
- * The key a node request presents, read as the app reads it (presentedKey on fetch's Headers), for
- * the lanes in front of the app; undefined when the app would read it otherwise: node keeps the
- * first of repeated Authorization headers, where fetch's Headers joins them and so refuses the
- * key (X-API-Key is joined by both).
- */
-export function nodeRequestKey(req: IncomingMessage): string | undefined {
-  let authorizations = 0;
-  for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    if (req.rawHeaders[i]!.length === 13 && req.rawHeaders[i]!.toLowerCase() === 'authorization') authorizations++;
-  }
-  if (authorizations > 1) return undefined;
-  return presentedKey({ get: (name) => req.headers[name] as string | undefined });
 }

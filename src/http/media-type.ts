@@ -1,8 +1,7 @@
 /**
  * The one rule that says whether a request body is declared as JSON, for every path that takes
- * one: the submit lane in front of the app (src/http/submit-lane.ts) and the app's jsonBody
- * (src/http/middleware/json-body.ts), for submitSource and submitSourceBatch alike. Anything it
- * refuses is answered 415 `unsupported_media_type`.
+ * one (src/http/json-request-body.ts: submitSource and submitSourceBatch). Anything it refuses
+ * is answered 415 `unsupported_media_type`.
  *
  * The Content-Type is read as the WHATWG MIME Sniffing standard parses one (as browsers and fetch
  * do): its essence is what comes before the first `;`, without surrounding whitespace, compared

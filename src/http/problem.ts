@@ -3,6 +3,7 @@ import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { ServiceError, type ErrorKind, type FieldError } from '../errors.js';
+import type { Answer } from './operation.js';
 
 /**
  * RFC 9457 problem documents. Every error the service answers goes through `problemResponse`,
@@ -74,40 +75,54 @@ export function problemDocument(
   };
 }
 
-export function problemResponse(
-  status: number,
-  code: string,
-  detail: string,
-  extra: {
-    requestId?: string;
-    fieldErrors?: FieldError[];
-    fields?: Record<string, unknown>;
-    headers?: Record<string, string>;
-  } = {},
-): Response {
-  return new Response(JSON.stringify(problemDocument(status, code, detail, extra)), {
+interface ProblemExtra {
+  requestId?: string;
+  fieldErrors?: FieldError[];
+  fields?: Record<string, unknown>;
+  headers?: Record<string, string>;
+}
+
+/** A problem document as an operation's answer (src/http/operation.ts). */
+export function problemAnswer(status: number, code: string, detail: string, extra: ProblemExtra = {}): Answer {
+  return {
     status,
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, ...extra.headers },
-  });
+    body: JSON.stringify(problemDocument(status, code, detail, extra)),
+  };
 }
+
+export function problemResponse(status: number, code: string, detail: string, extra: ProblemExtra = {}): Response {
+  const answer = problemAnswer(status, code, detail, extra);
+  return new Response(answer.body, { status, headers: answer.headers });
+}
+
+type SchemaIssues = { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> };
 
 /** A request that does not match its schema: 400 `validation_failed`, one field error per issue. */
-export function validationProblem(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> }, requestId: string | undefined): Response {
+export function validationError(error: SchemaIssues): ServiceError {
   const fieldErrors = error.issues.map((issue) => ({ path: issue.path.map(String).join('.') || '(body)', message: issue.message }));
-  return problemResponse(400, 'validation_failed', 'The request is not valid.', { requestId, fieldErrors });
+  return new ServiceError('invalid_input', 'validation_failed', 'The request is not valid.', { fieldErrors });
 }
 
-/** The response for a ServiceError, wherever it was thrown. */
-export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
+export function validationProblem(error: SchemaIssues, requestId: string | undefined): Response {
+  return serviceErrorResponse(validationError(error), requestId);
+}
+
+/** The answer for a ServiceError, wherever it was thrown. */
+export function serviceErrorAnswer(err: ServiceError, requestId?: string): Answer {
   const headers: Record<string, string> = {};
   if (err.extra.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.extra.retryAfterSeconds);
   if (err.kind === 'unauthorized') headers['www-authenticate'] = 'Bearer';
-  return problemResponse(statusOf(err), err.code, err.message, {
+  return problemAnswer(statusOf(err), err.code, err.message, {
     requestId,
     fieldErrors: err.extra.fieldErrors,
     fields: err.extra.fields,
     headers,
   });
+}
+
+export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
+  return responseOf(serviceErrorAnswer(err, requestId));
 }
 
 /** An HTTPException's code where the service documents one for its status. */
@@ -140,12 +155,12 @@ const OUTAGE_RETRY_AFTER_S = 5;
  * (database_unavailable, or storage_full where a write was refused for want of space); anything
  * else logged with its stack and answered as a bare 500.
  */
-export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {
-  if (err instanceof ServiceError) return serviceErrorResponse(err, requestId);
+export function errorAnswer(err: unknown, requestId: string | undefined, log: ErrorLogger): Answer {
+  if (err instanceof ServiceError) return serviceErrorAnswer(err, requestId);
   const outage = databaseOutage(err);
   if (outage !== null) {
     log.error({ err }, outage === 'full' ? 'the database refused a write: no space' : 'the database cannot be reached');
-    return serviceErrorResponse(
+    return serviceErrorAnswer(
       outage === 'full'
         ? new ServiceError('unavailable', 'storage_full', 'The service has no storage space left for this request; try again later.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S })
         : new ServiceError('unavailable', 'database_unavailable', 'The database cannot be reached right now; try again shortly.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S }),
@@ -153,5 +168,14 @@ export function errorResponse(err: unknown, requestId: string | undefined, log: 
     );
   }
   log.error({ err }, 'unhandled error');
-  return problemResponse(500, 'internal_error', 'The server failed to handle this request.', { requestId });
+  return problemAnswer(500, 'internal_error', 'The server failed to handle this request.', { requestId });
+}
+
+export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {
+  return responseOf(errorAnswer(err, requestId, log));
+}
+
+/** A bodied answer as a web Response (problem documents and JSON: never a file). */
+function responseOf(answer: Answer): Response {
+  return new Response(answer.body ?? null, { status: answer.status, headers: answer.headers });
 }

@@ -3,11 +3,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logger.js';
 
 /**
- * What every request gets, whoever answers it (the Hono app, or a lane in front of it such as
- * the fallback's signed lane): a request id, one access-log line and the request metrics. Done
- * once, on node's own request and response, so that a lane does not repeat it (the signed lane
- * used to) and no Hono middleware sets headers after `next()` (which makes @hono/node-server
- * build a Headers object for the answer; measured, that was a few percent of getJob, not more).
+ * What every request gets, whichever dispatcher answers it (node's router or the Hono app): a
+ * request id, one access-log line and the request metrics. Done once, on node's own request and
+ * response, so that no Hono middleware sets headers after `next()` (which makes @hono/node-server
+ * build a Headers object for the answer).
  *
  * - The request id is the client's X-Request-Id when well-formed, else a new one; it goes out on
  *   the answer (set on the response before anyone writes its head, so error answers carry it too).
@@ -25,8 +24,6 @@ export interface RequestFacts {
   jobId?: string;
   /** A submission's outcome, for its access line: the job's status, whether born done, whether with a callback. */
   submitted?: { status: string; bornDone: boolean; callback: boolean };
-  /** Whether a lane in front of the app has counted the request against its key's rate limit already. */
-  rateCounted?: boolean;
   /** A logger that stamps the request id on every line (made on first use). */
   readonly log: Logger;
 }

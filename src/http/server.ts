@@ -31,8 +31,8 @@ export interface HttpServerOptions {
   /** The largest request body the operation at this path accepts. */
   maxRequestBodyBytes: (path: string) => number;
   /**
-   * Answers some requests straight from node's server, ahead of the app (the lanes:
-   * src/delivery/signed-lane.ts, src/http/job-lane.ts); calls `toApp` for every other one.
+   * Answers the requests it has an operation for straight from node's server, ahead of the app
+   * (src/http/node-router.ts); calls `toApp` for every other one.
    */
   beforeApp?: (req: IncomingMessage, res: ServerResponse, toApp: () => void) => void;
   /** Around every request, whoever answers it: request id, access log, metrics. */
@@ -75,11 +75,7 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
   const listener = getRequestListener(async (request, env) => {
     const bindings = env as HttpBindings;
     const response = await options.fetch(request, bindings);
-    // Checked once the app has answered: a body it read to the end leaves nothing behind.
-    if (bodyLeftUnread(bindings.incoming)) {
-      bindings.outgoing.setHeader('connection', 'close');
-      lingerBeforeClosing(bindings.incoming.socket, bindings.incoming);
-    }
+    closeIfBodyLeftUnread(bindings.incoming, bindings.outgoing);
     return response;
   });
   const before = options.beforeApp;
@@ -266,6 +262,16 @@ function closesConnection(res: ServerResponse): boolean {
 
 function declaredLength(request: IncomingMessage): number {
   return Number(request.headers['content-length'] ?? 0);
+}
+
+/**
+ * Called once an answer is ready, before its head is written: an answer given without reading the
+ * request's body to the end (an early 401, 413 or 415) closes the connection, lingering.
+ */
+export function closeIfBodyLeftUnread(req: IncomingMessage, res: ServerResponse): void {
+  if (!bodyLeftUnread(req)) return;
+  res.setHeader('connection', 'close');
+  lingerBeforeClosing(req.socket, req);
 }
 
 function bodyLeftUnread(request: IncomingMessage): boolean {

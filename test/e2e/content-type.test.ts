@@ -1,8 +1,7 @@
 /**
  * One Content-Type rule for every path that takes a submission (src/http/media-type.ts), against
- * the real service and a real nginx in front of it on loopback: the submit lane (POST /sources
- * with a Content-Length), the app (a query, or a chunked body, which the lane leaves to it), a
- * batch, and nginx. Each Content-Type gets the same answer on every path: accepted, or 415
+ * the real service and a real nginx in front of it on loopback: POST /sources with a
+ * Content-Length, with a query, with a chunked body, a batch, and through nginx. Each Content-Type gets the same answer on every path: accepted, or 415
  * `unsupported_media_type`. And a batch's items say what a submission of the same URL alone says.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -60,9 +59,9 @@ const freshUrl = () => `http://127.0.0.1:9/content-type-${++urls}.m4a`;
 async function outcomes(contentType: string | undefined): Promise<Record<string, [number, unknown]>> {
   const single = () => JSON.stringify({ url: freshUrl() });
   const answers: Record<string, Answer> = {
-    lane: await post(svc.port, '/sources', contentType, single()),
-    app: await post(svc.port, '/sources?via=app', contentType, single()),
-    'app, chunked': await post(svc.port, '/sources', contentType, single(), true),
+    sized: await post(svc.port, '/sources', contentType, single()),
+    'with a query': await post(svc.port, '/sources?via=query', contentType, single()),
+    chunked: await post(svc.port, '/sources', contentType, single(), true),
     nginx: await post(nginx.port, '/sources', contentType, single()),
     batch: await post(svc.port, '/sources/batch', contentType, JSON.stringify({ urls: [freshUrl()] })),
   };
@@ -72,8 +71,8 @@ async function outcomes(contentType: string | undefined): Promise<Record<string,
   return Object.fromEntries(Object.entries(answers).map(([name, answer]) => [name, [answer.status, answer.body.code ?? null]]));
 }
 
-const ACCEPTED = { lane: [202, null], app: [202, null], 'app, chunked': [202, null], nginx: [202, null], batch: [200, null] };
-const REFUSED = { lane: [415, 'unsupported_media_type'], app: [415, 'unsupported_media_type'], 'app, chunked': [415, 'unsupported_media_type'], nginx: [415, 'unsupported_media_type'], batch: [415, 'unsupported_media_type'] };
+const ACCEPTED = { sized: [202, null], 'with a query': [202, null], chunked: [202, null], nginx: [202, null], batch: [200, null] };
+const REFUSED = { sized: [415, 'unsupported_media_type'], 'with a query': [415, 'unsupported_media_type'], chunked: [415, 'unsupported_media_type'], nginx: [415, 'unsupported_media_type'], batch: [415, 'unsupported_media_type'] };
 
 describe('one Content-Type rule', () => {
   it.each(['application/json', 'application/json; charset=utf-8', 'application/json;', 'application/json ;', 'application/json; charset', 'application/vnd.x+json', 'application/vnd.api_v2+json', 'APPLICATION/JSON'])(
@@ -102,10 +101,10 @@ describe("a batch's items say what a submission alone says", () => {
   ] as Array<[string, number, [number, string | null]]>)('a URL of %s', async (_label, length, [status, code]) => {
     const url = ofLength(length);
     const body = JSON.stringify({ url });
-    const lane = await post(svc.port, '/sources', 'application/json', body);
+    const single = await post(svc.port, '/sources', 'application/json', body);
     const app = await post(svc.port, '/sources?via=app', 'application/json', body);
     const batch = await post(svc.port, '/sources/batch', 'application/json', JSON.stringify({ urls: [url] }));
-    expect([lane.status, lane.body.code ?? null]).toEqual([status, code]);
+    expect([single.status, single.body.code ?? null]).toEqual([status, code]);
     expect([app.status, app.body.code ?? null]).toEqual([status, code]);
     expect(batch.status).toBe(200);
     const [item] = batch.body.results as Array<{ outcome: string; problem?: { status: number; code: string; detail: string } }>;
@@ -113,7 +112,7 @@ describe("a batch's items say what a submission alone says", () => {
       expect(item!.outcome).toBe('accepted');
     } else {
       expect(item!.outcome).toBe('refused');
-      expect({ status: item!.problem!.status, code: item!.problem!.code, detail: item!.problem!.detail }).toEqual({ status, code, detail: lane.body.detail });
+      expect({ status: item!.problem!.status, code: item!.problem!.code, detail: item!.problem!.detail }).toEqual({ status, code, detail: single.body.detail });
     }
   });
 });

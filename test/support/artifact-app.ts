@@ -1,5 +1,5 @@
 /**
- * The delivery handler alone in a Hono app, with a fixed clock, a real file under a temp root and
+ * getArtifact's operation alone in a Hono app, with a fixed clock, a real file under a temp root and
  * a record of what it counted as served: for unit tests of what it answers.
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -7,10 +7,16 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Hono } from 'hono';
 import { afterAll, beforeAll } from 'vitest';
-import { createArtifactHandler } from '../../src/delivery/handler.js';
+import { createArtifactOperation } from '../../src/delivery/artifact-operation.js';
+import { createFileBodies } from '../../src/delivery/file-body.js';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
+import type { AppEnv } from '../../src/http/env.js';
+import { honoOperation } from '../../src/http/hono-operation.js';
+import { createKeyAdmission } from '../../src/http/key-admission.js';
+import { requestContext } from '../../src/http/middleware/request-context.js';
 import { createErrorHandler } from '../../src/http/problem.js';
+import { createLogger } from '../../src/logger.js';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
 
 export const CID = 'c'.repeat(64);
@@ -36,20 +42,18 @@ export function artifactAppFixture() {
     await rm(root, { recursive: true, force: true });
   });
   const appFor = (accelRedirectPrefix: string | null) => {
-    const app = new Hono();
+    const app = new Hono<AppEnv>();
+    app.use('*', requestContext({ log: createLogger('silent') }));
     app.onError(createErrorHandler(() => ({ error: () => undefined })));
-    app.on(
-      ['GET', 'HEAD'],
-      '/artifacts/:cid/:name',
-      createArtifactHandler({
-        artifactRoot: root,
-        accelRedirectPrefix,
-        checkKey: createKeyChecker([KEY]),
-        signer: createUrlSigner(SIGNING_SECRET, { now: () => NOW }),
-        onServed: (cid) => served.push(cid),
-        now: () => NOW,
-      }),
-    );
+    const { method, path: route, operation } = createArtifactOperation({
+      artifactRoot: root,
+      accelRedirectPrefix,
+      admission: createKeyAdmission({ checkKey: createKeyChecker([KEY]) }),
+      signer: createUrlSigner(SIGNING_SECRET, { now: () => NOW }),
+      onServed: (cid) => served.push(cid),
+      now: () => NOW,
+    });
+    app.on(method, route, honoOperation(operation, createFileBodies()));
     return app;
   };
   return { served, appFor };

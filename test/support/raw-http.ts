@@ -9,10 +9,12 @@ export interface RawResponse {
   status: number;
   /** Lower-case names. */
   headers: Map<string, string>;
-  /** Everything the server sent, head included. */
+  /** Everything the server sent from the final answer's head on (interim answers dropped). */
   raw: Buffer;
   /** Bytes after the head. */
   bodyBytes: number;
+  /** The bytes after the head, as sent. */
+  body: Buffer;
 }
 
 export function rawRequest(port: number, method: 'GET' | 'HEAD', target: string, headers: Record<string, string> = {}): Promise<RawResponse> {
@@ -25,11 +27,13 @@ export function rawRequest(port: number, method: 'GET' | 'HEAD', target: string,
     socket.on('data', (chunk: Buffer) => chunks.push(chunk));
     socket.on('error', reject);
     socket.on('close', () => {
-      const raw = Buffer.concat(chunks);
+      let raw = Buffer.concat(chunks);
+      // Interim answers (100 Continue) come before the final one.
+      while (/^HTTP\/1\.1 1\d\d /.test(raw.subarray(0, 13).toString('latin1'))) raw = raw.subarray(raw.indexOf('\r\n\r\n') + 4);
       const split = raw.indexOf('\r\n\r\n');
       const head = raw.subarray(0, Math.max(0, split)).toString('latin1').split('\r\n');
       const parsed = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
-      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers: parsed, raw, bodyBytes: split < 0 ? 0 : raw.length - split - 4 });
+      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers: parsed, raw, bodyBytes: split < 0 ? 0 : raw.length - split - 4, body: split < 0 ? Buffer.alloc(0) : raw.subarray(split + 4) });
     });
   });
 }

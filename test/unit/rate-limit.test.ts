@@ -1,8 +1,8 @@
-import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
-import type { AppEnv } from '../../src/http/env.js';
-import { createTokenBucketLimiter, keyIdentity, rateLimit } from '../../src/http/middleware/rate-limit.js';
-import { createErrorHandler } from '../../src/http/problem.js';
+import { createKeyChecker } from '../../src/http/api-key.js';
+import { createKeyAdmission } from '../../src/http/key-admission.js';
+import { createTokenBucketLimiter, keyIdentity } from '../../src/http/rate-limit.js';
+import type { ServiceError } from '../../src/errors.js';
 
 /** The per-key token bucket, with an injected clock. */
 function clock(start = 1_000_000) {
@@ -93,48 +93,49 @@ describe('keyIdentity', () => {
   });
 });
 
-describe('rateLimit middleware', () => {
-  function app(burst: number, c = clock()) {
+describe('key admission', () => {
+  const KEYS = ['key-a-0123456789abcdef', 'key-b-0123456789abcdef'];
+  function admission(burst: number) {
+    const c = clock();
     const limiter = createTokenBucketLimiter({ perMinute: 60, burst, now: c.now });
     const seen: string[] = [];
-    const hono = new Hono<AppEnv>();
-    hono.onError(createErrorHandler(() => ({ error: () => {} })));
-    hono.use(
-      '*',
-      rateLimit({
-        limiter: {
-          take: (id) => {
-            seen.push(id);
-            return limiter.take(id);
-          },
+    const admit = createKeyAdmission({
+      checkKey: createKeyChecker(KEYS),
+      rateLimiter: {
+        take: (id) => {
+          seen.push(id);
+          return limiter.take(id);
         },
-        identify: (ctx) => (ctx.req.path === '/healthz' ? undefined : (ctx.req.header('x-api-key') ?? undefined)),
-      }),
-    );
-    hono.get('*', (ctx) => ctx.text('ok'));
-    return { hono, seen, clock: c };
+      },
+    });
+    return { admit, seen, clock: c };
   }
+  const withKey = (key: string | undefined) => ({ header: (name: string) => (name === 'x-api-key' ? key : undefined) });
+  const refusal = (run: () => unknown) => {
+    try {
+      run();
+    } catch (err) {
+      return err as ServiceError;
+    }
+    throw new Error('admitted');
+  };
 
-  it('answers 429 problem+json rate_limited with Retry-After once the bucket is empty', async () => {
-    const { hono } = app(2);
-    const get = () => hono.request('/jobs/x', { headers: { 'x-api-key': 'a' } });
-    expect((await get()).status).toBe(200);
-    expect((await get()).status).toBe(200);
-    const res = await get();
-    expect(res.status).toBe(429);
-    expect(res.headers.get('content-type')).toBe('application/problem+json');
-    expect(res.headers.get('retry-after')).toBe('1');
-    const body = (await res.json()) as { code: string; status: number };
-    expect(body).toMatchObject({ code: 'rate_limited', status: 429 });
+  it('refuses rate_limited with Retry-After once the bucket is empty, per key', () => {
+    const { admit } = admission(2);
+    expect(admit.admit(withKey(KEYS[0]))).toBe(KEYS[0]);
+    expect(admit.admit(withKey(KEYS[0]))).toBe(KEYS[0]);
+    const refused = refusal(() => admit.admit(withKey(KEYS[0])));
+    expect(refused).toMatchObject({ kind: 'rate_limited', code: 'rate_limited', extra: { retryAfterSeconds: 1 } });
     // Another key has its own bucket.
-    expect((await hono.request('/jobs/x', { headers: { 'x-api-key': 'b' } })).status).toBe(200);
+    expect(admit.admit(withKey(KEYS[1]))).toBe(KEYS[1]);
   });
 
-  it('does not count requests it cannot identify, such as the health check', async () => {
-    const { hono, seen } = app(1);
-    for (let i = 0; i < 5; i++) expect((await hono.request('/healthz', { headers: { 'x-api-key': 'a' } })).status).toBe(200);
+  it('refuses a missing or wrong key as unauthorized without counting it, where a valid key is counted', () => {
+    const { admit, seen } = admission(1);
+    for (const key of [undefined, '', 'not-a-configured-key-000']) expect(refusal(() => admit.admit(withKey(key)))).toMatchObject({ kind: 'unauthorized' });
     expect(seen).toEqual([]);
-    expect((await hono.request('/jobs/x', { headers: { 'x-api-key': 'a' } })).status).toBe(200);
+    admit.admit(withKey(KEYS[0]));
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).not.toContain(KEYS[0]);
   });
-
 });

@@ -1,18 +1,10 @@
 import type { MiddlewareHandler } from 'hono';
 import type { HttpBindings } from '@hono/node-server';
 import type { Logger } from '../../logger.js';
-import { isContentId } from '../../store/layout.js';
 import type { AppEnv } from '../env.js';
+import { proxyLogHeaders } from '../proxy-log-headers.js';
 import { acceptedRequestId, newRequestFacts, requestFacts } from '../request-envelope.js';
-import { ARTIFACT_ROUTE, routeTemplate } from '../route-template.js';
-
-/**
- * For the reverse proxy's access log: the route template of every answer and, for artifacts,
- * the content id, in response headers that nginx logs and hides from clients
- * (nginx/templates/default.conf.template).
- */
-export const ROUTE_TEMPLATE_HEADER = 'X-Route-Template';
-export const CONTENT_ID_HEADER = 'X-Content-Id';
+import { routeTemplate } from '../route-template.js';
 
 /**
  * Hands the app the facts of its request (src/http/request-envelope.ts: request id, logger, the
@@ -30,10 +22,9 @@ export function requestContext(options: { log: Logger }): MiddlewareHandler<AppE
     c.set('facts', facts);
     const outgoing = bindings?.outgoing;
     if (outgoing) {
-      outgoing.setHeader(ROUTE_TEMPLATE_HEADER, facts.route);
       // The route's parameters are its handler's, not yet this middleware's: read off the path.
-      const cid = facts.route === ARTIFACT_ROUTE ? c.req.path.split('/')[2] : undefined;
-      if (cid !== undefined && isContentId(cid)) outgoing.setHeader(CONTENT_ID_HEADER, cid);
+      const headers = proxyLogHeaders(facts.route, { cid: c.req.path.split('/')[2] });
+      for (const [name, value] of Object.entries(headers)) outgoing.setHeader(name, value);
     }
     await next();
   };

@@ -1,6 +1,5 @@
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import { z } from '@hono/zod-openapi';
-import type { Handler } from 'hono';
 import type { AppEnv } from '../env.js';
 import { problemResponseSpec } from '../error-responses.js';
 
@@ -15,11 +14,10 @@ const SignatureQuery = z.object({
 });
 
 /**
- * getArtifact. The handler comes from src/delivery (it answers Range, conditional requests and
- * internal redirects itself), so the route is declared in the OpenAPI registry and mounted as a
- * plain handler for GET and HEAD.
+ * getArtifact's contract. Its operation is src/delivery/artifact-operation.ts (it answers Range,
+ * conditional requests and internal redirects itself), mounted for GET and HEAD with the others.
  */
-export function registerArtifactRoutes(app: OpenAPIHono<AppEnv>, deps: { serve: Handler<AppEnv> }): void {
+export function registerArtifactContract(app: OpenAPIHono<AppEnv>): void {
   app.openAPIRegistry.registerPath({
     operationId: 'getArtifact',
     method: 'get',
@@ -38,5 +36,4 @@ export function registerArtifactRoutes(app: OpenAPIHono<AppEnv>, deps: { serve: 
       416: problemResponseSpec('Range not satisfiable.'),
     },
   });
-  app.on(['GET', 'HEAD'], '/artifacts/:cid/:name', deps.serve);
 }

@@ -1,17 +1,21 @@
 import type { HttpBindings } from '@hono/node-server';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
-import { presentedKey } from '../api-key.js';
+import type { KeyAdmission } from '../key-admission.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { JOB_EVENT, type JobEventStreams } from '../job-events.js';
-import { keyIdentity } from '../middleware/rate-limit.js';
+import { admitted } from '../middleware/admitted.js';
+import { jsonAnswer, type ApiRequest, type OperationBinding } from '../operation.js';
+import { validationError } from '../problem.js';
+import { keyIdentity } from '../rate-limit.js';
+import { honoPath, JOB_ROUTE } from '../route-template.js';
 import { JobIdParam, JobSchema, type JobRecord } from '../schemas.js';
 
 export const getJobRoute = createRoute({
   operationId: 'getJob',
   method: 'get',
-  path: '/jobs/{id}',
+  path: JOB_ROUTE,
   summary: 'The job record: status, progress, and the result or the error.',
   security,
   request: { params: JobIdParam },
@@ -76,32 +80,66 @@ export const getJobEventsRoute = createRoute({
   },
 });
 
-export function registerJobRoutes(
-  app: OpenAPIHono<AppEnv>,
-  deps: {
-    get: (id: string) => Promise<JobRow>;
-    read: (id: string) => Promise<JobRecord>;
-    cancel: (id: string) => Promise<JobRow>;
-    render: (job: JobRow) => Promise<JobRecord>;
-    events: JobEventStreams;
-  },
-): void {
-  app.openapi(getJobRoute, async (c) => {
-    const record = await deps.read(c.req.valid('param').id);
-    c.get('facts').jobId = record.job_id;
-    return c.json(record, 200);
-  });
-  app.openapi(cancelJobRoute, async (c) => {
-    const job = await deps.cancel(c.req.valid('param').id);
-    c.get('facts').jobId = job.id;
-    c.get('facts').log.info({ job_id: job.id }, 'job canceled');
-    return c.json(await deps.render(job), 200);
-  });
+/** The job id of a request's path: 400 validation_failed unless it is one. */
+function jobIdOf(request: ApiRequest): string {
+  const result = JobIdParam.safeParse(request.params);
+  if (!result.success) throw validationError(result.error);
+  return result.data.id;
+}
+
+/** getJob and cancelJob. */
+export function jobOperations(deps: {
+  admission: KeyAdmission;
+  /** The job's record, read in one go; throws not_found. */
+  read: (id: string) => Promise<JobRecord>;
+  cancel: (id: string) => Promise<JobRow>;
+  render: (job: JobRow) => Promise<JobRecord>;
+}): OperationBinding[] {
+  // Clients poll a job until it ends: a record shared by the polls of one second (createJobRenderer: frozen) is serialized once.
+  const bodies = new WeakMap<JobRecord, string>();
+  return [
+    {
+      method: 'GET',
+      path: honoPath(JOB_ROUTE),
+      operation: {
+        route: JOB_ROUTE,
+        async answer(request) {
+          deps.admission.admit(request);
+          const record = await deps.read(jobIdOf(request));
+          request.facts.jobId = record.job_id;
+          let body = bodies.get(record);
+          if (body === undefined) {
+            body = JSON.stringify(record);
+            if (Object.isFrozen(record)) bodies.set(record, body);
+          }
+          return jsonAnswer(200, body);
+        },
+      },
+    },
+    {
+      method: 'POST',
+      path: honoPath(cancelJobRoute.path),
+      operation: {
+        route: cancelJobRoute.path,
+        async answer(request) {
+          deps.admission.admit(request);
+          const job = await deps.cancel(jobIdOf(request));
+          request.facts.jobId = job.id;
+          request.facts.log.info({ job_id: job.id }, 'job canceled');
+          return jsonAnswer(200, JSON.stringify(await deps.render(job)));
+        },
+      },
+    },
+  ];
+}
+
+/** getJobEvents: a stream, answered by the app alone. */
+export function registerJobEventsRoute(app: OpenAPIHono<AppEnv>, deps: { admission: KeyAdmission; get: (id: string) => Promise<JobRow>; events: JobEventStreams }): void {
+  app.use(honoPath(getJobEventsRoute.path), admitted(deps.admission));
   app.openapi(getJobEventsRoute, async (c) => {
     const job = await deps.get(c.req.valid('param').id);
     c.get('facts').jobId = job.id;
-    // The key middleware has let only a valid key through.
-    const key = presentedKey(c.req.raw.headers)!;
+    const key = deps.admission.validKey({ header: (name) => c.req.header(name) })!;
     const log = c.get('facts').log;
     const request = { job, lastEventId: c.req.valid('header')['last-event-id'], keyIdentity: keyIdentity(key) };
     // Hono answers HEAD with the GET route's head and drops the body unread: no stream is opened.

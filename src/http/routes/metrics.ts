@@ -19,8 +19,8 @@ export const getMetricsRoute = createRoute({
   },
 });
 
-export function registerMetricsRoute(app: OpenAPIHono<AppEnv>, deps: { metrics: Metrics; requireKey: MiddlewareHandler<AppEnv> }): void {
-  app.use('/metrics', deps.requireKey);
+export function registerMetricsRoute(app: OpenAPIHono<AppEnv>, deps: { metrics: Metrics; admit: MiddlewareHandler<AppEnv> }): void {
+  app.use('/metrics', deps.admit);
   app.openapi(getMetricsRoute, async (c) => {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType });
   });

@@ -1,25 +1,23 @@
-import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
 import type { BatchItem, JobView, Submission } from '../../jobs/job-service.js';
 import { jobKeyIdentity } from '../../jobs/key-identity.js';
-import { presentedKey } from '../api-key.js';
-import type { AppEnv } from '../env.js';
+import type { KeyAdmission } from '../key-admission.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
-import { jsonBody } from '../middleware/json-body.js';
+import { jsonRequestBody } from '../json-request-body.js';
+import { jsonAnswer, type OperationBinding } from '../operation.js';
 import { problemDocument, statusOf } from '../problem.js';
+import { honoPath, SOURCES_ROUTE } from '../route-template.js';
 import { BatchResultSchema, JobSchema, MAX_BATCH_URLS, SubmitSourceBatchBody, SubmitSourceBody, type BatchResult, type JobRecord } from '../schemas.js';
 
 export const MAX_BODY_BYTES = 8 * 1024;
-
-/** The identity of the key the request presents (authentication has checked it): what its jobs record. */
-const submitterOf = (headers: Headers) => jobKeyIdentity(presentedKey(headers) ?? '');
 /** Room for MAX_BATCH_URLS URLs of the longest length, and a callback_url. */
 export const MAX_BATCH_BODY_BYTES = 256 * 1024;
 
 export const submitSourceRoute = createRoute({
   operationId: 'submitSource',
   method: 'post',
-  path: '/sources',
+  path: SOURCES_ROUTE,
   summary: 'Fetch the best audio of a URL as a 44.1 kHz WAV, asynchronously.',
   security: apiKeySecurity,
   request: { body: { content: { 'application/json': { schema: SubmitSourceBody } }, required: true } },
@@ -59,53 +57,64 @@ export const submitSourceBatchRoute = createRoute({
   },
 });
 
-export function registerSourceRoutes(
-  app: OpenAPIHono<AppEnv>,
-  deps: {
-    submit: (input: Submission, requestId: string) => Promise<JobView>;
-    submitBatch: (input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string) => Promise<BatchItem[]>;
-    render: (job: JobRow) => Promise<JobRecord>;
-    renderView: (view: JobView) => JobRecord;
-  },
-): void {
-  // Described in openapi.json like every operation, but served without @hono/zod-openapi's body
-  // checks (its own Content-Type rule, 415 `http_415`): jsonBody decides the media type by the
-  // service's one rule (src/http/media-type.ts), reads, parses and validates the body.
-  app.openAPIRegistry.registerPath(submitSourceRoute);
-  app.openAPIRegistry.registerPath(submitSourceBatchRoute);
+export interface SourceOperationsDeps {
+  admission: KeyAdmission;
+  submit: (input: Submission, requestId: string) => Promise<JobView>;
+  submitBatch: (input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string) => Promise<BatchItem[]>;
+  render: (job: JobRow) => Promise<JobRecord>;
+  renderView: (view: JobView) => JobRecord;
+}
 
-  app.post(submitSourceRoute.path, jsonBody({ maxBytes: MAX_BODY_BYTES, schema: SubmitSourceBody }), async (c) => {
-    const { url, callback_url: callbackUrl } = c.req.valid('json');
-    const view = await deps.submit({ url, callbackUrl, apiKeyId: submitterOf(c.req.raw.headers) }, c.get('facts').id);
-    const { job } = view;
-    // Told by the request's access line: a line of its own was up to a tenth of a born-done submission's CPU.
-    const facts = c.get('facts');
-    facts.jobId = job.id;
-    facts.submitted = { status: job.status, bornDone: job.bornDone, callback: callbackUrl !== undefined };
-    c.header('Location', `/jobs/${job.id}`);
-    return c.json(deps.renderView(view), 202);
-  });
-
-  app.post(submitSourceBatchRoute.path, jsonBody({ maxBytes: MAX_BATCH_BODY_BYTES, schema: SubmitSourceBatchBody }), async (c) => {
-    const { urls, callback_url: callbackUrl } = c.req.valid('json');
-    const requestId = c.get('facts').id;
-    const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: submitterOf(c.req.raw.headers) }, requestId);
-    const results: BatchResult['results'] = [];
-    for (const item of items) {
-      if ('job' in item) {
-        results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
-      } else {
-        const { refusal } = item;
-        // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
-        const retryAfter = refusal.extra.retryAfterSeconds;
-        const fields = { ...refusal.extra.fields, ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}) };
-        const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, { fieldErrors: refusal.extra.fieldErrors, fields });
-        results.push({ outcome: 'refused', url: item.url, problem });
-      }
-    }
-    const accepted = results.filter((result) => result.outcome === 'accepted').length;
-    const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
-    c.get('facts').log.info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
-    return c.json({ accepted, refused: results.length - accepted, results }, 200);
-  });
+/** submitSource and submitSourceBatch. Their bodies are read by jsonRequestBody, the media-type rule of src/http/media-type.ts. */
+export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[] {
+  return [
+    {
+      method: 'POST',
+      path: honoPath(SOURCES_ROUTE),
+      operation: {
+        route: SOURCES_ROUTE,
+        async answer(request) {
+          const key = deps.admission.admit(request);
+          const { url, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
+          const { facts } = request;
+          const view = await deps.submit({ url, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+          const { job } = view;
+          // Told by the request's access line, not a line of its own.
+          facts.jobId = job.id;
+          facts.submitted = { status: job.status, bornDone: job.bornDone, callback: callbackUrl !== undefined };
+          return jsonAnswer(202, JSON.stringify(deps.renderView(view)), { location: `/jobs/${job.id}` });
+        },
+      },
+    },
+    {
+      method: 'POST',
+      path: honoPath(submitSourceBatchRoute.path),
+      operation: {
+        route: submitSourceBatchRoute.path,
+        async answer(request) {
+          const key = deps.admission.admit(request);
+          const { urls, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BATCH_BODY_BYTES, SubmitSourceBatchBody);
+          const { facts } = request;
+          const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+          const results: BatchResult['results'] = [];
+          for (const item of items) {
+            if ('job' in item) {
+              results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
+            } else {
+              const { refusal } = item;
+              // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
+              const retryAfter = refusal.extra.retryAfterSeconds;
+              const fields = { ...refusal.extra.fields, ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}) };
+              const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, { fieldErrors: refusal.extra.fieldErrors, fields });
+              results.push({ outcome: 'refused', url: item.url, problem });
+            }
+          }
+          const accepted = results.filter((result) => result.outcome === 'accepted').length;
+          const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
+          facts.log.info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
+          return jsonAnswer(200, JSON.stringify({ accepted, refused: results.length - accepted, results }));
+        },
+      },
+    },
+  ];
 }

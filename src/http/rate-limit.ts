@@ -1,7 +1,4 @@
 import { createHash } from 'node:crypto';
-import type { MiddlewareHandler } from 'hono';
-import { ServiceError } from '../../errors.js';
-import type { AppEnv } from '../env.js';
 
 /**
  * A per-identity request rate limit: one token bucket per API key. A bucket holds at most
@@ -91,27 +88,4 @@ export function createTokenBucketLimiter(opts: TokenBucketOptions): RateLimiter 
 /** The bucket key of an API key: a digest, so the key itself is never held or logged here. */
 export function keyIdentity(apiKey: string): string {
   return createHash('sha256').update('rate-limit\0').update(apiKey).digest('base64url');
-}
-
-/**
- * Hono middleware: `identify` returns the identity a request is counted against, or undefined
- * for requests that are not limited here (the health check, requests without a valid key, which
- * authentication refuses on its own).
- */
-export function rateLimit(options: {
-  limiter: RateLimiter;
-  identify: (c: Parameters<MiddlewareHandler<AppEnv>>[0]) => string | undefined;
-}): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
-    const identity = options.identify(c);
-    if (identity !== undefined) {
-      const decision = options.limiter.take(identity);
-      if (!decision.allowed) {
-        throw new ServiceError('rate_limited', 'rate_limited', 'Too many requests with this API key; slow down and try again later.', {
-          retryAfterSeconds: decision.retryAfterSeconds,
-        });
-      }
-    }
-    await next();
-  };
 }

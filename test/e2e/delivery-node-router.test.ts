@@ -1,9 +1,7 @@
 /**
- * The signed lane: without nginx, signed URLs are answered straight from node's server, before the
- * Hono app (src/delivery/signed-lane.ts). It must take only what it can answer exactly as the app
- * would, hand everything else to the app, and leave the same traces (log line, metrics, usage).
- * First the delivery stack in this process (the lane in front of the bare app, as in the
- * benchmark), then the built service.
+ * getArtifact without nginx: node's router (src/http/node-router.ts) and the Hono app dispatch to
+ * the same operation, so they must answer alike and leave the same traces (log line, metrics,
+ * usage). First the delivery stack in this process (as in the benchmark), then the built service.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, open, readdir, readFile, readlink, rm, unlink } from 'node:fs/promises';
@@ -17,7 +15,7 @@ import { METRIC_PREFIX } from '../../src/metrics.js';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { rawRequest } from '../support/raw-http.js';
+import { rawRequest, type RawResponse } from '../support/raw-http.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
@@ -31,115 +29,105 @@ async function eventually(check: () => Promise<boolean> | boolean, timeoutMs: nu
   return check();
 }
 
-describe('the signed lane in front of the app', () => {
+describe("getArtifact through node's router and through the app", () => {
   let store: ArtifactStore;
   let wav: { cid: string; bytes: Buffer };
-  let app: DeliveryApp;
-  const base = () => `http://127.0.0.1:${app.port}`;
-  const last = () => app.seen.at(-1)!;
+  let routed: DeliveryApp;
+  let appOnly: DeliveryApp;
+  const last = (app: DeliveryApp) => app.seen.at(-1)!;
 
   beforeAll(async () => {
     store = await createArtifactStore();
     wav = await store.addWav(3);
-    app = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
+    routed = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null });
+    appOnly = await startDeliveryApp({ root: store.root, accelRedirectPrefix: null, nodeRouter: false });
   });
 
   afterAll(async () => {
-    await app?.close();
+    await routed?.close();
+    await appOnly?.close();
     await store?.remove();
   });
 
-  it('answers signed GETs (whole, range, If-Range) and HEADs itself, byte-exact, and counts the serve', async () => {
-    const target = app.signedPath(wav.cid);
-    app.served.length = 0;
-    const whole = await fetch(base() + target);
-    expect(whole.status).toBe(200);
-    expect(sha256(new Uint8Array(await whole.arrayBuffer()))).toBe(wav.cid);
-    expect(last()).toMatchObject({ lane: true, method: 'GET' });
-
-    const ranged = await fetch(base() + target, { headers: { range: 'bytes=1000-1999', 'if-range': `"${wav.cid}"` } });
-    expect(ranged.status).toBe(206);
-    expect(Buffer.from(await ranged.arrayBuffer()).equals(wav.bytes.subarray(1000, 2000))).toBe(true);
-    expect(last()).toMatchObject({ lane: true, range: 'bytes=1000-1999' });
-
-    const staleIfRange = await fetch(base() + target, { headers: { range: 'bytes=0-9', 'if-range': '"other"' } });
-    expect(staleIfRange.status).toBe(200);
-    await staleIfRange.arrayBuffer();
-
-    const head = await rawRequest(app.port, 'HEAD', target);
-    expect(head.status).toBe(200);
-    expect(head.bodyBytes).toBe(0);
-    expect(head.headers.get('content-length')).toBe(String(wav.bytes.length));
-    expect(last()).toMatchObject({ lane: true, method: 'HEAD' });
-    expect(app.served).toEqual([wav.cid, wav.cid, wav.cid, wav.cid]);
-  });
-
-  it('answers with the headers the app gives the same signed URL', async () => {
-    const { expires, signature } = app.signer.sign(wav.cid, 'audio.wav', 600);
-    const canonical = `${artifactUrlPath(wav.cid, 'audio.wav')}?expires=${expires}&sig=${signature}`;
-    // The same credential in another order: the lane leaves it to the app.
-    const reordered = `${artifactUrlPath(wav.cid, 'audio.wav')}?sig=${signature}&expires=${expires}`;
-    for (const headers of [{}, { range: 'bytes=100-199' }] as Array<Record<string, string>>) {
-      const viaLane = await fetch(base() + canonical, { headers });
-      await viaLane.arrayBuffer();
-      expect(last().lane).toBe(true);
-      const viaApp = await fetch(base() + reordered, { headers });
-      await viaApp.arrayBuffer();
-      expect(last().lane).toBe(false);
-      expect(viaLane.status).toBe(viaApp.status);
-      // The bare app here has no middleware: the request id and the proxy's log headers are
-      // compared in the service below.
-      const named = (res: Response) =>
-        Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id', 'x-route-template', 'x-content-id', 'keep-alive', 'connection'].includes(name)));
-      expect(named(viaLane)).toEqual(named(viaApp));
-      expect(viaLane.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+  /** The same request to both: the router answers one, the app the other, alike. */
+  async function both(method: 'GET' | 'HEAD', target: string, headers: Record<string, string> = {}) {
+    const answers = [];
+    for (const app of [routed, appOnly]) {
+      const res = await rawRequest(app.port, method, target, headers);
+      answers.push(res);
+      expect(last(app)).toMatchObject({ byRouter: app === routed, method });
     }
+    const [viaRouter, viaApp] = answers as [RawResponse, RawResponse];
+    const named = (res: RawResponse) => Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id', 'keep-alive', 'connection'].includes(name)));
+    expect(viaRouter.status).toBe(viaApp.status);
+    expect(named(viaRouter)).toEqual(named(viaApp));
+    // A problem document names its own request.
+    const body = (res: RawResponse) =>
+      res.headers.get('content-type') === 'application/problem+json' ? { ...(JSON.parse(res.body.toString('utf8')) as object), request_id: undefined } : res.body;
+    expect(body(viaRouter)).toEqual(body(viaApp));
+    return viaRouter;
+  }
+
+  it('answers signed GETs (whole, range, If-Range) and HEADs alike, byte-exact, and counts the serve', async () => {
+    const target = routed.signedPath(wav.cid);
+    routed.served.length = 0;
+    const whole = await both('GET', target);
+    expect(whole.status).toBe(200);
+    expect(sha256(whole.body)).toBe(wav.cid);
+    const ranged = await both('GET', target, { range: 'bytes=1000-1999', 'if-range': `"${wav.cid}"` });
+    expect(ranged.status).toBe(206);
+    expect(ranged.body.equals(wav.bytes.subarray(1000, 2000))).toBe(true);
+    expect((await both('GET', target, { range: 'bytes=0-9', 'if-range': '"other"' })).status).toBe(200);
+    const head = await both('HEAD', target);
+    expect(head.status).toBe(200);
+    expect(head.body.length).toBe(0);
+    expect(head.headers.get('content-length')).toBe(String(wav.bytes.length));
+    expect(routed.served).toEqual([wav.cid, wav.cid, wav.cid, wav.cid]);
   });
 
   it.each([
-    ['an API key', (signed: string) => [signed, { 'x-api-key': API_KEY }], 200, undefined],
+    ['the parameters in another order', (signed: string) => [signed.replace(/\?(expires=[^&]+)&(sig=.+)$/, '?$2&$1'), {}], 200, undefined],
+    ['an API key', (signed: string) => [signed.split('?')[0]!, { 'x-api-key': API_KEY }], 200, undefined],
     ['If-None-Match', (signed: string) => [signed, { 'if-none-match': '*' }], 304, undefined],
     ['an unsatisfiable range', (signed: string) => [signed, { range: 'bytes=99999999-' }], 416, 'range_not_satisfiable'],
     ['a tampered signature', (signed: string) => [signed.replace(/sig=(.)/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`), {}], 403, 'signature_invalid'],
     ['another parameter', (signed: string) => [`${signed}&x=1`, {}], 200, undefined],
     ['no signature', (signed: string) => [signed.split('?')[0]!, {}], 401, 'unauthorized'],
-  ] as const)('hands a request with %s to the app', async (_label, make, status, code) => {
-    const [target, headers] = make(app.signedPath(wav.cid));
-    const res = await fetch(base() + target, { headers });
+    ['a wrong key', (signed: string) => [signed.split('?')[0]!, { authorization: 'Bearer not-the-key-0123456789' }], 401, 'unauthorized'],
+    ['no such content', () => [artifactUrlPath('e'.repeat(64), 'audio.wav'), { 'x-api-key': API_KEY }], 404, 'artifact_not_found'],
+  ] as const)('answers a request with %s alike', async (_label, make, status, code) => {
+    const [target, headers] = make(routed.signedPath(wav.cid)) as [string, Record<string, string>];
+    const res = await both('GET', target, headers);
     expect(res.status).toBe(status);
-    if (code) expect(((await res.json()) as { code: string }).code).toBe(code);
-    else await res.arrayBuffer();
-    expect(last().lane).toBe(false);
+    if (code) expect((JSON.parse(res.body.toString('utf8')) as { code: string }).code).toBe(code);
   });
 
-  it('hands an expired signature to the app once it expires, though it verified it before', async () => {
-    const target = app.signedPath(wav.cid, 'audio.wav', 2);
-    const first = await fetch(base() + target);
+  it('refuses a signature once it expires, though it verified it before', async () => {
+    const target = routed.signedPath(wav.cid, 'audio.wav', 2);
+    const first = await fetch(`http://127.0.0.1:${routed.port}${target}`);
     expect(first.status).toBe(200);
     await first.arrayBuffer();
-    expect(last().lane).toBe(true);
     let res: Response | undefined;
     expect(
       await eventually(async () => {
-        res = await fetch(base() + target);
+        res = await fetch(`http://127.0.0.1:${routed.port}${target}`);
         if (res.status === 403) return true;
         await res.arrayBuffer();
         return false;
       }, 4000),
     ).toBe(true);
     expect(((await res!.json()) as { code: string }).code).toBe('signature_expired');
-    expect(last().lane).toBe(false);
   });
 
-  it('hands content evicted since it was served to the app, which answers 404', async () => {
-    const cid = await store.add(Buffer.from('evicted while the lane remembers it'));
-    const target = app.signedPath(cid);
-    expect((await fetch(base() + target)).status).toBe(200);
+  it('answers 404 for content evicted since it was served', async () => {
+    const cid = await store.add(Buffer.from('evicted while its path resolution is remembered'));
+    const target = routed.signedPath(cid);
+    expect((await fetch(`http://127.0.0.1:${routed.port}${target}`)).status).toBe(200);
     await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
     let res: Response | undefined;
     expect(
       await eventually(async () => {
-        res = await fetch(base() + target);
+        res = await fetch(`http://127.0.0.1:${routed.port}${target}`);
         if (res.status === 404) return true;
         await res.arrayBuffer();
         return false;
@@ -149,7 +137,7 @@ describe('the signed lane in front of the app', () => {
   });
 });
 
-describe('the signed lane in the service', () => {
+describe('signed artifacts in the service', () => {
   const BIG_CID = '2'.repeat(64);
   const GIB = 1024 ** 3;
   let media: MediaServer;
@@ -185,26 +173,25 @@ describe('the signed lane in the service', () => {
   const requestLines = () => svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
 
   it("leaves the app's traces: one access-log line with the same fields, the request metrics and the request id", async () => {
-    const [pathPart, query] = signed.split('?') as [string, string];
-    const params = new URLSearchParams(query);
-    const reordered = `${pathPart}?sig=${params.get('sig')}&expires=${params.get('expires')}`;
+    const params = new URLSearchParams(signed.split('?')[1]);
     const before = requestLines().length;
-    const viaLane = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'lane-request-1' });
-    const viaApp = await rawRequest(svc.port, 'GET', reordered, { range: 'bytes=0-99', 'x-request-id': 'app-request-1' });
-    expect([viaLane.status, viaApp.status]).toEqual([206, 206]);
-    expect(viaLane.headers.get('x-request-id')).toBe('lane-request-1');
+    const viaRouter = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'router-request-1' });
+    // `Expect: 100-continue` is answered by the app (node's 'checkContinue' bypasses the router).
+    const viaApp = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'app-request-1', expect: '100-continue' });
+    expect([viaRouter.status, viaApp.status]).toEqual([206, 206]);
+    expect(viaRouter.headers.get('x-request-id')).toBe('router-request-1');
     const replaced = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'not kept' });
     expect(replaced.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
     expect(await eventually(() => requestLines().length === before + 3, 3000)).toBe(true);
-    const [laneLine, appLine] = requestLines().slice(before);
-    expect(laneLine).toMatchObject({ request_id: 'lane-request-1', method: 'GET', status: 206 });
+    const [routerLine, appLine] = requestLines().slice(before);
+    expect(routerLine).toMatchObject({ request_id: 'router-request-1', method: 'GET', status: 206 });
     expect(appLine).toMatchObject({ request_id: 'app-request-1', method: 'GET', status: 206 });
     const shape = (line: Record<string, unknown>) => Object.keys(line).filter((key) => key !== 'time').sort();
-    expect(shape(laneLine!)).toEqual(shape(appLine!));
+    expect(shape(routerLine!)).toEqual(shape(appLine!));
     const named = (res: { headers: Map<string, string> }) => Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id'].includes(name)));
-    expect(named(viaLane)).toEqual(named(viaApp));
-    expect(viaLane.headers.get('x-route-template')).toBe('/artifacts/{cid}/{name}');
-    expect(viaLane.headers.get('x-content-id')).toBe(cid);
+    expect(named(viaRouter)).toEqual(named(viaApp));
+    expect(viaRouter.headers.get('x-route-template')).toBe('/artifacts/{cid}/{name}');
+    expect(viaRouter.headers.get('x-content-id')).toBe(cid);
     const metrics = await (await svc.request('/metrics')).text();
     const served = metrics.split('\n').find((line) => line.startsWith(`${METRIC_PREFIX}http_requests_total{`) && line.includes('route="/artifacts/{cid}/{name}"') && line.includes('status="206"'));
     expect(Number(served?.split(' ')[1])).toBe(3);
@@ -265,7 +252,7 @@ describe('the signed lane in the service', () => {
     const lastLine = requestLines().at(-1);
     expect(lastLine).toMatchObject({ status: 200 });
 
-    // Gone after 16 MiB: the lane stops reading and lets go of the file.
+    // Gone after 16 MiB: the router stops reading and lets go of the file.
     await new Promise<void>((resolve, reject) => {
       let total = 0;
       get(`${svc.baseUrl}${target}`, (res) => {

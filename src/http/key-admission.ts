@@ -1,0 +1,49 @@
+import { ServiceError } from '../errors.js';
+import { presentedKey, type KeyChecker } from './api-key.js';
+import { keyIdentity, type RateLimiter } from './rate-limit.js';
+
+/**
+ * Who may use an operation: a valid API key (`Authorization: Bearer <key>` or `X-API-Key`),
+ * counted against the key's rate limit. Requests without a valid key are not counted (they are
+ * refused, and made-up keys must not grow the limiter's table).
+ */
+export interface KeyAdmission {
+  /** The request's key when it is valid, uncounted; undefined otherwise. */
+  validKey(request: KeyedRequest): string | undefined;
+  /** The request's valid key, counted: else 401 `unauthorized`, or 429 `rate_limited` with Retry-After. */
+  admit(request: KeyedRequest): string;
+  /** Counts a valid key's request: 429 `rate_limited` when its bucket is empty. */
+  count(key: string): void;
+}
+
+export interface KeyedRequest {
+  header(name: string): string | undefined;
+}
+
+export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: RateLimiter }): KeyAdmission {
+  const validKey = (request: KeyedRequest): string | undefined => {
+    const key = presentedKey({ get: (name) => request.header(name) });
+    return key !== undefined && deps.checkKey(key) ? key : undefined;
+  };
+  const count = (key: string): void => {
+    if (!deps.rateLimiter) return;
+    const decision = deps.rateLimiter.take(keyIdentity(key));
+    if (!decision.allowed) {
+      throw new ServiceError('rate_limited', 'rate_limited', 'Too many requests with this API key; slow down and try again later.', {
+        retryAfterSeconds: decision.retryAfterSeconds,
+      });
+    }
+  };
+  return {
+    validKey,
+    count,
+    admit(request) {
+      const key = validKey(request);
+      if (key === undefined) {
+        throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key is required (Authorization: Bearer <key> or X-API-Key).');
+      }
+      count(key);
+      return key;
+    },
+  };
+}

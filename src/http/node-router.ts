@@ -1,0 +1,99 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { artifactNotFound } from '../delivery/artifact-path.js';
+import type { FileBodies } from '../delivery/file-body.js';
+import type { Logger } from '../logger.js';
+import { readBodyText } from './json-request-body.js';
+import { answerOf, type Answer, type ApiRequest, type OperationBinding } from './operation.js';
+import { errorAnswer } from './problem.js';
+import { proxyLogHeaders } from './proxy-log-headers.js';
+import { requestFacts, type RequestFacts } from './request-envelope.js';
+import { closeIfBodyLeftUnread } from './server.js';
+
+/**
+ * Dispatches requests from node's server to the API's operations (./operation.ts) without building
+ * the web Request, Response and Headers objects and the middleware chain that the Hono app needs
+ * for each: the operations are the app's own, matched the way Hono matches their paths (strictly:
+ * no trailing slash, parameters percent-decoded), HEAD running the GET route's operation. Every
+ * request it has no operation for goes on to the app (`otherwise`).
+ */
+export type NodeRouter = (req: IncomingMessage, res: ServerResponse, otherwise: () => void) => void;
+
+interface CompiledBinding {
+  pattern: RegExp;
+  names: string[];
+  binding: OperationBinding;
+}
+
+export function createNodeRouter(bindings: readonly OperationBinding[], deps: { bodies: FileBodies; log: Logger }): NodeRouter {
+  const compiled: CompiledBinding[] = bindings.map((binding) => {
+    const names: string[] = [];
+    const source = binding.path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
+      names.push(name);
+      return '([^/]+)';
+    });
+    return { pattern: new RegExp(`^${source}$`), names, binding };
+  });
+
+  return (req, res, otherwise) => {
+    const facts = requestFacts(req);
+    const method = req.method === 'HEAD' ? 'GET' : req.method;
+    if (!facts) return otherwise();
+    const url = req.url ?? '/';
+    const queryAt = url.indexOf('?');
+    const path = queryAt < 0 ? url : url.slice(0, queryAt);
+    for (const { pattern, names, binding } of compiled) {
+      if (binding.method !== method) continue;
+      const match = pattern.exec(path);
+      if (!match) continue;
+      const params: Record<string, string> = {};
+      try {
+        names.forEach((name, i) => (params[name] = decodeURIComponent(match[i + 1]!)));
+      } catch {
+        return otherwise();
+      }
+      const { operation } = binding;
+      facts.route = operation.route;
+      for (const [name, value] of Object.entries(proxyLogHeaders(operation.route, params))) res.setHeader(name, value);
+      const request = nodeApiRequest(req, params, queryAt < 0 ? '' : url.slice(queryAt + 1), facts);
+      answerOf(operation, request, facts.log)
+        .then((answer) => send(req, res, answer, facts, deps.bodies))
+        .catch((err: unknown) => {
+          deps.log.error({ err }, 'answering a request failed');
+          res.destroy();
+        });
+      return;
+    }
+    otherwise();
+  };
+}
+
+function nodeApiRequest(req: IncomingMessage, params: Record<string, string>, search: string, facts: RequestFacts): ApiRequest {
+  let query: URLSearchParams | undefined;
+  return {
+    method: req.method ?? 'GET',
+    params,
+    header: (name) => req.headersDistinct[name]?.join(', '),
+    query: (name) => (query ??= new URLSearchParams(search)).get(name) ?? undefined,
+    text: (maxBytes) => readBodyText(req, maxBytes),
+    facts,
+  };
+}
+
+async function send(req: IncomingMessage, res: ServerResponse, answer: Answer, facts: RequestFacts, bodies: FileBodies): Promise<void> {
+  closeIfBodyLeftUnread(req, res);
+  const { file } = answer;
+  if (file && req.method !== 'HEAD') {
+    try {
+      await bodies.send(res, file.absolutePath, file.start, file.end, () => res.writeHead(answer.status, answer.headers));
+      return;
+    } catch (err) {
+      if (res.headersSent) throw err;
+      // Gone (evicted since it resolved) or unreadable before anything was written: say so.
+      const gone = (err as NodeJS.ErrnoException).code === 'ENOENT';
+      return send(req, res, errorAnswer(gone ? artifactNotFound() : err, facts.id, facts.log), facts, bodies);
+    }
+  }
+  const body = answer.body ?? '';
+  res.writeHead(answer.status, answer.body === undefined ? answer.headers : { ...answer.headers, 'content-length': Buffer.byteLength(body) });
+  res.end(req.method === 'HEAD' ? undefined : body);
+}

@@ -1,0 +1,68 @@
+import type { ErrorLogger } from './problem.js';
+import { errorAnswer } from './problem.js';
+import type { RequestFacts } from './request-envelope.js';
+
+/**
+ * The API's operations, each written once as a function from a request to an answer: its key
+ * check and rate limit (./admission.ts), its body limit and validation (./json-request-body.ts),
+ * its handler and its problem documents. Two dispatchers hand requests to the same operations:
+ * node's server directly (./node-router.ts), for the requests the API answers most, and the Hono
+ * app (./hono-operation.ts), for everything node's router passes on (a request under shutdown, an
+ * `Expect: 100-continue`, unit tests' app.request). Neither adds a rule of its own.
+ */
+export interface ApiRequest {
+  /** GET, HEAD, POST...; HEAD runs the GET route's operation, which must not send a body for it. */
+  readonly method: string;
+  /** The route's path parameters, percent-decoded. */
+  readonly params: Readonly<Record<string, string>>;
+  /** A request header by its lowercase name; repeated ones joined with ', ' (as fetch's Headers joins them). */
+  header(name: string): string | undefined;
+  /** A query parameter's first value, decoded. */
+  query(name: string): string | undefined;
+  /** The body as UTF-8 text; rejects with 413 body_too_large once it passes maxBytes. */
+  text(maxBytes: number): Promise<string>;
+  /** Request id, logger, and the route and job of its access-log line. */
+  readonly facts: RequestFacts;
+}
+
+/** Bytes start..end (inclusive) of a file, sent after the head. */
+export interface FileSlice {
+  absolutePath: string;
+  start: number;
+  end: number;
+}
+
+export interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  /** JSON, text or a problem document. */
+  body?: string;
+  /** A file's bytes instead of `body`; never on an answer to HEAD. */
+  file?: FileSlice;
+}
+
+export interface Operation {
+  /** The route template in OpenAPI form ('/jobs/{id}'), for logs and metrics. */
+  readonly route: string;
+  answer(request: ApiRequest): Promise<Answer>;
+}
+
+/** An operation bound to its method and Hono path pattern ('/jobs/:id'). */
+export interface OperationBinding {
+  method: 'GET' | 'POST';
+  path: string;
+  operation: Operation;
+}
+
+/** The operation's answer; whatever it throws becomes its problem document (errorAnswer). */
+export async function answerOf(operation: Operation, request: ApiRequest, log: ErrorLogger): Promise<Answer> {
+  try {
+    return await operation.answer(request);
+  } catch (err) {
+    return errorAnswer(err, request.facts.id, log);
+  }
+}
+
+export function jsonAnswer(status: number, body: string, headers: Record<string, string> = {}): Answer {
+  return { status, headers: { 'content-type': 'application/json', ...headers }, body };
+}
