@@ -13,7 +13,7 @@ import path from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
 import { createServer, type RequestListener, type ServerOptions } from 'node:http';
-import { createArtifactOperation } from '../../src/delivery/artifact-operation.js';
+import { createArtifactOperation } from '../../src/http/routes/artifacts.js';
 import { createFileBodies } from '../../src/delivery/file-body.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';

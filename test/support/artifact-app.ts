@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Hono } from 'hono';
 import { afterAll, beforeAll } from 'vitest';
-import { createArtifactOperation } from '../../src/delivery/artifact-operation.js';
+import { createArtifactOperation } from '../../src/http/routes/artifacts.js';
 import { createFileBodies } from '../../src/delivery/file-body.js';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
 import { createKeyChecker } from '../../src/http/api-key.js';
