@@ -45,7 +45,7 @@ import { destinationOf } from './policy/source-url.js';
 import { toolFolders } from './sandbox/mount-view.js';
 import { createResidentSandbox } from './sandbox/resident.js';
 import { createSandbox, readHostNetns, type ConfinementStatus } from './sandbox/sandbox.js';
-import { resolveServiceSecrets } from './secrets.js';
+import { resolveServiceSecrets } from './ops/service-secrets.js';
 import { createContentStore } from './store/content-store.js';
 import { readStoreTotals } from './store/eviction.js';
 import { createStoreSpace } from './store/free-space.js';

@@ -2,10 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { eq } from 'drizzle-orm';
-import { ConfigError } from './config.js';
 import type { Queryable } from './db/database.js';
-import type { Logger } from './logger.js';
-import { splitWebhookSecrets, webhookSecretProblem, whsecOf } from './webhooks/signature.js';
 
 /** How a new secret's random bytes are written: base64url unless the secret has a form of its own. */
 export type SecretEncoding = (bytes: Buffer) => string;
@@ -104,43 +101,4 @@ export async function loadOrCreateServiceSecret(opts: {
   if (opts.database.kind !== 'postgres') return loadOrCreateSecret(opts.dataDir, opts.name, 32, opts.encode);
   const shared = await loadOrCreateSharedSecret(opts.database, opts.name, opts.now, 32, opts.encode);
   return { ...shared, file: opts.mirror ? mirrorSecretFile(opts.dataDir, opts.name, shared.value) : undefined };
-}
-
-export interface ServiceSecrets {
-  apiKeys: string[];
-  urlSigningSecret: string;
-  webhookSecret: string;
-}
-
-/**
- * The service's secrets: those the configuration gives, and the others generated once and kept
- * (loadOrCreateServiceSecret). The generated webhook secret has the Standard Webhooks form
- * (whsec_); a kept file holding any secret WEBHOOK_SECRET accepts is used as it is, one it would
- * refuse stops start-up (ConfigError).
- */
-export async function resolveServiceSecrets(opts: {
-  configured: { apiKeys: string[]; urlSigningSecret?: string; webhookSecret?: string };
-  database: Queryable;
-  dataDir: string;
-  now: number;
-  log: Pick<Logger, 'info' | 'warn'>;
-}): Promise<ServiceSecrets> {
-  const generated = (name: string, mirror: boolean, encode?: SecretEncoding) =>
-    loadOrCreateServiceSecret({ database: opts.database, dataDir: opts.dataDir, name, now: opts.now, mirror, encode });
-  let apiKeys = opts.configured.apiKeys;
-  if (apiKeys.length === 0) {
-    const key = await generated('api-key', true);
-    apiKeys = [key.value];
-    opts.log.warn({ file: key.file, created: key.created }, 'API_KEYS is not set: using the generated key kept in this file');
-  }
-  const urlSigningSecret = opts.configured.urlSigningSecret ?? (await generated('url-signing-secret', false)).value;
-  let webhookSecret = opts.configured.webhookSecret;
-  if (webhookSecret === undefined) {
-    const secret = await generated('webhook-secret', true, whsecOf);
-    const problem = splitWebhookSecrets(secret.value).map(webhookSecretProblem).find((found) => found !== null);
-    if (problem) throw new ConfigError(`Invalid webhook secret in ${secret.file ?? 'the database'}: ${problem}`);
-    webhookSecret = secret.value;
-    opts.log.info({ file: secret.file, created: secret.created }, 'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file');
-  }
-  return { apiKeys, urlSigningSecret, webhookSecret };
 }

@@ -21,9 +21,10 @@ const LAYERS: readonly (readonly string[])[] = [
   ['main.ts', 'cli'],
   // The app and the health check, served over HTTP.
   ['app.ts', 'health.ts'],
-  // The HTTP edge and artifact delivery, which answers through it: one row, so that either may
-  // use the other, one way only.
-  ['http', 'delivery'],
+  // The HTTP edge: the API's operations and the two ways of dispatching to them.
+  ['http'],
+  // Artifact delivery's parts (paths, ranges, conditional requests, signed URLs, file bodies).
+  ['delivery'],
   // Read once at start (config.ts), counted (metrics.ts), run at start and at shutdown (ops).
   ['config.ts', 'metrics.ts', 'ops'],
   ['webhooks'],
