@@ -110,7 +110,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
     if (downloader.outdated) {
       warnings.push({
         code: 'downloader_outdated',
-        message: `yt-dlp ${downloader.version} is ${downloader.age_days} days old (more than ${DOWNLOADER_MAX_AGE_DAYS}): sites change, install a current release (README: A current yt-dlp).`,
+        message: `yt-dlp ${downloader.version} is ${downloader.age_days} days old (more than ${DOWNLOADER_MAX_AGE_DAYS}): sites change, install a current release (docs/yt-dlp.md).`,
       });
     }
     if (!canStore) {

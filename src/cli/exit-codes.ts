@@ -1,4 +1,4 @@
-/** The CLI's exit codes (README: CLI). Scripts switch on them: keep them stable. */
+/** The CLI's exit codes (docs/cli.md). Scripts switch on them: keep them stable. */
 export const EXIT = {
   /** fetch: the WAV is written and its SHA-256 is the content id; status: shown; cancel: canceled. */
   ok: 0,

@@ -368,7 +368,7 @@ export interface components {
              */
             url: string;
             /**
-             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.
              * @example https://hooks.example.org/source-fetch
              */
             callback_url?: string;
@@ -404,7 +404,7 @@ export interface components {
              */
             urls: string[];
             /**
-             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.
+             * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.
              * @example https://hooks.example.org/source-fetch
              */
             callback_url?: string;

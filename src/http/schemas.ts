@@ -28,7 +28,7 @@ const callbackUrl = z
   .optional()
   .openapi({
     description:
-      'http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see the README, Webhooks. Its destination must pass the same address policy as a source URL.',
+      'http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.',
     example: 'https://hooks.example.org/source-fetch',
   });
 

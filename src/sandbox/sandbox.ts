@@ -22,7 +22,7 @@ import { confineLimitsArgument, PRLIMIT_NOT_FOUND, prlimitArgs, type ToolLimits 
  * it starts; in 'off' mode util-linux prlimit does.
  *
  * 'off' runs the tools as plain processes (the guard then listens on loopback TCP). It exists for
- * hosts that forbid namespaces and must be chosen explicitly: see TOOL_CONFINEMENT in the README.
+ * hosts that forbid namespaces and must be chosen explicitly: see TOOL_CONFINEMENT in docs/configuration.md.
  */
 export type ConfinementMode = 'netns' | 'off';
 

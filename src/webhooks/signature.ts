@@ -8,7 +8,7 @@ import { createHmac } from 'node:crypto';
  * base64 of HMAC-SHA256 over `<id>.<timestamp>.<body>`, one such signature per secret of
  * WEBHOOK_SECRET, separated by spaces, so that a receiver holding any one of them can check it
  * (rotation). The id is signed too, so a replayed body cannot pass a receiver's de-duplication
- * under a fresh id. The README's Webhooks section shows the checks a receiver makes.
+ * under a fresh id. docs/webhooks.md shows the checks a receiver makes.
  *
  * A secret is written either in the specification's form, `whsec_` and the base64 of 24 to 64
  * bytes, which are the HMAC key; or plain, 32 or more visible ASCII characters (no space, no

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { readmeVerifyWebhook } from '../support/readme-webhook.js';
+import { documentedVerifyWebhook } from '../support/webhook-snippets.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver.js';
@@ -101,8 +101,8 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     expect(done[0]!.result!.content_id).toBe(done[1]!.result!.content_id);
     expect(media.downloadsOf(`/${kind}/shared.wav`)).toBe(1);
 
-    // One callback per accepted job, each signed as the README says.
-    const verify = await readmeVerifyWebhook();
+    // One callback per accepted job, each signed as docs/webhooks.md says.
+    const verify = await documentedVerifyWebhook();
     const callbacks = await receiver.waitForRequests(3, 60_000, (request) => request.path === hook);
     expect(callbacks.map((request) => (JSON.parse(request.body) as JobBody).job_id).sort()).toEqual(jobs.map((job) => job.job_id).sort());
     for (const request of callbacks) expect(verify(SECRET, request.headers, request.body)).toBe(true);

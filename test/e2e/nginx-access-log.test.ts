@@ -12,7 +12,7 @@ import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 /**
  * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
- * command the README gives) parses the log and reports the artifact routes. And the request id
+ * command docs/observability.md gives) parses the log and reports the artifact routes. And the request id
  * nginx hands on: a client's is kept only when well-formed, as the app would keep it.
  */
 const run = promisify(execFile);
@@ -109,8 +109,8 @@ describe('nginx JSON access log', () => {
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
     expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
 
-    // GoAccess, as the README runs it (the README gives this very format).
-    expect(await readFile(path.join(ROOT, 'README.md'), 'utf8')).toContain(`--log-format='${GOACCESS_LOG_FORMAT}'`);
+    // GoAccess, as docs/observability.md runs it (the page gives this very format).
+    expect(await readFile(path.join(ROOT, 'docs/observability.md'), 'utf8')).toContain(`--log-format='${GOACCESS_LOG_FORMAT}'`);
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-'));
     const logFile = path.join(dir, 'access.json');
     await writeFile(logFile, text);
@@ -200,7 +200,7 @@ describe('bytes that are not UTF-8, from a client', () => {
     }
     return lines;
   };
-  /** GoAccess's count of the lines it read and of those it could not parse, as the README runs it. */
+  /** GoAccess's count of the lines it read and of those it could not parse, as docs/observability.md runs it. */
   const goaccess = async (log: Buffer): Promise<{ total: number; failed: number }> => {
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-bytes-'));
     try {

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { whsecOf } from '../../src/webhooks/signature.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { readmeVerifiedJob, readmeVerifyWebhook, type VerifiedJob, type VerifyWebhook } from '../support/readme-webhook.js';
+import { documentedVerifiedJob, documentedVerifyWebhook, type VerifiedJob, type VerifyWebhook } from '../support/webhook-snippets.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } from '../support/webhook-receiver.js';
@@ -15,7 +15,7 @@ import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } fro
 /**
  * Callbacks with the real service, tools and database (each kind), to a receiver on loopback
  * (allowed by FETCH_ALLOW_HOSTS=127.0.0.1, which opens every port of that address and nothing
- * else): Standard Webhooks, as the README says (every callback is checked with the README's two
+ * else): Standard Webhooks, as docs/webhooks.md says (every callback is checked with the page's two
  * snippets: the `standardwebhooks` package, as a receiver would, and the hand-written check),
  * under one secret per signature for rotation, retried after failures and a dead receiver, kept across a restart and across a node killed
  * mid-attempt, and refused at submission when the policy refuses their destination. Refused
@@ -44,14 +44,14 @@ beforeAll(async () => {
   tone = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'flac' });
   long = await makeTone(FIXTURE_DIR, { seconds: 30, channels: 2, sampleRate: 44100, format: 'wav' });
   media = await startMediaServer();
-  verifyWebhook = await readmeVerifyWebhook();
-  verifiedJob = await readmeVerifiedJob();
+  verifyWebhook = await documentedVerifyWebhook();
+  verifiedJob = await documentedVerifiedJob();
 });
 afterAll(async () => {
   await media?.close();
 });
 
-/** What the README's `standardwebhooks` snippet makes of a callback: the job record, or the message it throws. */
+/** What the page's `standardwebhooks` snippet makes of a callback: the job record, or the message it throws. */
 function libraryVerdict(secret: string, request: Pick<ReceivedCallback, 'headers' | 'body'>): unknown {
   try {
     return verifiedJob(secret, request.headers, request.body);
@@ -61,7 +61,7 @@ function libraryVerdict(secret: string, request: Pick<ReceivedCallback, 'headers
 }
 
 /**
- * Every request verifies under `secret` with both README snippets; each refuses another secret, a
+ * Every request verifies under `secret` with both of the page's snippets; each refuses another secret, a
  * changed body, another id and an old timestamp (the hand-written one: a tolerance it is past).
  */
 function expectSigned(requests: ReceivedCallback[], secret: string) {

@@ -76,9 +76,9 @@ describe('the alert rules (ops/prometheus)', () => {
     expect(result.output).toContain('alertname: SourceFetchEventLoopLag');
   });
 
-  it("select the scrape job the README's scrape configuration names", async () => {
-    const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
-    const job = /^\s+- job_name: (\S+)$/m.exec(readme)?.[1];
+  it('select the scrape job the scrape configuration of docs/observability.md names', async () => {
+    const docs = await readFile(path.join(ROOT, 'docs/observability.md'), 'utf8');
+    const job = /^\s+- job_name: (\S+)$/m.exec(docs)?.[1];
     expect(job).toBe('source-fetch');
     const rules = await readFile(path.join(DIR, RULES), 'utf8');
     const jobs = new Set([...rules.matchAll(/\bjob="([^"]+)"/g)].map((match) => match[1]));

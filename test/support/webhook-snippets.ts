@@ -1,5 +1,5 @@
 /**
- * The README's callback verification snippets (section Webhooks), loaded as they are written, so
+ * The callback verification snippets of docs/webhooks.md, loaded as they are written, so
  * tests check callbacks the way a reader who copies one would: the one with the
  * `standardwebhooks` package, and the hand-written one with node:crypto alone.
  */
@@ -14,17 +14,14 @@ export type VerifyWebhook = (secret: string, headers: Headers, rawBody: string |
 /** The package's snippet: the job record parsed from the body, or an exception. */
 export type VerifiedJob = (secret: string, headers: Headers, rawBody: string | Buffer) => unknown;
 
-/** The Webhooks section's js blocks, by what they import. */
+/** The page's js blocks, by what they import. */
 async function snippets(): Promise<{ library: string; handWritten: string }> {
-  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
-  const start = readme.indexOf('\n## Webhooks\n');
-  if (start < 0) throw new Error('README.md has no Webhooks section');
-  const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
-  const blocks = [...section.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((match) => match[1]!);
+  const page = await readFile(path.join(ROOT, 'docs/webhooks.md'), 'utf8');
+  const blocks = [...page.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((match) => match[1]!);
   const library = blocks.filter((block) => block.includes("from 'standardwebhooks'"));
   const handWritten = blocks.filter((block) => block.includes("from 'node:crypto'"));
   if (blocks.length !== 2 || library.length !== 1 || handWritten.length !== 1) {
-    throw new Error(`the Webhooks section must have 2 js blocks, one with standardwebhooks and one with node:crypto; it has ${blocks.length}`);
+    throw new Error(`docs/webhooks.md must have 2 js blocks, one with standardwebhooks and one with node:crypto; it has ${blocks.length}`);
   }
   return { library: library[0]!, handWritten: handWritten[0]! };
 }
@@ -37,7 +34,7 @@ async function snippets(): Promise<{ library: string; handWritten: string }> {
 async function load<T>(source: string, name: string): Promise<T> {
   const parent = path.join(ROOT, 'node_modules', '.cache');
   await mkdir(parent, { recursive: true });
-  const dir = await mkdtemp(path.join(parent, 'readme-webhook-'));
+  const dir = await mkdtemp(path.join(parent, 'webhook-snippet-'));
   try {
     const file = path.join(dir, 'snippet.mjs');
     await writeFile(file, source);
@@ -49,10 +46,10 @@ async function load<T>(source: string, name: string): Promise<T> {
   }
 }
 
-export async function readmeVerifyWebhook(): Promise<VerifyWebhook> {
+export async function documentedVerifyWebhook(): Promise<VerifyWebhook> {
   return load<VerifyWebhook>((await snippets()).handWritten, 'verifyWebhook');
 }
 
-export async function readmeVerifiedJob(): Promise<VerifiedJob> {
+export async function documentedVerifiedJob(): Promise<VerifiedJob> {
   return load<VerifiedJob>((await snippets()).library, 'verifiedJob');
 }

@@ -8,26 +8,23 @@ import { stringify } from 'yaml';
 import { ROOT } from '../support/service.js';
 
 /**
- * The README's Prometheus scrape job and PromQL queries, checked by promtool (Debian's prometheus
- * package): a reader who copies them gets a valid configuration and queries that parse.
+ * docs/observability.md's Prometheus scrape job and PromQL queries, checked by promtool (Debian's
+ * prometheus package): a reader who copies them gets a valid configuration and queries that parse.
  */
 const run = promisify(execFile);
 let dir: string;
-let observability: string;
+let page: string;
 
 beforeAll(async () => {
-  dir = await mkdtemp(path.join(tmpdir(), 'readme-prometheus-'));
-  const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
-  const start = readme.indexOf('\n## Observability\n');
-  expect(start).toBeGreaterThan(0);
-  observability = readme.slice(start, readme.indexOf('\n## ', start + 1));
+  dir = await mkdtemp(path.join(tmpdir(), 'observability-doc-'));
+  page = await readFile(path.join(ROOT, 'docs/observability.md'), 'utf8');
 });
 afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
 function codeBlocks(language: string): string[] {
-  return [...observability.matchAll(new RegExp('^```' + language + '\\n([\\s\\S]*?)^```$', 'gm'))].map((match) => match[1]!);
+  return [...page.matchAll(new RegExp('^```' + language + '\\n([\\s\\S]*?)^```$', 'gm'))].map((match) => match[1]!);
 }
 
 async function promtool(...args: string[]): Promise<{ ok: boolean; output: string }> {
@@ -42,16 +39,16 @@ async function promtool(...args: string[]): Promise<{ ok: boolean; output: strin
 
 /** One recording rule per query, so that `promtool check rules` parses each. */
 async function checkQueries(queries: string[], file: string) {
-  const rules = { groups: [{ name: 'readme', rules: queries.map((expr, i) => ({ record: `readme_query_${i + 1}`, expr })) }] };
+  const rules = { groups: [{ name: 'docs', rules: queries.map((expr, i) => ({ record: `docs_query_${i + 1}`, expr })) }] };
   await writeFile(path.join(dir, file), stringify(rules));
   return promtool('check', 'rules', path.join(dir, file));
 }
 
-describe("the README's Prometheus examples", () => {
+describe("docs/observability.md's Prometheus examples", () => {
   it('the scrape job is a valid Prometheus configuration with bearer credentials', async () => {
     const [config] = codeBlocks('yaml').filter((block) => block.includes('scrape_configs:'));
     expect(config).toContain('type: Bearer');
-    // The key file must exist for promtool; the README's path stands for the reader's own.
+    // The key file must exist for promtool; the page's path stands for the reader's own.
     const match = /credentials_file: (\S+)/.exec(config!);
     expect(match).not.toBeNull();
     const keyFile = path.join(dir, 'api-key');
@@ -70,6 +67,6 @@ describe("the README's Prometheus examples", () => {
 
     const broken = await checkQueries([...queries, 'sum by (code) (rate(source_fetch_job_failures_total[15m])'], 'broken.yml');
     expect(broken.ok).toBe(false);
-    expect(broken.output).toContain('readme_query_');
+    expect(broken.output).toContain('docs_query_');
   });
 });
