@@ -181,9 +181,9 @@ async function startTrivialServer(body: string): Promise<Target> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   // In this process, which does nothing else while wrk runs.
-  const cpuMicros = async () => {
+  const cpuMicros = () => {
     const usage = process.cpuUsage();
-    return usage.user + usage.system;
+    return Promise.resolve(usage.user + usage.system);
   };
   return { port: (server.address() as AddressInfo).port, cpuMicros, stop: () => new Promise((resolve) => server.close(() => resolve())) };
 }

@@ -38,7 +38,7 @@ for (const rows of SIZES) {
   const file = path.join(dir, 'db.sqlite');
   const database = openSqlite(file);
   // Nothing evicts while the store is filled: no pins are needed.
-  const store = createContentStore(path.join(dir, 'artifacts'), { pin: async () => async () => {} }, 'bench');
+  const store = createContentStore(path.join(dir, 'artifacts'), { pin: () => Promise.resolve(async () => {}) }, 'bench');
   // Filled through a second connection of its own, in one transaction: the service's is asynchronous.
   const filler = new BetterSqlite3(file);
   const insert = filler.prepare(

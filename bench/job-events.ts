@@ -41,7 +41,7 @@ const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
 // Its log (a line per request, as in production) is read and dropped.
 const port = await new Promise<number>((resolve, reject) => {
   let output = '';
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
     if (output.length < 100_000) output += chunk;
     const m = /"port":(\d+),[^\n]*"msg":"listening"/.exec(output);
     if (m) resolve(Number(m[1]));

@@ -312,13 +312,13 @@ async function startSetup(spec: SetupSpec, cluster: PostgresCluster, env: Record
     const file = new BetterSqlite3(path.join(node.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
     const byId = file.prepare(`select ${JOB_COLUMNS} from jobs where id = ?`);
     const reader: JobReader = {
-      job: async (id) => {
+      job: (id) => {
         const row = byId.get(id) as Record<string, unknown> | undefined;
-        return row ? toTimes(row) : undefined;
+        return Promise.resolve(row ? toTimes(row) : undefined);
       },
-      active: async () => (file.prepare(`select count(*) as n from jobs where status in ('queued', 'running')`).get() as { n: number }).n,
-      all: async () => (file.prepare(`select ${JOB_COLUMNS} from jobs`).all() as Array<Record<string, unknown>>).map(toTimes),
-      cancelQueued: async () => {
+      active: () => Promise.resolve((file.prepare(`select count(*) as n from jobs where status in ('queued', 'running')`).get() as { n: number }).n),
+      all: () => Promise.resolve((file.prepare(`select ${JOB_COLUMNS} from jobs`).all() as Array<Record<string, unknown>>).map(toTimes)),
+      cancelQueued: () => {
         const writer = new BetterSqlite3(path.join(node.dataDir, 'source-fetch.sqlite'), { fileMustExist: true });
         try {
           writer.pragma('busy_timeout = 5000');
@@ -326,8 +326,12 @@ async function startSetup(spec: SetupSpec, cluster: PostgresCluster, env: Record
         } finally {
           writer.close();
         }
+        return Promise.resolve();
       },
-      close: async () => void file.close(),
+      close: () => {
+        file.close();
+        return Promise.resolve();
+      },
     };
     const stop = onCleanup(async () => {
       await reader.close();
@@ -585,8 +589,9 @@ function execFileTracked(file: string, args: string[]): Promise<string> {
       if (err) reject(new Error(`${file} failed: ${err.message}\n${stderr}`));
       else resolve(stdout);
     });
-    const forget = onCleanup(async () => {
+    const forget = onCleanup(() => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      return Promise.resolve();
     });
   });
 }

@@ -21,7 +21,7 @@ function startOnce(dataDir: string): Promise<number> {
   return new Promise((resolve, reject) => {
     let output = '';
     let listeningAfter: number | undefined;
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
       output += chunk;
       if (listeningAfter === undefined && output.includes('"msg":"listening"')) {
         listeningAfter = performance.now() - started;

@@ -5,9 +5,9 @@
  */
 export interface ClaimLoop {
   /** Starts a pass, or asks for one more after the pass under way. */
-  fill(): void;
+  fill: () => void;
   /** The pass under way, if any (it never rejects). */
-  current(): Promise<void> | undefined;
+  current: () => Promise<void> | undefined;
 }
 
 export function createClaimLoop(options: {

@@ -1,5 +1,5 @@
 import { databaseOutage } from '../db/outage.js';
-import type { Context } from 'hono';
+import type { Context, Env } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { ServiceError, type ErrorKind, type FieldError } from '../errors.js';
@@ -136,8 +136,8 @@ export interface ErrorLogger {
  * Hono's onError, in three tiers: our ServiceError (mapped by kind), Hono's HTTPException
  * (its status, a generic code), anything else (logged with its stack, answered as a bare 500).
  */
-export function createErrorHandler(getLogger: (c: Context) => ErrorLogger) {
-  return (err: Error, c: Context): Response => {
+export function createErrorHandler<E extends Env>(getLogger: (c: Context<E>) => ErrorLogger) {
+  return (err: Error, c: Context<E>): Response => {
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
     if (err instanceof HTTPException) {
       const status = err.status;

@@ -72,12 +72,15 @@ const MAX_WAITING_PER_CONNECTION = 32;
 const SHED_LOG_INTERVAL_MS = 10_000;
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
-  const listener = getRequestListener(async (request, env) => {
+  const answerWithApp = getRequestListener(async (request, env) => {
     const bindings = env as HttpBindings;
     const response = await options.fetch(request, bindings);
     closeIfBodyLeftUnread(bindings.incoming, bindings.outgoing);
     return response;
   });
+  // Hono's listener answers its own failures (a 500, or a closed connection once the head is
+  // sent): its promise only says when the answer is written, which nothing here waits for.
+  const listener = (req: IncomingMessage, res: ServerResponse): void => void answerWithApp(req, res);
   const before = options.beforeApp;
   const answer = before ? (req: IncomingMessage, res: ServerResponse) => before(req, res, () => listener(req, res)) : listener;
   const limits = options.connections;

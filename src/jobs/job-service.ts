@@ -230,7 +230,7 @@ async function refusalOr<T>(work: Promise<T>): Promise<T | ServiceError> {
 
 /** `fn` over every item, at most `limit` at once; results in the items' order. */
 async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
+  const results = new Array<R>(items.length);
   let next = 0;
   const lane = async () => {
     while (next < items.length) {

@@ -125,9 +125,15 @@ export function createNameResolver(options: NameResolverOptions): NameResolver {
 
 /** The most telling of the two families' failures: no such name, then time-out, then no data. */
 function failureCode(results: PromiseSettledResult<string[]>[]): string {
-  const codes = results.flatMap((r) => (r.status === 'rejected' ? [String((r.reason as { code?: unknown })?.code ?? 'EFAIL')] : ['ENODATA']));
+  const codes = results.flatMap((r) => (r.status === 'rejected' ? [errorCode(r.reason)] : ['ENODATA']));
   for (const preferred of ['ENOTFOUND', 'ETIMEOUT', 'ESERVFAIL', 'ECONNREFUSED']) if (codes.includes(preferred)) return preferred;
   return codes[0] ?? 'ENODATA';
+}
+
+/** A look-up failure's code (ENOTFOUND, ETIMEOUT, ...); EFAIL for one without a code. */
+function errorCode(reason: unknown): string {
+  const code = (reason as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' ? code : 'EFAIL';
 }
 
 interface ClientLanes {

@@ -247,7 +247,7 @@ export function runInResident(socket: Socket, opts: SandboxRunOptions, viewReadO
         socket.destroy();
       }, killGraceMs);
     };
-    const { stdoutSplitter, stderrSplitter, callbackError, release } = superviseRun(opts, result, terminate);
+    const { stdoutSplitter, stderrSplitter, callbackFailure, release } = superviseRun(opts, result, terminate);
 
     const onFrame = (kind: string, payload: Buffer) => {
       if (kind === 'P') {
@@ -308,8 +308,8 @@ export function runInResident(socket: Socket, opts: SandboxRunOptions, viewReadO
         result.stdout = stdoutCapture.text();
         result.stdoutTruncated = stdoutCapture.truncated;
       }
-      const thrown = callbackError();
-      if (thrown !== null) reject(thrown);
+      const failure = callbackFailure();
+      if (failure !== null) reject(failure.thrown);
       else if (setupFailure !== null) resolve({ ...result, confinementFailure: setupFailure });
       else resolve(interpretSandboxed(result));
     });

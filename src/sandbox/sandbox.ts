@@ -118,7 +118,7 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
         const notFound = result.notFound || (result.exitCode === 127 && PRLIMIT_NOT_FOUND.test(result.stderrTail));
         return { ...result, notFound, confinementFailure: null };
       },
-      check: async () => ({ mode: 'off', ok: true }),
+      check: () => Promise.resolve({ mode: 'off', ok: true }),
     };
   }
   const guardSocket = deps.guardSocket;

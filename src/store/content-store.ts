@@ -1,8 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, existsSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { artifactRelativePath, contentDirRelative } from './layout.js';
 
 /**

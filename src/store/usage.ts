@@ -69,7 +69,9 @@ export function createUsageRecorder(deps: {
       return batch.size;
     },
     start() {
-      timer = setInterval(() => recorder.flush().catch((err: unknown) => deps.onError?.(err)), deps.flushIntervalMs ?? 1000);
+      timer = setInterval(() => {
+        recorder.flush().catch((err: unknown) => deps.onError?.(err));
+      }, deps.flushIntervalMs ?? 1000);
       timer.unref();
     },
     async stop() {

@@ -189,7 +189,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       killTimer = setTimeout(() => signalGroup(pid, 'SIGKILL'), killGraceMs);
     };
 
-    const { stdoutSplitter, stderrSplitter, callbackError, release } = superviseRun(opts, result, terminate);
+    const { stdoutSplitter, stderrSplitter, callbackFailure, release } = superviseRun(opts, result, terminate);
 
     child.stdout?.on('data', (chunk: Buffer) => {
       stdoutCapture?.push(chunk);
@@ -231,8 +231,8 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
         result.stdout = stdoutCapture.text();
         result.stdoutTruncated = stdoutCapture.truncated;
       }
-      const thrown = callbackError();
-      if (thrown !== null) reject(thrown);
+      const failure = callbackFailure();
+      if (failure !== null) reject(failure.thrown);
       else resolve(result);
     }
   });
@@ -245,7 +245,8 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
  * listener and the timer once the run is over.
  */
 export function superviseRun(opts: RunProcessOptions, result: RunProcessResult, terminate: () => void) {
-  let callbackError: unknown = null;
+  // Boxed: a callback may throw any value, null and undefined too.
+  let callbackFailure: { thrown: unknown } | null = null;
   let timeoutTimer: NodeJS.Timeout | undefined;
   const onAbort = (): void => {
     result.aborted = true;
@@ -261,11 +262,11 @@ export function superviseRun(opts: RunProcessOptions, result: RunProcessResult, 
   const guarded = (fn: ((line: string) => void) | undefined) =>
     fn &&
     ((line: string) => {
-      if (callbackError !== null) return;
+      if (callbackFailure !== null) return;
       try {
         fn(line);
       } catch (err) {
-        callbackError = err;
+        callbackFailure = { thrown: err };
         terminate();
       }
     });
@@ -274,8 +275,8 @@ export function superviseRun(opts: RunProcessOptions, result: RunProcessResult, 
   return {
     stdoutSplitter: stdoutLines ? new LineSplitter(stdoutLines) : null,
     stderrSplitter: stderrLines ? new LineSplitter(stderrLines) : null,
-    callbackError: (): unknown => callbackError,
-    release(): void {
+    callbackFailure: (): { thrown: unknown } | null => callbackFailure,
+    release: (): void => {
       clearTimeout(timeoutTimer);
       opts.signal?.removeEventListener('abort', onAbort);
     },

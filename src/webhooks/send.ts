@@ -113,7 +113,7 @@ function startTls(socket: Duplex, host: string, ca: string | undefined, signal: 
       signal.removeEventListener('abort', onAbort);
       resolve(secure);
     });
-    secure.once('error', (err) => {
+    secure.once('error', (err: Error) => {
       signal.removeEventListener('abort', onAbort);
       secure.destroy();
       reject(err);
@@ -134,7 +134,7 @@ function post(socket: Duplex, url: URL, request: CallbackRequest, signal: AbortS
         connection: 'close',
         ...request.headers,
       },
-      createConnection: () => socket as net.Socket,
+      createConnection: () => socket,
       signal,
     });
     outgoing.once('response', (answer) => {

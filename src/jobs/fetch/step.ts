@@ -17,7 +17,7 @@ export class JobFailure extends Error {
 
 export type Outcome<T> = { ok: true; value: T } | { ok: false; error: JobError };
 
-export async function step<T>(body: () => Promise<T>): Promise<Outcome<T>> {
+export async function step<T>(body: () => T | Promise<T>): Promise<Outcome<T>> {
   try {
     return { ok: true, value: await body() };
   } catch (err) {

@@ -7,7 +7,7 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
  * media is longer, whatever its container claimed.
  */
 export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Outcome<Converted>> {
-  return step(async () => {
+  return step(() => {
     const { header } = converted;
     if (header.dataBytes === 0) throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
     if (header.durationS > ctx.limits.maxDurationS) {
