@@ -199,7 +199,7 @@ describe('the interface description', () => {
     const res = await svc.request('/openapi.json', { auth: false });
     expect(res.status).toBe(200);
     const served = (await res.json()) as { paths: Record<string, Record<string, { operationId?: string }>> };
-    const committed = JSON.parse(await readFile(path.join(ROOT, 'openapi.json'), 'utf8'));
+    const committed: unknown = JSON.parse(await readFile(path.join(ROOT, 'openapi.json'), 'utf8'));
     expect(served).toEqual(committed);
     const operations = Object.values(served.paths)
       .flatMap((item) => Object.values(item).map((op) => op.operationId))

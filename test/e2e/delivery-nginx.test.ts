@@ -68,7 +68,7 @@ function expiresOf(signedPath: string): string {
   return new Date(expires * 1000).toUTCString();
 }
 
-async function eventually(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+async function eventually(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return true;
@@ -117,7 +117,7 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('x-artifact-cache-control')).toBeNull();
     // The fallback counts the serve itself; behind nginx, nginx's usage log does.
     if (mode === 'fallback') expect(app().served).toContain(wav.cid);
-    else expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
+    else expect(await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
   });
 
   it('GET with the API key, as a bearer token or X-API-Key: cached privately only', async () => {
@@ -349,7 +349,7 @@ describe('signed URLs behind nginx', () => {
     const lines = await nginx.accessLines((line) => line.cid === cid, (served) => served.length >= 10);
     expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
     // Each serve is a use of the content, written to the usage log for the app.
-    expect(await eventually(async () => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
+    expect(await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
     expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
     // nginx holds the signing secret, and writes it nowhere.
     expect(nginx.accessLog() + nginx.errorLog() + nginx.stderr() + readFileSync(nginx.usageLogPath, 'utf8')).not.toContain(SIGNING_SECRET);

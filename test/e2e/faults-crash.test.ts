@@ -115,7 +115,7 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
             if (jobs.some((j) => j.status === 'running' && (j.progress?.bytes_done ?? 0) > 0)) break;
             await sleep(50);
           }
-          await sleep(DELAYS_MS[round % DELAYS_MS.length]!);
+          await sleep(DELAYS_MS[round % DELAYS_MS.length]);
           await svc.kill();
           await expectConsistent(`${label}, while dead`);
 

@@ -142,7 +142,7 @@ describe('request ids through nginx', () => {
     const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': WELL_FORMED });
     expect(res.status).toBe(404);
     expect(res.headers.get('x-request-id')).toBe(WELL_FORMED);
-    expect(JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()).request_id).toBe(WELL_FORMED);
+    expect((JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()) as { request_id?: string }).request_id).toBe(WELL_FORMED);
     await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404));
     await expectEventually(() => lineWith(WELL_FORMED)?.status === '404');
   });

@@ -141,7 +141,7 @@ const ytdlp = (url: string, extra: string[] = []) => (proxy: string) => [
 describe('the sandbox, against the real tools', () => {
   it('checks itself: its own network namespace, only loopback, and the egress guard answering through the bridge', async () => {
     const socketPath = path.join(dir, 'guard.sock');
-    const guard = await startEgressGuard({ resolve: async () => [], dial: async () => { throw new Error('no dialing here'); }, allowHosts: [], socketPath });
+    const guard = await startEgressGuard({ resolve: () => Promise.resolve([]), dial: () => Promise.reject(new Error('no dialing here')), allowHosts: [], socketPath });
     try {
       const withGuard = createSandbox({ mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3', guardSocket: socketPath, guardAuthority: null, hostNetns: readHostNetns(), run: runProcess });
       expect(await withGuard.check()).toEqual({ mode: 'netns', ok: true });

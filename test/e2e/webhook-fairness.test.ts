@@ -79,13 +79,13 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
     });
   }
 
-  async function call(svc: ServiceHandle, key: string, route: string, body?: object): Promise<{ status: number; body: any }> {
+  async function call<B = JobBody>(svc: ServiceHandle, key: string, route: string, body?: object): Promise<{ status: number; body: B }> {
     const res = await fetch(`${svc.baseUrl}${route}`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
       ...(body ? { body: JSON.stringify(body) } : {}),
     });
-    return { status: res.status, body: await res.json() };
+    return { status: res.status, body: (await res.json()) as B };
   }
 
   let jobs = 0;
@@ -105,9 +105,9 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
 
   /** Key A: a batch of 100 jobs calling back the first silent receiver, 10 more for each of the others, all ended. */
   async function attack(svc: ServiceHandle): Promise<void> {
-    const batch = await call(svc, KEY_A, '/sources/batch', { urls: Array.from({ length: 100 }, source), callback_url: silent[0]!.url('/batch') });
+    const batch = await call<{ results: Array<{ job: JobBody }> }>(svc, KEY_A, '/sources/batch', { urls: Array.from({ length: 100 }, source), callback_url: silent[0]!.url('/batch') });
     expect(batch.status).toBe(200);
-    const ids: string[] = batch.body.results.map((item: { job: JobBody }) => item.job.job_id);
+    const ids = batch.body.results.map((item) => item.job.job_id);
     for (const receiver of silent.slice(1)) {
       for (let i = 0; i < 10; i++) {
         const single = await call(svc, KEY_A, '/sources', { url: source(), callback_url: receiver.url('/single') });

@@ -46,7 +46,7 @@ export async function namespacedUdpSocket(): Promise<NamespacedSocket> {
   const [ourEnd, theirEnd] = [`sfd${tag}a`, `sfd${tag}b`];
   const [, ours, theirs] = freeSubnet();
   let child: ReturnType<typeof spawn> | undefined;
-  const remove = async () => {
+  const remove = () => {
     child?.disconnect?.();
     child?.kill();
     try {
@@ -59,6 +59,7 @@ export async function namespacedUdpSocket(): Promise<NamespacedSocket> {
     } catch {
       // never made
     }
+    return Promise.resolve();
   };
   try {
     ip('netns', 'add', namespace);

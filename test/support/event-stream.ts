@@ -43,7 +43,7 @@ export async function openEventStream(url: string, headers: Record<string, strin
 export function readEventStream(response: Response, startedAt = Date.now()): EventStreamHandle {
   const reader = createEventStreamReader();
   const decoder = new TextDecoder();
-  const body = response.body?.getReader();
+  const body = (response.body as ReadableStream<Uint8Array> | null)?.getReader();
   const waiters = new Set<() => void>();
   let finished = false;
   const handle: EventStreamHandle = {

@@ -14,7 +14,7 @@
  */
 import { once } from 'node:events';
 import http from 'node:http';
-import net, { type AddressInfo } from 'node:net';
+import net from 'node:net';
 
 export interface PlainProxy {
   readonly url: string | null;
@@ -73,7 +73,7 @@ export async function startPlainProxy(opts: { allowed: string; socketPath?: stri
   await once(server, 'listening');
   const address = server.address();
   return {
-    url: typeof address === 'string' || address === null ? null : `http://127.0.0.1:${(address as AddressInfo).port}`,
+    url: typeof address === 'string' || address === null ? null : `http://127.0.0.1:${address.port}`,
     requests,
     async close() {
       for (const socket of sockets) socket.destroy();

@@ -40,7 +40,7 @@ export async function startRecordingProxy(credentials: { user: string; password:
       client.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    const upstream = net.connect(Number(m[2]), m[1]!, () => {
+    const upstream = net.connect(Number(m[2]), m[1], () => {
       client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (head.length > 0) upstream.write(head);
       upstream.pipe(client);

@@ -113,7 +113,7 @@ export async function startService(
   const logs: LogLine[] = [];
   let raw = '';
   let pending = '';
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
     raw += chunk;
     pending += chunk;
     let nl: number;
@@ -127,7 +127,7 @@ export async function startService(
       }
     }
   });
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
     raw += chunk;
   });
   const exited = once(child, 'exit');

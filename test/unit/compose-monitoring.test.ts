@@ -36,7 +36,7 @@ const node = compose.services['app-node']!;
 /** `${NAME}`, `${NAME:-default}` and `${NAME:?message}` with only `set` in the environment, as compose interpolates. */
 function interpolate(value: string, set: Record<string, string> = {}): string {
   return value.replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
-    if (set[name] !== undefined && set[name] !== '') return set[name]!;
+    if (set[name] !== undefined && set[name] !== '') return set[name];
     if (required) throw new Error(`${name} is required`);
     return dash ? (fallback ?? '') : '';
   });

@@ -44,7 +44,7 @@ function interpolate(env: Record<string, string>, set: Record<string, string> = 
     Object.entries(env).map(([key, value]) => [
       key,
       String(value).replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
-        if (set[name] !== undefined && set[name] !== '') return set[name]!;
+        if (set[name] !== undefined && set[name] !== '') return set[name];
         if (required) throw new Error(`${name} is required`);
         return dash ? (fallback ?? '') : '';
       }),

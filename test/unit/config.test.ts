@@ -105,7 +105,7 @@ describe('configuration', () => {
 
   it('names a bad upstream proxy without repeating it', () => {
     const attempt = () => loadConfig({ EGRESS_UPSTREAM_PROXY: 'https://fetcher:hunter2-secret@proxy.internal:3128' });
-    expect(attempt).toThrow(/^Invalid configuration:\n  EGRESS_UPSTREAM_PROXY: must be an http:\/\/ URL/);
+    expect(attempt).toThrow(/^Invalid configuration:\n {2}EGRESS_UPSTREAM_PROXY: must be an http:\/\/ URL/);
     expect(attempt).not.toThrow(/hunter2/);
   });
 

@@ -15,7 +15,7 @@ const [root, workDir, ...files] = process.argv.slice(2);
 if (!root || !workDir || files.length === 0) throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
 // Pins do not matter here: nothing evicts.
 // The parent knows every writer named put-loop-* is dead once it has killed them.
-const store = createContentStore(root, { pin: async () => async () => {} }, `put-loop-${process.pid}`);
+const store = createContentStore(root, { pin: () => Promise.resolve(async () => {}) }, `put-loop-${process.pid}`);
 process.stdout.write('ready\n');
 for (let i = 0; ; i++) {
   const source = path.join(workDir, `source-${process.pid}-${i}`);

@@ -19,13 +19,14 @@ function memoryPins(): ContentPins & { held: Map<string, number> } {
   const held = new Map<string, number>();
   return {
     held,
-    async pin(contentId) {
+    pin(contentId) {
       held.set(contentId, (held.get(contentId) ?? 0) + 1);
-      return async () => {
+      return Promise.resolve(() => {
         const left = held.get(contentId)! - 1;
         if (left === 0) held.delete(contentId);
         else held.set(contentId, left);
-      };
+        return Promise.resolve();
+      });
     },
   };
 }
@@ -136,7 +137,7 @@ describe('content store', () => {
     let leftovers = 0;
     try {
       for (let round = 0; round < ROUNDS; round++) {
-        const workDir = crossesDevices && round % 2 === 1 ? otherDevice! : sameDevice;
+        const workDir = crossesDevices && round % 2 === 1 ? otherDevice : sameDevice;
         // Two writers on the same store, each with its own files, each killed at its own moment.
         const lastLines = await Promise.all([0, 1].map((writer) => putUntilKilled(store.root, workDir, files.slice(writer * 3, writer * 3 + 3))));
         killedInPut += lastLines.filter((line) => line === 'put').length;

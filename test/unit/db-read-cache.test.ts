@@ -5,10 +5,10 @@ import { keptUntilChange } from '../../src/db/read-cache.js';
 describe('keptUntilChange', () => {
   function counted(onRead: (key: string) => void = () => {}) {
     const reads: string[] = [];
-    const read = async (key: string) => {
+    const read = (key: string) => {
       reads.push(key);
       onRead(key);
-      return key === 'missing' ? undefined : { key, parts: [{ n: reads.length }] };
+      return Promise.resolve(key === 'missing' ? undefined : { key, parts: [{ n: reads.length }] });
     };
     return { reads, read };
   }

@@ -77,7 +77,7 @@ describe('database schemas', () => {
     const pgTable = pgTables.find(([key]) => key === name)![1];
     const sqliteTable = sqliteTables.find(([key]) => key === name)![1];
     const pgShape = describeTable(pgTableConfig(pgTable) as never);
-    const sqliteShape = describeTable(sqliteTableConfig(sqliteTable) as never);
+    const sqliteShape = describeTable(sqliteTableConfig(sqliteTable));
     expect(sqliteShape).toEqual(pgShape);
   });
 

@@ -39,7 +39,7 @@ describe('the SQLite database lock', () => {
     const holder = spawn(process.execPath, ['--import', 'tsx', HOLDER, file], { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = once(holder, 'exit');
     try {
-      const lines = createInterface({ input: holder.stdout! });
+      const lines = createInterface({ input: holder.stdout });
       const [line] = (await once(lines, 'line')) as [string];
       expect(line).toBe('open');
 

@@ -45,8 +45,9 @@ describe('the transaction context', () => {
     let leftBehind!: Promise<string | undefined>;
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
-    await context.run('first', async () => {
+    await context.run('first', () => {
       leftBehind = released.then(() => context.current());
+      return Promise.resolve();
     });
     release();
     expect(await leftBehind).toBeUndefined();

@@ -77,11 +77,11 @@ function recordingDialer(pretend: Record<string, number> = {}, fail: string[] = 
 
 function tableResolver(table: Record<string, string[][]>): Resolver & { asked: string[] } {
   const asked: string[] = [];
-  const resolve = async (name: string): Promise<string[]> => {
+  const resolve = (name: string): Promise<string[]> => {
     asked.push(name);
     const next = table[name]?.shift();
-    if (next === undefined) throw Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' });
-    return next;
+    if (next === undefined) return Promise.reject(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' }));
+    return Promise.resolve(next);
   };
   return Object.assign(resolve, { asked });
 }

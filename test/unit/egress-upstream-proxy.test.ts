@@ -54,10 +54,10 @@ async function startOrigin(host = '127.0.0.1', handler?: (req: http.IncomingMess
 
 const table =
   (entries: Record<string, string[]>): Resolver =>
-  async (name) => {
+  (name) => {
     const found = entries[name];
-    if (!found) throw Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' });
-    return found;
+    if (!found) return Promise.reject(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' }));
+    return Promise.resolve(found);
   };
 
 function proxyConfig(port: number, password = PROXY_PASSWORD): UpstreamProxy {

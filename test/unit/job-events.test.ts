@@ -176,7 +176,7 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
         queueMicrotask(fiveTicks.poke);
         return readJobRows(database, ids);
       },
-      render: async () => 0,
+      render: () => Promise.resolve(0),
       intervalMs: 20,
       onError: () => {},
     });
@@ -250,7 +250,7 @@ describe('job event streams', () => {
     const { watcher, push } = manualWatcher();
     const streams = createJobEventStreams({
       watcher,
-      render: async (job) => render(job),
+      render: (job) => Promise.resolve(render(job)),
       keepAliveMs: limits.keepAliveMs ?? 60_000,
       maxPerKey: limits.maxPerKey ?? 10,
       maxPerNode: limits.maxPerNode ?? 100,
@@ -337,7 +337,7 @@ describe('job event streams', () => {
 
     const streams = createJobEventStreams({
       watcher: manualWatcher().watcher,
-      render: async () => later,
+      render: () => Promise.resolve(later),
       keepAliveMs: 60_000,
       maxPerKey: 10,
       maxPerNode: 10,
@@ -350,7 +350,7 @@ describe('job event streams', () => {
     // A follower read queued just before its leader ended: its view reads it again, done.
     const staleRow = row();
     const doneRecord = render(row({ status: 'done', contentId: 'e'.repeat(64), finishedAt: 1_700_000_006_000 }));
-    const streams = createJobEventStreams({ watcher: manualWatcher().watcher, render: async () => doneRecord, keepAliveMs: 60_000, maxPerKey: 10, maxPerNode: 10 });
+    const streams = createJobEventStreams({ watcher: manualWatcher().watcher, render: () => Promise.resolve(doneRecord), keepAliveMs: 60_000, maxPerKey: 10, maxPerNode: 10 });
     const stream = readEvents(await streams.open({ job: staleRow, lastEventId: undefined, keyIdentity: 'key-a', onEnd: (reason) => ends.push(reason) }));
     await stream.ended;
     expect(stream.records.map((record) => record.status)).toEqual(['done']);

@@ -95,7 +95,7 @@ describe('media server', () => {
     server.serveFile('/slow', file, { contentType: 'audio/mp4', throttleBytesPerSec: 200_000 });
     const started = Date.now();
     const res = await fetch(server.url('/slow'));
-    const reader = res.body!.getReader();
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     const first = await reader.read();
     expect(first.value?.length).toBeGreaterThan(0);
     expect(Date.now() - started).toBeLessThan(300);

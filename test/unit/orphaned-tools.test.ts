@@ -18,7 +18,7 @@ describe('killOrphanedTools', () => {
       await new Promise((resolve) => setTimeout(resolve, 100));
       const orphanExit = once(orphan, 'exit');
       expect(await killOrphanedTools(workDir, (folder) => folder === 'job.1')).toBe(1);
-      const [, signal] = await orphanExit;
+      const [, signal] = (await orphanExit) as [code: number | null, signal: NodeJS.Signals | null];
       expect(signal).toBe('SIGKILL');
       for (const spared of [neighbour, bystander]) {
         expect(spared.exitCode).toBeNull();

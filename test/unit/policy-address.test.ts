@@ -258,11 +258,11 @@ const NAMES: Record<string, string[]> = {
 };
 
 function namesOnly(asked: string[]): Resolver {
-  return async (hostname) => {
+  return (hostname) => {
     asked.push(hostname);
     const found = NAMES[hostname];
-    if (found === undefined) throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
-    return found;
+    if (found === undefined) return Promise.reject(Object.assign(new Error('not found'), { code: 'ENOTFOUND' }));
+    return Promise.resolve(found);
   };
 }
 

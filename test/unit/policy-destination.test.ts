@@ -12,12 +12,12 @@ import {
 /** A resolver answering from a table, one answer per call, recording every lookup. */
 function scripted(answers: Record<string, Array<string[] | Error>>): Resolver & { asked: string[] } {
   const asked: string[] = [];
-  const resolve = async (hostname: string): Promise<string[]> => {
+  const resolve = (hostname: string): Promise<string[]> => {
     asked.push(hostname);
     const next = answers[hostname]?.shift();
-    if (next === undefined) throw Object.assign(new Error('queryA ENOTFOUND'), { code: 'ENOTFOUND' });
-    if (next instanceof Error) throw next;
-    return next;
+    if (next === undefined) return Promise.reject(Object.assign(new Error('queryA ENOTFOUND'), { code: 'ENOTFOUND' }));
+    if (next instanceof Error) return Promise.reject(next);
+    return Promise.resolve(next);
   };
   return Object.assign(resolve, { asked });
 }

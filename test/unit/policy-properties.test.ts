@@ -168,9 +168,9 @@ describe('URL properties', () => {
         expect(new URL(url.href).hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '')).toBe(host);
 
         const asked: string[] = [];
-        const resolve = async (name: string): Promise<string[]> => {
+        const resolve = (name: string): Promise<string[]> => {
           asked.push(name);
-          return ['127.0.0.1'];
+          return Promise.resolve(['127.0.0.1']);
         };
         const outcome = await checkDestination(host, port, { resolve, allowHosts: [] }).then(
           () => 'allowed',

@@ -49,7 +49,7 @@ describe('throwaway PostgreSQL cluster', () => {
   it('serves separate empty databases on its own loopback port, with the test settings, and leaves nothing behind', { timeout: 60_000 }, async () => {
     const systemBefore = systemClusterState();
     const cluster = await startPostgresCluster();
-    let first = '';
+    let first: string;
     try {
       const admin = new URL(cluster.adminUrl);
       expect(admin.hostname).toBe('127.0.0.1');

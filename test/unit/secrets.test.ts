@@ -51,7 +51,7 @@ describe('loadOrCreateSecret', () => {
     expect(loadOrCreateSecret(dir, 'api-key').value).toBe(first.value);
   });
 
-  it('keeps each name apart, and two data dirs get different secrets', async () => {
+  it('keeps each name apart, and two data dirs get different secrets', () => {
     const key = loadOrCreateSecret(dir, 'api-key');
     const signing = loadOrCreateSecret(dir, 'url-signing-secret');
     expect(signing.file).toBe(path.join(dir, 'url-signing-secret'));

@@ -137,9 +137,9 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     beforeEach(() => {
       sent = [];
       answers = [];
-      send = async (request) => {
+      send = (request) => {
         sent.push(request);
-        return answers.shift() ?? { status: 200, error: null };
+        return Promise.resolve(answers.shift() ?? { status: 200, error: null });
       };
     });
 

@@ -76,7 +76,7 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
       now: () => clock,
       log: createLogger('silent'),
       secret: 'a-test-secret-of-at-least-32-characters',
-      renderJob: async (jobId) => ({ job_id: jobId }),
+      renderJob: (jobId) => Promise.resolve({ job_id: jobId }),
       send: (request, stop) => {
         sent.push(request);
         for (const wake of onSend.splice(0)) wake();

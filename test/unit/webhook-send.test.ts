@@ -49,10 +49,10 @@ function senderDeps(overrides: Partial<CallbackSenderDeps> = {}): CallbackSender
     return socket;
   };
   return {
-    resolve: async (name) => {
+    resolve: (name) => {
       const found = dns.get(name);
-      if (!found) throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
-      return found;
+      if (!found) return Promise.reject(Object.assign(new Error('not found'), { code: 'ENOTFOUND' }));
+      return Promise.resolve(found);
     },
     dial,
     allowHosts: [],
