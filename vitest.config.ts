@@ -6,7 +6,9 @@ import { defineConfig } from 'vitest/config';
  * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
  * formats, the egress guard and confinement around it, and the operator's cookies.
  */
-const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies'].map((name) => `test/e2e/${name}.test.ts`);
+const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies'].map(
+  (name) => `test/e2e/${name}.test.ts`,
+);
 
 /**
  * The current yt-dlps to run FETCH_FILES with: SOURCE_FETCH_CURRENT_YTDLP, launchers separated by

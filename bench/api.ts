@@ -72,18 +72,35 @@ interface ServiceTarget extends Target {
 async function main(): Promise<void> {
   const scratch = await mkdtemp(path.join(tmpdir(), 'sf-bench-api-'));
   const media = await startMediaServer();
-  const tone = await makeTone(path.join(scratch, 'media'), { seconds: 3, channels: 2, sampleRate: 44100, format: 'm4a' });
+  const tone = await makeTone(path.join(scratch, 'media'), {
+    seconds: 3,
+    channels: 2,
+    sampleRate: 44100,
+    format: 'm4a',
+  });
   media.serveFile('/bench.m4a', tone.path, { contentType: tone.contentType });
   const postScript = path.join(scratch, 'post.lua');
-  await writeFile(postScript, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify({ url: media.url('/bench.m4a') }))}\n`);
+  await writeFile(
+    postScript,
+    `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify({ url: media.url('/bench.m4a') }))}\n`,
+  );
 
-  const ownCluster = process.env.DATABASE_URL || !BACKENDS.includes('postgres') ? undefined : await startPostgresCluster({ durable: true });
+  const ownCluster =
+    process.env.DATABASE_URL || !BACKENDS.includes('postgres')
+      ? undefined
+      : await startPostgresCluster({ durable: true });
   const postgresUrl = process.env.DATABASE_URL ?? (await ownCluster?.createDatabase()) ?? '';
-  const stops: Array<() => Promise<void>> = [() => media.close(), async () => ownCluster?.stop(), () => rm(scratch, { recursive: true, force: true })];
+  const stops: Array<() => Promise<void>> = [
+    () => media.close(),
+    async () => ownCluster?.stop(),
+    () => rm(scratch, { recursive: true, force: true }),
+  ];
   try {
     console.log(
       `API benchmark: wrk -t${THREADS} -c${CONNECTIONS} -d${SECONDS}s per case, ${ROUNDS} rounds, loopback; rate limit off (RATE_LIMIT_PER_MINUTE=0); ` +
-        `load average before: ${loadavg().map((n) => n.toFixed(2)).join(' ')}`,
+        `load average before: ${loadavg()
+          .map((n) => n.toFixed(2))
+          .join(' ')}`,
     );
     for (const [backend, env] of [
       ['sqlite', {}],
@@ -122,12 +139,20 @@ async function main(): Promise<void> {
         const cpuRatios = measured.map((m, i) => base[i]!.cpuMicrosPerRequest / m.cpuMicrosPerRequest);
         console.log(
           name.padEnd(28) +
-            median(base.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
-            median(measured.map((m) => m.requestsPerSecond)).toFixed(0).padStart(15) +
+            median(base.map((m) => m.requestsPerSecond))
+              .toFixed(0)
+              .padStart(15) +
+            median(measured.map((m) => m.requestsPerSecond))
+              .toFixed(0)
+              .padStart(15) +
             median(ratios).toFixed(3).padStart(11) +
-            `${median(base.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}/${median(measured.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}`.padStart(14) +
+            `${median(base.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}/${median(measured.map((m) => m.cpuMicrosPerRequest)).toFixed(0)}`.padStart(
+              14,
+            ) +
             median(cpuRatios).toFixed(3).padStart(11) +
-            median(measured.map((m) => m.p99Ms)).toFixed(1).padStart(9) +
+            median(measured.map((m) => m.p99Ms))
+              .toFixed(1)
+              .padStart(9) +
             String(measured.reduce((sum, m) => sum + m.errors, 0)).padStart(8) +
             '   ' +
             measured.map((m) => `${m.requestsPerSecond.toFixed(0)}/${m.p99Ms.toFixed(1)}`).join(', '),
@@ -136,7 +161,11 @@ async function main(): Promise<void> {
       await stops.shift()!();
       await stops.shift()!();
     }
-    console.log(`\nload average after: ${loadavg().map((n) => n.toFixed(2)).join(' ')}`);
+    console.log(
+      `\nload average after: ${loadavg()
+        .map((n) => n.toFixed(2))
+        .join(' ')}`,
+    );
   } finally {
     for (const stop of stops) await stop();
   }
@@ -172,7 +201,10 @@ function pollInTurn(ids: string[]): string {
 async function startTrivialServer(body: string): Promise<Target> {
   const server: Server = createServer((req, res) => {
     const answer = () => {
-      res.writeHead(req.method === 'POST' ? 202 : 200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.writeHead(req.method === 'POST' ? 202 : 200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      });
       res.end(body);
     };
     if (req.method === 'POST') req.resume().once('end', answer);
@@ -185,7 +217,11 @@ async function startTrivialServer(body: string): Promise<Target> {
     const usage = process.cpuUsage();
     return Promise.resolve(usage.user + usage.system);
   };
-  return { port: (server.address() as AddressInfo).port, cpuMicros, stop: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    port: (server.address() as AddressInfo).port,
+    cpuMicros,
+    stop: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 /** The whole service (bench/service.ts), rate limit off; it fetches the tone once so that its URL is stored. */
@@ -215,7 +251,18 @@ async function processCpuMicros(pid: number): Promise<number> {
 
 async function wrk(target: Target, urlPath: string, args: string[]): Promise<Measure> {
   const cpuBefore = await target.cpuMicros();
-  const { stdout } = await run('wrk', [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...args, `http://127.0.0.1:${target.port}${urlPath}`], { maxBuffer: 1 << 20 });
+  const { stdout } = await run(
+    'wrk',
+    [
+      `-t${THREADS}`,
+      `-c${CONNECTIONS}`,
+      `-d${SECONDS}s`,
+      '--latency',
+      ...args,
+      `http://127.0.0.1:${target.port}${urlPath}`,
+    ],
+    { maxBuffer: 1 << 20 },
+  );
   const cpu = (await target.cpuMicros()) - cpuBefore;
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? 0);
   const p99 = /^\s+99%\s+([\d.]+)(us|ms|s)\s*$/m.exec(stdout);

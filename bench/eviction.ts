@@ -38,7 +38,11 @@ for (const rows of SIZES) {
   const file = path.join(dir, 'db.sqlite');
   const database = openSqlite(file);
   // Nothing evicts while the store is filled: no pins are needed.
-  const store = createContentStore(path.join(dir, 'artifacts'), { pin: () => Promise.resolve(async () => {}) }, 'bench');
+  const store = createContentStore(
+    path.join(dir, 'artifacts'),
+    { pin: () => Promise.resolve(async () => {}) },
+    'bench',
+  );
   // Filled through a second connection of its own, in one transaction: the service's is asynchronous.
   const filler = new BetterSqlite3(file);
   const insert = filler.prepare(
@@ -67,7 +71,11 @@ for (const rows of SIZES) {
   }
 
   const middle = Math.floor(rows / 2);
-  const cursor = { lastUsedAt: middle, contentId: createHash('sha256').update(String(middle)).digest('hex'), name: AUDIO_ARTIFACT_NAME };
+  const cursor = {
+    lastUsedAt: middle,
+    contentId: createHash('sha256').update(String(middle)).digest('hex'),
+    name: AUDIO_ARTIFACT_NAME,
+  };
   process.stdout.write(
     `rows=${String(rows).padStart(6)}  batch query of ${BATCH} (median of ${QUERY_RUNS}): ` +
       `first=${(await medianQueryMs(database, undefined)).toFixed(3)} ms  after cursor=${(await medianQueryMs(database, cursor)).toFixed(3)} ms\n`,

@@ -114,7 +114,23 @@ async function clip(n: number): Promise<string> {
   if ((await readdir(fixtureDir)).includes(path.basename(file))) return file;
   const result = await runProcess({
     command: 'ffmpeg',
-    args: ['-nostdin', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', `sine=frequency=${300 + n * 7}:duration=10:sample_rate=48000`, '-ac', '2', '-c:a', 'aac', '-b:a', '128k', file],
+    args: [
+      '-nostdin',
+      '-loglevel',
+      'error',
+      '-y',
+      '-f',
+      'lavfi',
+      '-i',
+      `sine=frequency=${300 + n * 7}:duration=10:sample_rate=48000`,
+      '-ac',
+      '2',
+      '-c:a',
+      'aac',
+      '-b:a',
+      '128k',
+      file,
+    ],
     timeoutMs: 60_000,
   });
   if (result.exitCode !== 0) throw new Error(result.stderrTail);
@@ -159,7 +175,9 @@ function profile(svc: ServiceHandle, runs: Array<Sample & { job: JobBody }>) {
   const queued = median(runs.map((r) => ms(r.job.started_at) - ms(r.job.created_at)));
   const total = median(runs.map((r) => ms(r.job.finished_at) - ms(r.job.started_at)));
   const outside = median(runs.map((r) => r.wallMs - (ms(r.job.finished_at) - ms(r.job.created_at))));
-  process.stdout.write(`  service steps, median ms: ${parts.join(', ')}; started → finished ${total}; queued ${queued}; submit and read back ${Math.round(outside)}\n`);
+  process.stdout.write(
+    `  service steps, median ms: ${parts.join(', ')}; started → finished ${total}; queued ${queued}; submit and read back ${Math.round(outside)}\n`,
+  );
 }
 
 async function throughput(media: MediaServer, svc: ServiceHandle, clips: string[]) {
@@ -196,9 +214,13 @@ media.serveFile('/tone-10s.m4a', short.path, { contentType: 'audio/mp4' });
 const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2' } });
 try {
   // The tools run in the resident sandbox once it is ready (a service that has one says so).
-  for (let i = 0; i < 300 && !svc.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++) await sleep(100);
+  for (let i = 0; i < 300 && !svc.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++)
+    await sleep(100);
   const toolRuns = svc.logs.filter((line) => line.msg === 'tool runs').at(-1);
-  if (toolRuns) process.stdout.write(`service's tool runs: ${JSON.stringify({ runs: toolRuns.runs, ytdlp: toolRuns.ytdlp, reason: toolRuns.reason })}\n`);
+  if (toolRuns)
+    process.stdout.write(
+      `service's tool runs: ${JSON.stringify({ runs: toolRuns.runs, ytdlp: toolRuns.ytdlp, reason: toolRuns.reason })}\n`,
+    );
   await latency(media, svc, '3-minute AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-180s.m4a');
   await latency(media, svc, '10-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-10s.m4a');
   await throughput(media, svc, clips);

@@ -76,7 +76,11 @@ async function measure(load: (signal: AbortSignal) => Promise<void>): Promise<nu
 
 const jobIds: string[] = [];
 for (let i = 0; i < STREAMS; i++) {
-  const res = await fetch(`${base}/sources`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ url: `http://127.0.0.1:9/job-${i}.wav` }) });
+  const res = await fetch(`${base}/sources`, {
+    method: 'POST',
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({ url: `http://127.0.0.1:9/job-${i}.wav` }),
+  });
   jobIds.push(((await res.json()) as { job_id: string }).job_id);
 }
 
@@ -125,11 +129,14 @@ await new Promise((resolve) => child.once('exit', resolve));
 await rm(dataDir, { recursive: true, force: true });
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-const show = (values: number[]) => `median ${median(values).toFixed(1)} CPU ms/s (${values.map((v) => v.toFixed(1)).join(', ')})`;
+const show = (values: number[]) =>
+  `median ${median(values).toFixed(1)} CPU ms/s (${values.map((v) => v.toFixed(1)).join(', ')})`;
 console.log(`${STREAMS} queued jobs, ${ROUNDS} rounds of ${WINDOW_MS / 1000} s each`);
 console.log(`idle:                          ${show(results.idle)}`);
 console.log(`${STREAMS} open event streams:        ${show(results.streams)}`);
 console.log(`${STREAMS} clients polling getJob 1/s: ${show(results.polling)}`);
 console.log(`streams / polling: ${(median(results.streams) / median(results.polling)).toFixed(2)}`);
 // The clients share the machine with the service: this says whether they kept up.
-console.log(`polls answered: ${(polls / ((ROUNDS * (WINDOW_MS + 1000)) / 1000)).toFixed(0)} a second (asked: ${STREAMS})`);
+console.log(
+  `polls answered: ${(polls / ((ROUNDS * (WINDOW_MS + 1000)) / 1000)).toFixed(0)} a second (asked: ${STREAMS})`,
+);

@@ -66,9 +66,15 @@ const argv = process.argv.slice(2);
 const QUICK = argv.includes('--quick');
 const RUNS = Number(argv.find((arg) => arg.startsWith('--runs='))?.slice('--runs='.length) ?? (QUICK ? 1 : 3));
 /** --only=latency,standin,real,submit: some of the measurements (default: all). */
-const ONLY = new Set((argv.find((arg) => arg.startsWith('--only='))?.slice('--only='.length) ?? 'latency,standin,real,submit').split(','));
-const SUBMIT_WARMUP_S = Number(argv.find((arg) => arg.startsWith('--warmup='))?.slice('--warmup='.length) ?? (QUICK ? 2 : 60));
-const SUBMIT_SECONDS = Number(argv.find((arg) => arg.startsWith('--seconds='))?.slice('--seconds='.length) ?? (QUICK ? 3 : 10));
+const ONLY = new Set(
+  (argv.find((arg) => arg.startsWith('--only='))?.slice('--only='.length) ?? 'latency,standin,real,submit').split(','),
+);
+const SUBMIT_WARMUP_S = Number(
+  argv.find((arg) => arg.startsWith('--warmup='))?.slice('--warmup='.length) ?? (QUICK ? 2 : 60),
+);
+const SUBMIT_SECONDS = Number(
+  argv.find((arg) => arg.startsWith('--seconds='))?.slice('--seconds='.length) ?? (QUICK ? 3 : 10),
+);
 const LATENCY_SAMPLES = QUICK ? 10 : 40;
 /** Submissions and jobs before each measurement, unmeasured: a fresh node's code is not optimised yet. */
 const LATENCY_WARMUP = QUICK ? 3 : 10;
@@ -112,7 +118,8 @@ const median = (values: number[]) => {
   return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 };
 /** Nearest rank. */
-const percentile = (values: number[], p: number) => sorted(values)[Math.max(0, Math.ceil((p / 100) * values.length) - 1)]!;
+const percentile = (values: number[], p: number) =>
+  sorted(values)[Math.max(0, Math.ceil((p / 100) * values.length) - 1)]!;
 const loads: number[] = [];
 function load(): string {
   const [one, five, fifteen] = os.loadavg() as [number, number, number];
@@ -184,9 +191,21 @@ async function startNode(env: Record<string, string>, label: string): Promise<No
       const { port, node_id } = JSON.parse(line) as { port: number; node_id: string };
       const submissionsAnswered = async () => {
         const log = await readFile(logFile, 'utf8');
-        return log.split('\n').filter((l) => l.includes('"msg":"request"') && l.includes('"method":"POST"') && l.includes('"route":"/sources"')).length;
+        return log
+          .split('\n')
+          .filter(
+            (l) => l.includes('"msg":"request"') && l.includes('"method":"POST"') && l.includes('"route":"/sources"'),
+          ).length;
       };
-      return { baseUrl: `http://127.0.0.1:${port}`, port, nodeId: node_id, pid: child.pid!, dataDir, submissionsAnswered, stop };
+      return {
+        baseUrl: `http://127.0.0.1:${port}`,
+        port,
+        nodeId: node_id,
+        pid: child.pid!,
+        dataDir,
+        submissionsAnswered,
+        stop,
+      };
     }
     await sleep(25);
   }
@@ -223,10 +242,16 @@ const TICK_MS = 10; // USER_HZ is 100 on Linux
  * tools, stand-ins included). Postgres processes are found by the cluster's name in their
  * command line (postmaster and every backend).
  */
-async function cpuTicks(nodePids: number[], clusterName: string | undefined): Promise<{ nodes: Map<number, number>; database: Map<number, number> }> {
+async function cpuTicks(
+  nodePids: number[],
+  clusterName: string | undefined,
+): Promise<{ nodes: Map<number, number>; database: Map<number, number> }> {
   const ticksOf = async (pid: number, withChildren: boolean) => {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+    const fields = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
     // Fields 14-17 of proc(5): utime stime cutime cstime; fields[0] is field 3.
     return (fields[11] ?? 0) + (fields[12] ?? 0) + (withChildren ? (fields[13] ?? 0) + (fields[14] ?? 0) : 0);
   };
@@ -244,8 +269,12 @@ async function cpuTicks(nodePids: number[], clusterName: string | undefined): Pr
 }
 
 /** CPU ms spent between two snapshots by the nodes and by Postgres (a process that ended in between is lost: none should). */
-function cpuMsBetween(before: Awaited<ReturnType<typeof cpuTicks>>, after: Awaited<ReturnType<typeof cpuTicks>>): { nodes: number; database: number } {
-  const spent = (a: Map<number, number>, b: Map<number, number>) => [...b].reduce((sum, [pid, ticks]) => sum + ticks - (a.get(pid) ?? 0), 0) * TICK_MS;
+function cpuMsBetween(
+  before: Awaited<ReturnType<typeof cpuTicks>>,
+  after: Awaited<ReturnType<typeof cpuTicks>>,
+): { nodes: number; database: number } {
+  const spent = (a: Map<number, number>, b: Map<number, number>) =>
+    [...b].reduce((sum, [pid, ticks]) => sum + ticks - (a.get(pid) ?? 0), 0) * TICK_MS;
   return { nodes: spent(before.nodes, after.nodes), database: spent(before.database, after.database) };
 }
 
@@ -309,20 +338,32 @@ const toTimes = (row: Record<string, unknown>): JobTimes => ({
 async function startSetup(spec: SetupSpec, cluster: PostgresCluster, env: Record<string, string>): Promise<Setup> {
   if (spec.db === 'sqlite') {
     const node = await startNode(env, spec.label);
-    const file = new BetterSqlite3(path.join(node.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
+    const file = new BetterSqlite3(path.join(node.dataDir, 'source-fetch.sqlite'), {
+      readonly: true,
+      fileMustExist: true,
+    });
     const byId = file.prepare(`select ${JOB_COLUMNS} from jobs where id = ?`);
     const reader: JobReader = {
       job: (id) => {
         const row = byId.get(id) as Record<string, unknown> | undefined;
         return Promise.resolve(row ? toTimes(row) : undefined);
       },
-      active: () => Promise.resolve((file.prepare(`select count(*) as n from jobs where status in ('queued', 'running')`).get() as { n: number }).n),
-      all: () => Promise.resolve((file.prepare(`select ${JOB_COLUMNS} from jobs`).all() as Array<Record<string, unknown>>).map(toTimes)),
+      active: () =>
+        Promise.resolve(
+          (file.prepare(`select count(*) as n from jobs where status in ('queued', 'running')`).get() as { n: number })
+            .n,
+        ),
+      all: () =>
+        Promise.resolve(
+          (file.prepare(`select ${JOB_COLUMNS} from jobs`).all() as Array<Record<string, unknown>>).map(toTimes),
+        ),
       cancelQueued: () => {
         const writer = new BetterSqlite3(path.join(node.dataDir, 'source-fetch.sqlite'), { fileMustExist: true });
         try {
           writer.pragma('busy_timeout = 5000');
-          writer.prepare(`update jobs set status = 'canceled', finished_at = ? where status = 'queued'`).run(Date.now());
+          writer
+            .prepare(`update jobs set status = 'canceled', finished_at = ? where status = 'queued'`)
+            .run(Date.now());
         } finally {
           writer.close();
         }
@@ -349,12 +390,16 @@ async function startSetup(spec: SetupSpec, cluster: PostgresCluster, env: Record
     await sql?.end({ timeout: 5 });
     await Promise.all(nodes.map((node) => node.stop()));
     await rm(artifactRoot, { recursive: true, force: true });
-    await psql(cluster.adminUrl, `DROP DATABASE IF EXISTS ${databaseName}`).catch((err: unknown) => console.error('dropping the database failed:', err));
+    await psql(cluster.adminUrl, `DROP DATABASE IF EXISTS ${databaseName}`).catch((err: unknown) =>
+      console.error('dropping the database failed:', err),
+    );
   });
   try {
     // Started together, as in a deployment: they take turns to migrate.
     const started = await Promise.allSettled(
-      Array.from({ length: spec.nodes }, () => startNode({ ...env, DATABASE_URL: url, ARTIFACT_ROOT: artifactRoot }, spec.label)),
+      Array.from({ length: spec.nodes }, () =>
+        startNode({ ...env, DATABASE_URL: url, ARTIFACT_ROOT: artifactRoot }, spec.label),
+      ),
     );
     for (const result of started) if (result.status === 'fulfilled') nodes.push(result.value);
     const failed = started.find((result) => result.status === 'rejected');
@@ -366,18 +411,28 @@ async function startSetup(spec: SetupSpec, cluster: PostgresCluster, env: Record
         const [row] = await db.unsafe(`select ${JOB_COLUMNS} from jobs where id = $1`, [id]);
         return row ? toTimes(row) : undefined;
       },
-      active: async () => Number((await db`select count(*) as n from jobs where status in ('queued', 'running')`)[0]!.n),
+      active: async () =>
+        Number((await db`select count(*) as n from jobs where status in ('queued', 'running')`)[0]!.n),
       all: async () => (await db.unsafe(`select ${JOB_COLUMNS} from jobs`)).map((row) => toTimes(row)),
-      cancelQueued: async () => void (await db`update jobs set status = 'canceled', finished_at = ${Date.now()} where status = 'queued'`),
+      cancelQueued: async () =>
+        void (await db`update jobs set status = 'canceled', finished_at = ${Date.now()} where status = 'queued'`),
       close: async () => {},
     };
-    return { nodes, reader, cpu: () => cpuTicks(nodes.map((node) => node.pid), cluster.name), stop };
+    return {
+      nodes,
+      reader,
+      cpu: () =>
+        cpuTicks(
+          nodes.map((node) => node.pid),
+          cluster.name,
+        ),
+      stop,
+    };
   } catch (err) {
     await stop();
     throw err;
   }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Talking to the nodes.
@@ -390,11 +445,17 @@ async function submit(node: Node, url: string): Promise<{ jobId: string; accepte
   });
   const acceptedAt = Date.now();
   const body = (await res.json()) as { job_id?: string };
-  if (res.status !== 202 || !body.job_id) throw new Error(`POST /sources answered ${res.status}: ${JSON.stringify(body)}`);
+  if (res.status !== 202 || !body.job_id)
+    throw new Error(`POST /sources answered ${res.status}: ${JSON.stringify(body)}`);
   return { jobId: body.job_id, acceptedAt };
 }
 
-async function waitFor<T>(what: string, timeoutMs: number, intervalMs: number, probe: () => Promise<T | undefined>): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  timeoutMs: number,
+  intervalMs: number,
+  probe: () => Promise<T | undefined>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const value = await probe();
@@ -428,7 +489,8 @@ async function measureLatency(setup: Setup, media: MediaServer, runIndex: number
       const row = await setup.reader.job(jobId);
       return row && FINAL.has(row.status) ? row : undefined;
     });
-    if (job.status !== 'done' || job.startedAt === null) throw new Error(`latency job ended ${job.status} (${job.errorCode})`);
+    if (job.status !== 'done' || job.startedAt === null)
+      throw new Error(`latency job ended ${job.status} (${job.errorCode})`);
     if (i < 0) continue;
     afterAccepted.push(job.startedAt - acceptedAt);
     afterCreated.push(job.startedAt - job.createdAt);
@@ -468,7 +530,10 @@ async function measureThroughput(setup: Setup, warmupUrls: string[], urls: strin
 }
 
 /** Submits the URLs (SUBMIT_IN_FLIGHT at a time, spread over the nodes) and waits for every job to end; throws unless all are done. */
-async function runJobs(setup: Setup, urls: string[]): Promise<{ startedAt: number; submittedAt: number; jobs: JobTimes[] }> {
+async function runJobs(
+  setup: Setup,
+  urls: string[],
+): Promise<{ startedAt: number; submittedAt: number; jobs: JobTimes[] }> {
   const startedAt = Date.now();
   let next = 0;
   const submitter = async () => {
@@ -505,11 +570,30 @@ interface SubmitResult {
 }
 
 /** wrk, one thread per node (round robin), distinct URLs; throws unless every answer was a 202. */
-async function measureSubmissions(setup: Setup, media: MediaServer, scriptDir: string, runIndex: number): Promise<SubmitResult> {
+async function measureSubmissions(
+  setup: Setup,
+  media: MediaServer,
+  scriptDir: string,
+  runIndex: number,
+): Promise<SubmitResult> {
   const wrkRun = async (tag: string, seconds: number) => {
     const script = path.join(scriptDir, `submit-${runIndex}-${tag}.lua`);
-    await writeFile(script, submitLua(setup.nodes.map((node) => node.port), media.url(`/submitted/${runIndex}-${tag}`)));
-    const child = execFileTracked('wrk', [`-t${WRK_THREADS}`, `-c${WRK_CONNECTIONS}`, `-d${seconds}s`, '--latency', '-s', script, setup.nodes[0]!.baseUrl]);
+    await writeFile(
+      script,
+      submitLua(
+        setup.nodes.map((node) => node.port),
+        media.url(`/submitted/${runIndex}-${tag}`),
+      ),
+    );
+    const child = execFileTracked('wrk', [
+      `-t${WRK_THREADS}`,
+      `-c${WRK_CONNECTIONS}`,
+      `-d${seconds}s`,
+      '--latency',
+      '-s',
+      script,
+      setup.nodes[0]!.baseUrl,
+    ]);
     const stdout = await child;
     const requests = Number(/(\d+) requests in/.exec(stdout)?.[1] ?? NaN);
     const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(stdout)?.[1] ?? 0);
@@ -534,10 +618,14 @@ async function measureSubmissions(setup: Setup, media: MediaServer, scriptDir: s
   const cpuBefore = await setup.cpu();
   const { stdout, requests, queued, socketErrors } = await wrkRun('measured', SUBMIT_SECONDS);
   const cpu = cpuMsBetween(cpuBefore, await setup.cpu());
-  const answeredBy = (await Promise.all(setup.nodes.map((node) => node.submissionsAnswered()))).map((n, i) => n - answeredBefore[i]!);
+  const answeredBy = (await Promise.all(setup.nodes.map((node) => node.submissionsAnswered()))).map(
+    (n, i) => n - answeredBefore[i]!,
+  );
   // wrk counts only the answers it read in time; the database holds every job it was answered for, and maybe a few in flight.
-  if (queued - queuedBefore < requests) throw new Error(`wrk counted ${requests} answers, but only ${queued - queuedBefore} jobs were queued`);
-  const ms = (value: string, unit: string) => Number(value) * ({ us: 1e-3, ms: 1, s: 1000 } as Record<string, number>)[unit]!;
+  if (queued - queuedBefore < requests)
+    throw new Error(`wrk counted ${requests} answers, but only ${queued - queuedBefore} jobs were queued`);
+  const ms = (value: string, unit: string) =>
+    Number(value) * ({ us: 1e-3, ms: 1, s: 1000 } as Record<string, number>)[unit]!;
   const p = (pct: number) => {
     const match = new RegExp(`^\\s+${pct}%\\s+([\\d.]+)(us|ms|s)\\s*$`, 'm').exec(stdout);
     return match ? ms(match[1]!, match[2]!) : NaN;
@@ -706,11 +794,18 @@ async function main(): Promise<void> {
   onCleanup(() => media.close());
   const standIns = await writeStandInTools(path.join(scratch, 'tools'));
   const tones = await Promise.all(
-    Array.from({ length: REAL_JOBS }, (_, i) => makeTone(path.join(scratch, 'media'), { seconds: 1 + i / 100, channels: 1, sampleRate: 48000, format: 'm4a' })),
+    Array.from({ length: REAL_JOBS }, (_, i) =>
+      makeTone(path.join(scratch, 'media'), { seconds: 1 + i / 100, channels: 1, sampleRate: 48000, format: 'm4a' }),
+    ),
   );
   tones.forEach((tone, i) => media.serveFile(`/real/${i}.m4a`, tone.path, { contentType: tone.contentType }));
 
-  const standInEnv = { ...standIns, TOOL_CONFINEMENT: 'off', FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: String(WORKERS_PER_NODE) };
+  const standInEnv = {
+    ...standIns,
+    TOOL_CONFINEMENT: 'off',
+    FETCH_ALLOW_HOSTS: media.hostPort,
+    WORKER_CONCURRENCY: String(WORKERS_PER_NODE),
+  };
   const realEnv = { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: String(WORKERS_PER_NODE) };
   const apiOnlyEnv = { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '0' };
 
@@ -746,13 +841,17 @@ async function main(): Promise<void> {
       if (ONLY.has('standin')) {
         await measure(spec, standInEnv, async (setup) => {
           process.stdout.write(`${tag}: ${STANDIN_JOBS} stand-in jobs (${load()}) ... `);
-          const warmup = Array.from({ length: STANDIN_WARMUP_JOBS }, (_, i) => media.url(`/standin-warmup/${r}-${i}.m4a`));
+          const warmup = Array.from({ length: STANDIN_WARMUP_JOBS }, (_, i) =>
+            media.url(`/standin-warmup/${r}-${i}.m4a`),
+          );
           const urls = Array.from({ length: STANDIN_JOBS }, (_, i) => media.url(`/standin/${r}-${i}.m4a`));
           const t = await measureThroughput(setup, warmup, urls);
           record(spec.label, 'standinJobsPerSecond', t.jobsPerSecond);
           record(spec.label, 'standinCpu', t.cpuNodesMs + t.cpuDatabaseMs);
           record(spec.label, 'standinCpuDatabase', t.cpuDatabaseMs);
-          console.log(`${t.jobsPerSecond.toFixed(1)} jobs/s (submitted in ${t.submitSeconds.toFixed(2)} s, all done in ${t.totalSeconds.toFixed(2)} s); ${cpuText(t)} per job`);
+          console.log(
+            `${t.jobsPerSecond.toFixed(1)} jobs/s (submitted in ${t.submitSeconds.toFixed(2)} s, all done in ${t.totalSeconds.toFixed(2)} s); ${cpuText(t)} per job`,
+          );
         });
       }
 
@@ -764,7 +863,9 @@ async function main(): Promise<void> {
           record(spec.label, 'realJobsPerSecond', t.jobsPerSecond);
           record(spec.label, 'realCpu', t.cpuNodesMs + t.cpuDatabaseMs);
           record(spec.label, 'realCpuDatabase', t.cpuDatabaseMs);
-          console.log(`${t.jobsPerSecond.toFixed(2)} jobs/s (submitted in ${t.submitSeconds.toFixed(2)} s, all done in ${t.totalSeconds.toFixed(2)} s); ${cpuText(t)} per job`);
+          console.log(
+            `${t.jobsPerSecond.toFixed(2)} jobs/s (submitted in ${t.submitSeconds.toFixed(2)} s, all done in ${t.totalSeconds.toFixed(2)} s); ${cpuText(t)} per job`,
+          );
         });
       }
 
@@ -816,8 +917,12 @@ function printTable(): void {
     ['CPU ms per submission (nodes + Postgres)', 'submitCpu', 2],
     ['… of which Postgres', 'submitCpuDatabase', 2],
   ];
-  console.log(`\nMedians of ${RUNS} run(s); × = ratio to the same row's SQLite 1 node / Postgres 1 node figure of this run of the script.\n`);
-  console.log(`| measurement | ${SETUPS.map((s) => s.label).join(' | ')} | PG 1 × SQLite | PG 3 × SQLite | PG 3 × PG 1 |`);
+  console.log(
+    `\nMedians of ${RUNS} run(s); × = ratio to the same row's SQLite 1 node / Postgres 1 node figure of this run of the script.\n`,
+  );
+  console.log(
+    `| measurement | ${SETUPS.map((s) => s.label).join(' | ')} | PG 1 × SQLite | PG 3 × SQLite | PG 3 × PG 1 |`,
+  );
   console.log(`|---|${SETUPS.map(() => '---|').join('')}---|---|---|`);
   for (const [label, metric, digits] of rows) {
     if (!SETUPS.some((s) => results.get(s.label)?.has(metric))) continue;
@@ -832,7 +937,9 @@ function printTable(): void {
       return value(a) > 0 && value(b) > 0 && Number.isFinite(x) ? x.toFixed(2) : '–';
     };
     const pg3 = SETUPS[2]!.label;
-    console.log(`| ${label} | ${cells.join(' | ')} | ${ratio(PG_ONE, BASELINE)} | ${ratio(pg3, BASELINE)} | ${ratio(pg3, PG_ONE)} |`);
+    console.log(
+      `| ${label} | ${cells.join(' | ')} | ${ratio(PG_ONE, BASELINE)} | ${ratio(pg3, BASELINE)} | ${ratio(pg3, PG_ONE)} |`,
+    );
   }
   console.log(
     [
@@ -853,7 +960,8 @@ function printTable(): void {
   );
   if (nodeComplaints.size > 0) {
     console.log('\nwarnings and errors the nodes logged (count):');
-    for (const [line, count] of [...nodeComplaints].sort((a, b) => b[1] - a[1])) console.log(`  ${String(count).padStart(6)}  ${line}`);
+    for (const [line, count] of [...nodeComplaints].sort((a, b) => b[1] - a[1]))
+      console.log(`  ${String(count).padStart(6)}  ${line}`);
   } else {
     console.log('\nthe nodes logged no warnings or errors');
   }

@@ -83,9 +83,19 @@ export async function startBenchService(opts: {
         result: { artifacts: Array<{ signed_url: string }> } | null;
       };
       if (job.status === 'done') {
-        return { port, pid: child.pid!, apiKey, artifactRoot: path.join(dataDir, 'artifacts'), jobId, record, signedPath: job.result!.artifacts[0]!.signed_url, stop };
+        return {
+          port,
+          pid: child.pid!,
+          apiKey,
+          artifactRoot: path.join(dataDir, 'artifacts'),
+          jobId,
+          record,
+          signedPath: job.result!.artifacts[0]!.signed_url,
+          stop,
+        };
       }
-      if (job.status === 'failed' || job.status === 'canceled') throw new Error(`bench fetch ${job.status}: ${JSON.stringify(job.error)}`);
+      if (job.status === 'failed' || job.status === 'canceled')
+        throw new Error(`bench fetch ${job.status}: ${JSON.stringify(job.error)}`);
       await sleep(100);
     }
     throw new Error('bench fetch did not finish in 60 s');

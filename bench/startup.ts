@@ -44,6 +44,7 @@ for (let i = 0; i < RUNS; i++) {
   restart.push(await startOnce(dataDir));
   await rm(dataDir, { recursive: true, force: true });
 }
-const show = (values: number[]) => `median ${median(values).toFixed(0)} ms (${values.map((v) => v.toFixed(0)).join(', ')})`;
+const show = (values: number[]) =>
+  `median ${median(values).toFixed(0)} ms (${values.map((v) => v.toFixed(0)).join(', ')})`;
 console.log(`first start, empty data dir: ${show(first)}`);
 console.log(`restart, same data dir:      ${show(restart)}`);

@@ -30,7 +30,13 @@ export function renderOpenApiJson(): string {
     getJob: unused,
     jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
     checkHealth: unused,
-    metrics: createMetrics({ queueDepth: unused, busyWorkers: unused, storeTotals: unused, downloaderPresent: unused, downloaderRelease: unused }),
+    metrics: createMetrics({
+      queueDepth: unused,
+      busyWorkers: unused,
+      storeTotals: unused,
+      downloaderPresent: unused,
+      downloaderRelease: unused,
+    }),
     scrubber: { request: unused, latest: unused },
   });
   return `${JSON.stringify(app.getOpenAPI31Document(OPENAPI_DOCUMENT), null, 2)}\n`;

@@ -52,7 +52,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', { type: 'http', scheme: 'bearer' });
-  app.openAPIRegistry.registerComponent('securitySchemes', 'apiKeyHeader', { type: 'apiKey', in: 'header', name: 'X-API-Key' });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'apiKeyHeader', {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-API-Key',
+  });
 
   // The request id, access log and metrics are the request envelope's (src/http/request-envelope.ts).
   app.use('*', requestContext({ log: deps.log }));
@@ -66,9 +70,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerArtifactContract(app);
   registerMetricsRoute(app, { metrics: deps.metrics, admit: admitted(deps.admission) });
   registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: admitted(deps.admission) });
-  for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute]) app.openAPIRegistry.registerPath(contract);
+  for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute])
+    app.openAPIRegistry.registerPath(contract);
   registerJobEventsRoute(app, { admission: deps.admission, get: deps.getJob, events: deps.jobEvents });
-  for (const { method, path, operation } of deps.operations) app.on(method, path, honoOperation(operation, deps.bodies));
+  for (const { method, path, operation } of deps.operations)
+    app.on(method, path, honoOperation(operation, deps.bodies));
 
   return app;
 }

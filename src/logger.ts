@@ -13,7 +13,14 @@ export function createLogger(level: string, destination?: pino.DestinationStream
       base: { service: 'source-fetch' },
       timestamp: isoTimeOncePerMillisecond(),
       redact: {
-        paths: ['req.headers.authorization', 'req.headers["x-api-key"]', 'headers.authorization', 'headers["x-api-key"]', '*.apiKey', '*.secret'],
+        paths: [
+          'req.headers.authorization',
+          'req.headers["x-api-key"]',
+          'headers.authorization',
+          'headers["x-api-key"]',
+          '*.apiKey',
+          '*.secret',
+        ],
         censor: '[redacted]',
       },
     },

@@ -106,7 +106,11 @@ async function main(): Promise<void> {
   const { database, store } = await openStorage(config, { nodeId, now, log, shutdown });
   const secrets = await orExit(
     resolveServiceSecrets({
-      configured: { apiKeys: config.apiKeys, urlSigningSecret: config.urlSigningSecret, webhookSecret: config.webhooks.secret },
+      configured: {
+        apiKeys: config.apiKeys,
+        urlSigningSecret: config.urlSigningSecret,
+        webhookSecret: config.webhooks.secret,
+      },
       database,
       dataDir: config.dataDir,
       now: now(),
@@ -114,7 +118,10 @@ async function main(): Promise<void> {
     }),
   );
   if (config.allowHosts.length > 0) {
-    log.warn({ hosts: config.fetchAllowHosts }, 'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy');
+    log.warn(
+      { hosts: config.fetchAllowHosts },
+      'FETCH_ALLOW_HOSTS is set: these destinations bypass the address policy',
+    );
   }
   const egress = await startEgress(config, { log, shutdown });
   const confinement = await startConfinement(config, tools, egress, { log, shutdown, signals });
@@ -133,7 +140,19 @@ async function main(): Promise<void> {
   });
   logFirstHealthCheck(checkHealth, log);
 
-  const workers = createWorkers(config, { database, store, tools, egress, confinement, upkeep, nodeId, now, log, shutdown, signals });
+  const workers = createWorkers(config, {
+    database,
+    store,
+    tools,
+    egress,
+    confinement,
+    upkeep,
+    nodeId,
+    now,
+    log,
+    shutdown,
+    signals,
+  });
   const metrics = createMetrics({
     queueDepth: () => countQueued(database),
     busyWorkers: () => workers.busyCount(),
@@ -160,10 +179,18 @@ async function main(): Promise<void> {
     recordCallback: callbackRecorder(randomUUID),
     checkDestination: async (target, apiKeyId) => {
       const { host, port } = destinationOf(target);
-      await checkDestination(host, port, { resolve: egress.resolve, allowHosts: config.allowHosts, client: `key:${apiKeyId ?? ''}` });
+      await checkDestination(host, port, {
+        resolve: egress.resolve,
+        allowHosts: config.allowHosts,
+        client: `key:${apiKeyId ?? ''}`,
+      });
     },
     contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
-    admitJob: createAdmission({ database, maxQueuedJobs: config.maxQueuedJobs, confinementOk: () => confinement.status().ok }),
+    admitJob: createAdmission({
+      database,
+      maxQueuedJobs: config.maxQueuedJobs,
+      confinementOk: () => confinement.status().ok,
+    }),
     onEnded: (ended, mayHaveCallback) => signals.jobEnded.emit({ ended, mayHaveCallback }),
   });
   const renderView = createJobRenderer((cid, name) => {
@@ -172,7 +199,18 @@ async function main(): Promise<void> {
   }, now);
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
 
-  const callbacks = createCallbacks(config, { database, egress, secret: secrets.webhookSecret, nodeId, now, log, shutdown, signals, metrics, renderJob: async (jobId) => renderJob(await jobs.get(jobId)) });
+  const callbacks = createCallbacks(config, {
+    database,
+    egress,
+    secret: secrets.webhookSecret,
+    nodeId,
+    now,
+    log,
+    shutdown,
+    signals,
+    metrics,
+    renderJob: async (jobId) => renderJob(await jobs.get(jobId)),
+  });
 
   // Event streams follow jobs in the database, whichever node runs them: one query per tick for all.
   const jobWatcher = createJobWatcher({
@@ -186,7 +224,9 @@ async function main(): Promise<void> {
   const admission = createKeyAdmission({
     checkKey: createKeyChecker(secrets.apiKeys),
     rateLimiter:
-      config.rateLimitPerMinute > 0 ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }) : undefined,
+      config.rateLimitPerMinute > 0
+        ? createTokenBucketLimiter({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now })
+        : undefined,
   });
   const operations = [
     ...sourceOperations({
@@ -196,7 +236,12 @@ async function main(): Promise<void> {
       render: renderJob,
       renderView,
     }),
-    ...jobOperations({ admission, read: async (id) => renderView(await jobs.read(id)), cancel: (id) => jobs.cancel(id), render: renderJob }),
+    ...jobOperations({
+      admission,
+      read: async (id) => renderView(await jobs.read(id)),
+      cancel: (id) => jobs.cancel(id),
+      render: renderJob,
+    }),
     createArtifactOperation({
       artifactRoot: config.artifactRoot,
       accelRedirectPrefix: config.accelRedirectPrefix,
@@ -207,7 +252,17 @@ async function main(): Promise<void> {
     }),
   ];
   const bodies = createFileBodies();
-  const app = createApp({ log, admission, operations, bodies, getJob: (id) => jobs.get(id), jobEvents, checkHealth, metrics, scrubber });
+  const app = createApp({
+    log,
+    admission,
+    operations,
+    bodies,
+    getJob: (id) => jobs.get(id),
+    jobEvents,
+    checkHealth,
+    metrics,
+    scrubber,
+  });
   // The operations straight from node's server; the app answers everything else and, while shutting down, everything (503).
   const nodeRouter = createNodeRouter(operations, { bodies, log });
   const server = startHttpServer(
@@ -216,7 +271,9 @@ async function main(): Promise<void> {
       beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : nodeRouter(req, res, toApp)),
       fetch: (req, ...rest) =>
         shutdown.stopping
-          ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', { headers: { connection: 'close', 'retry-after': '5' } })
+          ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', {
+              headers: { connection: 'close', 'retry-after': '5' },
+            })
           : app.fetch(req, ...rest),
       hostname: config.host,
       port: config.port,
@@ -225,7 +282,17 @@ async function main(): Promise<void> {
       log,
     },
     (info) => {
-      log.info({ host: info.address, port: info.port, node_id: nodeId, database: database.kind, artifact_root: config.artifactRoot, workers: config.workerConcurrency }, 'listening');
+      log.info(
+        {
+          host: info.address,
+          port: info.port,
+          node_id: nodeId,
+          database: database.kind,
+          artifact_root: config.artifactRoot,
+          workers: config.workerConcurrency,
+        },
+        'listening',
+      );
     },
   );
   shutdown.closeFrontWith(() => {
@@ -295,8 +362,13 @@ async function locateTools(config: Config): Promise<Tools> {
   const found = await locateTool(config.tools.ytdlp, config.searchPath);
   const ytdlpPath = found === null ? null : await fs.realpath(found);
   if (config.ytdlpCookiesFile !== undefined) {
-    const refusal = await cookiesFileRefusal(config.ytdlpCookiesFile, { path: ytdlpPath, configured: config.tools.ytdlp, version: (tool) => toolVersion(tool, ['--version']) });
-    if (refusal !== null) exitOnConfigError(new ConfigError(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${refusal}`));
+    const refusal = await cookiesFileRefusal(config.ytdlpCookiesFile, {
+      path: ytdlpPath,
+      configured: config.tools.ytdlp,
+      version: (tool) => toolVersion(tool, ['--version']),
+    });
+    if (refusal !== null)
+      exitOnConfigError(new ConfigError(`Invalid configuration:\n  YTDLP_COOKIES_FILE: ${refusal}`));
   }
   return { paths: { ...config.tools, ytdlp: ytdlpPath ?? config.tools.ytdlp }, ytdlpPath };
 }
@@ -314,7 +386,11 @@ async function openStorage(config: Config, { nodeId, now, log, shutdown }: Basic
   await fs.mkdir(config.artifactRoot, { recursive: true });
   const database = await openDatabase(config.database, nodeId, log);
   shutdown.onStop(() => database.close());
-  const store = createContentStore(config.artifactRoot, createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }), nodeId);
+  const store = createContentStore(
+    config.artifactRoot,
+    createDatabasePins({ database, holder: () => `${nodeId}:${randomUUID()}`, now }),
+    nodeId,
+  );
   await recoverAtStartup({
     database,
     store,
@@ -356,7 +432,8 @@ async function startEgress(config: Config, { log, shutdown }: Pick<Basics, 'log'
   });
   // Confined tools reach the guard through its Unix socket alone, and the resident yt-dlp listens
   // on one: a private folder keeps them ours.
-  const runtimeDir = config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
+  const runtimeDir =
+    config.confinement.mode === 'netns' ? await fs.mkdtemp(path.join(os.tmpdir(), 'source-fetch-')) : null;
   if (runtimeDir) shutdown.onStop(() => fs.rm(runtimeDir, { recursive: true, force: true }));
   if (config.egressUpstreamProxy) {
     // Neither its address nor its credentials: the operator knows them, a log reader need not.
@@ -378,7 +455,12 @@ async function startEgress(config: Config, { log, shutdown }: Pick<Basics, 'log'
  * 503, workers idle), unless the operator chose TOOL_CONFINEMENT=off. Checked again with every
  * health check.
  */
-async function startConfinement(config: Config, tools: Tools, egress: Egress, { log, shutdown, signals }: Pick<Basics, 'log' | 'shutdown'> & { signals: Signals }) {
+async function startConfinement(
+  config: Config,
+  tools: Tools,
+  egress: Egress,
+  { log, shutdown, signals }: Pick<Basics, 'log' | 'shutdown'> & { signals: Signals },
+) {
   const hostNetns = readHostNetns();
   // What a tool run's mount view shows besides the system: the tools' own folders.
   const viewReadOnly = await toolFolders([
@@ -412,7 +494,10 @@ async function startConfinement(config: Config, tools: Tools, egress: Egress, { 
   if (config.confinement.mode === 'off') {
     log.warn('TOOL_CONFINEMENT=off: yt-dlp and ffmpeg run unconfined and can connect around the egress guard');
   } else if (!status.ok) {
-    log.error({ reason: status.reason }, 'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)');
+    log.error(
+      { reason: status.reason },
+      'the tools cannot be confined: fetching is refused until this is fixed (see TOOL_CONFINEMENT)',
+    );
   }
   // In the background: tools are started on their own until the resident sandbox is ready.
   await sandbox.start();
@@ -443,7 +528,10 @@ function createStoreUpkeep(config: Config, { database, store, nodeId, now, log, 
     statfs: statfsSync,
     now,
     onShort: () => {
-      log.warn({ free_bytes: space.freeBytes(), min_free_bytes: config.storeMinFreeBytes }, "the artifact root's volume has less free than one job can need: taking no job, evicting");
+      log.warn(
+        { free_bytes: space.freeBytes(), min_free_bytes: config.storeMinFreeBytes },
+        "the artifact root's volume has less free than one job can need: taking no job, evicting",
+      );
       signals.storeShort.emit();
     },
   });
@@ -452,8 +540,13 @@ function createStoreUpkeep(config: Config, { database, store, nodeId, now, log, 
     ? createUsageLogReader({
         file: config.nginxUsageLog,
         onUse: (cid, at) => nginxUses.emit({ cid, at }),
-        onMalformed: (lines) => log.warn({ file: config.nginxUsageLog, lines }, 'nginx usage log: skipped lines that are not "<time> <content id>"'),
-        onError: (err, action) => log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
+        onMalformed: (lines) =>
+          log.warn(
+            { file: config.nginxUsageLog, lines },
+            'nginx usage log: skipped lines that are not "<time> <content id>"',
+          ),
+        onError: (err, action) =>
+          log.warn({ file: config.nginxUsageLog, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
       })
     : undefined;
   const usage = createUsageRecorder({
@@ -508,7 +601,10 @@ function createWorkers(
     openEgressSession: (label) => egress.guard.openSession(label),
     cookiesFile: config.ytdlpCookiesFile,
     onStored: () => upkeep.sizeCap.request(),
-    keyAllowance: config.storeBytesPerKeyPerDay === null ? undefined : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
+    keyAllowance:
+      config.storeBytesPerKeyPerDay === null
+        ? undefined
+        : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
     onDownloaded: (bytes) => signals.downloadedBytes.emit(bytes),
   });
   const workers = createWorkerPool({
@@ -583,7 +679,10 @@ function logFirstHealthCheck(checkHealth: ReturnType<typeof createHealthCheck>, 
   void checkHealth().then(
     (report) => {
       for (const warning of report.warnings) log.warn({ code: warning.code }, warning.message);
-      log.info({ status: report.status, downloader: report.downloader.version, warnings: report.warnings.length }, 'first health check');
+      log.info(
+        { status: report.status, downloader: report.downloader.version, warnings: report.warnings.length },
+        'first health check',
+      );
     },
     (err: unknown) => log.error({ err }, 'the first health check failed'),
   );

@@ -17,7 +17,11 @@ export const METRIC_PREFIX = 'source_fetch_';
  * of the same name without it over its `type` label), which Prometheus reserves for counters and
  * promtool rejects. The by-type gauges stay; `sum()` over them gives the same number.
  */
-const GAUGES_NAMED_LIKE_COUNTERS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+const GAUGES_NAMED_LIKE_COUNTERS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
 
 export interface MetricsSources {
   /** Global: jobs queued on every node's database. */
@@ -34,7 +38,13 @@ export interface MetricsSources {
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
-type EndedJob = { status: string; bornDone: boolean; errorCode: string | null; startedAt: number | null; finishedAt: number | null };
+type EndedJob = {
+  status: string;
+  bornDone: boolean;
+  errorCode: string | null;
+  startedAt: number | null;
+  finishedAt: number | null;
+};
 
 export function createMetrics(sources: MetricsSources) {
   const registry = new Registry();
@@ -180,7 +190,7 @@ export function createMetrics(sources: MetricsSources) {
   let scrubCompletedAtMs: number | undefined;
   new Gauge({
     name: prefixed('store_scrub_last_completed_timestamp_seconds'),
-    help: "When this node last completed a pass of the store scrub, Unix seconds (NaN: none since it started; with many nodes, take the max).",
+    help: 'When this node last completed a pass of the store scrub, Unix seconds (NaN: none since it started; with many nodes, take the max).',
     registers: [registry],
     collect() {
       this.set(scrubCompletedAtMs === undefined ? Number.NaN : scrubCompletedAtMs / 1000);

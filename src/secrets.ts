@@ -17,7 +17,12 @@ const base64url: SecretEncoding = (bytes) => bytes.toString('base64url');
  * link() refuses to replace a secret another process put there meanwhile. An empty file (left by
  * an older version's crash, or a `touch`) holds no secret anyone could have used: it is replaced.
  */
-export function loadOrCreateSecret(dataDir: string, fileName: string, bytes = 32, encode: SecretEncoding = base64url): { value: string; file: string; created: boolean } {
+export function loadOrCreateSecret(
+  dataDir: string,
+  fileName: string,
+  bytes = 32,
+  encode: SecretEncoding = base64url,
+): { value: string; file: string; created: boolean } {
   const file = path.join(dataDir, fileName);
   const existing = readSecret(file);
   if (existing) return { value: existing, file, created: false };
@@ -66,12 +71,25 @@ function readSecret(file: string): string | undefined {
  * first node to start makes it, the others read it. Returns the value and whether it was just
  * created.
  */
-export async function loadOrCreateSharedSecret(q: Queryable, name: string, now: number, bytes = 32, encode: SecretEncoding = base64url): Promise<{ value: string; created: boolean }> {
+export async function loadOrCreateSharedSecret(
+  q: Queryable,
+  name: string,
+  now: number,
+  bytes = 32,
+  encode: SecretEncoding = base64url,
+): Promise<{ value: string; created: boolean }> {
   const { serviceSecrets } = q.t;
   const value = encode(randomBytes(bytes));
-  const inserted = await q.db.insert(serviceSecrets).values({ name, value, createdAt: now }).onConflictDoNothing().returning({ value: serviceSecrets.value });
+  const inserted = await q.db
+    .insert(serviceSecrets)
+    .values({ name, value, createdAt: now })
+    .onConflictDoNothing()
+    .returning({ value: serviceSecrets.value });
   if (inserted.length > 0) return { value, created: true };
-  const [row] = await q.db.select({ value: serviceSecrets.value }).from(serviceSecrets).where(eq(serviceSecrets.name, name));
+  const [row] = await q.db
+    .select({ value: serviceSecrets.value })
+    .from(serviceSecrets)
+    .where(eq(serviceSecrets.name, name));
   return { value: row!.value, created: false };
 }
 

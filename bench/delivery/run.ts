@@ -75,7 +75,10 @@ async function main(): Promise<void> {
         sourceUrl: media.url('/bench.wav'),
         allowHost: media.hostPort,
         accelRedirectPrefix,
-        env: { URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET, ...(accelRedirectPrefix ? { NGINX_USAGE_LOG: usageLog } : {}) },
+        env: {
+          URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
+          ...(accelRedirectPrefix ? { NGINX_USAGE_LOG: usageLog } : {}),
+        },
       }),
     ),
   );
@@ -118,7 +121,9 @@ async function main(): Promise<void> {
     ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
     ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: false }],
   ];
-  const targets = allTargets.filter(([name]) => !CASES || CASES.test(name) || name === 'nginx static' || name === 'node plain');
+  const targets = allTargets.filter(
+    ([name]) => !CASES || CASES.test(name) || name === 'nginx static' || name === 'node plain',
+  );
 
   console.log(
     `delivery benchmark: ${(bytes.length / 1e6).toFixed(1)} MB WAV, wrk -t${THREADS} -c${CONNECTIONS} -d${SECONDS}s per case, ` +
@@ -223,7 +228,15 @@ end
 }
 
 async function wrk(url: string, script: string | undefined, apiKey: boolean): Promise<Result> {
-  const args = [`-t${THREADS}`, `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []), ...(script ? ['-s', script] : []), url];
+  const args = [
+    `-t${THREADS}`,
+    `-c${CONNECTIONS}`,
+    `-d${SECONDS}s`,
+    '--latency',
+    ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []),
+    ...(script ? ['-s', script] : []),
+    url,
+  ];
   const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? NaN);
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(stdout);

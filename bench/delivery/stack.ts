@@ -148,7 +148,8 @@ export async function startDeliveryApp(options: {
     signer,
     seen,
     served,
-    signedPath: (cid, name = AUDIO_ARTIFACT_NAME, ttlSeconds = 600) => `${artifactUrlPath(cid, name)}?${signer.sign(cid, name, ttlSeconds).query}`,
+    signedPath: (cid, name = AUDIO_ARTIFACT_NAME, ttlSeconds = 600) =>
+      `${artifactUrlPath(cid, name)}?${signer.sign(cid, name, ttlSeconds).query}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -95,7 +95,11 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
       }
     }
     const retryAfter = Number(res.headers.get('retry-after'));
-    throw new ApiError(res.status, problem?.code ? problem : undefined, Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : undefined);
+    throw new ApiError(
+      res.status,
+      problem?.code ? problem : undefined,
+      Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : undefined,
+    );
   }
 
   async function json<T>(res: Response): Promise<T> {
@@ -109,7 +113,11 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
   return {
     async submit(url) {
       const body: SubmitBody = { url };
-      const res = await send(pathOf('/sources'), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const res = await send(pathOf('/sources'), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
       return json<Submitted>(res);
     },
     async getJob(id) {

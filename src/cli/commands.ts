@@ -5,7 +5,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { ApiError, createApiClient, TransportError, type ApiClient, type Job, type ScrubReport } from './api.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
-import { createPlainView, createTerminalView, formatBytes, phaseOf, type Output, type ProgressView } from './progress.js';
+import {
+  createPlainView,
+  createTerminalView,
+  formatBytes,
+  phaseOf,
+  type Output,
+  type ProgressView,
+} from './progress.js';
 
 /**
  * `source-fetch fetch|status|cancel|scrub`: the service's API from a shell. Everything it touches
@@ -77,7 +84,11 @@ export async function runCli(deps: CliDeps): Promise<ExitCode> {
 
   let api: ApiClient;
   try {
-    api = createApiClient({ ...connection(deps.env), fetch: deps.fetch, userAgent: `source-fetch-cli/${deps.version}` });
+    api = createApiClient({
+      ...connection(deps.env),
+      fetch: deps.fetch,
+      userAgent: `source-fetch-cli/${deps.version}`,
+    });
   } catch (e) {
     err((e as Error).message);
     return EXIT.usage;
@@ -159,7 +170,9 @@ function parse(argv: string[]): Parsed {
       if (!argument) throw new UsageError(`${command} needs a job id`);
       only('-o', values.output === undefined);
       if (command === 'cancel') only('--json', values.json === undefined);
-      return command === 'status' ? { command, jobId: argument, json: values.json ?? false } : { command, jobId: argument };
+      return command === 'status'
+        ? { command, jobId: argument, json: values.json ?? false }
+        : { command, jobId: argument };
     default:
       throw new UsageError(`unknown command: ${command}`);
   }
@@ -173,13 +186,21 @@ function connection(env: Record<string, string | undefined>): { baseUrl: string;
   } catch {
     throw new UsageError('SOURCE_FETCH_URL must be an http(s) URL, such as http://127.0.0.1:8080');
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError('SOURCE_FETCH_URL must be an http(s) URL');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new UsageError('SOURCE_FETCH_URL must be an http(s) URL');
   const apiKey = env.SOURCE_FETCH_API_KEY?.trim();
-  if (!apiKey) throw new UsageError('SOURCE_FETCH_API_KEY is not set (the service keeps a generated key in data/api-key)');
+  if (!apiKey)
+    throw new UsageError('SOURCE_FETCH_API_KEY is not set (the service keeps a generated key in data/api-key)');
   return { baseUrl, apiKey };
 }
 
-async function fetchCommand(deps: CliDeps, api: ApiClient, url: string, output: string | undefined, onJobId: (id: string) => void): Promise<ExitCode> {
+async function fetchCommand(
+  deps: CliDeps,
+  api: ApiClient,
+  url: string,
+  output: string | undefined,
+  onJobId: (id: string) => void,
+): Promise<ExitCode> {
   const out = deps.stdout;
   const submitted = await api.submit(url);
   onJobId(submitted.job_id);
@@ -212,10 +233,16 @@ async function fetchCommand(deps: CliDeps, api: ApiClient, url: string, output: 
     return EXIT.writeFailed;
   }
   if (saved.result === 'mismatch') {
-    deps.stderr.write(`source-fetch: the WAV's SHA-256 ${saved.digest} is not its content id ${contentId}; nothing was written to ${target}\n`);
+    deps.stderr.write(
+      `source-fetch: the WAV's SHA-256 ${saved.digest} is not its content id ${contentId}; nothing was written to ${target}\n`,
+    );
     return EXIT.checksumMismatch;
   }
-  const details = [formatBytes(saved.bytes), artifact.duration !== null ? `${artifact.duration.toFixed(1)} s` : null, artifact.channels ? `${artifact.channels} ch` : null];
+  const details = [
+    formatBytes(saved.bytes),
+    artifact.duration !== null ? `${artifact.duration.toFixed(1)} s` : null,
+    artifact.channels ? `${artifact.channels} ch` : null,
+  ];
   out.write(`wrote ${target} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
   return EXIT.ok;
 }
@@ -258,13 +285,22 @@ async function follow(api: ApiClient, start: Job, view: ProgressView, signal: Ab
   return latest;
 }
 
-type Saved = { result: 'ok'; bytes: number } | { result: 'mismatch'; digest: string } | { result: 'write_failed'; reason: string };
+type Saved =
+  { result: 'ok'; bytes: number } | { result: 'mismatch'; digest: string } | { result: 'write_failed'; reason: string };
 
 /**
  * Streams the artifact into a temporary file beside the target while hashing it, and renames it
  * into place only when its SHA-256 is the content id.
  */
-async function save(deps: CliDeps, api: ApiClient, artifactPath: string, expectedBytes: number, target: string, contentId: string, view: ProgressView): Promise<Saved> {
+async function save(
+  deps: CliDeps,
+  api: ApiClient,
+  artifactPath: string,
+  expectedBytes: number,
+  target: string,
+  contentId: string,
+  view: ProgressView,
+): Promise<Saved> {
   const res = await api.download(artifactPath, deps.signal);
   const total = Number(res.headers.get('content-length')) || expectedBytes;
   const partial = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(4).toString('hex')}.part`);
@@ -324,7 +360,14 @@ async function statusCommand(deps: CliDeps, api: ApiClient, jobId: string, json:
   const percent = job.progress?.percent;
   const lines: Array<[string, string | null]> = [
     ['job', job.job_id],
-    ['status', phase === 'downloading' && percent != null ? `${job.status} (downloading ${percent}%)` : job.status === 'running' ? `running (${phase})` : job.status],
+    [
+      'status',
+      phase === 'downloading' && percent != null
+        ? `${job.status} (downloading ${percent}%)`
+        : job.status === 'running'
+          ? `running (${phase})`
+          : job.status,
+    ],
     ['url', job.url],
     ['created', job.created_at],
     ['started', job.started_at],
@@ -350,10 +393,15 @@ async function scrubCommand(deps: CliDeps, api: ApiClient, json: boolean): Promi
   let report = await api.scrub(SCRUB_WAIT_S, deps.signal);
   const passId = report.pass_id;
   while (report.status === 'running') {
-    if (!json) deps.stdout.write(`scrub ${passId} on ${report.node_id}: running, ${report.checked} checked, ${formatBytes(report.bytes_read)} read\n`);
+    if (!json)
+      deps.stdout.write(
+        `scrub ${passId} on ${report.node_id}: running, ${report.checked} checked, ${formatBytes(report.bytes_read)} read\n`,
+      );
     report = await api.scrubReport(SCRUB_WAIT_S, deps.signal);
     if (report.pass_id !== passId) {
-      deps.stderr.write(`source-fetch: the service answered about another scrub pass (${report.pass_id}): point SOURCE_FETCH_URL at the node that runs ${passId}\n`);
+      deps.stderr.write(
+        `source-fetch: the service answered about another scrub pass (${report.pass_id}): point SOURCE_FETCH_URL at the node that runs ${passId}\n`,
+      );
       return EXIT.unavailable;
     }
   }
@@ -374,7 +422,10 @@ function scrubSummary(report: ScrubReport): string[] {
   for (const finding of report.findings) {
     const artifact = `${finding.content_id}/${finding.name}`;
     if (finding.problem === 'corrupt') {
-      const action = finding.action === 'quarantined' ? `quarantined as ${finding.quarantined_as}` : 'left for the next pass (a job was storing it)';
+      const action =
+        finding.action === 'quarantined'
+          ? `quarantined as ${finding.quarantined_as}`
+          : 'left for the next pass (a job was storing it)';
       lines.push(`corrupt ${artifact}: SHA-256 ${finding.sha256}; ${action}`);
     } else {
       lines.push(`${finding.problem} ${artifact}${finding.error ? `: ${finding.error}` : ''}`);

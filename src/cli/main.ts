@@ -7,7 +7,9 @@ import { readFileSync } from 'node:fs';
 import { runCli } from './commands.js';
 import { EXIT } from './exit-codes.js';
 
-const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const version = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 const interrupt = new AbortController();
 process.once('SIGINT', () => interrupt.abort());
 

@@ -26,7 +26,10 @@ export function phaseOf(job: Job): Phase {
   if (job.status !== 'running') return job.status;
   const progress = job.progress;
   if (!progress) return 'starting';
-  const complete = progress.percent !== null ? progress.percent >= 100 : progress.bytes_total !== null && progress.bytes_done >= progress.bytes_total;
+  const complete =
+    progress.percent !== null
+      ? progress.percent >= 100
+      : progress.bytes_total !== null && progress.bytes_done >= progress.bytes_total;
   return complete ? 'converting' : 'downloading';
 }
 
@@ -72,9 +75,16 @@ export function createTerminalView(out: Output): ProgressView {
       const phase = phaseOf(job);
       const progress = job.progress;
       if (phase === 'downloading' && progress) {
-        const amount = progress.bytes_total !== null ? `${formatBytes(progress.bytes_done)} / ${formatBytes(progress.bytes_total)}` : formatBytes(progress.bytes_done);
+        const amount =
+          progress.bytes_total !== null
+            ? `${formatBytes(progress.bytes_done)} / ${formatBytes(progress.bytes_total)}`
+            : formatBytes(progress.bytes_done);
         const percent = progress.percent;
-        draw(percent !== null ? `downloading ${bar(percent, width())} ${percent.toFixed(1).padStart(5)}%  ${amount}` : `downloading ${amount}`);
+        draw(
+          percent !== null
+            ? `downloading ${bar(percent, width())} ${percent.toFixed(1).padStart(5)}%  ${amount}`
+            : `downloading ${amount}`,
+        );
       } else if (phase === 'converting') {
         draw(`converting  ${bar(100, width())}  to a 44.1 kHz WAV…`);
       } else if (phase === 'queued' || phase === 'starting') {
@@ -83,7 +93,11 @@ export function createTerminalView(out: Output): ProgressView {
     },
     saving(bytes, total) {
       const percent = total ? (bytes / total) * 100 : null;
-      draw(percent !== null ? `saving      ${bar(percent, width())} ${percent.toFixed(1).padStart(5)}%  ${formatBytes(bytes)}` : `saving ${formatBytes(bytes)}`);
+      draw(
+        percent !== null
+          ? `saving      ${bar(percent, width())} ${percent.toFixed(1).padStart(5)}%  ${formatBytes(bytes)}`
+          : `saving ${formatBytes(bytes)}`,
+      );
     },
     finish() {
       if (drawn !== undefined) out.write('\r\x1b[2K');
@@ -104,7 +118,9 @@ export function createPlainView(out: Output, jobId: string): ProgressView {
         const percent = job.progress.percent;
         const decile = percent === null ? null : Math.floor(percent / 10);
         if (lastPhase !== 'downloading' || (decile !== null && decile > lastDecile)) {
-          line(`job ${jobId}: downloading${percent === null ? ` ${formatBytes(job.progress.bytes_done)}` : ` ${Math.floor(percent)}%`}`);
+          line(
+            `job ${jobId}: downloading${percent === null ? ` ${formatBytes(job.progress.bytes_done)}` : ` ${Math.floor(percent)}%`}`,
+          );
           if (decile !== null) lastDecile = decile;
         }
       } else if (phase !== lastPhase && phase !== 'done' && phase !== 'failed' && phase !== 'canceled') {

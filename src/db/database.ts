@@ -54,13 +54,19 @@ export interface Database extends Queryable {
    * while reads are under way go together as one `many` (./gathered.ts, `together`). Answers may be
    * shared and frozen: not to be modified. Undefined: no such key.
    */
-  hotReads<T extends object>(read: KeyedRead<T>, options: { kept: number; together: { concurrency: number; maxKeys: number } }): (key: string) => Promise<T | undefined>;
+  hotReads<T extends object>(
+    read: KeyedRead<T>,
+    options: { kept: number; together: { concurrency: number; maxKeys: number } },
+  ): (key: string) => Promise<T | undefined>;
   /**
    * `op` made as this database makes it cheapest and still atomic (./guarded-write.ts): on SQLite
    * read and write in one transaction, where the read stands; on PostgreSQL the read and the
    * checked write each made with those asked for at the same time (`together`).
    */
-  guardedWrites<V extends object, W, R>(op: GuardedWrite<V, W, R>, together: { concurrency: number; maxItems: number }): GuardedWriter<V, W, R>;
+  guardedWrites<V extends object, W, R>(
+    op: GuardedWrite<V, W, R>,
+    together: { concurrency: number; maxItems: number },
+  ): GuardedWriter<V, W, R>;
   /** Tells every node listening on `channel` (Postgres NOTIFY; on SQLite, this process). */
   notify(channel: string, payload: string): Promise<void>;
   /** Calls `onMessage` for each notification on `channel` until the returned function is called. */
@@ -71,8 +77,8 @@ export interface Database extends Queryable {
 
 /** A read by key in both forms a database may serve it by (Database.hotReads): one key, or many in one statement. */
 export interface KeyedRead<T extends object> {
-  one(key: string): Promise<T | undefined>;
-  many(keys: string[]): Promise<Map<string, T>>;
+  one: (key: string) => Promise<T | undefined>;
+  many: (keys: string[]) => Promise<Map<string, T>>;
 }
 
 /**

@@ -19,10 +19,12 @@ export function createGroupSync(sync: () => Promise<void>): GroupSync {
   const start = (): void => {
     const group = next!;
     next = null;
-    inFlight = sync().then(group.resolve, group.reject).finally(() => {
-      inFlight = null;
-      if (next) start();
-    });
+    inFlight = sync()
+      .then(group.resolve, group.reject)
+      .finally(() => {
+        inFlight = null;
+        if (next) start();
+      });
   };
 
   return {

@@ -7,7 +7,10 @@ import { gathered, gatheredReads } from './gathered.js';
  * those waiting beside it. No other write can come between the read and the write, so the read
  * stands and the write needs no check of its own.
  */
-export function guardedInOneTransaction<V, W, R>(database: Database, op: GuardedWrite<V, W, R>): GuardedWriter<V, W, R> {
+export function guardedInOneTransaction<V, W, R>(
+  database: Database,
+  op: GuardedWrite<V, W, R>,
+): GuardedWriter<V, W, R> {
   return (key, plan) =>
     database.transaction(
       async (q) => {
@@ -33,7 +36,10 @@ export function guardedByCheckedWrite<V extends object, W, R>(
   op: GuardedWrite<V, W, R>,
   together: { concurrency: number; maxItems: number },
 ): GuardedWriter<V, W, R> {
-  const read = gatheredReads((keys) => op.readMany(database, keys), { concurrency: together.concurrency, maxKeys: together.maxItems });
+  const read = gatheredReads((keys) => op.readMany(database, keys), {
+    concurrency: together.concurrency,
+    maxKeys: together.maxItems,
+  });
   const writeChecked = gathered((writes: W[]) => op.writeCheckedMany(database, writes), together);
   return async (key, plan) => {
     const value = await read(key);

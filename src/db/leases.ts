@@ -6,7 +6,13 @@ import type { Queryable } from './database.js';
  * free or expired, renewed by taking again, given back when done. A node that dies holding one
  * loses it when it expires.
  */
-export async function takeLease(q: Queryable, name: string, holder: string, now: number, ttlMs: number): Promise<boolean> {
+export async function takeLease(
+  q: Queryable,
+  name: string,
+  holder: string,
+  now: number,
+  ttlMs: number,
+): Promise<boolean> {
   const { serviceLeases } = q.t;
   const rows = await q.db
     .insert(serviceLeases)
@@ -26,9 +32,15 @@ export async function giveBackLease(q: Queryable, name: string, holder: string):
 }
 
 /** A lease's holder and expiry, whether or not it has expired; undefined when nobody took it. */
-export async function readLease(q: Queryable, name: string): Promise<{ holder: string; expiresAt: number } | undefined> {
+export async function readLease(
+  q: Queryable,
+  name: string,
+): Promise<{ holder: string; expiresAt: number } | undefined> {
   const { serviceLeases } = q.t;
-  const [row] = await q.db.select({ holder: serviceLeases.holder, expiresAt: serviceLeases.expiresAt }).from(serviceLeases).where(eq(serviceLeases.name, name));
+  const [row] = await q.db
+    .select({ holder: serviceLeases.holder, expiresAt: serviceLeases.expiresAt })
+    .from(serviceLeases)
+    .where(eq(serviceLeases.name, name));
   return row;
 }
 
@@ -38,5 +50,8 @@ export async function readLease(q: Queryable, name: string): Promise<{ holder: s
  */
 export async function setLease(q: Queryable, name: string, holder: string, expiresAt: number): Promise<void> {
   const { serviceLeases } = q.t;
-  await q.db.insert(serviceLeases).values({ name, holder, expiresAt }).onConflictDoUpdate({ target: serviceLeases.name, set: { holder, expiresAt } });
+  await q.db
+    .insert(serviceLeases)
+    .values({ name, holder, expiresAt })
+    .onConflictDoUpdate({ target: serviceLeases.name, set: { holder, expiresAt } });
 }

@@ -12,11 +12,16 @@ export type DatabaseChoice = { kind: 'postgres'; url: string; poolSize: number }
  * SQLite in DATA_DIR), SQLite checkpointed in the background.
  */
 export async function openDatabase(choice: DatabaseChoice, nodeId: string, log: Logger): Promise<Database> {
-  if (choice.kind === 'postgres') return openPostgres(choice.url, { poolSize: choice.poolSize, applicationName: `source-fetch ${nodeId}` });
+  if (choice.kind === 'postgres')
+    return openPostgres(choice.url, { poolSize: choice.poolSize, applicationName: `source-fetch ${nodeId}` });
   return openSqlite(choice.path, {
     backgroundCheckpoints: {
       intervalMs: DEFAULT_CHECKPOINT_INTERVAL_MS,
-      onError: (message) => log.error({ message }, 'SQLite checkpoints in the background stopped on an error: the WAL is checkpointed in COMMIT again, as SQLite does by default'),
+      onError: (message) =>
+        log.error(
+          { message },
+          'SQLite checkpoints in the background stopped on an error: the WAL is checkpointed in COMMIT again, as SQLite does by default',
+        ),
     },
   });
 }

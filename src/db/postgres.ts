@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import { migrate } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
-import type { Database, Queryable, Tables } from './database.js';
+import type { Database, Queryable } from './database.js';
 import { gatheredReads } from './gathered.js';
 import { guardedByCheckedWrite } from './guarded-write.js';
 import { createTransactionContext } from './transaction-context.js';
@@ -17,7 +17,10 @@ const MIGRATION_LOCK = 0x53465f4d; // "SF_M"
  * prepared statements per connection, and LISTEN on one connection of its own. Migrations run
  * at open under an advisory lock, so nodes that start together migrate one after the other.
  */
-export async function openPostgres(url: string, opts: { poolSize?: number; applicationName?: string } = {}): Promise<Database> {
+export async function openPostgres(
+  url: string,
+  opts: { poolSize?: number; applicationName?: string } = {},
+): Promise<Database> {
   const connection = { application_name: opts.applicationName ?? 'source-fetch' };
   const migrator = postgres(url, { max: 1, onnotice: () => {}, connection });
   try {
@@ -30,7 +33,7 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
 
   const client = postgres(url, { max: opts.poolSize ?? 10, onnotice: () => {}, connection });
   const db = drizzle(client, { schema: pgSchema });
-  const q: Queryable = { kind: 'postgres', db, t: pgSchema as Tables };
+  const q: Queryable = { kind: 'postgres', db, t: pgSchema };
   const context = createTransactionContext<Queryable>();
 
   const database: Database = {
@@ -44,7 +47,7 @@ export async function openPostgres(url: string, opts: { poolSize?: number; appli
         const connection = (tx as unknown as { session: { client: unknown } }).session.client;
         const inner: Queryable = {
           kind: 'postgres',
-          db: tx as unknown as Queryable['db'],
+          db: tx,
           t: q.t,
           pooled: { home: q, onThisConnection: (query) => onConnection(query, connection) },
         };

@@ -36,7 +36,8 @@ export function keptUntilChange<T extends object>(
 export function frozen<T extends object>(value: T): T {
   for (const part of Object.values(value)) {
     if (part === null || typeof part !== 'object') continue;
-    if (Array.isArray(part)) for (const item of part) if (item !== null && typeof item === 'object') Object.freeze(item);
+    if (Array.isArray(part))
+      for (const item of part) if (item !== null && typeof item === 'object') Object.freeze(item);
     Object.freeze(part);
   }
   return Object.freeze(value);

@@ -53,9 +53,15 @@ parentPort.once('message', stop);
 `;
 
 /** `onFailed`: the worker has stopped on an error (it makes no more checkpoints). */
-export function startCheckpointer(file: string, options: { intervalMs: number; onFailed: (message: string) => void }): Checkpointer {
+export function startCheckpointer(
+  file: string,
+  options: { intervalMs: number; onFailed: (message: string) => void },
+): Checkpointer {
   const driver = createRequire(import.meta.url).resolve('better-sqlite3');
-  const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { driver, file, intervalMs: options.intervalMs } });
+  const worker = new Worker(WORKER_SOURCE, {
+    eval: true,
+    workerData: { driver, file, intervalMs: options.intervalMs },
+  });
   worker.on('message', (message: { failed: string }) => options.onFailed(message.failed));
   // A SqliteError thrown in the worker arrives as a plain object that keeps only its code.
   worker.on('error', (err: unknown) => {

@@ -150,7 +150,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
   const execute = (text: string, params: unknown[], method: string): { rows: unknown[]; wrote: boolean } => {
     const statement = prepare(text);
     let rows: unknown[] = [];
-    let changed = true;
+    let changed: boolean;
     if (method === 'run') {
       const result = statement.run(...params);
       // sqlite3_changes() is that of the last row statement: exact after one, stale after DDL.
@@ -161,7 +161,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
       rows = row as unknown[];
       changed = row !== undefined;
     } else {
-      rows = statement.raw(true).all(...params) as unknown[];
+      rows = statement.raw(true).all(...params);
       changed = rows.length > 0;
     }
     if (statement.readonly || !changed) return { rows, wrote: false };
@@ -185,12 +185,14 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     { schema: sqliteSchema },
   );
   // The handle given to a handle-only transaction: its queries are that transaction's.
+  // drizzle awaits the callback inside its own async methods: a throw here is the query's rejection.
   const handleDb = drizzleProxy(
-    async (text, params, method) => {
-      if (owner === null || !owner.handleOnly) throw new Error("a handle-only transaction's handle was used outside it");
+    (text, params, method) => {
+      if (owner === null || !owner.handleOnly)
+        throw new Error("a handle-only transaction's handle was used outside it");
       const { rows, wrote } = execute(text, params, method);
       if (wrote) owner.wrote = true;
-      return { rows };
+      return Promise.resolve({ rows });
     },
     { schema: sqliteSchema },
   );
@@ -232,7 +234,11 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
    * COMMIT and its sync, as alone; a failed BEGIN or COMMIT fails them all. At most MAX_BATCH
    * at a time, so that what waits behind a batch waits a few milliseconds at most.
    */
-  let waiting: { fn: (q: Queryable) => Promise<unknown>; resolve: (value: unknown) => void; reject: (err: unknown) => void }[] = [];
+  const waiting: {
+    fn: (q: Queryable) => Promise<unknown>;
+    resolve: (value: unknown) => void;
+    reject: (err: unknown) => void;
+  }[] = [];
   let draining = false;
   const together = <T>(fn: (q: Queryable) => Promise<T>): Promise<T> =>
     new Promise<T>((resolve, reject) => {
@@ -256,7 +262,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     owner = token;
     const outcomes: { ok: boolean; value: unknown }[] = [];
     let failure: { err: unknown } | undefined;
-    let othersWaiting = false;
+    let othersWaiting: boolean;
     try {
       begin();
       for (const item of batch) {
@@ -307,6 +313,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     changeMark,
     hotReads: (read, options) => keptUntilChange(database, read.one, options.kept),
     guardedWrites: (op) => guardedInOneTransaction(database, op),
+    /* eslint-disable @typescript-eslint/require-await -- SQLite answers at once; async makes its throws (and a listener's) rejections, as PostgreSQL's are */
     async notify(channel, payload) {
       channels.emit(channel, payload);
     },
@@ -319,6 +326,7 @@ function openLocked(file: string, options: SqliteOptions, lock: DatabaseLock): D
     async ping() {
       return client.prepare('select 1 as ok').get() !== undefined;
     },
+    /* eslint-enable @typescript-eslint/require-await */
     async close() {
       await group.settled();
       await checkpointer?.close();

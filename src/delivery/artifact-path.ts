@@ -45,14 +45,18 @@ export function artifactNotFound(): ServiceError {
 }
 
 export async function resolveArtifactPath(root: string, cid: string, name: string): Promise<ResolvedArtifact> {
-  if (!CONTENT_ID_PATTERN.test(cid)) throw invalidArtifactPath('The content id must be 64 lowercase hexadecimal characters.');
+  if (!CONTENT_ID_PATTERN.test(cid))
+    throw invalidArtifactPath('The content id must be 64 lowercase hexadecimal characters.');
   const problem = artifactNameProblem(name);
   if (problem) throw invalidArtifactPath(`The artifact name ${problem}.`);
 
   let realRoot: string;
   let realFile: string;
   try {
-    [realRoot, realFile] = await Promise.all([realpath(root), realpath(path.join(root, artifactRelativePath(cid, name)))]);
+    [realRoot, realFile] = await Promise.all([
+      realpath(root),
+      realpath(path.join(root, artifactRelativePath(cid, name))),
+    ]);
   } catch (err) {
     throw missingOr(err);
   }
@@ -108,5 +112,7 @@ export function createArtifactResolver(
 /** File-system errors that mean "no such artifact" (missing, a loop, not readable); others are real failures. */
 function missingOr(err: unknown): unknown {
   const code = (err as NodeJS.ErrnoException).code;
-  return code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP' || code === 'EACCES' || code === 'ENAMETOOLONG' ? artifactNotFound() : err;
+  return code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP' || code === 'EACCES' || code === 'ENAMETOOLONG'
+    ? artifactNotFound()
+    : err;
 }

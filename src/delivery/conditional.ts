@@ -11,7 +11,8 @@ export interface Validators {
 /** If-None-Match (weak comparison, `*`), else If-Modified-Since: true when the answer is 304. */
 export function isNotModified(headers: { get(name: string): string | null }, v: Validators): boolean {
   const ifNoneMatch = headers.get('if-none-match');
-  if (ifNoneMatch !== null) return ifNoneMatch.trim() === '*' || entityTags(ifNoneMatch).some((tag) => opaque(tag) === opaque(v.etag));
+  if (ifNoneMatch !== null)
+    return ifNoneMatch.trim() === '*' || entityTags(ifNoneMatch).some((tag) => opaque(tag) === opaque(v.etag));
   const ifModifiedSince = headers.get('if-modified-since');
   if (ifModifiedSince === null) return false;
   const since = Date.parse(ifModifiedSince);

@@ -27,7 +27,11 @@ const MAX_SPARE_BUFFERS = 64;
 // O_NOFOLLOW: the path was resolved without symlinks; do not follow one swapped in since.
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW;
 
-export type FileBody = (absolutePath: string, start: number, end: number) => Promise<Uint8Array | ReadableStream<Uint8Array>>;
+export type FileBody = (
+  absolutePath: string,
+  start: number,
+  end: number,
+) => Promise<Uint8Array | ReadableStream<Uint8Array>>;
 
 /**
  * Bytes start..end of a file straight to a node response (src/http/node-router.ts), with the
@@ -36,7 +40,13 @@ export type FileBody = (absolutePath: string, start: number, end: number) => Pro
  * so the caller can still answer otherwise. Resolves once the last byte is handed to the socket,
  * or the client has gone.
  */
-export type FileSender = (res: ServerResponse, absolutePath: string, start: number, end: number, writeHead: () => void) => Promise<void>;
+export type FileSender = (
+  res: ServerResponse,
+  absolutePath: string,
+  start: number,
+  end: number,
+  writeHead: () => void,
+) => Promise<void>;
 
 export interface FileBodies {
   body: FileBody;
@@ -199,7 +209,9 @@ function drainedOrClosed(res: ServerResponse): Promise<boolean> {
 }
 
 function openFile(absolutePath: string): Promise<number> {
-  return new Promise((resolve, reject) => fsOpen(absolutePath, OPEN_FLAGS, (err, fd) => (err ? reject(err) : resolve(fd))));
+  return new Promise((resolve, reject) =>
+    fsOpen(absolutePath, OPEN_FLAGS, (err, fd) => (err ? reject(err) : resolve(fd))),
+  );
 }
 
 /** Fills buffer[0, length) from the file at `position`; resolves `length`. */
@@ -232,7 +244,11 @@ function readExactly(fd: number, position: number, length: number): Promise<Buff
   });
 }
 
-function streamFrom(file: { fd: number; release: () => void }, start: number, length: number): ReadableStream<Uint8Array> {
+function streamFrom(
+  file: { fd: number; release: () => void },
+  start: number,
+  length: number,
+): ReadableStream<Uint8Array> {
   let position = start;
   let remaining = length;
   let reading = false;

@@ -60,7 +60,8 @@ export function createUrlSigner(secret: Buffer | string, opts: { now?: () => num
     },
     verify(cid, name, expires, signature) {
       if (!expires && !signature) return 'missing';
-      if (!expires || !signature || !EXPIRES_FORMAT.test(expires) || !SIGNATURE_FORMAT.test(signature)) return 'invalid';
+      if (!expires || !signature || !EXPIRES_FORMAT.test(expires) || !SIGNATURE_FORMAT.test(signature))
+        return 'invalid';
       // Compared as text, not decoded bytes, so the spare bits of the last character cannot vary.
       // Authenticity first: an altered expiry is 'invalid', never 'expired'.
       if (!timingSafeEqual(Buffer.from(mac(cid, name, expires)), Buffer.from(signature))) return 'invalid';

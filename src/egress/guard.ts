@@ -202,7 +202,11 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     const problem = redirectProblem(target, location);
     if (problem === null) return null;
     const port = target.port === '' ? 80 : Number(target.port);
-    const err = new ServiceError('refused', 'redirect_refused', `A redirect from ${target.host} was refused: ${problem}.`);
+    const err = new ServiceError(
+      'refused',
+      'redirect_refused',
+      `A redirect from ${target.host} was refused: ${problem}.`,
+    );
     refuse(session, target.hostname, port, err);
     return err.message;
   };
@@ -212,7 +216,11 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     let addresses: string[];
     try {
       // Each job's look-ups are a client of their own: one job's silent names delay no other.
-      ({ addresses } = await checkDestination(host, port, { ...policy, client: `job:${session.label}`, signal: session.aborter.signal }));
+      ({ addresses } = await checkDestination(host, port, {
+        ...policy,
+        client: `job:${session.label}`,
+        signal: session.aborter.signal,
+      }));
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       if (err.code === 'host_unresolvable') {
@@ -261,7 +269,11 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     if (target.protocol !== 'http:' && target.protocol !== 'https:') {
       // A downloader that asks its proxy for another scheme (a current yt-dlp sends an HLS
       // playlist's ftp: segments here) is refused as a destination, so the job says why.
-      const err = new ServiceError('refused', 'scheme_refused', `The downloader asked for a ${target.protocol} URL; only http and https are fetched.`);
+      const err = new ServiceError(
+        'refused',
+        'scheme_refused',
+        `The downloader asked for a ${target.protocol} URL; only http and https are fetched.`,
+      );
       refuse(session, target.hostname, Number(target.port) || 0, err);
       return plainText(res, 403, err.message);
     }
@@ -443,7 +455,8 @@ export function redirectProblem(base: URL, location: string): string | null {
   } catch {
     return null; // not a URL the client can follow either
   }
-  if (next.protocol !== 'http:' && next.protocol !== 'https:') return `it leads to a ${next.protocol} URL; only http and https are fetched`;
+  if (next.protocol !== 'http:' && next.protocol !== 'https:')
+    return `it leads to a ${next.protocol} URL; only http and https are fetched`;
   return null;
 }
 

@@ -35,9 +35,11 @@ export function parseUpstreamProxy(value: string): UpstreamProxy | string {
   } catch {
     return USAGE;
   }
-  if (url.protocol !== 'http:') return `${USAGE} (the guard speaks plain HTTP to it and tunnels through it with CONNECT)`;
+  if (url.protocol !== 'http:')
+    return `${USAGE} (the guard speaks plain HTTP to it and tunnels through it with CONNECT)`;
   if (url.hostname === '') return USAGE;
-  if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '') return `${USAGE}, without a path, query or fragment`;
+  if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '')
+    return `${USAGE}, without a path, query or fragment`;
   let authorization: string | null = null;
   if (url.username !== '' || url.password !== '') {
     try {
@@ -83,7 +85,10 @@ export function createUpstreamProxyDialer(proxy: UpstreamProxy): Dialer {
         port: proxy.port,
         method: 'CONNECT',
         path: authority,
-        headers: { host: authority, ...(proxy.authorization === null ? {} : { 'proxy-authorization': proxy.authorization }) },
+        headers: {
+          host: authority,
+          ...(proxy.authorization === null ? {} : { 'proxy-authorization': proxy.authorization }),
+        },
         agent: false,
       });
       // The signal bounds the handshake only: once open, the tunnel belongs to the guard.

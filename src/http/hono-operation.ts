@@ -18,7 +18,10 @@ export function honoOperation(operation: Operation, bodies: FileBodies): Handler
     if (!answer.file || c.req.method === 'HEAD') return responseOf(answer);
     const { absolutePath, start, end } = answer.file;
     try {
-      return new Response(await bodies.body(absolutePath, start, end), { status: answer.status, headers: answer.headers });
+      return new Response(await bodies.body(absolutePath, start, end), {
+        status: answer.status,
+        headers: answer.headers,
+      });
     } catch (err) {
       // Gone (evicted since it resolved) or unreadable before anything was written: say so.
       const gone = (err as NodeJS.ErrnoException).code === 'ENOENT';
@@ -28,7 +31,10 @@ export function honoOperation(operation: Operation, bodies: FileBodies): Handler
 }
 
 function responseOf(answer: Answer): Response {
-  const headers = answer.body === undefined ? answer.headers : { ...answer.headers, 'content-length': String(Buffer.byteLength(answer.body)) };
+  const headers =
+    answer.body === undefined
+      ? answer.headers
+      : { ...answer.headers, 'content-length': String(Buffer.byteLength(answer.body)) };
   return new Response(answer.body ?? null, { status: answer.status, headers });
 }
 
@@ -36,7 +42,7 @@ function honoApiRequest(c: Context<AppEnv>): ApiRequest {
   const incoming = (c.env as Partial<HttpBindings> | undefined)?.incoming;
   return {
     method: c.req.method,
-    params: c.req.param() as Record<string, string>,
+    params: c.req.param(),
     header: (name) => c.req.header(name),
     query: (name) => c.req.query(name),
     // Under node's server the body is read from node's request itself, as node's router reads it.

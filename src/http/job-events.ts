@@ -79,7 +79,13 @@ export const SSE_HEADERS = {
 export function eventIdOf(record: JobRecord): string {
   const { callback: _callback, ...job } = record;
   const stable = job.result
-    ? { ...job, result: { ...job.result, artifacts: job.result.artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest) } }
+    ? {
+        ...job,
+        result: {
+          ...job.result,
+          artifacts: job.result.artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest),
+        },
+      }
     : job;
   return createHash('sha256').update(JSON.stringify(stable)).digest('base64url').slice(0, 22);
 }
@@ -101,14 +107,23 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
   let keepAliveTimer: NodeJS.Timeout | undefined;
 
   const tooMany = (limit: 'per_key' | 'per_node', detail: string) =>
-    new ServiceError('rate_limited', 'too_many_event_streams', detail, { retryAfterSeconds: RETRY_AFTER_S, fields: { limit } });
+    new ServiceError('rate_limited', 'too_many_event_streams', detail, {
+      retryAfterSeconds: RETRY_AFTER_S,
+      fields: { limit },
+    });
 
   function admit(keyIdentity: string): void {
     if ((perKey.get(keyIdentity) ?? 0) >= deps.maxPerKey) {
-      throw tooMany('per_key', `This API key has ${deps.maxPerKey} event streams open, the most allowed; close one or poll GET /jobs/{id}.`);
+      throw tooMany(
+        'per_key',
+        `This API key has ${deps.maxPerKey} event streams open, the most allowed; close one or poll GET /jobs/{id}.`,
+      );
     }
     if (streams.size >= deps.maxPerNode) {
-      throw tooMany('per_node', 'This node serves as many event streams as it allows; try again shortly or poll GET /jobs/{id}.');
+      throw tooMany(
+        'per_node',
+        'This node serves as many event streams as it allows; try again shortly or poll GET /jobs/{id}.',
+      );
     }
   }
 
@@ -141,7 +156,8 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     // The record, not the row: its view reads a follower again whose leader has just ended.
     const ended = FINAL_STATUSES.has(record.status);
     // The client has the final state already: nothing more will come.
-    if (ended && lastEventId === eventIdOf(record)) return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
+    if (ended && lastEventId === eventIdOf(record))
+      return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
     return record;
   }
 

@@ -19,7 +19,14 @@ export interface SignArtifact {
  */
 export function createJobRenderer(sign: SignArtifact, now: () => number): (view: JobView) => JobRecord {
   const rendered = new WeakMap<JobView, { second: number; record: JobRecord }>();
-  const render = (view: JobView) => toJobRecord(view.job, { leader: view.leader, artifacts: view.artifacts, callback: view.callback, evictedAt: view.evictedAt, sign });
+  const render = (view: JobView) =>
+    toJobRecord(view.job, {
+      leader: view.leader,
+      artifacts: view.artifacts,
+      callback: view.callback,
+      evictedAt: view.evictedAt,
+      sign,
+    });
   return (view) => {
     if (!Object.isFrozen(view)) return render(view);
     const second = Math.floor(now() / 1000);
@@ -78,7 +85,8 @@ export function toJobRecord(
             };
           }),
           // Said only while the content is gone: stored again, its artifacts are back.
-          evicted: context.artifacts.length === 0 && context.evictedAt !== undefined ? evictedRecord(context.evictedAt) : null,
+          evicted:
+            context.artifacts.length === 0 && context.evictedAt !== undefined ? evictedRecord(context.evictedAt) : null,
         }
       : null;
   return {
@@ -101,7 +109,8 @@ export function toJobRecord(
 function evictedRecord(at: number): EvictedRecord {
   return {
     at: new Date(at).toISOString(),
-    message: 'The store evicted this content to make room for other content: its artifacts are gone. Submitting the URL again fetches it again.',
+    message:
+      'The store evicted this content to make room for other content: its artifacts are gone. Submitting the URL again fetches it again.',
   };
 }
 
@@ -114,6 +123,10 @@ function toCallbackRecord(job: JobRow, delivery: CallbackDeliveryRow): CallbackR
     attempt_count: delivery.attemptCount,
     // Never before the job's end: a delivery is due from then.
     next_attempt_at: due ? iso(Math.max(delivery.nextAttemptAt, job.finishedAt ?? 0)) : null,
-    attempts: attemptsOf(delivery).map((attempt) => ({ at: new Date(attempt.at).toISOString(), status: attempt.status, error: attempt.error })),
+    attempts: attemptsOf(delivery).map((attempt) => ({
+      at: new Date(attempt.at).toISOString(),
+      status: attempt.status,
+      error: attempt.error,
+    })),
   };
 }

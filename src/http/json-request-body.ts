@@ -11,9 +11,17 @@ import { validationError } from './problem.js';
  * `body_too_large` past maxBytes (counted while reading, whatever Content-Length claims), 400
  * `invalid_json` when it does not parse, 400 `validation_failed` when it does not match `schema`.
  */
-export async function jsonRequestBody<S extends z.ZodType>(request: ApiRequest, maxBytes: number, schema: S): Promise<z.output<S>> {
+export async function jsonRequestBody<S extends z.ZodType>(
+  request: ApiRequest,
+  maxBytes: number,
+  schema: S,
+): Promise<z.output<S>> {
   if (!isJsonMediaType(request.header('content-type'))) {
-    throw new ServiceError('unsupported_media_type', 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
+    throw new ServiceError(
+      'unsupported_media_type',
+      'unsupported_media_type',
+      'The request body must be JSON (Content-Type: application/json).',
+    );
   }
   const text = await request.text(maxBytes);
   let parsed: unknown;

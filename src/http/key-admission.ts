@@ -29,9 +29,14 @@ export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: R
     if (!deps.rateLimiter) return;
     const decision = deps.rateLimiter.take(keyIdentity(key));
     if (!decision.allowed) {
-      throw new ServiceError('rate_limited', 'rate_limited', 'Too many requests with this API key; slow down and try again later.', {
-        retryAfterSeconds: decision.retryAfterSeconds,
-      });
+      throw new ServiceError(
+        'rate_limited',
+        'rate_limited',
+        'Too many requests with this API key; slow down and try again later.',
+        {
+          retryAfterSeconds: decision.retryAfterSeconds,
+        },
+      );
     }
   };
   return {
@@ -40,7 +45,11 @@ export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: R
     admit(request) {
       const key = validKey(request);
       if (key === undefined) {
-        throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key is required (Authorization: Bearer <key> or X-API-Key).');
+        throw new ServiceError(
+          'unauthorized',
+          'unauthorized',
+          'A valid API key is required (Authorization: Bearer <key> or X-API-Key).',
+        );
       }
       count(key);
       return key;

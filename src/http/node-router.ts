@@ -24,13 +24,18 @@ interface CompiledBinding {
   binding: OperationBinding;
 }
 
-export function createNodeRouter(bindings: readonly OperationBinding[], deps: { bodies: FileBodies; log: Logger }): NodeRouter {
+export function createNodeRouter(
+  bindings: readonly OperationBinding[],
+  deps: { bodies: FileBodies; log: Logger },
+): NodeRouter {
   const compiled: CompiledBinding[] = bindings.map((binding) => {
     const names: string[] = [];
-    const source = binding.path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
-      names.push(name);
-      return '([^/]+)';
-    });
+    const source = binding.path
+      .replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+      .replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
+        names.push(name);
+        return '([^/]+)';
+      });
     return { pattern: new RegExp(`^${source}$`), names, binding };
   });
 
@@ -67,7 +72,12 @@ export function createNodeRouter(bindings: readonly OperationBinding[], deps: { 
   };
 }
 
-function nodeApiRequest(req: IncomingMessage, params: Record<string, string>, search: string, facts: RequestFacts): ApiRequest {
+function nodeApiRequest(
+  req: IncomingMessage,
+  params: Record<string, string>,
+  search: string,
+  facts: RequestFacts,
+): ApiRequest {
   let query: URLSearchParams | undefined;
   return {
     method: req.method ?? 'GET',
@@ -79,12 +89,20 @@ function nodeApiRequest(req: IncomingMessage, params: Record<string, string>, se
   };
 }
 
-async function send(req: IncomingMessage, res: ServerResponse, answer: Answer, facts: RequestFacts, bodies: FileBodies): Promise<void> {
+async function send(
+  req: IncomingMessage,
+  res: ServerResponse,
+  answer: Answer,
+  facts: RequestFacts,
+  bodies: FileBodies,
+): Promise<void> {
   closeIfBodyLeftUnread(req, res);
   const { file } = answer;
   if (file && req.method !== 'HEAD') {
     try {
-      await bodies.send(res, file.absolutePath, file.start, file.end, () => res.writeHead(answer.status, answer.headers));
+      await bodies.send(res, file.absolutePath, file.start, file.end, () =>
+        res.writeHead(answer.status, answer.headers),
+      );
       return;
     } catch (err) {
       if (res.headersSent) throw err;
@@ -94,6 +112,9 @@ async function send(req: IncomingMessage, res: ServerResponse, answer: Answer, f
     }
   }
   const body = answer.body ?? '';
-  res.writeHead(answer.status, answer.body === undefined ? answer.headers : { ...answer.headers, 'content-length': Buffer.byteLength(body) });
+  res.writeHead(
+    answer.status,
+    answer.body === undefined ? answer.headers : { ...answer.headers, 'content-length': Buffer.byteLength(body) },
+  );
   res.end(req.method === 'HEAD' ? undefined : body);
 }

@@ -16,8 +16,14 @@ export const OPENAPI_DOCUMENT: Parameters<OpenAPIHono['getOpenAPI31Document']>[0
   info: {
     title: 'Source fetch service',
     version: '1.0.0',
-    description: 'Fetches the best audio of a URL as an asynchronous job, stores it as a content-addressed 44.1 kHz WAV, and serves it.',
+    description:
+      'Fetches the best audio of a URL as an asynchronous job, stores it as a content-addressed 44.1 kHz WAV, and serves it.',
     license,
   },
-  servers: [{ url: 'http://127.0.0.1:8080', description: 'The service on its defaults (HOST=127.0.0.1, PORT=8080), or nginx in front of it.' }],
+  servers: [
+    {
+      url: 'http://127.0.0.1:8080',
+      description: 'The service on its defaults (HOST=127.0.0.1, PORT=8080), or nginx in front of it.',
+    },
+  ],
 };

@@ -100,7 +100,10 @@ type SchemaIssues = { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; 
 
 /** A request that does not match its schema: 400 `validation_failed`, one field error per issue. */
 export function validationError(error: SchemaIssues): ServiceError {
-  const fieldErrors = error.issues.map((issue) => ({ path: issue.path.map(String).join('.') || '(body)', message: issue.message }));
+  const fieldErrors = error.issues.map((issue) => ({
+    path: issue.path.map(String).join('.') || '(body)',
+    message: issue.message,
+  }));
   return new ServiceError('invalid_input', 'validation_failed', 'The request is not valid.', { fieldErrors });
 }
 
@@ -141,7 +144,12 @@ export function createErrorHandler<E extends Env>(getLogger: (c: Context<E>) => 
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
     if (err instanceof HTTPException) {
       const status = err.status;
-      return problemResponse(status, CODE_BY_HTTP_STATUS[status] ?? `http_${status}`, err.message || TITLE_BY_STATUS[status] || 'Error', { requestId });
+      return problemResponse(
+        status,
+        CODE_BY_HTTP_STATUS[status] ?? `http_${status}`,
+        err.message || TITLE_BY_STATUS[status] || 'Error',
+        { requestId },
+      );
     }
     return errorResponse(err, requestId, getLogger(c));
   };
@@ -162,8 +170,18 @@ export function errorAnswer(err: unknown, requestId: string | undefined, log: Er
     log.error({ err }, outage === 'full' ? 'the database refused a write: no space' : 'the database cannot be reached');
     return serviceErrorAnswer(
       outage === 'full'
-        ? new ServiceError('unavailable', 'storage_full', 'The service has no storage space left for this request; try again later.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S })
-        : new ServiceError('unavailable', 'database_unavailable', 'The database cannot be reached right now; try again shortly.', { retryAfterSeconds: OUTAGE_RETRY_AFTER_S }),
+        ? new ServiceError(
+            'unavailable',
+            'storage_full',
+            'The service has no storage space left for this request; try again later.',
+            { retryAfterSeconds: OUTAGE_RETRY_AFTER_S },
+          )
+        : new ServiceError(
+            'unavailable',
+            'database_unavailable',
+            'The database cannot be reached right now; try again shortly.',
+            { retryAfterSeconds: OUTAGE_RETRY_AFTER_S },
+          ),
       requestId,
     );
   }

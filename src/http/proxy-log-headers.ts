@@ -12,6 +12,7 @@ export const CONTENT_ID_HEADER = 'X-Content-Id';
 
 export function proxyLogHeaders(route: string, params: { cid?: string }): Record<string, string> {
   const headers: Record<string, string> = { [ROUTE_TEMPLATE_HEADER]: route };
-  if (route === ARTIFACT_ROUTE && params.cid !== undefined && isContentId(params.cid)) headers[CONTENT_ID_HEADER] = params.cid;
+  if (route === ARTIFACT_ROUTE && params.cid !== undefined && isContentId(params.cid))
+    headers[CONTENT_ID_HEADER] = params.cid;
   return headers;
 }

@@ -76,7 +76,13 @@ export function createRequestEnvelope(options: RequestEnvelopeOptions): RequestE
           status,
           latency_ms: Math.round(seconds * 10000) / 10,
           ...(facts.jobId ? { job_id: facts.jobId } : {}),
-          ...(facts.submitted ? { job_status: facts.submitted.status, born_done: facts.submitted.bornDone, callback: facts.submitted.callback } : {}),
+          ...(facts.submitted
+            ? {
+                job_status: facts.submitted.status,
+                born_done: facts.submitted.bornDone,
+                callback: facts.submitted.callback,
+              }
+            : {}),
         },
         'request',
       );

@@ -22,22 +22,19 @@ export const ProblemSchema = z
   })
   .openapi('Problem');
 
-const callbackUrl = z
-  .string()
-  .max(MAX_URL_LENGTH)
-  .optional()
-  .openapi({
-    description:
-      'http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.',
-    example: 'https://hooks.example.org/source-fetch',
-  });
+const callbackUrl = z.string().max(MAX_URL_LENGTH).optional().openapi({
+  description:
+    'http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.',
+  example: 'https://hooks.example.org/source-fetch',
+});
 
 export const SubmitSourceBody = z
   .object({
     // Its length is checked with the rest of the URL's rules (src/policy/source-url.ts), so that a
     // URL too long is refused with url_too_long here as in a batch.
     url: z.string().openapi({
-      description: 'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
+      description:
+        'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
       example: 'https://media.example.org/talk.m4a',
     }),
     callback_url: callbackUrl,
@@ -48,24 +45,38 @@ export const SubmitSourceBody = z
 export const SubmitSourceBatchBody = z
   .object({
     urls: z
-      .array(z.string().openapi({ description: 'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).' }))
+      .array(
+        z.string().openapi({
+          description:
+            'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
+        }),
+      )
       .min(1)
       .max(MAX_BATCH_URLS)
-      .openapi({ description: `1 to ${MAX_BATCH_URLS} URLs, each treated as one submitSource; a URL given twice gets one download.`, example: ['https://media.example.org/a.m4a', 'https://media.example.org/b.m4a'] }),
+      .openapi({
+        description: `1 to ${MAX_BATCH_URLS} URLs, each treated as one submitSource; a URL given twice gets one download.`,
+        example: ['https://media.example.org/a.m4a', 'https://media.example.org/b.m4a'],
+      }),
     callback_url: callbackUrl,
   })
   .strict()
   .openapi('SubmitSourceBatch');
 
 export const JobIdParam = z.object({
-  id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' }, example: 'c5b2b0d4-2f5e-4c43-9a3e-5f2d1b8f2a11' }),
+  id: z
+    .string()
+    .min(1)
+    .max(64)
+    .openapi({ param: { name: 'id', in: 'path' }, example: 'c5b2b0d4-2f5e-4c43-9a3e-5f2d1b8f2a11' }),
 });
 
 export const ArtifactSchema = z
   .object({
     name: z.string(),
     path: z.string().openapi({ description: 'Path of getArtifact; needs the API key.' }),
-    signed_url: z.string().openapi({ description: 'Path with an expiring signature, usable without a key (e.g. <audio src>).' }),
+    signed_url: z
+      .string()
+      .openapi({ description: 'Path with an expiring signature, usable without a key (e.g. <audio src>).' }),
     signed_url_expires_at: z.string(),
     bytes: z.number().int(),
     content_type: z.string(),
@@ -82,35 +93,47 @@ export const EvictedSchema = z
   })
   .openapi('Evicted', {
     description:
-      "Set on a done job whose content the store no longer holds: evicted (least recently used first, to keep the store within its bounds) or found gone at start-up. `artifacts` is then empty. Null while the content is stored (again).",
+      'Set on a done job whose content the store no longer holds: evicted (least recently used first, to keep the store within its bounds) or found gone at start-up. `artifacts` is then empty. Null while the content is stored (again).',
   });
 
 export const CallbackAttemptSchema = z
   .object({
     at: z.string().openapi({ description: 'When the attempt started.' }),
-    status: z.number().int().nullable().openapi({ description: "The receiver's HTTP status; only 2xx delivers (a redirect is not followed)." }),
-    error: z
-      .string()
+    status: z
+      .number()
+      .int()
       .nullable()
-      .openapi({
-        description:
-          'Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>).',
-      }),
+      .openapi({ description: "The receiver's HTTP status; only 2xx delivers (a redirect is not followed)." }),
+    error: z.string().nullable().openapi({
+      description:
+        'Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>).',
+    }),
   })
   .openapi('CallbackAttempt');
 
 export const CallbackSchema = z
   .object({
     url: z.string(),
-    delivery_id: z.string().openapi({ description: 'Sent as Webhook-Id on every attempt of this delivery: the receiver de-duplicates on it.' }),
+    delivery_id: z.string().openapi({
+      description: 'Sent as Webhook-Id on every attempt of this delivery: the receiver de-duplicates on it.',
+    }),
     status: z.enum(CALLBACK_STATUSES).openapi({
-      description: 'pending: waiting for the job to end or for the next attempt; delivered: the receiver answered 2xx; failed: no attempt succeeded within WEBHOOK_RETRY_FOR_S of the job\'s end.',
+      description:
+        "pending: waiting for the job to end or for the next attempt; delivered: the receiver answered 2xx; failed: no attempt succeeded within WEBHOOK_RETRY_FOR_S of the job's end.",
     }),
     attempt_count: z.number().int().openapi({ description: 'Attempts made so far.' }),
-    next_attempt_at: z.string().nullable().openapi({ description: 'While pending after the job ended: the earliest time of the next attempt.' }),
-    attempts: z.array(CallbackAttemptSchema).max(ATTEMPT_LOG_SIZE).openapi({ description: `The latest ${ATTEMPT_LOG_SIZE} attempts, oldest first.` }),
+    next_attempt_at: z
+      .string()
+      .nullable()
+      .openapi({ description: 'While pending after the job ended: the earliest time of the next attempt.' }),
+    attempts: z
+      .array(CallbackAttemptSchema)
+      .max(ATTEMPT_LOG_SIZE)
+      .openapi({ description: `The latest ${ATTEMPT_LOG_SIZE} attempts, oldest first.` }),
   })
-  .openapi('Callback', { description: "The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise)." });
+  .openapi('Callback', {
+    description: "The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise).",
+  });
 
 export const JobSchema = z
   .object({
@@ -130,7 +153,13 @@ export const JobSchema = z
       })
       .nullable(),
     media: z.object({ extractor: z.string(), id: z.string() }).nullable(),
-    result: z.object({ content_id: z.string(), artifacts: z.array(ArtifactSchema), evicted: z.union([EvictedSchema, z.null()]) }).nullable(),
+    result: z
+      .object({
+        content_id: z.string(),
+        artifacts: z.array(ArtifactSchema),
+        evicted: z.union([EvictedSchema, z.null()]),
+      })
+      .nullable(),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
     callback: z.union([CallbackSchema, z.null()]),
   })
@@ -146,7 +175,9 @@ export const BatchItemSchema = z
     z.object({
       outcome: z.literal('refused'),
       url: z.string().openapi({ description: 'The URL as given.' }),
-      problem: ProblemSchema.openapi({ description: 'What submitSource would have answered for this URL alone (its status and stable code).' }),
+      problem: ProblemSchema.openapi({
+        description: 'What submitSource would have answered for this URL alone (its status and stable code).',
+      }),
     }),
   ])
   .openapi('BatchItem');
@@ -162,9 +193,15 @@ export const BatchResultSchema = z
 const ToolHealth = z.object({ present: z.boolean(), path: z.string().nullable(), version: z.string().nullable() });
 
 const DownloaderHealth = ToolHealth.extend({
-  released_on: z.string().nullable().openapi({ description: "The release date in the downloader's version (yt-dlp's are dates), YYYY-MM-DD; null when the version names none." }),
+  released_on: z.string().nullable().openapi({
+    description:
+      "The release date in the downloader's version (yt-dlp's are dates), YYYY-MM-DD; null when the version names none.",
+  }),
   age_days: z.number().int().nullable().openapi({ description: 'Days since that date.' }),
-  outdated: z.boolean().openapi({ description: 'Older than 90 days: sites change, and an old yt-dlp falls behind them. A warning only: it does not change `status`.' }),
+  outdated: z.boolean().openapi({
+    description:
+      'Older than 90 days: sites change, and an old yt-dlp falls behind them. A warning only: it does not change `status`.',
+  }),
 });
 
 export const HealthSchema = z
@@ -177,18 +214,31 @@ export const HealthSchema = z
     database: z.object({ ok: z.boolean(), kind: z.enum(['sqlite', 'postgres']) }),
     artifact_root: z.object({
       writable: z.boolean(),
-      free_bytes: z.number().nullable().openapi({ description: "Bytes free on the artifact root's volume (null: it cannot be asked)." }),
-      min_free_bytes: z.number().openapi({ description: 'What one job can need (STORE_MIN_FREE_BYTES); eviction keeps at least this much free.' }),
-      can_store: z.boolean().openapi({ description: 'False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`.' }),
+      free_bytes: z
+        .number()
+        .nullable()
+        .openapi({ description: "Bytes free on the artifact root's volume (null: it cannot be asked)." }),
+      min_free_bytes: z.number().openapi({
+        description: 'What one job can need (STORE_MIN_FREE_BYTES); eviction keeps at least this much free.',
+      }),
+      can_store: z.boolean().openapi({
+        description: 'False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`.',
+      }),
     }),
     confinement: z.object({
-      mode: z.enum(['netns', 'off']).openapi({ description: "How the tools are confined to the egress guard; 'off' only when the operator chose it." }),
+      mode: z.enum(['netns', 'off']).openapi({
+        description: "How the tools are confined to the egress guard; 'off' only when the operator chose it.",
+      }),
       ok: z.boolean(),
-      reason: z.string().nullable().openapi({ description: 'Why the tools cannot be confined (or that confinement is turned off).' }),
+      reason: z
+        .string()
+        .nullable()
+        .openapi({ description: 'Why the tools cannot be confined (or that confinement is turned off).' }),
     }),
-    warnings: z
-      .array(z.object({ code: z.string(), message: z.string() }))
-      .openapi({ description: 'What an operator should look at although the service works (`downloader_outdated`, `store_low_on_space`).' }),
+    warnings: z.array(z.object({ code: z.string(), message: z.string() })).openapi({
+      description:
+        'What an operator should look at although the service works (`downloader_outdated`, `store_low_on_space`).',
+    }),
   })
   .openapi('Health');
 
@@ -203,7 +253,8 @@ export const ScrubFindingSchema = z
     content_id: z.string(),
     name: z.string(),
     problem: z.enum(['corrupt', 'missing', 'unreadable']).openapi({
-      description: "corrupt: the file's bytes do not hash to its content id; missing: its cache row names a file that is gone; unreadable: reading it failed (`error`).",
+      description:
+        "corrupt: the file's bytes do not hash to its content id; missing: its cache row names a file that is gone; unreadable: reading it failed (`error`).",
     }),
     sha256: z.string().nullable().openapi({ description: 'corrupt: the SHA-256 of the bytes read.' }),
     error: z.string().nullable().openapi({ description: 'unreadable: the error code of the read (EIO, EISDIR, ...).' }),
@@ -211,7 +262,10 @@ export const ScrubFindingSchema = z
       description:
         'quarantined: the file left the store for the quarantine folder (DATA_DIR/quarantine), its cache row and aliases went, so the next submission of its URL downloads it again; deferred: a job was storing that content at that moment, so it stays for the next pass; none: reported only.',
     }),
-    quarantined_as: z.string().nullable().openapi({ description: 'Where under the quarantine folder: `<content id>.<unix ms>/<name>`.' }),
+    quarantined_as: z
+      .string()
+      .nullable()
+      .openapi({ description: 'Where under the quarantine folder: `<content id>.<unix ms>/<name>`.' }),
   })
   .openapi('ScrubFinding');
 
@@ -219,17 +273,26 @@ export const ScrubReportSchema = z
   .object({
     pass_id: z.string(),
     node_id: z.string().openapi({ description: 'The node that runs the pass.' }),
-    trigger: z.enum(['request', 'schedule']).openapi({ description: 'Asked for (scrubStore), or the background pass (SCRUB_INTERVAL_S).' }),
-    status: z.enum(['running', 'done', 'failed', 'stopped']).openapi({ description: 'stopped: the node shut down during the pass.' }),
+    trigger: z
+      .enum(['request', 'schedule'])
+      .openapi({ description: 'Asked for (scrubStore), or the background pass (SCRUB_INTERVAL_S).' }),
+    status: z
+      .enum(['running', 'done', 'failed', 'stopped'])
+      .openapi({ description: 'stopped: the node shut down during the pass.' }),
     started_at: z.string(),
     finished_at: z.string().nullable(),
-    checked: z.number().int().openapi({ description: 'Artifacts read whole and compared with their content id so far.' }),
+    checked: z
+      .number()
+      .int()
+      .openapi({ description: 'Artifacts read whole and compared with their content id so far.' }),
     bytes_read: z.number().int(),
     corrupt: z.number().int(),
     moved: z.number().int().openapi({ description: 'Corrupt artifacts moved to the quarantine folder.' }),
     missing: z.number().int(),
     unreadable: z.number().int(),
-    findings: z.array(ScrubFindingSchema).openapi({ description: `Each problem found, in the order found: the first ${MAX_FINDINGS_LISTED}.` }),
+    findings: z
+      .array(ScrubFindingSchema)
+      .openapi({ description: `Each problem found, in the order found: the first ${MAX_FINDINGS_LISTED}.` }),
     findings_omitted: z.number().int().openapi({ description: 'Problems found beyond those listed.' }),
     error: z.string().nullable().openapi({ description: 'Why a failed pass stopped.' }),
   })

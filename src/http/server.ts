@@ -82,7 +82,9 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
   // sent): its promise only says when the answer is written, which nothing here waits for.
   const listener = (req: IncomingMessage, res: ServerResponse): void => void answerWithApp(req, res);
   const before = options.beforeApp;
-  const answer = before ? (req: IncomingMessage, res: ServerResponse) => before(req, res, () => listener(req, res)) : listener;
+  const answer = before
+    ? (req: IncomingMessage, res: ServerResponse) => before(req, res, () => listener(req, res))
+    : listener;
   const limits = options.connections;
   const server = createServer({
     headersTimeout: limits.headersTimeoutMs,
@@ -90,7 +92,9 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
     connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, limits.headersTimeoutMs),
   });
   const connections = boundConnections(server, limits, options.log);
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => connections.answerInTurn(req, res, () => options.envelope(req, res, () => answer(req, res))));
+  server.on('request', (req: IncomingMessage, res: ServerResponse) =>
+    connections.answerInTurn(req, res, () => options.envelope(req, res, () => answer(req, res))),
+  );
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     connections.answerInTurn(request, response, () => {
       const path = (request.url ?? '/').split('?', 1)[0]!;
@@ -149,7 +153,14 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
     if (now - lastShedLog >= SHED_LOG_INTERVAL_MS) {
       lastShedLog = now;
       log.warn(
-        { closed_idle: shed.idle, closed_over_total: shed.total, connections: total, idle: idle.size, max_idle: limits.maxIdle, max_total: limits.maxTotal },
+        {
+          closed_idle: shed.idle,
+          closed_over_total: shed.total,
+          connections: total,
+          idle: idle.size,
+          max_idle: limits.maxIdle,
+          max_total: limits.maxTotal,
+        },
         'connections closed: over the bounds of the app port (HTTP_MAX_IDLE_CONNECTIONS, HTTP_MAX_CONNECTIONS)',
       );
       shed = { idle: 0, total: 0 };
@@ -170,7 +181,14 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
   }
 
   server.on('connection', (socket: Socket) => {
-    const connection: Connection = { socket, current: undefined, waiting: [], closing: false, paused: false, gone: false };
+    const connection: Connection = {
+      socket,
+      current: undefined,
+      waiting: [],
+      closing: false,
+      paused: false,
+      gone: false,
+    };
     bySocket.set(socket, connection);
     total++;
     socket.once('close', () => forget(connection));
@@ -260,7 +278,11 @@ function readAgain(connection: Connection): void {
  * response `_last`, and destroys the socket after it), or it never finished.
  */
 function closesConnection(res: ServerResponse): boolean {
-  return (res as ServerResponse & { _last?: boolean })._last === true || !res.writableFinished || res.socket?.destroyed === true;
+  return (
+    (res as ServerResponse & { _last?: boolean })._last === true ||
+    !res.writableFinished ||
+    res.socket?.destroyed === true
+  );
 }
 
 function declaredLength(request: IncomingMessage): number {

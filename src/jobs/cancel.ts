@@ -25,9 +25,14 @@ export async function cancelJob({ deps, input }: { deps: CancelDeps; input: { jo
   if (!change) throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
   const { before, after } = change;
   if (after.status !== 'canceled') {
-    throw new ServiceError('conflict', 'job_already_finished', `The job is already ${after.status} and cannot be canceled.`, {
-      fields: { status: after.status },
-    });
+    throw new ServiceError(
+      'conflict',
+      'job_already_finished',
+      `The job is already ${after.status} and cannot be canceled.`,
+      {
+        fields: { status: after.status },
+      },
+    );
   }
   if (before.status === 'running') await deps.stopRunningJob(input.jobId);
   return { job: after, changed: before.status !== 'canceled' };

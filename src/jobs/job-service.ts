@@ -46,7 +46,10 @@ export interface JobService {
    * one job that the other follows). A refused callback_url refuses the whole batch (it throws);
    * a refused URL refuses only its own item.
    */
-  submitBatch(input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string): Promise<BatchItem[]>;
+  submitBatch(
+    input: { urls: string[]; callbackUrl?: string; apiKeyId?: string },
+    requestId: string,
+  ): Promise<BatchItem[]>;
   get(id: string): Promise<JobRow>;
   cancel(id: string): Promise<JobRow>;
   /** The view of a job row already read. */
@@ -91,10 +94,17 @@ export function createJobService(deps: JobServiceDeps): JobService {
     }
     // The row as read, with what the database holds of its artifacts, callback and eviction now.
     const current = await readJobView(database, job.id);
-    return { job, leader, artifacts: current?.artifacts ?? [], callback: current?.callback, evictedAt: current?.evictedAt };
+    return {
+      job,
+      leader,
+      artifacts: current?.artifacts ?? [],
+      callback: current?.callback,
+      evictedAt: current?.evictedAt,
+    };
   }
   // A follower shows its leader while it waits: the rare case, left to view().
-  const withLeader = (found: JobView) => (found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found);
+  const withLeader = (found: JobView) =>
+    found.job.followsJobId && found.job.status === 'queued' ? view(found.job) : found;
   const find = database.hotReads(
     {
       one: async (id) => {
@@ -110,14 +120,19 @@ export function createJobService(deps: JobServiceDeps): JobService {
   );
   return {
     async submit({ url, callbackUrl, apiKeyId }, requestId) {
-      const { job, artifacts, callback } = await submitSource({ deps: { ...deps, onQueued: notifyQueued }, input: { url, callbackUrl, requestId, apiKeyId } });
+      const { job, artifacts, callback } = await submitSource({
+        deps: { ...deps, onQueued: notifyQueued },
+        input: { url, callbackUrl, requestId, apiKeyId },
+      });
       reportBornDone(job, callbackUrl !== undefined);
       // A born-done job's record is what its transaction read; one that waits may show its leader.
       return artifacts ? { job, leader: undefined, artifacts, callback } : view(job);
     },
     async submitBatch({ urls, callbackUrl, apiKeyId }, requestId) {
       const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl, apiKeyId);
-      const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) => refusalOr(checkSource(deps, url, apiKeyId)));
+      const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) =>
+        refusalOr(checkSource(deps, url, apiKeyId)),
+      );
       // The workers are told once, after the whole batch is queued.
       let queued = false;
       const submitDeps: SubmitDeps = { ...deps, onQueued: () => (queued = true) };
@@ -129,7 +144,9 @@ export function createJobService(deps: JobServiceDeps): JobService {
             items.push({ url, refusal: source });
             continue;
           }
-          const submitted = await refusalOr(queueChecked(submitDeps, source, { callbackUrl: callback, requestId, apiKeyId }));
+          const submitted = await refusalOr(
+            queueChecked(submitDeps, source, { callbackUrl: callback, requestId, apiKeyId }),
+          );
           if (submitted instanceof ServiceError) {
             items.push({ url, refusal: submitted });
             continue;
@@ -174,7 +191,12 @@ export function createJobService(deps: JobServiceDeps): JobService {
 async function readJobView(q: Queryable, id: string): Promise<JobView | undefined> {
   const query = prepared(q, 'job_view_by_id', ({ db, t }) =>
     db
-      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries, evictedAt: t.evictedContent.evictedAt })
+      .select({
+        job: t.jobs,
+        artifact: t.cacheEntries,
+        callback: t.callbackDeliveries,
+        evictedAt: t.evictedContent.evictedAt,
+      })
       .from(t.jobs)
       .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
       .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
@@ -190,7 +212,12 @@ async function readJobView(q: Queryable, id: string): Promise<JobView | undefine
 async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, JobView>> {
   const query = prepared(q, 'job_views_by_ids', ({ db, t }) =>
     db
-      .select({ job: t.jobs, artifact: t.cacheEntries, callback: t.callbackDeliveries, evictedAt: t.evictedContent.evictedAt })
+      .select({
+        job: t.jobs,
+        artifact: t.cacheEntries,
+        callback: t.callbackDeliveries,
+        evictedAt: t.evictedContent.evictedAt,
+      })
       .from(t.jobs)
       .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
       .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
@@ -202,7 +229,12 @@ async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, Jo
   return viewsOf(await query.execute({ ids }));
 }
 
-type JobViewRow = { job: JobRow; artifact: CacheEntryRow | null; callback: CallbackDeliveryRow | null; evictedAt: number | null };
+type JobViewRow = {
+  job: JobRow;
+  artifact: CacheEntryRow | null;
+  callback: CallbackDeliveryRow | null;
+  evictedAt: number | null;
+};
 
 /** Views from joined rows, by job id; each job's artifacts in the rows' order. */
 function viewsOf(rows: JobViewRow[]): Map<string, JobView> {
@@ -210,7 +242,13 @@ function viewsOf(rows: JobViewRow[]): Map<string, JobView> {
   for (const row of rows) {
     let view = views.get(row.job.id);
     if (!view) {
-      view = { job: row.job, leader: undefined, artifacts: [], callback: row.callback ?? undefined, evictedAt: row.evictedAt ?? undefined };
+      view = {
+        job: row.job,
+        leader: undefined,
+        artifacts: [],
+        callback: row.callback ?? undefined,
+        evictedAt: row.evictedAt ?? undefined,
+      };
       views.set(row.job.id, view);
     }
     if (row.artifact) view.artifacts.push(row.artifact);

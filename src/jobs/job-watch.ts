@@ -48,12 +48,17 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
     if (ids.length === 0) return;
     const rows = await deps.readJobs(ids);
     // A queued follower shows its leader's state, so the leader's changes are its changes.
-    const leaderIds = [...new Set(rows.filter((row) => row.status === 'queued' && row.followsJobId).map((row) => row.followsJobId!))];
+    const leaderIds = [
+      ...new Set(rows.filter((row) => row.status === 'queued' && row.followsJobId).map((row) => row.followsJobId!)),
+    ];
     const leaders = new Map((leaderIds.length > 0 ? await deps.readJobs(leaderIds) : []).map((row) => [row.id, row]));
     for (const job of rows) {
       const subs = watched.get(job.id);
       if (!subs) continue;
-      const state = stateOf(job, job.status === 'queued' && job.followsJobId ? leaders.get(job.followsJobId) : undefined);
+      const state = stateOf(
+        job,
+        job.status === 'queued' && job.followsJobId ? leaders.get(job.followsJobId) : undefined,
+      );
       const behind = [...subs].filter((sub) => sub.seen !== state);
       if (behind.length === 0) continue;
       let rendered: T;

@@ -12,7 +12,12 @@ import { createHash } from 'node:crypto';
  * The key itself never reaches a job record, a log line, an error or a metric.
  */
 export function jobKeyIdentity(apiKey: string): string {
-  return createHash('sha256').update('source-fetch job key\0').update(apiKey).digest().subarray(0, 16).toString('base64url');
+  return createHash('sha256')
+    .update('source-fetch job key\0')
+    .update(apiKey)
+    .digest()
+    .subarray(0, 16)
+    .toString('base64url');
 }
 
 /** The identity of jobs whose key is not known (made before keys were recorded). */

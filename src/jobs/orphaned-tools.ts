@@ -8,7 +8,11 @@ import fs from 'node:fs/promises';
  * folder a new attempt is about to use. Folders of jobs that another live node on this machine
  * is running are left alone. Linux only (reads /proc); elsewhere it finds nothing.
  */
-export async function killOrphanedTools(workDir: string, isOrphan: (jobFolder: string) => boolean, procRoot = '/proc'): Promise<number> {
+export async function killOrphanedTools(
+  workDir: string,
+  isOrphan: (jobFolder: string) => boolean,
+  procRoot = '/proc',
+): Promise<number> {
   const entries = await fs.readdir(procRoot).catch(() => [] as string[]);
   const prefix = `${workDir}/`;
   let killed = 0;

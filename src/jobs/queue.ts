@@ -1,7 +1,15 @@
 import { alias } from 'drizzle-orm/pg-core';
 import { and, asc, eq, getTableColumns, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
 import { prepared } from '../db/prepared.js';
-import { isUniqueViolation, type Database, type JobError, type JobRow, type JobStatus, type NewJobRow, type Queryable } from '../db/database.js';
+import {
+  isUniqueViolation,
+  type Database,
+  type JobError,
+  type JobRow,
+  type JobStatus,
+  type NewJobRow,
+  type Queryable,
+} from '../db/database.js';
 
 /**
  * The job queue: job rows and every state change they go through, on either database, for any
@@ -48,7 +56,11 @@ export interface Ended {
 
 export async function getJobRow(q: Queryable, id: string): Promise<JobRow | undefined> {
   const query = prepared(q, 'job_by_id', ({ db, t }) =>
-    db.select().from(t.jobs).where(eq(t.jobs.id, sql.placeholder('id'))).prepare('job_by_id'),
+    db
+      .select()
+      .from(t.jobs)
+      .where(eq(t.jobs.id, sql.placeholder('id')))
+      .prepare('job_by_id'),
   );
   const [row] = await query.execute({ id });
   return row;
@@ -137,7 +149,10 @@ export async function insertBornDoneJobsLocked(q: Queryable, jobs: BornDoneJob[]
  * insertBornDoneJobsLocked's result for each job, in order. One commit for all: if it fails, each
  * job goes again alone, so that whatever failed it fails only its own (a promise of its own).
  */
-export async function insertBornDoneJobsOrEachAlone(q: Queryable, jobs: BornDoneJob[]): Promise<Array<Promise<JobRow | undefined> | JobRow | undefined>> {
+export async function insertBornDoneJobsOrEachAlone(
+  q: Queryable,
+  jobs: BornDoneJob[],
+): Promise<Array<Promise<JobRow | undefined> | JobRow | undefined>> {
   try {
     const made = await insertBornDoneJobsLocked(q, jobs);
     return jobs.map((job) => made.get(job.id));
@@ -153,7 +168,10 @@ export async function insertBornDoneJobsOrEachAlone(q: Queryable, jobs: BornDone
  * PostgreSQL for its parameters' types first: a round trip more.)
  */
 function jobsColumnsOf(jobs: Queryable['t']['jobs']): { [K in keyof JobRow]: SQL<JobRow[K]> } {
-  const columns = Object.entries(getTableColumns(jobs)).map(([key, column]) => [key, sql`${sql.identifier(column.name)}`.mapWith(column)]);
+  const columns = Object.entries(getTableColumns(jobs)).map(([key, column]) => [
+    key,
+    sql`${sql.identifier(column.name)}`.mapWith(column),
+  ]);
   return Object.fromEntries(columns) as { [K in keyof JobRow]: SQL<JobRow[K]> };
 }
 
@@ -172,7 +190,10 @@ export async function activeLeaderFor(q: Queryable, urlKey: string): Promise<Job
  * leave the follower waiting for nothing. Returns undefined when the leader ended meanwhile: the
  * caller starts over (the URL may now have content).
  */
-export async function enqueueJob(database: Database, job: Omit<NewJobRow, 'status' | 'followsJobId'>): Promise<JobRow | undefined> {
+export async function enqueueJob(
+  database: Database,
+  job: Omit<NewJobRow, 'status' | 'followsJobId'>,
+): Promise<JobRow | undefined> {
   const asLeader = await database.transaction(async (q) => {
     // Any conflict is the one-leader-per-URL index (ids are random UUIDs).
     const [row] = await q.db
@@ -283,7 +304,12 @@ async function claimOldestOfKey(q: Queryable, apiKeyId: string, lease: Lease): P
       .returning()
       .prepare('claim_next_job');
   });
-  const [row] = await query.execute({ apiKeyId, owner: lease.owner, leaseExpiresAt: lease.now + lease.leaseMs, now: lease.now });
+  const [row] = await query.execute({
+    apiKeyId,
+    owner: lease.owner,
+    leaseExpiresAt: lease.now + lease.leaseMs,
+    now: lease.now,
+  });
   return row;
 }
 
@@ -327,16 +353,34 @@ export async function renewLeases(q: Queryable, ids: string[], lease: Lease): Pr
 }
 
 export async function countQueued(q: Queryable): Promise<number> {
-  const [row] = await q.db.select({ n: sql<number>`cast(count(*) as integer)` }).from(q.t.jobs).where(isQueued(q.t.jobs));
+  const [row] = await q.db
+    .select({ n: sql<number>`cast(count(*) as integer)` })
+    .from(q.t.jobs)
+    .where(isQueued(q.t.jobs));
   return Number(row?.n ?? 0);
 }
 
-export async function recordProgress(q: Queryable, id: string, owner: string, bytes: number, totalBytes: number | null): Promise<void> {
+export async function recordProgress(
+  q: Queryable,
+  id: string,
+  owner: string,
+  bytes: number,
+  totalBytes: number | null,
+): Promise<void> {
   const query = prepared(q, 'record_progress', ({ db, t: { jobs } }) =>
     db
       .update(jobs)
-      .set({ progressBytes: sql`${sql.placeholder('bytes')}`, progressTotalBytes: sql`${sql.placeholder('totalBytes')}` })
-      .where(and(eq(jobs.id, sql.placeholder('id')), eq(jobs.status, 'running'), eq(jobs.lockOwner, sql.placeholder('owner'))))
+      .set({
+        progressBytes: sql`${sql.placeholder('bytes')}`,
+        progressTotalBytes: sql`${sql.placeholder('totalBytes')}`,
+      })
+      .where(
+        and(
+          eq(jobs.id, sql.placeholder('id')),
+          eq(jobs.status, 'running'),
+          eq(jobs.lockOwner, sql.placeholder('owner')),
+        ),
+      )
       .prepare('record_progress'),
   );
   await query.execute({ id, owner, bytes, totalBytes });
@@ -351,7 +395,12 @@ export async function recordMediaIdentity(q: Queryable, id: string, extractor: s
  * job may hold. Returns 'claimed', or the id of the running job that holds it (this job should
  * follow it), or 'lost' when this job is no longer running under `owner`.
  */
-export async function claimMediaDownload(database: Database, id: string, owner: string, mediaKey: string): Promise<'claimed' | 'lost' | { followId: string }> {
+export async function claimMediaDownload(
+  database: Database,
+  id: string,
+  owner: string,
+  mediaKey: string,
+): Promise<'claimed' | 'lost' | { followId: string }> {
   const { jobs } = database.t;
   try {
     const rows = await database.db
@@ -376,13 +425,25 @@ export async function claimMediaDownload(database: Database, id: string, owner: 
  * own followers follow the leader too. False when the leader is no longer active or this job is
  * no longer ours: the caller goes on by itself.
  */
-export async function followMediaDownload(database: Database, id: string, owner: string, leaderId: string): Promise<boolean> {
+export async function followMediaDownload(
+  database: Database,
+  id: string,
+  owner: string,
+  leaderId: string,
+): Promise<boolean> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
     if (!(await lockIfActive(q, leaderId))) return false;
     const moved = await q.db
       .update(jobs)
-      .set({ status: 'queued', followsJobId: leaderId, lockOwner: null, leaseExpiresAt: null, progressBytes: null, progressTotalBytes: null })
+      .set({
+        status: 'queued',
+        followsJobId: leaderId,
+        lockOwner: null,
+        leaseExpiresAt: null,
+        progressBytes: null,
+        progressTotalBytes: null,
+      })
       .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
       .returning({ id: jobs.id });
     if (moved.length === 0) return false;
@@ -396,7 +457,14 @@ export async function followMediaDownload(database: Database, id: string, owner:
  * which counts against its key's allowance (src/store/key-allowance.ts); null when it stored none.
  * Undefined when the job was no longer running under `owner`.
  */
-export async function markDone(q: Queryable, id: string, owner: string, contentId: string, now: number, storedBytes: number | null = null): Promise<Ended | undefined> {
+export async function markDone(
+  q: Queryable,
+  id: string,
+  owner: string,
+  contentId: string,
+  now: number,
+  storedBytes: number | null = null,
+): Promise<Ended | undefined> {
   const { jobs } = q.t;
   const [job] = await q.db
     .update(jobs)
@@ -413,11 +481,24 @@ export async function markDone(q: Queryable, id: string, owner: string, contentI
 }
 
 /** running → failed, with every follower. Undefined when the job was no longer running under `owner`. */
-export async function markFailed(q: Queryable, id: string, owner: string, error: JobError, now: number): Promise<Ended | undefined> {
+export async function markFailed(
+  q: Queryable,
+  id: string,
+  owner: string,
+  error: JobError,
+  now: number,
+): Promise<Ended | undefined> {
   const { jobs } = q.t;
   const [job] = await q.db
     .update(jobs)
-    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+    .set({
+      status: 'failed',
+      errorCode: error.code,
+      errorMessage: error.message,
+      finishedAt: now,
+      lockOwner: null,
+      leaseExpiresAt: null,
+    })
     .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
     .returning();
   if (!job) return undefined;
@@ -439,7 +520,11 @@ async function failFollowers(q: Queryable, leaderId: string, error: JobError, no
  * another client's job. Returns the row after the change (and what it was before), or undefined
  * if there is no such job.
  */
-export async function markCanceled(database: Database, id: string, now: number): Promise<{ before: JobRow; after: JobRow } | undefined> {
+export async function markCanceled(
+  database: Database,
+  id: string,
+  now: number,
+): Promise<{ before: JobRow; after: JobRow } | undefined> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
     const before = await getJobRow(q, id);
@@ -462,7 +547,12 @@ export async function markCanceled(database: Database, id: string, now: number):
         await q.db
           .update(jobs)
           .set({ followsJobId: heir.id })
-          .where(inArray(jobs.id, rest.map((row) => row.id)));
+          .where(
+            inArray(
+              jobs.id,
+              rest.map((row) => row.id),
+            ),
+          );
       }
     }
     return { before, after: changed };
@@ -492,7 +582,13 @@ export async function requeueInterrupted(q: Queryable, id: string, owner: string
  * instead of holding it until its lease runs out. The attempt counts; past `maxAttempts` the job
  * fails (attempts_exhausted), followers with it.
  */
-export async function releaseJob(database: Database, id: string, owner: string, maxAttempts: number, now: number): Promise<Ended | undefined> {
+export async function releaseJob(
+  database: Database,
+  id: string,
+  owner: string,
+  maxAttempts: number,
+  now: number,
+): Promise<Ended | undefined> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
     const mine = and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner));
@@ -500,7 +596,14 @@ export async function releaseJob(database: Database, id: string, owner: string, 
     if (exhausted.length > 0) return exhausted[0];
     await q.db
       .update(jobs)
-      .set({ status: 'queued', lockOwner: null, leaseExpiresAt: null, mediaKey: null, progressBytes: null, progressTotalBytes: null })
+      .set({
+        status: 'queued',
+        lockOwner: null,
+        leaseExpiresAt: null,
+        mediaKey: null,
+        progressBytes: null,
+        progressTotalBytes: null,
+      })
       .where(mine);
     return undefined;
   });
@@ -511,14 +614,25 @@ export async function releaseJob(database: Database, id: string, owner: string, 
  * again while they have attempts left, failed (attempts_exhausted) otherwise, followers with them.
  * Any node may run it at any time; each row changes once. Returns the jobs that failed.
  */
-export async function reclaimExpiredLeases(database: Database, maxAttempts: number, now: number): Promise<{ requeued: number; failed: Ended[] }> {
+export async function reclaimExpiredLeases(
+  database: Database,
+  maxAttempts: number,
+  now: number,
+): Promise<{ requeued: number; failed: Ended[] }> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
     const expired = and(isRunning(jobs), or(isNull(jobs.leaseExpiresAt), lt(jobs.leaseExpiresAt, now)));
     const failed = await exhaust(q, and(expired, sql`${jobs.attempts} >= ${maxAttempts}`)!, maxAttempts, now);
     const requeued = await q.db
       .update(jobs)
-      .set({ status: 'queued', lockOwner: null, leaseExpiresAt: null, mediaKey: null, progressBytes: null, progressTotalBytes: null })
+      .set({
+        status: 'queued',
+        lockOwner: null,
+        leaseExpiresAt: null,
+        mediaKey: null,
+        progressBytes: null,
+        progressTotalBytes: null,
+      })
       .where(expired)
       .returning({ id: jobs.id });
     return { requeued: requeued.length, failed };
@@ -535,7 +649,9 @@ export async function reclaimExpiredLeases(database: Database, maxAttempts: numb
 export async function expireLeasesOfGoneHolders(q: Queryable, isGone: (owner: string) => boolean): Promise<number> {
   const { jobs } = q.t;
   const holders = await q.db.selectDistinct({ owner: jobs.lockOwner }).from(jobs).where(isRunning(jobs));
-  const gone = holders.map((row) => row.owner).filter((owner): owner is string => owner !== null && (q.kind === 'sqlite' || isGone(owner)));
+  const gone = holders
+    .map((row) => row.owner)
+    .filter((owner): owner is string => owner !== null && (q.kind === 'sqlite' || isGone(owner)));
   if (gone.length === 0) return 0;
   const expired = await q.db
     .update(jobs)
@@ -547,15 +663,34 @@ export async function expireLeasesOfGoneHolders(q: Queryable, isGone: (owner: st
 
 async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
   const { jobs } = q.t;
-  const error = { code: 'attempts_exhausted', message: `The job was interrupted ${maxAttempts} times and is not retried again.` };
+  const error = {
+    code: 'attempts_exhausted',
+    message: `The job was interrupted ${maxAttempts} times and is not retried again.`,
+  };
   const failed = await q.db
     .update(jobs)
-    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now, lockOwner: null, leaseExpiresAt: null, mediaKey: null })
+    .set({
+      status: 'failed',
+      errorCode: error.code,
+      errorMessage: error.message,
+      finishedAt: now,
+      lockOwner: null,
+      leaseExpiresAt: null,
+      mediaKey: null,
+    })
     .where(where)
     .returning();
   const ended: Ended[] = [];
   for (const job of failed) {
-    ended.push({ job, followers: await failFollowers(q, job.id, { code: error.code, message: 'The job this one waited for failed.' }, now) });
+    ended.push({
+      job,
+      followers: await failFollowers(
+        q,
+        job.id,
+        { code: error.code, message: 'The job this one waited for failed.' },
+        now,
+      ),
+    });
   }
   return ended;
 }

@@ -1,10 +1,24 @@
-import type { CacheEntryRow, CallbackDeliveryRow, Database, GuardedWrite, GuardedWriter, JobRow, Queryable } from '../db/database.js';
+import type {
+  CacheEntryRow,
+  CallbackDeliveryRow,
+  Database,
+  GuardedWrite,
+  GuardedWriter,
+  JobRow,
+  Queryable,
+} from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import { aliasKey, parseSourceUrl } from '../policy/source-url.js';
 import { aliasedArtifacts, aliasedArtifactsOfKeys } from '../store/aliases.js';
 import { recordUse } from '../store/usage.js';
 import { NO_KEY_IDENTITY } from './key-identity.js';
-import { enqueueJob, insertBornDoneJob, insertBornDoneJobLocked, insertBornDoneJobsOrEachAlone, type BornDoneJob } from './queue.js';
+import {
+  enqueueJob,
+  insertBornDoneJob,
+  insertBornDoneJobLocked,
+  insertBornDoneJobsOrEachAlone,
+  type BornDoneJob,
+} from './queue.js';
 
 /**
  * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
@@ -28,7 +42,10 @@ export interface SubmitDeps {
    * Writes a callback's delivery row (src/webhooks/deliveries.ts), in the job's own transaction:
    * every query through `q`, no transaction of its own.
    */
-  recordCallback: (q: Queryable, delivery: { jobId: string; url: string; createdAt: number }) => Promise<CallbackDeliveryRow>;
+  recordCallback: (
+    q: Queryable,
+    delivery: { jobId: string; url: string; createdAt: number },
+  ) => Promise<CallbackDeliveryRow>;
   /**
    * Throws a ServiceError('refused', ...) when the URL's destination is not allowed. `apiKeyId`:
    * whose look-up it is (name look-ups in flight are bounded per key).
@@ -100,12 +117,17 @@ export async function submitSource({
   input: { url: string; callbackUrl?: string; requestId?: string; apiKeyId?: string };
 }): Promise<Submitted> {
   const source = await checkSource(deps, input.url, input.apiKeyId);
-  const callbackUrl = input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl, input.apiKeyId);
+  const callbackUrl =
+    input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl, input.apiKeyId);
   return queueChecked(deps, source, { callbackUrl, requestId: input.requestId, apiKeyId: input.apiKeyId });
 }
 
 /** The source URL, parsed and its destination checked; throws the policy's ServiceError. */
-export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string, apiKeyId?: string): Promise<CheckedSource> {
+export async function checkSource(
+  deps: Pick<SubmitDeps, 'checkDestination'>,
+  raw: string,
+  apiKeyId?: string,
+): Promise<CheckedSource> {
   const url = parseSourceUrl(raw);
   await deps.checkDestination(url, apiKeyId);
   return { url, urlKey: aliasKey(url) };
@@ -115,7 +137,11 @@ export async function checkSource(deps: Pick<SubmitDeps, 'checkDestination'>, ra
  * A callback URL passes the same policy as a source URL (it is checked again at every attempt,
  * src/webhooks/send.ts); its refusals carry the same codes, with the field named in `errors`.
  */
-export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'>, raw: string, apiKeyId?: string): Promise<URL> {
+export async function checkCallbackUrl(
+  deps: Pick<SubmitDeps, 'checkDestination'>,
+  raw: string,
+  apiKeyId?: string,
+): Promise<URL> {
   try {
     const url = parseSourceUrl(raw);
     await deps.checkDestination(url, apiKeyId);
@@ -133,7 +159,11 @@ export async function checkCallbackUrl(deps: Pick<SubmitDeps, 'checkDestination'
  * Gives a checked source its job: born done, following another, or queued. `apiKeyId` is the
  * submitting key's identity (./key-identity.ts), recorded on the job whichever way it is made.
  */
-export async function queueChecked(deps: SubmitDeps, source: CheckedSource, options: { callbackUrl?: URL; requestId?: string; apiKeyId?: string }): Promise<Submitted> {
+export async function queueChecked(
+  deps: SubmitDeps,
+  source: CheckedSource,
+  options: { callbackUrl?: URL; requestId?: string; apiKeyId?: string },
+): Promise<Submitted> {
   const { url, urlKey } = source;
   const id = deps.newJobId();
   const requestId = options.requestId ?? null;
@@ -145,7 +175,8 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
     const now = deps.now();
     // The callback's delivery is written in its job's transaction, whichever way the job is made.
     const callbackFor =
-      callbackUrl && ((q: Queryable, job: JobRow) => deps.recordCallback(q, { jobId: job.id, url: callbackUrl.href, createdAt: now }));
+      callbackUrl &&
+      ((q: Queryable, job: JobRow) => deps.recordCallback(q, { jobId: job.id, url: callbackUrl.href, createdAt: now }));
     const born = await bornDone(urlKey, {
       decide: (artifacts) => {
         const aliased = artifacts?.[0]?.contentId;
@@ -172,4 +203,3 @@ export async function queueChecked(deps: SubmitDeps, source: CheckedSource, opti
   }
   throw new ServiceError('internal', 'internal_error', 'The job could not be queued; try again.');
 }
-

@@ -1,7 +1,14 @@
 import type { Database, JobRow } from '../db/database.js';
 import type { Logger } from '../logger.js';
 import { createClaimLoop } from '../claim-loop.js';
-import { claimNextJob, reclaimExpiredLeases, releaseJob, renewLeases, requeueInterrupted, type Ended } from './queue.js';
+import {
+  claimNextJob,
+  reclaimExpiredLeases,
+  releaseJob,
+  renewLeases,
+  requeueInterrupted,
+  type Ended,
+} from './queue.js';
 
 /**
  * A node's pool of workers, claiming queued jobs from the database that all nodes share. Each
@@ -91,7 +98,8 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
       })
       .catch(report('giving a job back failed'))
       .then(async () => {
-        if (controller.signal.aborted && controller.signal.reason === 'shutdown') await requeueInterrupted(deps.database, job.id, deps.nodeId);
+        if (controller.signal.aborted && controller.signal.reason === 'shutdown')
+          await requeueInterrupted(deps.database, job.id, deps.nodeId);
       })
       .catch(report('re-queueing an interrupted job failed'))
       .finally(() => {
@@ -159,7 +167,10 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
         graceTimer = setTimeout(() => resolve('timeout'), graceMs);
       });
       // Leases must outlive the grace period: keep renewing them while jobs drain.
-      const renewing = setInterval(() => void heartbeat().catch(report('renewing leases failed')), deps.heartbeatMs ?? 1000);
+      const renewing = setInterval(
+        () => void heartbeat().catch(report('renewing leases failed')),
+        deps.heartbeatMs ?? 1000,
+      );
       const outcome = await Promise.race([all().then(() => 'drained' as const), graceOver]);
       clearTimeout(graceTimer);
       if (outcome === 'timeout') {

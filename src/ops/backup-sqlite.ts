@@ -5,7 +5,8 @@
  */
 import { backupSqlite } from '../db/sqlite-backup.js';
 
-const USAGE = 'usage: node dist/ops/backup-sqlite.js <database, e.g. $DATA_DIR/source-fetch.sqlite> <destination file>\n';
+const USAGE =
+  'usage: node dist/ops/backup-sqlite.js <database, e.g. $DATA_DIR/source-fetch.sqlite> <destination file>\n';
 
 const [source, destination, ...rest] = process.argv.slice(2);
 if (source === undefined || destination === undefined || rest.length > 0) {

@@ -22,7 +22,11 @@ export function nodeIdParts(nodeId: string): { host: string; pid: number } | und
  * this machine (one pid namespace per host name), when its process is gone, or when its pid is
  * this process's own: a predecessor in a restarted container, whose pids count from 1 again.
  */
-export function isDeadPredecessor(nodeId: string, ownNodeId: string, isProcessAlive: (pid: number) => boolean): boolean {
+export function isDeadPredecessor(
+  nodeId: string,
+  ownNodeId: string,
+  isProcessAlive: (pid: number) => boolean,
+): boolean {
   const parts = nodeIdParts(nodeId);
   if (parts === undefined) return nodeId === ownNodeId;
   const own = nodeIdParts(ownNodeId);

@@ -29,16 +29,24 @@ export async function resolveServiceSecrets(opts: {
   if (apiKeys.length === 0) {
     const key = await generated('api-key', true);
     apiKeys = [key.value];
-    opts.log.warn({ file: key.file, created: key.created }, 'API_KEYS is not set: using the generated key kept in this file');
+    opts.log.warn(
+      { file: key.file, created: key.created },
+      'API_KEYS is not set: using the generated key kept in this file',
+    );
   }
   const urlSigningSecret = opts.configured.urlSigningSecret ?? (await generated('url-signing-secret', false)).value;
   let webhookSecret = opts.configured.webhookSecret;
   if (webhookSecret === undefined) {
     const secret = await generated('webhook-secret', true, whsecOf);
-    const problem = splitWebhookSecrets(secret.value).map(webhookSecretProblem).find((found) => found !== null);
+    const problem = splitWebhookSecrets(secret.value)
+      .map(webhookSecretProblem)
+      .find((found) => found !== null);
     if (problem) throw new ConfigError(`Invalid webhook secret in ${secret.file ?? 'the database'}: ${problem}`);
     webhookSecret = secret.value;
-    opts.log.info({ file: secret.file, created: secret.created }, 'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file');
+    opts.log.info(
+      { file: secret.file, created: secret.created },
+      'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file',
+    );
   }
   return { apiKeys, urlSigningSecret, webhookSecret };
 }

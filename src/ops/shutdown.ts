@@ -23,7 +23,7 @@ export interface Shutdown {
 export function createShutdown(deps: { log: Logger; graceMs: number; exit: (code: number) => void }): Shutdown {
   let stopping = false;
   let closeFront = () => {};
-  let drainWorkers = async (_graceMs: number) => {};
+  let drainWorkers: (graceMs: number) => Promise<void> = () => Promise.resolve();
   const steps: Array<() => Promise<void> | void> = [];
   return {
     get stopping() {

@@ -48,7 +48,12 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   const owners = new Map(
     jobIds.length === 0
       ? []
-      : (await deps.database.db.select({ id: jobs.id, status: jobs.status, owner: jobs.lockOwner }).from(jobs).where(inArray(jobs.id, jobIds)))
+      : (
+          await deps.database.db
+            .select({ id: jobs.id, status: jobs.status, owner: jobs.lockOwner })
+            .from(jobs)
+            .where(inArray(jobs.id, jobIds))
+        )
           .filter((row) => row.status === 'running' && row.owner !== null)
           .map((row) => [row.id, row.owner!] as const),
   );

@@ -80,53 +80,59 @@ function table<T extends ipaddr.IPv4 | ipaddr.IPv6>(
 const r = (range: AddressRange): Verdict => ({ range });
 const e = (embedding: Embedding): Verdict => ({ embedding });
 
-const IPV4_ROWS = table((c) => ipaddr.IPv4.parseCIDR(c), [
-  ['0.0.0.0/8', r('unspecified')], // "this network" (RFC 791, RFC 1122)
-  ['10.0.0.0/8', r('private')], // RFC 1918
-  ['100.64.0.0/10', r('cgnat')], // shared address space (RFC 6598)
-  ['127.0.0.0/8', r('loopback')],
-  ['169.254.0.0/16', r('link_local')], // includes the cloud metadata address 169.254.169.254
-  ['172.16.0.0/12', r('private')], // RFC 1918
-  ['192.0.0.0/24', r('reserved')], // IETF protocol assignments: DS-Lite, PCP/TURN anycast, NAT64 discovery
-  ['192.0.2.0/24', r('documentation')], // TEST-NET-1
-  ['192.31.196.0/24', r('as112')], // AS112-v4
-  ['192.52.193.0/24', r('amt')], // automatic multicast tunneling
-  ['192.88.99.0/24', r('reserved')], // deprecated 6to4 relay anycast
-  ['192.168.0.0/16', r('private')], // RFC 1918
-  ['192.175.48.0/24', r('as112')], // direct delegation AS112 service
-  ['198.18.0.0/15', r('benchmarking')], // RFC 2544
-  ['198.51.100.0/24', r('documentation')], // TEST-NET-2
-  ['203.0.113.0/24', r('documentation')], // TEST-NET-3
-  ['224.0.0.0/4', r('multicast')],
-  ['240.0.0.0/4', r('reserved')], // future use
-  ['255.255.255.255/32', r('broadcast')], // limited broadcast
-]);
+const IPV4_ROWS = table(
+  (c) => ipaddr.IPv4.parseCIDR(c),
+  [
+    ['0.0.0.0/8', r('unspecified')], // "this network" (RFC 791, RFC 1122)
+    ['10.0.0.0/8', r('private')], // RFC 1918
+    ['100.64.0.0/10', r('cgnat')], // shared address space (RFC 6598)
+    ['127.0.0.0/8', r('loopback')],
+    ['169.254.0.0/16', r('link_local')], // includes the cloud metadata address 169.254.169.254
+    ['172.16.0.0/12', r('private')], // RFC 1918
+    ['192.0.0.0/24', r('reserved')], // IETF protocol assignments: DS-Lite, PCP/TURN anycast, NAT64 discovery
+    ['192.0.2.0/24', r('documentation')], // TEST-NET-1
+    ['192.31.196.0/24', r('as112')], // AS112-v4
+    ['192.52.193.0/24', r('amt')], // automatic multicast tunneling
+    ['192.88.99.0/24', r('reserved')], // deprecated 6to4 relay anycast
+    ['192.168.0.0/16', r('private')], // RFC 1918
+    ['192.175.48.0/24', r('as112')], // direct delegation AS112 service
+    ['198.18.0.0/15', r('benchmarking')], // RFC 2544
+    ['198.51.100.0/24', r('documentation')], // TEST-NET-2
+    ['203.0.113.0/24', r('documentation')], // TEST-NET-3
+    ['224.0.0.0/4', r('multicast')],
+    ['240.0.0.0/4', r('reserved')], // future use
+    ['255.255.255.255/32', r('broadcast')], // limited broadcast
+  ],
+);
 
-const IPV6_ROWS = table((c) => ipaddr.IPv6.parseCIDR(c), [
-  ['::/128', r('unspecified')],
-  ['::1/128', r('loopback')],
-  ['::/96', e('compatible')],
-  ['::ffff:0:0/96', e('mapped')],
-  ['::ffff:0:0:0/96', e('translated')],
-  ['64:ff9b::/96', e('nat64')],
-  ['64:ff9b:1::/48', r('nat64_local')],
-  ['100::/64', r('reserved')], // discard-only (RFC 6666)
-  ['2001::/23', r('reserved')], // IETF protocol assignments (PCP/TURN/DNS-SD anycast, drone DETs, ...)
-  ['2001::/32', e('teredo')],
-  ['2001:2::/48', r('benchmarking')],
-  ['2001:3::/32', r('amt')],
-  ['2001:4:112::/48', r('as112')],
-  ['2001:10::/28', r('orchid')], // deprecated ORCHID
-  ['2001:20::/28', r('orchid')], // ORCHIDv2
-  ['2001:db8::/32', r('documentation')],
-  ['2002::/16', e('six_to_four')],
-  ['2620:4f:8000::/48', r('as112')],
-  ['3fff::/20', r('documentation')],
-  ['fc00::/7', r('unique_local')],
-  ['fe80::/10', r('link_local')],
-  ['fec0::/10', r('site_local')], // deprecated site-local
-  ['ff00::/8', r('multicast')],
-]);
+const IPV6_ROWS = table(
+  (c) => ipaddr.IPv6.parseCIDR(c),
+  [
+    ['::/128', r('unspecified')],
+    ['::1/128', r('loopback')],
+    ['::/96', e('compatible')],
+    ['::ffff:0:0/96', e('mapped')],
+    ['::ffff:0:0:0/96', e('translated')],
+    ['64:ff9b::/96', e('nat64')],
+    ['64:ff9b:1::/48', r('nat64_local')],
+    ['100::/64', r('reserved')], // discard-only (RFC 6666)
+    ['2001::/23', r('reserved')], // IETF protocol assignments (PCP/TURN/DNS-SD anycast, drone DETs, ...)
+    ['2001::/32', e('teredo')],
+    ['2001:2::/48', r('benchmarking')],
+    ['2001:3::/32', r('amt')],
+    ['2001:4:112::/48', r('as112')],
+    ['2001:10::/28', r('orchid')], // deprecated ORCHID
+    ['2001:20::/28', r('orchid')], // ORCHIDv2
+    ['2001:db8::/32', r('documentation')],
+    ['2002::/16', e('six_to_four')],
+    ['2620:4f:8000::/48', r('as112')],
+    ['3fff::/20', r('documentation')],
+    ['fc00::/7', r('unique_local')],
+    ['fe80::/10', r('link_local')],
+    ['fec0::/10', r('site_local')], // deprecated site-local
+    ['ff00::/8', r('multicast')],
+  ],
+);
 
 /** Global unicast IPv6 is 2000::/3; the rest of the space is IETF-reserved (5f00::/16 SRv6 etc.). */
 const IPV6_GLOBAL_UNICAST = ipaddr.IPv6.parseCIDR('2000::/3');
@@ -193,11 +199,7 @@ function classifyV6(addr: ipaddr.IPv6): AddressClass {
 }
 
 function transitionRange(embedding: Exclude<Embedding, 'mapped' | 'nat64'>): AddressRange {
-  return embedding === 'compatible'
-    ? 'ipv4_compatible'
-    : embedding === 'translated'
-      ? 'ipv4_translated'
-      : embedding;
+  return embedding === 'compatible' ? 'ipv4_compatible' : embedding === 'translated' ? 'ipv4_translated' : embedding;
 }
 
 function embeddedIpv4(addr: ipaddr.IPv6, embedding: Embedding): ipaddr.IPv4 {

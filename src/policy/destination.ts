@@ -165,7 +165,8 @@ async function resolveOnce(host: string, deps: DestinationDeps): Promise<string[
   const signal = deps.signal ? AbortSignal.any([deps.signal, timeout]) : timeout;
   let onAbort: (() => void) | undefined;
   const givenUp = new Promise<never>((_, reject) => {
-    onAbort = () => reject(Object.assign(new Error('lookup timed out'), { code: timeout.aborted ? 'ETIMEOUT' : 'ECANCELLED' }));
+    onAbort = () =>
+      reject(Object.assign(new Error('lookup timed out'), { code: timeout.aborted ? 'ETIMEOUT' : 'ECANCELLED' }));
     signal.addEventListener('abort', onAbort, { once: true });
   });
   let addresses: string[];

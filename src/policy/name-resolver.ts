@@ -56,7 +56,14 @@ const lookupError = (code: string, message: string): LookupError => Object.assig
 const cancelledError = (name: string): LookupError => lookupError('ECANCELLED', `the look-up of ${name} was cancelled`);
 
 export function createNameResolver(options: NameResolverOptions): NameResolver {
-  const hosts = options.hostsFile === null ? null : createHostsTable(options.hostsFile, options.hostsRecheckMs ?? DEFAULT_HOSTS_RECHECK_MS, options.now ?? Date.now);
+  const hosts =
+    options.hostsFile === null
+      ? null
+      : createHostsTable(
+          options.hostsFile,
+          options.hostsRecheckMs ?? DEFAULT_HOSTS_RECHECK_MS,
+          options.now ?? Date.now,
+        );
   const lanes = createClientLanes(options.perClient);
   const serverCount = Math.max(1, options.servers.length || dns.getServers().length);
   // c-ares waits `timeout` for each server's first try and twice that for its second.
@@ -85,10 +92,15 @@ export function createNameResolver(options: NameResolverOptions): NameResolver {
     };
     const turn = bounded();
     const release = await lanes.acquire(how.client ?? DEFAULT_CLIENT, turn.signal).catch(() => {
-      throw turn.timeout.aborted ? lookupError('ETIMEOUT', `no place for the look-up of ${name} within ${options.timeoutMs} ms`) : cancelledError(name);
+      throw turn.timeout.aborted
+        ? lookupError('ETIMEOUT', `no place for the look-up of ${name} within ${options.timeoutMs} ms`)
+        : cancelledError(name);
     });
     const { timeout, signal: deadline } = bounded();
-    const gaveUp = (): LookupError => (timeout.aborted ? lookupError('ETIMEOUT', `no answer for ${name} within ${options.timeoutMs} ms`) : cancelledError(name));
+    const gaveUp = (): LookupError =>
+      timeout.aborted
+        ? lookupError('ETIMEOUT', `no answer for ${name} within ${options.timeoutMs} ms`)
+        : cancelledError(name);
     if (deadline.aborted) {
       release();
       throw gaveUp();
@@ -126,7 +138,8 @@ export function createNameResolver(options: NameResolverOptions): NameResolver {
 /** The most telling of the two families' failures: no such name, then time-out, then no data. */
 function failureCode(results: PromiseSettledResult<string[]>[]): string {
   const codes = results.flatMap((r) => (r.status === 'rejected' ? [errorCode(r.reason)] : ['ENODATA']));
-  for (const preferred of ['ENOTFOUND', 'ETIMEOUT', 'ESERVFAIL', 'ECONNREFUSED']) if (codes.includes(preferred)) return preferred;
+  for (const preferred of ['ENOTFOUND', 'ETIMEOUT', 'ESERVFAIL', 'ECONNREFUSED'])
+    if (codes.includes(preferred)) return preferred;
   return codes[0] ?? 'ENODATA';
 }
 

@@ -52,7 +52,8 @@ export const PRLIMIT_NOT_FOUND = /^prlimit: failed to execute /m;
  * What an allocation refused under the data limit looks like: Python (as yt-dlp reports it too:
  * zlib's words, without the exception's name), ffmpeg (ENOMEM), C++ and glibc.
  */
-const OUT_OF_MEMORY = /\bMemoryError\b|Unable to allocate output buffer|Cannot allocate memory|std::bad_alloc|\bout of memory\b/i;
+const OUT_OF_MEMORY =
+  /\bMemoryError\b|Unable to allocate output buffer|Cannot allocate memory|std::bad_alloc|\bout of memory\b/i;
 /** A write refused under the file size limit where SIGXFSZ is ignored (Python: EFBIG). */
 const FILE_TOO_LARGE = /File too large|\[Errno 27\]/;
 /** fork() or a new thread refused under the process limit: EAGAIN in C, Python's own words for threads. */
@@ -63,7 +64,9 @@ const NO_MORE_PROCESSES = /Resource temporarily unavailable|can't start new thre
  * file size, the tool's report of a refused allocation, write or fork otherwise. Null for a run
  * that ended for any other reason.
  */
-export function exceededLimit(result: Pick<RunProcessResult, 'exitCode' | 'signal' | 'stderrTail'>): ExceededLimit | null {
+export function exceededLimit(
+  result: Pick<RunProcessResult, 'exitCode' | 'signal' | 'stderrTail'>,
+): ExceededLimit | null {
   if (result.signal === 'SIGXCPU' || result.exitCode === SIGXCPU_STATUS) return 'cpu';
   if (result.signal === 'SIGXFSZ' || result.exitCode === SIGXFSZ_STATUS) return 'file_size';
   // ffmpeg reports a refused allocation while decoding and may still exit 0.

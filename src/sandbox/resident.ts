@@ -4,7 +4,13 @@ import type { Logger } from '../logger.js';
 import { HeadBuffer, superviseRun, TailBuffer, type RunProcessResult } from '../tools/process.js';
 import { inspectYtDlpLauncher } from '../tools/ytdlp-launcher.js';
 import { residentLimits } from './limits.js';
-import { BRIDGE_PORT, interpretSandboxed, type Sandbox, type SandboxedResult, type SandboxRunOptions } from './sandbox.js';
+import {
+  BRIDGE_PORT,
+  interpretSandboxed,
+  type Sandbox,
+  type SandboxedResult,
+  type SandboxRunOptions,
+} from './sandbox.js';
 
 /**
  * The resident sandbox. Starting unshare, Python and confine.py for every tool run, and Python
@@ -116,7 +122,13 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
             ready = true;
             readyAt = Date.now();
             log.info(
-              { runs: 'resident', ytdlp: ytdlp ? 'imported' : 'spawned', ...(report.ytdlp ? { ytdlp_version: report.ytdlp } : {}), ...(why ? { reason: why } : {}), warm_up_ms: readyAt - startedAt },
+              {
+                runs: 'resident',
+                ytdlp: ytdlp ? 'imported' : 'spawned',
+                ...(report.ytdlp ? { ytdlp_version: report.ytdlp } : {}),
+                ...(why ? { reason: why } : {}),
+                warm_up_ms: readyAt - startedAt,
+              },
               'tool runs',
             );
             settle();
@@ -134,11 +146,17 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
           launch(null, `yt-dlp could not be imported: ${importFailed}`);
           return;
         }
-        const reason = result.confinementFailure ?? (attempt.signal.aborted ? String(attempt.signal.reason) : `it ended (${result.exitCode ?? result.signal})`);
-        log.warn({ runs: 'spawned', reason: `the resident sandbox: ${reason}`, stderr: result.stderrTail.slice(-2000) }, 'tool runs');
+        const reason =
+          result.confinementFailure ??
+          (attempt.signal.aborted ? String(attempt.signal.reason) : `it ended (${result.exitCode ?? result.signal})`);
+        log.warn(
+          { runs: 'spawned', reason: `the resident sandbox: ${reason}`, stderr: result.stderrTail.slice(-2000) },
+          'tool runs',
+        );
         settle();
         // One that stayed up a while starts again soon; one that keeps failing, less and less often.
-        if (readyAt !== undefined && Date.now() - readyAt > MAX_RESTART_DELAY_MS) restartDelayMs = FIRST_RESTART_DELAY_MS;
+        if (readyAt !== undefined && Date.now() - readyAt > MAX_RESTART_DELAY_MS)
+          restartDelayMs = FIRST_RESTART_DELAY_MS;
         restartTimer = setTimeout(() => launch(ytdlp, why), restartDelayMs);
         restartTimer.unref();
         restartDelayMs = Math.min(restartDelayMs * 2, MAX_RESTART_DELAY_MS);
@@ -161,11 +179,17 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
 
     async start() {
       if (!deps.enabled || spawned.mode !== 'netns') {
-        log.info({ runs: 'spawned', reason: deps.enabled ? 'TOOL_CONFINEMENT=off' : 'RESIDENT_SANDBOX=off' }, 'tool runs');
+        log.info(
+          { runs: 'spawned', reason: deps.enabled ? 'TOOL_CONFINEMENT=off' : 'RESIDENT_SANDBOX=off' },
+          'tool runs',
+        );
         settle();
         return;
       }
-      const inspection = deps.ytdlpPath === null ? { importable: false as const, reason: 'not found' } : await inspectYtDlpLauncher(deps.ytdlpPath);
+      const inspection =
+        deps.ytdlpPath === null
+          ? { importable: false as const, reason: 'not found' }
+          : await inspectYtDlpLauncher(deps.ytdlpPath);
       log.info({ runs: 'spawned', reason: 'the resident sandbox is starting' }, 'tool runs');
       if (inspection.importable) launch({ interpreter: inspection.interpreter, launcher: deps.ytdlpPath! }, null);
       else launch(null, `YTDLP_PATH: ${inspection.reason}; yt-dlp is started per run`);
@@ -180,7 +204,9 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
   };
 }
 
-function parseReport(line: string): { ready: true; ytdlp: string | null } | { ready: false; reason: string } | undefined {
+function parseReport(
+  line: string,
+): { ready: true; ytdlp: string | null } | { ready: false; reason: string } | undefined {
   try {
     const report = JSON.parse(line) as { ready?: unknown; ytdlp?: unknown; reason?: unknown };
     if (report.ready === true) return { ready: true, ytdlp: typeof report.ytdlp === 'string' ? report.ytdlp : null };
@@ -198,7 +224,11 @@ function parseReport(line: string): { ready: true; ytdlp: string | null } | { re
  * throws stops it too, and its error is rethrown once the run is gone. 'unavailable' when the
  * resident did not take the run: nothing ran.
  */
-export function runInResident(socket: Socket, opts: SandboxRunOptions, viewReadOnly: string[] = []): Promise<SandboxedResult | 'unavailable'> {
+export function runInResident(
+  socket: Socket,
+  opts: SandboxRunOptions,
+  viewReadOnly: string[] = [],
+): Promise<SandboxedResult | 'unavailable'> {
   const result: RunProcessResult = {
     exitCode: null,
     signal: null,

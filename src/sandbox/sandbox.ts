@@ -76,9 +76,7 @@ export interface SandboxDeps {
 }
 
 export type ConfinementStatus =
-  | { mode: 'netns'; ok: true }
-  | { mode: 'netns'; ok: false; reason: string }
-  | { mode: 'off'; ok: true };
+  { mode: 'netns'; ok: true } | { mode: 'netns'; ok: false; reason: string } | { mode: 'off'; ok: true };
 
 export interface SandboxedResult extends RunProcessResult {
   /** Confinement could not be set up, so the tool never ran; the reason, else null. */
@@ -114,7 +112,11 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
       guardAuthority: deps.guardAuthority,
       async run({ network: _network, mountView: _mountView, limits, ...opts }) {
         if (limits === undefined) return { ...(await deps.run(opts)), confinementFailure: null };
-        const result = await deps.run({ ...opts, command: deps.prlimit ?? 'prlimit', args: [...prlimitArgs(limits), opts.command, ...opts.args] });
+        const result = await deps.run({
+          ...opts,
+          command: deps.prlimit ?? 'prlimit',
+          args: [...prlimitArgs(limits), opts.command, ...opts.args],
+        });
         const notFound = result.notFound || (result.exitCode === 127 && PRLIMIT_NOT_FOUND.test(result.stderrTail));
         return { ...result, notFound, confinementFailure: null };
       },
@@ -169,19 +171,33 @@ export function createSandbox(deps: SandboxDeps): Sandbox {
         stdoutCaptureBytes: 64 * 1024,
       });
       const interpreted = interpretSandboxed(result);
-      if (interpreted.notFound) return { mode: 'netns', ok: false, reason: `${deps.unshare} or ${deps.python} is not installed` };
-      if (interpreted.confinementFailure !== null) return { mode: 'netns', ok: false, reason: interpreted.confinementFailure };
-      if (result.exitCode !== 0) return { mode: 'netns', ok: false, reason: `the sandbox check exited with ${result.exitCode ?? result.signal}` };
+      if (interpreted.notFound)
+        return { mode: 'netns', ok: false, reason: `${deps.unshare} or ${deps.python} is not installed` };
+      if (interpreted.confinementFailure !== null)
+        return { mode: 'netns', ok: false, reason: interpreted.confinementFailure };
+      if (result.exitCode !== 0)
+        return {
+          mode: 'netns',
+          ok: false,
+          reason: `the sandbox check exited with ${result.exitCode ?? result.signal}`,
+        };
       let report: { netns?: string; interfaces?: string[]; bridge?: string };
       try {
         report = JSON.parse(result.stdout) as typeof report;
       } catch {
         return { mode: 'netns', ok: false, reason: 'the sandbox check printed no report' };
       }
-      if (report.netns === deps.hostNetns) return { mode: 'netns', ok: false, reason: 'the sandbox shares the service network namespace' };
-      if (JSON.stringify(report.interfaces) !== '["lo"]') return { mode: 'netns', ok: false, reason: 'the sandbox has interfaces besides lo' };
+      if (report.netns === deps.hostNetns)
+        return { mode: 'netns', ok: false, reason: 'the sandbox shares the service network namespace' };
+      if (JSON.stringify(report.interfaces) !== '["lo"]')
+        return { mode: 'netns', ok: false, reason: 'the sandbox has interfaces besides lo' };
       // The guard answers a request without credentials with 407: the bridge reaches it.
-      if (!/^HTTP\/1\.1 407\b/.test(report.bridge ?? '')) return { mode: 'netns', ok: false, reason: `the egress guard is not reachable from the sandbox (${report.bridge ?? 'no answer'})` };
+      if (!/^HTTP\/1\.1 407\b/.test(report.bridge ?? ''))
+        return {
+          mode: 'netns',
+          ok: false,
+          reason: `the egress guard is not reachable from the sandbox (${report.bridge ?? 'no answer'})`,
+        };
       return { mode: 'netns', ok: true };
     },
   };

@@ -15,7 +15,13 @@ export function mediaAliasKey(extractorKey: string, site: string, mediaId: strin
   return `${extractorKey.toLowerCase()}:${site.toLowerCase()}:${mediaId}`;
 }
 
-export async function setAlias(q: Queryable, kind: AliasKind, key: string, contentId: string, now: number): Promise<void> {
+export async function setAlias(
+  q: Queryable,
+  kind: AliasKind,
+  key: string,
+  contentId: string,
+  now: number,
+): Promise<void> {
   const { aliases } = q.t;
   await q.db
     .insert(aliases)
@@ -56,7 +62,11 @@ export async function aliasedArtifacts(q: Queryable, kind: AliasKind, key: strin
 }
 
 /** aliasedArtifacts for many keys of one kind in one statement, by key: PostgreSQL only (`= any` of an array). */
-export async function aliasedArtifactsOfKeys(q: Queryable, kind: AliasKind, keys: string[]): Promise<Map<string, CacheEntryRow[]>> {
+export async function aliasedArtifactsOfKeys(
+  q: Queryable,
+  kind: AliasKind,
+  keys: string[],
+): Promise<Map<string, CacheEntryRow[]>> {
   const query = prepared(q, 'alias_artifacts_of_keys', ({ db, t: { aliases, cacheEntries } }) =>
     db
       .select({ key: aliases.key, artifact: cacheEntries })

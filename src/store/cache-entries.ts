@@ -20,7 +20,11 @@ export async function recordCacheEntry(q: Queryable, entry: NewCacheEntry, now: 
 
 export async function cacheEntriesFor(q: Queryable, contentId: string): Promise<CacheEntryRow[]> {
   const query = prepared(q, 'cache_entries_by_content', ({ db, t }) =>
-    db.select().from(t.cacheEntries).where(eq(t.cacheEntries.contentId, sql.placeholder('contentId'))).prepare('cache_entries_by_content'),
+    db
+      .select()
+      .from(t.cacheEntries)
+      .where(eq(t.cacheEntries.contentId, sql.placeholder('contentId')))
+      .prepare('cache_entries_by_content'),
   );
   return query.execute({ contentId });
 }

@@ -20,7 +20,10 @@ export async function markEvicted(q: Queryable, contentIds: string[], at: number
 /** The content is stored again: its jobs' records no longer say it was evicted. */
 export async function clearEvicted(q: Queryable, contentId: string): Promise<void> {
   const query = prepared(q, 'clear_evicted', ({ db, t: { evictedContent } }) =>
-    db.delete(evictedContent).where(eq(evictedContent.contentId, sql.placeholder('contentId'))).prepare('clear_evicted'),
+    db
+      .delete(evictedContent)
+      .where(eq(evictedContent.contentId, sql.placeholder('contentId')))
+      .prepare('clear_evicted'),
   );
   await query.execute({ contentId });
 }

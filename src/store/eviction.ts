@@ -27,7 +27,10 @@ export interface StoreTotals {
 
 export async function readStoreTotals(q: Queryable): Promise<StoreTotals> {
   const { storeTotals } = q.t;
-  const [row] = await q.db.select({ bytes: storeTotals.bytes, artifacts: storeTotals.artifacts }).from(storeTotals).where(eq(storeTotals.id, 1));
+  const [row] = await q.db
+    .select({ bytes: storeTotals.bytes, artifacts: storeTotals.artifacts })
+    .from(storeTotals)
+    .where(eq(storeTotals.id, 1));
   return row ? { bytes: Number(row.bytes), artifacts: Number(row.artifacts) } : { bytes: 0, artifacts: 0 };
 }
 
@@ -53,7 +56,12 @@ export interface EvictionCursor {
 export function evictionBatchQuery(q: Queryable, cursor: EvictionCursor | undefined, batchSize: number) {
   const { cacheEntries } = q.t;
   return q.db
-    .select({ contentId: cacheEntries.contentId, name: cacheEntries.name, bytes: cacheEntries.bytes, lastUsedAt: cacheEntries.lastUsedAt })
+    .select({
+      contentId: cacheEntries.contentId,
+      name: cacheEntries.name,
+      bytes: cacheEntries.bytes,
+      lastUsedAt: cacheEntries.lastUsedAt,
+    })
     .from(cacheEntries)
     .where(
       cursor
@@ -122,7 +130,13 @@ export async function evictToCap(deps: {
         // may have taken it up, under the same lock, in between.
         const gone = await q.db
           .delete(cacheEntries)
-          .where(and(eq(cacheEntries.contentId, victim.contentId), eq(cacheEntries.name, victim.name), eq(cacheEntries.lastUsedAt, victim.lastUsedAt)))
+          .where(
+            and(
+              eq(cacheEntries.contentId, victim.contentId),
+              eq(cacheEntries.name, victim.name),
+              eq(cacheEntries.lastUsedAt, victim.lastUsedAt),
+            ),
+          )
           .returning({ bytes: cacheEntries.bytes });
         if (gone.length > 0) deleted.push(victim);
       }
@@ -130,14 +144,22 @@ export async function evictToCap(deps: {
       const stillThere =
         deletedIds.length === 0
           ? new Set<string>()
-          : new Set((await q.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries).where(inArray(cacheEntries.contentId, deletedIds))).map((row) => row.contentId));
+          : new Set(
+              (
+                await q.db
+                  .select({ contentId: cacheEntries.contentId })
+                  .from(cacheEntries)
+                  .where(inArray(cacheEntries.contentId, deletedIds))
+              ).map((row) => row.contentId),
+            );
       const goneIds = deletedIds.filter((contentId) => !stillThere.has(contentId));
       if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
       await markEvicted(q, goneIds, deps.now());
       // Still under the content locks: no put can pin these until their files are gone. A reader
       // that has a file open keeps reading it: unlinking does not cut a download short.
       for (const contentId of goneIds) store.removeSync(contentId);
-      for (const victim of deleted) if (stillThere.has(victim.contentId)) store.removeArtifactSync(victim.contentId, victim.name);
+      for (const victim of deleted)
+        if (stillThere.has(victim.contentId)) store.removeArtifactSync(victim.contentId, victim.name);
       return { deleted, goneIds };
     });
     // A candidate used meanwhile is hot now: the order changed, so the next batch starts over.

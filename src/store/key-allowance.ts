@@ -25,7 +25,13 @@ export async function storedBytesSince(q: Queryable, apiKeyId: string, since: nu
       .select({ bytes: sql<number | string | null>`sum(${jobs.storedBytes})` })
       .from(jobs)
       // The conditions of jobs_key_stored_idx: only jobs that stored something are read.
-      .where(and(eq(jobs.apiKeyId, sql.placeholder('apiKeyId')), gte(jobs.finishedAt, sql.placeholder('since')), isNotNull(jobs.storedBytes)))
+      .where(
+        and(
+          eq(jobs.apiKeyId, sql.placeholder('apiKeyId')),
+          gte(jobs.finishedAt, sql.placeholder('since')),
+          isNotNull(jobs.storedBytes),
+        ),
+      )
       .prepare('key_stored_bytes'),
   );
   const [row] = await query.execute({ apiKeyId, since });
@@ -53,7 +59,13 @@ export async function lockKeyStorage(q: Queryable, apiKeyId: string): Promise<vo
  * error (key_storage_quota_exceeded). Call under lockKeyStorage, in the transaction that records
  * the bytes.
  */
-export async function allowanceRefusal(q: Queryable, allowance: KeyAllowance, apiKeyId: string, adding: number, now: number): Promise<JobError | undefined> {
+export async function allowanceRefusal(
+  q: Queryable,
+  allowance: KeyAllowance,
+  apiKeyId: string,
+  adding: number,
+  now: number,
+): Promise<JobError | undefined> {
   const used = await storedBytesSince(q, apiKeyId, now - allowance.windowMs);
   if (used + adding <= allowance.bytes) return undefined;
   return {

@@ -49,7 +49,12 @@ export async function pinnedAmong(q: Queryable, contentIds: string[], now: numbe
   return new Set(rows.map((row) => row.contentId));
 }
 
-export function createDatabasePins(deps: { database: Database; holder: () => string; now: () => number; ttlMs?: number }): ContentPins {
+export function createDatabasePins(deps: {
+  database: Database;
+  holder: () => string;
+  now: () => number;
+  ttlMs?: number;
+}): ContentPins {
   const ttlMs = deps.ttlMs ?? DEFAULT_PIN_TTL_MS;
   return {
     async pin(contentId) {
@@ -61,7 +66,9 @@ export function createDatabasePins(deps: { database: Database; holder: () => str
       });
       return async () => {
         const { storePins } = deps.database.t;
-        await deps.database.db.delete(storePins).where(and(eq(storePins.contentId, contentId), eq(storePins.holder, holder)));
+        await deps.database.db
+          .delete(storePins)
+          .where(and(eq(storePins.contentId, contentId), eq(storePins.holder, holder)));
       };
     },
   };
@@ -70,6 +77,9 @@ export function createDatabasePins(deps: { database: Database; holder: () => str
 /** Drops pins that have expired; returns how many. */
 export async function dropExpiredPins(q: Queryable, now: number): Promise<number> {
   const { storePins } = q.t;
-  const rows = await q.db.delete(storePins).where(lt(storePins.expiresAt, now)).returning({ contentId: storePins.contentId });
+  const rows = await q.db
+    .delete(storePins)
+    .where(lt(storePins.expiresAt, now))
+    .returning({ contentId: storePins.contentId });
   return rows.length;
 }

@@ -25,13 +25,17 @@ export interface ReconcileCounts {
   aliasesCleared: number;
 }
 
-export async function reconcileStore(deps: { database: Database; store: ContentStore; now: () => number }): Promise<ReconcileCounts> {
+export async function reconcileStore(deps: {
+  database: Database;
+  store: ContentStore;
+  now: () => number;
+}): Promise<ReconcileCounts> {
   const { cacheEntries, aliases } = deps.database.t;
   const counts: ReconcileCounts = { adopted: 0, filesRemoved: 0, rowsDropped: 0, aliasesCleared: 0 };
   const rows = new Set(
-    (await deps.database.db.select({ contentId: cacheEntries.contentId, name: cacheEntries.name }).from(cacheEntries)).map(
-      (row) => `${row.contentId}/${row.name}`,
-    ),
+    (
+      await deps.database.db.select({ contentId: cacheEntries.contentId, name: cacheEntries.name }).from(cacheEntries)
+    ).map((row) => `${row.contentId}/${row.name}`),
   );
   const seen = new Set<string>();
 
@@ -46,7 +50,10 @@ export async function reconcileStore(deps: { database: Database; store: ContentS
         continue;
       }
       const names = await fs.readdir(contentDir).catch(() => [] as string[]);
-      if (names.some((name) => !rows.has(`${contentId}/${name}`)) && (await pinnedAmong(deps.database, [contentId], deps.now())).size > 0) {
+      if (
+        names.some((name) => !rows.has(`${contentId}/${name}`)) &&
+        (await pinnedAmong(deps.database, [contentId], deps.now())).size > 0
+      ) {
         for (const name of names) seen.add(`${contentId}/${name}`);
         continue;
       }
@@ -71,7 +78,9 @@ export async function reconcileStore(deps: { database: Database; store: ContentS
     await deps.database.transaction(async (q) => {
       for (const key of missing) {
         const [contentId, name] = key.split('/') as [string, string];
-        await q.db.delete(q.t.cacheEntries).where(and(eq(q.t.cacheEntries.contentId, contentId), eq(q.t.cacheEntries.name, name)));
+        await q.db
+          .delete(q.t.cacheEntries)
+          .where(and(eq(q.t.cacheEntries.contentId, contentId), eq(q.t.cacheEntries.name, name)));
       }
       // Their jobs' records say the content is gone, as after an eviction.
       await markEvicted(q, [...new Set(missing.map((key) => key.split('/')[0]!))], deps.now());
@@ -80,13 +89,19 @@ export async function reconcileStore(deps: { database: Database; store: ContentS
   }
   const cleared = await deps.database.db
     .delete(aliases)
-    .where(notInArray(aliases.contentId, deps.database.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries)))
+    .where(
+      notInArray(aliases.contentId, deps.database.db.select({ contentId: cacheEntries.contentId }).from(cacheEntries)),
+    )
     .returning({ key: aliases.key });
   counts.aliasesCleared = cleared.length;
   return counts;
 }
 
-async function adopt(deps: { database: Database; store: ContentStore; now: () => number }, contentId: string, name: string): Promise<boolean> {
+async function adopt(
+  deps: { database: Database; store: ContentStore; now: () => number },
+  contentId: string,
+  name: string,
+): Promise<boolean> {
   if (name !== AUDIO_ARTIFACT_NAME) return false;
   const file = deps.store.pathOf(contentId, name);
   try {

@@ -74,8 +74,10 @@ const MAX_READS = 3;
 const UNREADABLE = new Set(['EIO', 'EISDIR', 'ELOOP', 'EACCES', 'EPERM', 'EINVAL', 'ENXIO', 'ESTALE']);
 
 const FINDING_MESSAGES = {
-  quarantined: 'store scrub: a stored file does not hash to its content id: moved to the quarantine folder, its row and aliases dropped',
-  deferred: 'store scrub: a stored file does not hash to its content id, but a job is storing that content now: left for the next pass',
+  quarantined:
+    'store scrub: a stored file does not hash to its content id: moved to the quarantine folder, its row and aliases dropped',
+  deferred:
+    'store scrub: a stored file does not hash to its content id, but a job is storing that content now: left for the next pass',
   missing: 'store scrub: a cache row names a file that is gone',
   unreadable: 'store scrub: a stored file cannot be read',
   corrupt: 'store scrub: a stored file does not hash to its content id',
@@ -123,14 +125,23 @@ function rowsAfter(q: Queryable, cursor: { contentId: string; name: string } | u
   return q.db
     .select({ contentId: cacheEntries.contentId, name: cacheEntries.name })
     .from(cacheEntries)
-    .where(cursor ? sql`(${cacheEntries.contentId}, ${cacheEntries.name}) > (${cursor.contentId}, ${cursor.name})` : undefined)
+    .where(
+      cursor
+        ? sql`(${cacheEntries.contentId}, ${cacheEntries.name}) > (${cursor.contentId}, ${cursor.name})`
+        : undefined,
+    )
     .orderBy(asc(cacheEntries.contentId), asc(cacheEntries.name))
     .limit(BATCH_ROWS);
 }
 
-type ReadOutcome = { kind: 'read'; sha256: string; file: BigIntStats } | { kind: 'missing' } | { kind: 'unreadable'; code: string };
+type ReadOutcome =
+  { kind: 'read'; sha256: string; file: BigIntStats } | { kind: 'missing' } | { kind: 'unreadable'; code: string };
 
-async function checkArtifact(deps: ScrubDeps, row: { contentId: string; name: string }, progress: ScrubProgress): Promise<void> {
+async function checkArtifact(
+  deps: ScrubDeps,
+  row: { contentId: string; name: string },
+  progress: ScrubProgress,
+): Promise<void> {
   const file = deps.store.pathOf(row.contentId, row.name);
   for (let reads = 1; ; reads++) {
     const read = await readArtifact(deps, file, progress);
@@ -143,7 +154,10 @@ async function checkArtifact(deps: ScrubDeps, row: { contentId: string; name: st
     if (settled === 'gone') return;
     if (settled === 'changed') {
       if (reads < MAX_READS) continue;
-      deps.log.warn({ content_id: row.contentId, name: row.name }, 'store scrub: the file changed, or was being stored, each time it was read; left for the next pass');
+      deps.log.warn(
+        { content_id: row.contentId, name: row.name },
+        'store scrub: the file changed, or was being stored, each time it was read; left for the next pass',
+      );
       return;
     }
     if (read.kind === 'read') {
@@ -220,7 +234,12 @@ function failedRead(err: unknown): ReadOutcome {
 type Settled = 'gone' | 'changed' | 'deferred' | 'found' | { quarantinedAs: string; staged: string | null };
 
 /** The read's finding checked again, and for a corrupt file acted on, under the content's lock. */
-function settle(deps: ScrubDeps, row: { contentId: string; name: string }, file: string, read: ReadOutcome): Promise<Settled> {
+function settle(
+  deps: ScrubDeps,
+  row: { contentId: string; name: string },
+  file: string,
+  read: ReadOutcome,
+): Promise<Settled> {
   const { contentId, name } = row;
   return deps.database.transaction(async (q): Promise<Settled> => {
     await lockContent(q, [contentId], 'remove');
@@ -254,7 +273,12 @@ function settle(deps: ScrubDeps, row: { contentId: string; name: string }, file:
  * artifact root's staging folder first (a rename, so it leaves its address at once), to be copied
  * over after the transaction (leaveStaging).
  */
-function moveAside(deps: ScrubDeps, contentId: string, name: string, file: string): { quarantinedAs: string; staged: string | null } {
+function moveAside(
+  deps: ScrubDeps,
+  contentId: string,
+  name: string,
+  file: string,
+): { quarantinedAs: string; staged: string | null } {
   const quarantinedAs = `${contentId}.${deps.now()}/${name}`;
   const target = path.join(deps.quarantineDir, quarantinedAs);
   mkdirSync(path.dirname(target), { recursive: true });
@@ -279,7 +303,10 @@ async function leaveStaging(deps: ScrubDeps, staged: string, quarantinedAs: stri
     await fs.copyFile(staged, target);
     await fs.rm(path.dirname(staged), { recursive: true, force: true });
   } catch (err) {
-    deps.log.error({ err, staged, target }, 'store scrub: a quarantined file could not be copied to the quarantine folder; it stays where it was staged');
+    deps.log.error(
+      { err, staged, target },
+      'store scrub: a quarantined file could not be copied to the quarantine folder; it stays where it was staged',
+    );
   }
 }
 

@@ -97,13 +97,19 @@ export function createScrubber(deps: {
   function begin(trigger: ScrubReport['trigger']): Promise<ScrubPass | undefined> {
     const attempt = starting.then(async () => {
       if (current) return current.pass;
-      if (stopped) throw new ServiceError('unavailable', 'shutting_down', 'The service is shutting down; try again shortly.');
+      if (stopped)
+        throw new ServiceError('unavailable', 'shutting_down', 'The service is shutting down; try again shortly.');
       if (!(await takeLease(deps.database, SCRUB_LEASE, deps.nodeId, deps.now(), LEASE_MS))) {
         if (trigger === 'schedule') return undefined;
         const holder = (await readLease(deps.database, SCRUB_LEASE))?.holder ?? 'another node';
-        throw new ServiceError('conflict', 'scrub_running_elsewhere', `Node ${holder} is scrubbing the store; ask that node, or try again once it is done.`, {
-          fields: { node_id: holder },
-        });
+        throw new ServiceError(
+          'conflict',
+          'scrub_running_elsewhere',
+          `Node ${holder} is scrubbing the store; ask that node, or try again once it is done.`,
+          {
+            fields: { node_id: holder },
+          },
+        );
       }
       // Another node may have ended a pass since the timer looked.
       if (trigger === 'schedule' && !(await due())) {
@@ -152,7 +158,12 @@ export function createScrubber(deps: {
           store: deps.store,
           quarantineDir: deps.quarantineDir,
           now: deps.now,
-          pacer: createReadPacer({ bytesPerSecond: deps.bytesPerSecond, burstBytes: chunkBytes, now: clock, sleep: pause }),
+          pacer: createReadPacer({
+            bytesPerSecond: deps.bytesPerSecond,
+            burstBytes: chunkBytes,
+            now: clock,
+            sleep: pause,
+          }),
           buffer: Buffer.allocUnsafe(chunkBytes),
           signal,
           log: deps.log.child(fields),
@@ -161,7 +172,8 @@ export function createScrubber(deps: {
           onFinding: (finding) => metrics?.observeScrubFinding(finding),
           beforeEach: async () => {
             if (clock() - renewedAt < RENEW_MS) return;
-            if (!(await takeLease(deps.database, SCRUB_LEASE, deps.nodeId, deps.now(), LEASE_MS))) throw new Error('the scrub lease was lost to another node');
+            if (!(await takeLease(deps.database, SCRUB_LEASE, deps.nodeId, deps.now(), LEASE_MS)))
+              throw new Error('the scrub lease was lost to another node');
             renewedAt = clock();
           },
         },
@@ -170,17 +182,25 @@ export function createScrubber(deps: {
       report.status = 'done';
       report.finishedAt = deps.now();
       metrics?.observeScrubCompleted(report.finishedAt);
-      await setLease(deps.database, SCRUB_DUE_LEASE, deps.nodeId, report.finishedAt + deps.intervalMs).catch((err: unknown) =>
-        deps.log.warn({ err }, 'store scrub: recording when the next pass is due failed; the timer may start one early'),
+      await setLease(deps.database, SCRUB_DUE_LEASE, deps.nodeId, report.finishedAt + deps.intervalMs).catch(
+        (err: unknown) =>
+          deps.log.warn(
+            { err },
+            'store scrub: recording when the next pass is due failed; the timer may start one early',
+          ),
       );
     } catch (err) {
       report.status = signal.aborted ? 'stopped' : 'failed';
       report.finishedAt = deps.now();
       const code = (err as NodeJS.ErrnoException).code;
-      report.error = signal.aborted ? 'the node is shutting down' : `the pass stopped on an error${typeof code === 'string' ? ` (${code})` : ''}; see the service log`;
+      report.error = signal.aborted
+        ? 'the node is shutting down'
+        : `the pass stopped on an error${typeof code === 'string' ? ` (${code})` : ''}; see the service log`;
       if (!signal.aborted) deps.log.error({ ...fields, err }, 'store scrub: pass failed');
     } finally {
-      await giveBackLease(deps.database, SCRUB_LEASE, deps.nodeId).catch((err: unknown) => deps.log.warn({ err }, 'store scrub: giving back the lease failed; it expires'));
+      await giveBackLease(deps.database, SCRUB_LEASE, deps.nodeId).catch((err: unknown) =>
+        deps.log.warn({ err }, 'store scrub: giving back the lease failed; it expires'),
+      );
     }
     deps.log.info(
       {
@@ -221,7 +241,10 @@ export function createScrubber(deps: {
     latest: () => current?.pass ?? last,
     start() {
       if (deps.intervalMs <= 0) return;
-      const look = () => void tick().catch((err: unknown) => deps.log.error({ err }, 'store scrub: looking whether a pass is due failed'));
+      const look = () =>
+        void tick().catch((err: unknown) =>
+          deps.log.error({ err }, 'store scrub: looking whether a pass is due failed'),
+        );
       timer = setInterval(look, Math.min(deps.intervalMs, TICK_MS));
       timer.unref();
       look();

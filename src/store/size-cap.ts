@@ -49,7 +49,13 @@ export function createSizeCap(deps: {
     if (!(await takeLease(deps.database, EVICTOR_LEASE, deps.nodeId, deps.now(), EVICTOR_LEASE_MS))) return NOTHING;
     try {
       await dropExpiredPins(deps.database, deps.now());
-      const result = await evictToCap({ database: deps.database, store: deps.store, capBytes: deps.capBytes, now: deps.now, space: deps.space });
+      const result = await evictToCap({
+        database: deps.database,
+        store: deps.store,
+        capBytes: deps.capBytes,
+        now: deps.now,
+        space: deps.space,
+      });
       if (result.evictedArtifacts > 0) {
         deps.log.info(
           {

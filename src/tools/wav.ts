@@ -26,7 +26,8 @@ export function parseWavHeader(buf: Buffer): WavHeader {
   if (buf.length < 12 || buf.toString('latin1', 0, 4) !== 'RIFF' || buf.toString('latin1', 8, 12) !== 'WAVE') {
     throw new Error('not a RIFF/WAVE file');
   }
-  let fmt: (Omit<WavHeader, 'dataBytes' | 'durationS' | 'riffBytes' | 'dataOffset'> & { blockAlign: number }) | null = null;
+  let fmt: (Omit<WavHeader, 'dataBytes' | 'durationS' | 'riffBytes' | 'dataOffset'> & { blockAlign: number }) | null =
+    null;
   const riffBytes = buf.readUInt32LE(4);
   let offset = 12;
   while (offset + 8 <= buf.length) {
@@ -66,8 +67,10 @@ export function parseWavHeader(buf: Buffer): WavHeader {
  * the file. A writer cut off (no space left, a killed converter) leaves sizes that disagree.
  */
 export function incompleteWav(header: WavHeader, fileBytes: number): string | null {
-  if (header.riffBytes + 8 !== fileBytes) return `the RIFF header declares ${header.riffBytes + 8} bytes, the file has ${fileBytes}`;
+  if (header.riffBytes + 8 !== fileBytes)
+    return `the RIFF header declares ${header.riffBytes + 8} bytes, the file has ${fileBytes}`;
   const dataEnd = header.dataOffset + header.dataBytes + (header.dataBytes % 2);
-  if (dataEnd !== fileBytes) return `the data chunk declares ${header.dataBytes} bytes, the file has ${fileBytes - header.dataOffset} after its header`;
+  if (dataEnd !== fileBytes)
+    return `the data chunk declares ${header.dataBytes} bytes, the file has ${fileBytes - header.dataOffset} after its header`;
   return null;
 }

@@ -59,7 +59,9 @@ export const GUARDED_URL_PREFIXES = ['https://', 'http://'] as const;
  */
 export const GUARDED_FORMAT = ['bestaudio', 'best']
   .flatMap((base) =>
-    GUARDED_PROTOCOL_PREFIXES.flatMap((protocol) => GUARDED_URL_PREFIXES.map((url) => `${base}[protocol^=${protocol}][url^="${url}"]`)),
+    GUARDED_PROTOCOL_PREFIXES.flatMap((protocol) =>
+      GUARDED_URL_PREFIXES.map((url) => `${base}[protocol^=${protocol}][url^="${url}"]`),
+    ),
   )
   .join('/');
 
@@ -109,7 +111,8 @@ export const COOKIES_FILE_NAME = 'cookies.txt';
 export function configFileText(opts: { proxyUrl?: string; cookies?: boolean }): string {
   const lines: string[] = [];
   if (opts.proxyUrl !== undefined) {
-    if (!/^[A-Za-z0-9:/@.%_~\[\]-]+$/.test(opts.proxyUrl)) throw new Error('proxy URL has characters a yt-dlp config file would split or comment out');
+    if (!/^[A-Za-z0-9:/@.%_~[\]-]+$/.test(opts.proxyUrl))
+      throw new Error('proxy URL has characters a yt-dlp config file would split or comment out');
     lines.push(`--proxy "${opts.proxyUrl}"`);
   }
   if (opts.cookies) lines.push(`--cookies ${COOKIES_FILE_NAME}`);
@@ -124,7 +127,8 @@ export function configFileText(opts: { proxyUrl?: string; cookies?: boolean }): 
  */
 export function netscapeCookiesProblem(text: string): string | null {
   const lines = text.split(/\r?\n/);
-  if (!/^#( Netscape)? HTTP Cookie File/.test(lines[0] ?? '')) return 'its first line is not "# Netscape HTTP Cookie File"';
+  if (!/^#( Netscape)? HTTP Cookie File/.test(lines[0] ?? ''))
+    return 'its first line is not "# Netscape HTTP Cookie File"';
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i]!.replace(/^#HttpOnly_/, '');
     if (line.trim() === '' || line.startsWith('#')) continue;

@@ -42,11 +42,15 @@ const FAILURE_PATTERNS: Array<[YtDlpFailureCode, RegExp]> = [
 ];
 
 /** The job error for a failed yt-dlp run: a stable code and a message fit for a client. */
-export function describeYtDlpFailure(stderrTail: string, secretsAndPaths: string[]): { code: YtDlpFailureCode; message: string } {
+export function describeYtDlpFailure(
+  stderrTail: string,
+  secretsAndPaths: string[],
+): { code: YtDlpFailureCode; message: string } {
   if (NEEDS_FFMPEG.test(stderrTail)) {
     return {
       code: 'unsupported_protocol',
-      message: 'The media can only be downloaded by ffmpeg (an HLS or DASH feature such as SAMPLE-AES), which is not used: it would connect around the egress guard.',
+      message:
+        'The media can only be downloaded by ffmpeg (an HLS or DASH feature such as SAMPLE-AES), which is not used: it would connect around the egress guard.',
     };
   }
   return { code: classifyYtDlpFailure(stderrTail), message: cleanToolMessage(stderrTail, secretsAndPaths) };

@@ -27,14 +27,17 @@ export async function inspectYtDlpLauncher(file: string): Promise<LauncherInspec
   } catch (err) {
     return { importable: false, reason: `cannot read it (${(err as NodeJS.ErrnoException).code ?? 'error'})` };
   }
-  if (head.length > MAX_LAUNCHER_BYTES || head.includes(0)) return { importable: false, reason: 'not a launcher script (a standalone build?)' };
+  if (head.length > MAX_LAUNCHER_BYTES || head.includes(0))
+    return { importable: false, reason: 'not a launcher script (a standalone build?)' };
   const text = head.toString('utf8');
   const shebang = /^#!\s*(\S+)(?:[ \t]+(.*?))?[ \t]*$/m.exec(text.split('\n', 1)[0]!);
   if (!shebang) return { importable: false, reason: 'not a script with an interpreter line' };
   // As the kernel runs it: the interpreter, then everything after it as one argument.
   const interpreter = [shebang[1]!, ...(shebang[2] ? [shebang[2]] : [])];
-  const isPython = PYTHON.test(interpreter[0]!) || (/(?:^|\/)env$/.test(interpreter[0]!) && PYTHON.test(interpreter[1] ?? ''));
+  const isPython =
+    PYTHON.test(interpreter[0]!) || (/(?:^|\/)env$/.test(interpreter[0]!) && PYTHON.test(interpreter[1] ?? ''));
   if (!isPython) return { importable: false, reason: `its interpreter is not Python (${interpreter.join(' ')})` };
-  if (!IMPORTS_MAIN.test(text)) return { importable: false, reason: 'a Python script, but not the yt-dlp launcher (from yt_dlp import main)' };
+  if (!IMPORTS_MAIN.test(text))
+    return { importable: false, reason: 'a Python script, but not the yt-dlp launcher (from yt_dlp import main)' };
   return { importable: true, interpreter };
 }

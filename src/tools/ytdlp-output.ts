@@ -62,7 +62,7 @@ export function withoutReplayedHeaders(text: string): string {
     if (Array.isArray(value)) {
       value.forEach(strip);
     } else if (typeof value === 'object' && value !== null) {
-      for (const [key, inner] of Object.entries(value)) {
+      for (const [key, inner] of Object.entries(value as Record<string, unknown>)) {
         if (key === 'http_headers' && typeof inner === 'object' && inner !== null) {
           for (const header of Object.keys(inner)) {
             if (NOT_REPLAYED_HEADERS.has(header.toLowerCase())) delete (inner as Record<string, unknown>)[header];

@@ -40,6 +40,7 @@ export function cookiesRefusal(ytdlpPath: string, version: string | null): strin
   const fix = `install a current yt-dlp (docs/yt-dlp.md), or unset YTDLP_COOKIES_FILE`;
   const why = `yt-dlp before ${COOKIES_SAFE_SINCE} sends a cookies file's cookies to other hosts than theirs, on redirects and to fragments (CVE-2023-35934)`;
   if (version === null) return `the version of yt-dlp (${ytdlpPath}) cannot be read, and ${why}: ${fix}`;
-  if (parseYtDlpVersion(version) === null) return `yt-dlp (${ytdlpPath}) names no release date as its version (${JSON.stringify(version)}), and ${why}: ${fix}`;
+  if (parseYtDlpVersion(version) === null)
+    return `yt-dlp (${ytdlpPath}) names no release date as its version (${JSON.stringify(version)}), and ${why}: ${fix}`;
   return `yt-dlp ${version} (${ytdlpPath}) is older than ${COOKIES_SAFE_SINCE}: it sends a cookies file's cookies to other hosts than theirs, on redirects and to fragments (CVE-2023-35934): ${fix}`;
 }

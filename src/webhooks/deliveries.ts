@@ -33,7 +33,10 @@ export interface AttemptEntry {
   error: string | null;
 }
 
-export async function insertDelivery(q: Queryable, delivery: { id: string; jobId: string; url: string; createdAt: number }): Promise<CallbackDeliveryRow> {
+export async function insertDelivery(
+  q: Queryable,
+  delivery: { id: string; jobId: string; url: string; createdAt: number },
+): Promise<CallbackDeliveryRow> {
   const [row] = await q.db
     .insert(q.t.callbackDeliveries)
     .values({ ...delivery, status: 'pending', nextAttemptAt: delivery.createdAt, attemptCount: 0, attemptLog: '[]' })
@@ -45,13 +48,19 @@ export async function insertDelivery(q: Queryable, delivery: { id: string; jobId
  * What a submission is given to write a job's callback delivery (src/jobs/submit.ts), inside the
  * job's own transaction. `newId`: each delivery's id, the receiver's idempotency key.
  */
-export function callbackRecorder(newId: () => string): (q: Queryable, delivery: { jobId: string; url: string; createdAt: number }) => Promise<CallbackDeliveryRow> {
+export function callbackRecorder(
+  newId: () => string,
+): (q: Queryable, delivery: { jobId: string; url: string; createdAt: number }) => Promise<CallbackDeliveryRow> {
   return (q, delivery) => insertDelivery(q, { id: newId(), ...delivery });
 }
 
 export async function deliveryForJob(q: Queryable, jobId: string): Promise<CallbackDeliveryRow | undefined> {
   const query = prepared(q, 'delivery_by_job', ({ db, t }) =>
-    db.select().from(t.callbackDeliveries).where(eq(t.callbackDeliveries.jobId, sql.placeholder('jobId'))).prepare('delivery_by_job'),
+    db
+      .select()
+      .from(t.callbackDeliveries)
+      .where(eq(t.callbackDeliveries.jobId, sql.placeholder('jobId')))
+      .prepare('delivery_by_job'),
   );
   const [row] = await query.execute({ jobId });
   return row;
@@ -92,7 +101,13 @@ export async function claimDueDelivery(
     q.db
       .select({ one: sql`1` })
       .from(jobs)
-      .where(and(eq(jobs.id, d.jobId), inArray(jobs.status, [...FINAL_STATUSES]), skip.keys.length > 0 ? notInArray(jobs.apiKeyId, [...skip.keys]) : undefined)),
+      .where(
+        and(
+          eq(jobs.id, d.jobId),
+          inArray(jobs.status, [...FINAL_STATUSES]),
+          skip.keys.length > 0 ? notInArray(jobs.apiKeyId, [...skip.keys]) : undefined,
+        ),
+      ),
   );
   const notToSkipped = skip.receivers.map((receiver) => sql`not (${toReceiver(d, receiver)})`);
   const oldest = q.db
@@ -149,7 +164,14 @@ export async function deferReceiver(q: Queryable, receiver: string, until: numbe
   const rows = await q.db
     .update(d)
     .set({ nextAttemptAt: until })
-    .where(and(eq(d.status, 'pending'), lt(d.nextAttemptAt, until), or(isNull(d.leaseExpiresAt), lt(d.leaseExpiresAt, now)), toReceiver(d, receiver)))
+    .where(
+      and(
+        eq(d.status, 'pending'),
+        lt(d.nextAttemptAt, until),
+        or(isNull(d.leaseExpiresAt), lt(d.leaseExpiresAt, now)),
+        toReceiver(d, receiver),
+      ),
+    )
     .returning({ id: d.id });
   return rows.length;
 }
@@ -159,7 +181,11 @@ export async function deferDelivery(q: Queryable, id: string, owner: string, unt
   const d = q.t.callbackDeliveries;
   await q.db
     .update(d)
-    .set({ lockOwner: null, leaseExpiresAt: null, nextAttemptAt: sql`case when ${d.nextAttemptAt} > ${until} then ${d.nextAttemptAt} else ${until} end` })
+    .set({
+      lockOwner: null,
+      leaseExpiresAt: null,
+      nextAttemptAt: sql`case when ${d.nextAttemptAt} > ${until} then ${d.nextAttemptAt} else ${until} end`,
+    })
     .where(and(eq(d.id, id), eq(d.status, 'pending'), eq(d.lockOwner, owner)));
 }
 

@@ -2,7 +2,14 @@ import type { Database, JobRow } from '../db/database.js';
 import { createClaimLoop } from '../claim-loop.js';
 import { getJobRow } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
-import { claimDueDelivery, deferDelivery, deferReceiver, recordAttempt, releaseDelivery, type CallbackDeliveryRow } from './deliveries.js';
+import {
+  claimDueDelivery,
+  deferDelivery,
+  deferReceiver,
+  recordAttempt,
+  releaseDelivery,
+  type CallbackDeliveryRow,
+} from './deliveries.js';
 import { createReceiverBackoff, receiverOf } from './receiver-backoff.js';
 import { nextAttemptAt, type RetrySchedule } from './retry-schedule.js';
 import type { SendCallback } from './send.js';
@@ -67,7 +74,8 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   const inFlight = new Map<string, Promise<void>>();
   const underWay = { byKey: new Map<string, number>(), byReceiver: new Map<string, number>() };
   const backoff = createReceiverBackoff(deps.schedule.baseMs);
-  const full = (counts: Map<string, number>, limit: number) => [...counts].filter(([, n]) => n >= limit).map(([key]) => key);
+  const full = (counts: Map<string, number>, limit: number) =>
+    [...counts].filter(([, n]) => n >= limit).map(([key]) => key);
   const stopper = new AbortController();
   let stopping = false;
   let timer: NodeJS.Timeout | undefined;
@@ -76,8 +84,15 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   const claims = createClaimLoop({
     hasRoom: () => !stopping && inFlight.size < concurrency.total,
     claimOne: async () => {
-      const skip = { keys: full(underWay.byKey, concurrency.perKey), receivers: full(underWay.byReceiver, concurrency.perReceiver) };
-      const claimed = await claimDueDelivery(deps.database, { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs }, skip);
+      const skip = {
+        keys: full(underWay.byKey, concurrency.perKey),
+        receivers: full(underWay.byReceiver, concurrency.perReceiver),
+      };
+      const claimed = await claimDueDelivery(
+        deps.database,
+        { owner: deps.nodeId, now: deps.now(), leaseMs: deps.leaseMs },
+        skip,
+      );
       if (!claimed) return false;
       // Stopped while claiming (a delivery just given back, say): give it back again.
       if (stopping) {
@@ -114,11 +129,18 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   }
 
   async function attempt(claimed: CallbackDeliveryRow, receiver: string, job: JobRow | undefined): Promise<void> {
-    const log = deps.log.child({ job_id: claimed.jobId, delivery_id: claimed.id, callback_host: new URL(claimed.url).host });
+    const log = deps.log.child({
+      job_id: claimed.jobId,
+      delivery_id: claimed.id,
+      callback_host: new URL(claimed.url).host,
+    });
     const at = deps.now();
     const body = JSON.stringify(await deps.renderJob(claimed.jobId));
     const headers = signedHeaders(deps.secret, claimed.id, Math.floor(at / 1000), body);
-    const result = await deps.send({ url: claimed.url, headers, body, client: `key:${job?.apiKeyId ?? ''}` }, stopper.signal);
+    const result = await deps.send(
+      { url: claimed.url, headers, body, client: `key:${job?.apiKeyId ?? ''}` },
+      stopper.signal,
+    );
     if (stopper.signal.aborted) {
       await releaseDelivery(deps.database, claimed.id, deps.nodeId);
       return;
@@ -132,9 +154,14 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
     } else {
       receiverUntil = backoff.failed(receiver, now);
       const putOff = await deferReceiver(deps.database, receiver, receiverUntil, now);
-      log.info({ receiver_until: new Date(receiverUntil).toISOString(), deliveries_put_off: putOff }, 'callback receiver gave no answer: backed off');
+      log.info(
+        { receiver_until: new Date(receiverUntil).toISOString(), deliveries_put_off: putOff },
+        'callback receiver gave no answer: backed off',
+      );
     }
-    const scheduled = delivered ? null : nextAttemptAt(deps.schedule, attempts, now, job?.finishedAt ?? claimed.createdAt, deps.random);
+    const scheduled = delivered
+      ? null
+      : nextAttemptAt(deps.schedule, attempts, now, job?.finishedAt ?? claimed.createdAt, deps.random);
     const next = scheduled === null ? null : Math.max(scheduled, receiverUntil);
     const outcome = delivered ? 'delivered' : next === null ? 'failed' : 'pending';
     const recorded = await recordAttempt(
@@ -144,8 +171,15 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
       { at, status: result.status, error: result.error },
       outcome === 'pending' ? { status: outcome, nextAttemptAt: next! } : { status: outcome, now },
     );
-    const fields = { attempt: attempts, status: result.status, error: result.error, outcome, ...(next !== null ? { next_attempt_at: new Date(next).toISOString() } : {}) };
-    if (!recorded) log.warn(fields, 'callback attempt made after this node lost its lease: another node records its own');
+    const fields = {
+      attempt: attempts,
+      status: result.status,
+      error: result.error,
+      outcome,
+      ...(next !== null ? { next_attempt_at: new Date(next).toISOString() } : {}),
+    };
+    if (!recorded)
+      log.warn(fields, 'callback attempt made after this node lost its lease: another node records its own');
     else if (outcome === 'delivered') log.info(fields, 'callback delivered');
     else if (outcome === 'failed') log.warn(fields, 'callback failed: no attempt is left within WEBHOOK_RETRY_FOR_S');
     else log.info(fields, 'callback attempt failed: trying again later');

@@ -16,7 +16,13 @@ export interface RetrySchedule {
  * The time of the next attempt after `failures` failed ones (the last at `now`), or null when it
  * would fall past the bound.
  */
-export function nextAttemptAt(schedule: RetrySchedule, failures: number, now: number, jobEndedAt: number, random: () => number = Math.random): number | null {
+export function nextAttemptAt(
+  schedule: RetrySchedule,
+  failures: number,
+  now: number,
+  jobEndedAt: number,
+  random: () => number = Math.random,
+): number | null {
   const exponential = schedule.baseMs * 2 ** Math.min(failures - 1, 40);
   const delay = Math.min(exponential, MAX_RETRY_DELAY_MS) * (1 - 0.25 * random());
   const at = now + Math.round(delay);

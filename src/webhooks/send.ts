@@ -50,7 +50,10 @@ export function createCallbackSender(deps: CallbackSenderDeps): SendCallback {
   return async (request, stop) => {
     const timeout = AbortSignal.timeout(deps.timeoutMs);
     const signal = AbortSignal.any([stop, timeout]);
-    const failed = (otherwise: string): SendResult => ({ status: null, error: timeout.aborted ? 'timeout' : stop.aborted ? 'aborted' : otherwise });
+    const failed = (otherwise: string): SendResult => ({
+      status: null,
+      error: timeout.aborted ? 'timeout' : stop.aborted ? 'aborted' : otherwise,
+    });
     const url = new URL(request.url);
     const { host, port } = destinationOf(url);
 
@@ -106,7 +109,13 @@ export function createCallbackSender(deps: CallbackSenderDeps): SendCallback {
 function startTls(socket: Duplex, host: string, ca: string | undefined, signal: AbortSignal): Promise<Duplex> {
   return new Promise((resolve, reject) => {
     // SNI takes names only; an IP literal is still checked against the certificate's IP entries.
-    const secure = tls.connect({ socket, host, servername: net.isIP(host) ? undefined : host, ALPNProtocols: ['http/1.1'], ...(ca ? { ca } : {}) });
+    const secure = tls.connect({
+      socket,
+      host,
+      servername: net.isIP(host) ? undefined : host,
+      ALPNProtocols: ['http/1.1'],
+      ...(ca ? { ca } : {}),
+    });
     const onAbort = (): void => void secure.destroy(new Error('aborted'));
     signal.addEventListener('abort', onAbort, { once: true });
     secure.once('secureConnect', () => {

@@ -30,11 +30,14 @@ export function webhookSecretProblem(secret: string): string | null {
     const encoded = secret.slice(WEBHOOK_SECRET_PREFIX.length);
     const key = Buffer.from(encoded, 'base64');
     // Canonical, padded base64 only: what every Standard Webhooks library decodes the same way.
-    if (!BASE64.test(encoded) || key.toString('base64') !== encoded) return 'a whsec_ secret must be followed by standard base64 (with its = padding)';
-    if (key.length < KEY_BYTES.min || key.length > KEY_BYTES.max) return `a whsec_ secret must hold ${KEY_BYTES.min} to ${KEY_BYTES.max} bytes, not ${key.length}`;
+    if (!BASE64.test(encoded) || key.toString('base64') !== encoded)
+      return 'a whsec_ secret must be followed by standard base64 (with its = padding)';
+    if (key.length < KEY_BYTES.min || key.length > KEY_BYTES.max)
+      return `a whsec_ secret must hold ${KEY_BYTES.min} to ${KEY_BYTES.max} bytes, not ${key.length}`;
     return null;
   }
-  if (!PLAIN_SECRET.test(secret)) return 'a secret must be whsec_ followed by base64, or at least 32 visible ASCII characters with no comma';
+  if (!PLAIN_SECRET.test(secret))
+    return 'a secret must be whsec_ followed by base64, or at least 32 visible ASCII characters with no comma';
   return null;
 }
 
@@ -47,7 +50,9 @@ export function splitWebhookSecrets(value: string): string[] {
 export function webhookKey(secret: string): Buffer {
   const problem = webhookSecretProblem(secret);
   if (problem !== null) throw new Error(`invalid webhook secret: ${problem}`);
-  return secret.startsWith(WEBHOOK_SECRET_PREFIX) ? Buffer.from(secret.slice(WEBHOOK_SECRET_PREFIX.length), 'base64') : Buffer.from(secret, 'ascii');
+  return secret.startsWith(WEBHOOK_SECRET_PREFIX)
+    ? Buffer.from(secret.slice(WEBHOOK_SECRET_PREFIX.length), 'base64')
+    : Buffer.from(secret, 'ascii');
 }
 
 /** A key written in the specification's form: `whsec_` and its base64 (how a generated secret is kept). */
@@ -65,7 +70,9 @@ export function webhookSignature(secret: string, id: string, timestampS: number,
  * by spaces or commas; each signs, once however often its key is given.
  */
 export function signedHeaders(secrets: string, id: string, timestampS: number, body: string): Record<string, string> {
-  const signatures = new Set(splitWebhookSecrets(secrets).map((secret) => webhookSignature(secret, id, timestampS, body)));
+  const signatures = new Set(
+    splitWebhookSecrets(secrets).map((secret) => webhookSignature(secret, id, timestampS, body)),
+  );
   if (signatures.size === 0) throw new Error('no webhook secret to sign with');
   return {
     [WEBHOOK_ID_HEADER]: id,

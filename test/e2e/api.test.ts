@@ -50,7 +50,10 @@ describe('authentication', () => {
     const wrongBody = await problem(wrong);
     expect(wrongBody.detail).toBe(noneBody.detail);
 
-    const wrongHeader = await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': 'not-the-key-at-all-123' } });
+    const wrongHeader = await svc.request('/jobs/x', {
+      auth: false,
+      headers: { 'x-api-key': 'not-the-key-at-all-123' },
+    });
     expect(wrongHeader.status).toBe(401);
 
     const viaHeader = await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': svc.apiKey } });
@@ -61,7 +64,10 @@ describe('authentication', () => {
   });
 
   it('accepts several keys at once (rotation)', async () => {
-    const rotating = await startService({ apiKey: 'first-key-0123456789,second-key-0123456789', env: { ...tools.env } });
+    const rotating = await startService({
+      apiKey: 'first-key-0123456789,second-key-0123456789',
+      env: { ...tools.env },
+    });
     try {
       for (const key of ['first-key-0123456789', 'second-key-0123456789']) {
         const res = await rotating.request('/jobs/x', { headers: { authorization: `Bearer ${key}` } });
@@ -204,7 +210,16 @@ describe('the interface description', () => {
     const operations = Object.values(served.paths)
       .flatMap((item) => Object.values(item).map((op) => op.operationId))
       .sort();
-    expect(operations).toEqual(['cancelJob', 'getArtifact', 'getHealth', 'getJob', 'getJobEvents', 'getMetrics', 'submitSource', 'submitSourceBatch']);
+    expect(operations).toEqual([
+      'cancelJob',
+      'getArtifact',
+      'getHealth',
+      'getJob',
+      'getJobEvents',
+      'getMetrics',
+      'submitSource',
+      'submitSourceBatch',
+    ]);
   });
 });
 

@@ -45,8 +45,16 @@ afterAll(async () => {
   await media?.close();
 });
 
-async function postBatch(svc: ServiceHandle, body: unknown, contentType = 'application/json'): Promise<{ status: number; body: BatchAnswer & Problem }> {
-  const res = await svc.request('/sources/batch', { method: 'POST', headers: { 'content-type': contentType }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+async function postBatch(
+  svc: ServiceHandle,
+  body: unknown,
+  contentType = 'application/json',
+): Promise<{ status: number; body: BatchAnswer & Problem }> {
+  const res = await svc.request('/sources/batch', {
+    method: 'POST',
+    headers: { 'content-type': contentType },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   return { status: res.status, body: (await res.json()) as BatchAnswer & Problem };
 }
 
@@ -56,7 +64,9 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
 
   beforeAll(async () => {
     receiver = await startWebhookReceiver();
-    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: '127.0.0.1', WEBHOOK_SECRET: SECRET } });
+    svc = await startService({
+      env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: '127.0.0.1', WEBHOOK_SECRET: SECRET },
+    });
   });
   afterAll(async () => {
     await svc?.stop();
@@ -66,7 +76,10 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
   it('answers one item per URL, in order: accepted with its job, refused with its problem; a URL given twice is downloaded once, a stored one is born done; every job calls back', async () => {
     media.serveFile(`/${kind}/shared.wav`, shared.path, { contentType: 'audio/wav', throttleBytesPerSec: 512 * 1024 });
     media.serveFile(`/${kind}/stored.flac`, tone.path, { contentType: tone.contentType });
-    const stored = await svc.waitForJob((await svc.submit(media.url(`/${kind}/stored.flac`))).job_id, ['done', 'failed']);
+    const stored = await svc.waitForJob((await svc.submit(media.url(`/${kind}/stored.flac`))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(stored.status).toBe('done');
 
     const hook = `/${kind}/batch`;
@@ -81,7 +94,9 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     const { status, body } = await postBatch(svc, { urls, callback_url: receiver.url(hook) });
     expect(status).toBe(200);
     expect({ accepted: body.accepted, refused: body.refused }).toEqual({ accepted: 3, refused: 3 });
-    expect(body.results.map((item) => [item.outcome, item.url])).toEqual(urls.map((url, i) => [[1, 3, 5].includes(i) ? 'refused' : 'accepted', url]));
+    expect(body.results.map((item) => [item.outcome, item.url])).toEqual(
+      urls.map((url, i) => [[1, 3, 5].includes(i) ? 'refused' : 'accepted', url]),
+    );
     const problems = body.results.flatMap((item) => (item.outcome === 'refused' ? [item.problem] : []));
     expect(problems.map(({ status: s, code }) => ({ status: s, code }))).toEqual([
       { status: 400, code: 'url_scheme_not_allowed' },
@@ -93,7 +108,11 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     const jobs = body.results.flatMap((item) => (item.outcome === 'accepted' ? [item.job] : []));
     const [first, twice, bornDone] = jobs;
     expect(first!.job_id).not.toBe(twice!.job_id);
-    expect(bornDone).toMatchObject({ status: 'done', born_done: true, result: { content_id: stored.result!.content_id } });
+    expect(bornDone).toMatchObject({
+      status: 'done',
+      born_done: true,
+      result: { content_id: stored.result!.content_id },
+    });
     for (const job of jobs) expect(job.callback).toMatchObject({ url: receiver.url(hook), status: expect.any(String) });
 
     const done = await Promise.all([first, twice].map((job) => svc.waitForJob(job!.job_id, ['done', 'failed'])));
@@ -104,7 +123,9 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     // One callback per accepted job, each signed as docs/webhooks.md says.
     const verify = await documentedVerifyWebhook();
     const callbacks = await receiver.waitForRequests(3, 60_000, (request) => request.path === hook);
-    expect(callbacks.map((request) => (JSON.parse(request.body) as JobBody).job_id).sort()).toEqual(jobs.map((job) => job.job_id).sort());
+    expect(callbacks.map((request) => (JSON.parse(request.body) as JobBody).job_id).sort()).toEqual(
+      jobs.map((job) => job.job_id).sort(),
+    );
     for (const request of callbacks) expect(verify(SECRET, request.headers, request.body)).toBe(true);
     expect(new Set(callbacks.map((request) => request.headers['webhook-id'])).size).toBe(3);
   });
@@ -119,7 +140,9 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     const full = await postBatch(svc, { urls: hundred });
     expect(full.status).toBe(200);
     expect({ accepted: full.body.accepted, refused: full.body.refused }).toEqual({ accepted: 0, refused: 100 });
-    expect(new Set(full.body.results.map((item) => item.outcome === 'refused' && item.problem.code))).toEqual(new Set(['address_loopback']));
+    expect(new Set(full.body.results.map((item) => item.outcome === 'refused' && item.problem.code))).toEqual(
+      new Set(['address_loopback']),
+    );
 
     const refusals: Array<[unknown, number, string]> = [
       [{ urls: [...hundred, longest(100)] }, 400, 'validation_failed'],
@@ -137,8 +160,16 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
       expect({ status: answer.status, code: answer.body.code }).toEqual({ status, code });
     }
     const notJson = await postBatch(svc, 'urls=http://127.0.0.1/a', 'application/x-www-form-urlencoded');
-    expect({ status: notJson.status, code: notJson.body.code }).toEqual({ status: 415, code: 'unsupported_media_type' });
-    const keyless = await svc.request('/sources/batch', { method: 'POST', auth: false, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ urls: ['http://127.0.0.1/a'] }) });
+    expect({ status: notJson.status, code: notJson.body.code }).toEqual({
+      status: 415,
+      code: 'unsupported_media_type',
+    });
+    const keyless = await svc.request('/sources/batch', {
+      method: 'POST',
+      auth: false,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ urls: ['http://127.0.0.1/a'] }),
+    });
     expect(keyless.status).toBe(401);
   });
 });
@@ -146,12 +177,18 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
 describe('submitSourceBatch past MAX_QUEUED_JOBS', () => {
   it('accepts URLs while the queue has room and refuses the rest with queue_full and retry_after, in a 200', async () => {
     // No workers: the queued jobs stay queued.
-    const svc = await startService({ env: { FETCH_ALLOW_HOSTS: '127.0.0.1', MAX_QUEUED_JOBS: '2', WORKER_CONCURRENCY: '0' } });
+    const svc = await startService({
+      env: { FETCH_ALLOW_HOSTS: '127.0.0.1', MAX_QUEUED_JOBS: '2', WORKER_CONCURRENCY: '0' },
+    });
     try {
       const urls = [1, 2, 3].map((i) => media.url(`/queue-full/${i}.flac`));
       const { status, body } = await postBatch(svc, { urls });
       expect(status).toBe(200);
-      expect(body.results.map((item) => (item.outcome === 'accepted' ? item.job.status : `${item.problem.status} ${item.problem.code}`))).toEqual(['queued', 'queued', '429 queue_full']);
+      expect(
+        body.results.map((item) =>
+          item.outcome === 'accepted' ? item.job.status : `${item.problem.status} ${item.problem.code}`,
+        ),
+      ).toEqual(['queued', 'queued', '429 queue_full']);
       const refused = body.results[2] as Extract<Item, { outcome: 'refused' }>;
       expect(refused.problem.retry_after).toBeGreaterThan(0);
     } finally {

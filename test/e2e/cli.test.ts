@@ -31,7 +31,8 @@ beforeAll(async () => {
   media = await startMediaServer();
   // 6 s of 44.1 kHz stereo WAV (1 MB) at 256 KB/s: a download of about 4 s, with progress.
   const tone = await makeTone(FIXTURE_DIR, { seconds: 6, channels: 2, sampleRate: 44100, format: 'wav' });
-  for (const name of ['tty', 'pipe', 'interrupted']) media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 256 * 1024 });
+  for (const name of ['tty', 'pipe', 'interrupted'])
+    media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 256 * 1024 });
   const short = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'wav' });
   media.serveFile('/short.wav', short.path, { contentType: 'audio/wav' });
   media.route('/hang.wav', () => {});
@@ -64,9 +65,21 @@ function cliEnv(extra: Record<string, string> = {}): Record<string, string> {
 }
 
 /** Runs a command to its end; `onStdout` sees the output as it comes. */
-function run(command: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; onStdout?: (text: string, kill: (signal: NodeJS.Signals) => void) => void } = {}): Promise<Run> {
+function run(
+  command: string,
+  args: string[],
+  opts: {
+    env?: Record<string, string>;
+    cwd?: string;
+    onStdout?: (text: string, kill: (signal: NodeJS.Signals) => void) => void;
+  } = {},
+): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env: opts.env ?? cliEnv(), cwd: opts.cwd ?? work, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, {
+      env: opts.env ?? cliEnv(),
+      cwd: opts.cwd ?? work,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
@@ -88,7 +101,10 @@ function cliInTerminal(args: string[]): Promise<Run> {
   return run('script', ['-qfec', quoted, '/dev/null']);
 }
 
-const sha256 = async (file: string) => createHash('sha256').update(await readFile(file)).digest('hex');
+const sha256 = async (file: string) =>
+  createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex');
 const contentIdIn = (output: string) => /content id ([0-9a-f]{64})/.exec(output)?.[1];
 const jobIdIn = (output: string) => /job ([0-9a-f-]{36})/.exec(output)?.[1];
 
@@ -99,7 +115,10 @@ describe('source-fetch fetch', () => {
     const screen = result.stdout;
     // Each redraw starts with a carriage return and an erase-line.
     const frames = screen.split('\r\x1b[2K').map((frame) => frame.replace(/\r?\n$/, ''));
-    const percentages = frames.map((frame) => /^downloading \[[#-]+\]\s+(\d+\.\d)%/.exec(frame)?.[1]).filter((p): p is string => p !== undefined).map(Number);
+    const percentages = frames
+      .map((frame) => /^downloading \[[#-]+\]\s+(\d+\.\d)%/.exec(frame)?.[1])
+      .filter((p): p is string => p !== undefined)
+      .map(Number);
     expect(percentages.length).toBeGreaterThanOrEqual(2);
     expect(percentages).toEqual([...percentages].sort((a, b) => a - b));
     expect(percentages.some((p) => p > 0 && p < 100)).toBe(true);
@@ -114,19 +133,30 @@ describe('source-fetch fetch', () => {
 
   it('through a pipe, as the package bin (npx): plain lines, no escape codes; the WAV hashes to its content id', async () => {
     const output = path.join(work, 'piped.wav');
-    const result = await run('npx', ['--no', '--', 'source-fetch', 'fetch', media.url('/pipe.wav'), '-o', output], { cwd: ROOT });
+    const result = await run('npx', ['--no', '--', 'source-fetch', 'fetch', media.url('/pipe.wav'), '-o', output], {
+      cwd: ROOT,
+    });
     expect(result.code, result.stderr).toBe(EXIT.ok);
     expect(result.stdout).not.toMatch(/[\x1b\r]/);
     const jobId = jobIdIn(result.stdout)!;
     const lines = result.stdout.trimEnd().split('\n');
     for (const line of lines.slice(0, -1)) {
-      expect(line).toMatch(new RegExp(`^job ${jobId}: (queued|starting|downloading \\d+%|converting|saving the WAV|done, content id [0-9a-f]{64})$`));
+      expect(line).toMatch(
+        new RegExp(
+          `^job ${jobId}: (queued|starting|downloading \\d+%|converting|saving the WAV|done, content id [0-9a-f]{64})$`,
+        ),
+      );
     }
-    const percents = lines.map((line) => /downloading (\d+)%/.exec(line)?.[1]).filter((p): p is string => p !== undefined).map(Number);
+    const percents = lines
+      .map((line) => /downloading (\d+)%/.exec(line)?.[1])
+      .filter((p): p is string => p !== undefined)
+      .map(Number);
     expect(percents.length).toBeGreaterThanOrEqual(2);
     expect(percents).toEqual([...percents].sort((a, b) => a - b));
     expect(lines).toContain(`job ${jobId}: converting`);
-    expect(lines.at(-1)).toMatch(new RegExp(`^wrote ${output.replaceAll('.', '\\.')} \\(.*\\): SHA-256 matches the content id$`));
+    expect(lines.at(-1)).toMatch(
+      new RegExp(`^wrote ${output.replaceAll('.', '\\.')} \\(.*\\): SHA-256 matches the content id$`),
+    );
     expect(await sha256(output)).toBe(contentIdIn(result.stdout));
   });
 
@@ -156,7 +186,9 @@ describe('exit codes', () => {
     const noKey = await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_API_KEY: '' }) });
     expect(noKey.code).toBe(EXIT.usage);
     expect(noKey.stderr).toContain('SOURCE_FETCH_API_KEY is not set');
-    expect((await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_URL: 'ftp://127.0.0.1/' }) })).code).toBe(EXIT.usage);
+    expect((await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_URL: 'ftp://127.0.0.1/' }) })).code).toBe(
+      EXIT.usage,
+    );
     // The control: help is not an error.
     const help = await cli(['--help']);
     expect(help.code).toBe(EXIT.ok);
@@ -181,7 +213,9 @@ describe('exit codes', () => {
 
   it('4: the service cannot be reached', async () => {
     // A port nothing listens on.
-    const result = await cli(['status', 'x'], { env: cliEnv({ SOURCE_FETCH_URL: `http://127.0.0.1:${await freePort()}` }) });
+    const result = await cli(['status', 'x'], {
+      env: cliEnv({ SOURCE_FETCH_URL: `http://127.0.0.1:${await freePort()}` }),
+    });
     expect(result.code).toBe(EXIT.unavailable);
     expect(result.stderr).toContain('ECONNREFUSED');
   });
@@ -241,7 +275,11 @@ describe('source-fetch status and cancel', () => {
     expect(status.stdout).toContain(`content  ${contentIdIn(done.stdout)}`);
     const json = await cli(['status', jobId, '--json']);
     expect(json.code).toBe(EXIT.ok);
-    expect(JSON.parse(json.stdout)).toMatchObject({ job_id: jobId, status: 'done', result: { content_id: contentIdIn(done.stdout) } });
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      job_id: jobId,
+      status: 'done',
+      result: { content_id: contentIdIn(done.stdout) },
+    });
   });
 
   it('cancel stops a running job', async () => {

@@ -30,7 +30,15 @@ let svc: ServiceHandle;
 let segment: Buffer;
 
 function playlist(lines: string[]): string {
-  return ['#EXTM3U', '#EXT-X-VERSION:3', '#EXT-X-TARGETDURATION:2', '#EXT-X-MEDIA-SEQUENCE:0', ...lines, '#EXT-X-ENDLIST', ''].join('\n');
+  return [
+    '#EXTM3U',
+    '#EXT-X-VERSION:3',
+    '#EXT-X-TARGETDURATION:2',
+    '#EXT-X-MEDIA-SEQUENCE:0',
+    ...lines,
+    '#EXT-X-ENDLIST',
+    '',
+  ].join('\n');
 }
 
 function servePlaylist(route: string, lines: string[]): void {
@@ -65,7 +73,10 @@ afterAll(async () => {
 /** Submits, waits for the end, checks the failure code (one of `codes`), and that the trap has seen nothing. */
 async function expectFailed(url: string, ...codes: string[]) {
   const job = await svc.waitForJob((await svc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
-  expect({ status: job.status, code: job.error?.code }, JSON.stringify(job.error)).toEqual({ status: 'failed', code: expect.toBeOneOf(codes) });
+  expect({ status: job.status, code: job.error?.code }, JSON.stringify(job.error)).toEqual({
+    status: 'failed',
+    code: expect.toBeOneOf(codes),
+  });
   await trap.settle();
   expect(trap.connections).toBe(0);
   return job;
@@ -119,7 +130,12 @@ describe('confinement, through the API', () => {
   });
 
   it('4. an HLS playlist whose segments are ftp:// on the trap fails the job quickly', async () => {
-    servePlaylist('/ftp-segments.m3u8', ['#EXTINF:2.0,', `ftp://${trap.authority}/seg0.ts`, '#EXTINF:2.0,', `ftp://${trap.authority}/seg1.ts`]);
+    servePlaylist('/ftp-segments.m3u8', [
+      '#EXTINF:2.0,',
+      `ftp://${trap.authority}/seg0.ts`,
+      '#EXTINF:2.0,',
+      `ftp://${trap.authority}/seg1.ts`,
+    ]);
     const started = Date.now();
     // Refused by the sandbox when the downloader connects on its own (Debian's 2023.03.04), or by
     // the guard when it asks its proxy for the ftp: URL (a current yt-dlp, test/support/ytdlp-under-test.ts).
@@ -143,7 +159,11 @@ describe('confinement, through the API', () => {
       `${media.url('/__YouTubeDL_Smuggle/a.mp3')}`,
       `${media.url('/a.mp3')}#%255F%255Fyoutubedl_smuggle=x`,
     ]) {
-      const res = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url }) });
+      const res = await svc.request('/sources', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url }),
+      });
       expect(res.status, url).toBe(400);
       expect(((await res.json()) as { code: string }).code).toBe('url_smuggled_data');
     }
@@ -179,10 +199,36 @@ describe('confinement, against hostile extractor output (what --load-info-json r
 describe('confinement, against downloads that name network sources for ffmpeg', () => {
   // Served as audio, so yt-dlp downloads the text as it is and ffmpeg gets the file.
   const hostile: Array<[string, () => string]> = [
-    ['an HLS playlist of tcp: and http: segments on the trap', () => playlist(['#EXTINF:2.0,', `tcp://${trap.authority}/a`, '#EXTINF:2.0,', `http://${trap.authority}/b.ts`])],
-    ['an HLS playlist of rtmp: and httpproxy: segments on the trap', () => playlist(['#EXTINF:2.0,', `rtmp://${trap.authority}/live/a`, '#EXTINF:2.0,', `httpproxy://${trap.authority}/127.0.0.1:80/b.ts`])],
-    ['an HLS playlist of concat:, subfile, and data: segments', () => playlist(['#EXTINF:2.0,', `concat:tcp://${trap.authority}|x`, '#EXTINF:2.0,', `subfile,,start,0,end,9,,:tcp://${trap.authority}`, '#EXTINF:2.0,', 'data:audio/mpeg;base64,AAAA'])],
-    ['an ffconcat script naming the trap', () => `ffconcat version 1.0\nfile 'tcp://${trap.authority}/a'\nfile 'http://${trap.authority}/b.mp3'\n`],
+    [
+      'an HLS playlist of tcp: and http: segments on the trap',
+      () => playlist(['#EXTINF:2.0,', `tcp://${trap.authority}/a`, '#EXTINF:2.0,', `http://${trap.authority}/b.ts`]),
+    ],
+    [
+      'an HLS playlist of rtmp: and httpproxy: segments on the trap',
+      () =>
+        playlist([
+          '#EXTINF:2.0,',
+          `rtmp://${trap.authority}/live/a`,
+          '#EXTINF:2.0,',
+          `httpproxy://${trap.authority}/127.0.0.1:80/b.ts`,
+        ]),
+    ],
+    [
+      'an HLS playlist of concat:, subfile, and data: segments',
+      () =>
+        playlist([
+          '#EXTINF:2.0,',
+          `concat:tcp://${trap.authority}|x`,
+          '#EXTINF:2.0,',
+          `subfile,,start,0,end,9,,:tcp://${trap.authority}`,
+          '#EXTINF:2.0,',
+          'data:audio/mpeg;base64,AAAA',
+        ]),
+    ],
+    [
+      'an ffconcat script naming the trap',
+      () => `ffconcat version 1.0\nfile 'tcp://${trap.authority}/a'\nfile 'http://${trap.authority}/b.mp3'\n`,
+    ],
   ];
   for (const [name, body] of hostile) {
     it(`${name}: not_audio`, async () => {
@@ -219,7 +265,11 @@ describe('fail closed: a host where the tools cannot be confined', () => {
     expect(res.status).toBe(503);
     const body = (await res.json()) as { can_fetch: boolean; confinement: unknown };
     expect(body.can_fetch).toBe(false);
-    expect(body.confinement).toEqual({ mode: 'netns', ok: false, reason: 'unshare: unshare failed: Operation not permitted' });
+    expect(body.confinement).toEqual({
+      mode: 'netns',
+      ok: false,
+      reason: 'unshare: unshare failed: Operation not permitted',
+    });
     expect(blocked.logs.some((line) => line.msg.startsWith('the tools cannot be confined'))).toBe(true);
   });
 
@@ -252,8 +302,15 @@ describe('TOOL_CONFINEMENT=off: the explicit opt-out', () => {
     expect(unconfined.logs.some((line) => line.level === 40 && line.msg.startsWith('TOOL_CONFINEMENT=off'))).toBe(true);
     const res = await fetch(`${unconfined.baseUrl}/healthz`);
     expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ status: 'degraded', can_fetch: true, confinement: { mode: 'off', ok: true, reason: 'TOOL_CONFINEMENT=off' } });
-    const job = await unconfined.waitForJob((await unconfined.submit(media.url('/direct.mp3'))).job_id, ['done', 'failed']);
+    expect(await res.json()).toMatchObject({
+      status: 'degraded',
+      can_fetch: true,
+      confinement: { mode: 'off', ok: true, reason: 'TOOL_CONFINEMENT=off' },
+    });
+    const job = await unconfined.waitForJob((await unconfined.submit(media.url('/direct.mp3'))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(job.status).toBe('done');
   });
 });

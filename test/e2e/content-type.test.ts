@@ -20,7 +20,15 @@ let toolsDir: string;
 beforeAll(async () => {
   toolsDir = await mkdtemp(path.join(tmpdir(), 'content-type-tools-'));
   const tools = await writeOfflineTools(toolsDir);
-  svc = await startService({ env: { ...tools.env, WORKER_CONCURRENCY: '0', FETCH_ALLOW_HOSTS: '127.0.0.1:9', RATE_LIMIT_PER_MINUTE: '0', ACCEL_REDIRECT_PREFIX: '/_artifacts/' } });
+  svc = await startService({
+    env: {
+      ...tools.env,
+      WORKER_CONCURRENCY: '0',
+      FETCH_ALLOW_HOSTS: '127.0.0.1:9',
+      RATE_LIMIT_PER_MINUTE: '0',
+      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
+    },
+  });
   nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts') });
 });
 
@@ -37,7 +45,13 @@ interface Answer {
 }
 
 /** A keyed POST with exactly this Content-Type (none when undefined); chunked when asked. */
-function post(port: number, target: string, contentType: string | undefined, body: string, chunked = false): Promise<Answer> {
+function post(
+  port: number,
+  target: string,
+  contentType: string | undefined,
+  body: string,
+  chunked = false,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string | number> = { authorization: `Bearer ${svc.apiKey}` };
     if (contentType !== undefined) headers['content-type'] = contentType;
@@ -45,7 +59,13 @@ function post(port: number, target: string, contentType: string | undefined, bod
     const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: target, headers, agent: false }, (res) => {
       let text = '';
       res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
-      res.on('end', () => resolve({ status: res.statusCode!, contentType: res.headers['content-type'], body: JSON.parse(text) as Record<string, unknown> }));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode!,
+          contentType: res.headers['content-type'],
+          body: JSON.parse(text) as Record<string, unknown>,
+        }),
+      );
     });
     req.on('error', reject);
     req.end(body);
@@ -68,26 +88,50 @@ async function outcomes(contentType: string | undefined): Promise<Record<string,
   for (const answer of Object.values(answers)) {
     if (answer.status >= 400) expect(answer.contentType).toBe('application/problem+json');
   }
-  return Object.fromEntries(Object.entries(answers).map(([name, answer]) => [name, [answer.status, answer.body.code ?? null]]));
+  return Object.fromEntries(
+    Object.entries(answers).map(([name, answer]) => [name, [answer.status, answer.body.code ?? null]]),
+  );
 }
 
-const ACCEPTED = { sized: [202, null], 'with a query': [202, null], chunked: [202, null], nginx: [202, null], batch: [200, null] };
-const REFUSED = { sized: [415, 'unsupported_media_type'], 'with a query': [415, 'unsupported_media_type'], chunked: [415, 'unsupported_media_type'], nginx: [415, 'unsupported_media_type'], batch: [415, 'unsupported_media_type'] };
+const ACCEPTED = {
+  sized: [202, null],
+  'with a query': [202, null],
+  chunked: [202, null],
+  nginx: [202, null],
+  batch: [200, null],
+};
+const REFUSED = {
+  sized: [415, 'unsupported_media_type'],
+  'with a query': [415, 'unsupported_media_type'],
+  chunked: [415, 'unsupported_media_type'],
+  nginx: [415, 'unsupported_media_type'],
+  batch: [415, 'unsupported_media_type'],
+};
 
 describe('one Content-Type rule', () => {
-  it.each(['application/json', 'application/json; charset=utf-8', 'application/json;', 'application/json ;', 'application/json; charset', 'application/vnd.x+json', 'application/vnd.api_v2+json', 'APPLICATION/JSON'])(
-    '%j: accepted on every path',
-    async (contentType) => {
-      expect(await outcomes(contentType)).toEqual(ACCEPTED);
-    },
-  );
+  it.each([
+    'application/json',
+    'application/json; charset=utf-8',
+    'application/json;',
+    'application/json ;',
+    'application/json; charset',
+    'application/vnd.x+json',
+    'application/vnd.api_v2+json',
+    'APPLICATION/JSON',
+  ])('%j: accepted on every path', async (contentType) => {
+    expect(await outcomes(contentType)).toEqual(ACCEPTED);
+  });
 
-  it.each([undefined, 'text/plain', 'text/json', 'application/json-seq', 'application/x-www-form-urlencoded', 'application/ json'])(
-    '%j: 415 unsupported_media_type on every path',
-    async (contentType) => {
-      expect(await outcomes(contentType)).toEqual(REFUSED);
-    },
-  );
+  it.each([
+    undefined,
+    'text/plain',
+    'text/json',
+    'application/json-seq',
+    'application/x-www-form-urlencoded',
+    'application/ json',
+  ])('%j: 415 unsupported_media_type on every path', async (contentType) => {
+    expect(await outcomes(contentType)).toEqual(REFUSED);
+  });
 });
 
 describe("a batch's items say what a submission alone says", () => {
@@ -107,12 +151,19 @@ describe("a batch's items say what a submission alone says", () => {
     expect([single.status, single.body.code ?? null]).toEqual([status, code]);
     expect([app.status, app.body.code ?? null]).toEqual([status, code]);
     expect(batch.status).toBe(200);
-    const [item] = batch.body.results as Array<{ outcome: string; problem?: { status: number; code: string; detail: string } }>;
+    const [item] = batch.body.results as Array<{
+      outcome: string;
+      problem?: { status: number; code: string; detail: string };
+    }>;
     if (code === null) {
       expect(item!.outcome).toBe('accepted');
     } else {
       expect(item!.outcome).toBe('refused');
-      expect({ status: item!.problem!.status, code: item!.problem!.code, detail: item!.problem!.detail }).toEqual({ status, code, detail: single.body.detail });
+      expect({ status: item!.problem!.status, code: item!.problem!.code, detail: item!.problem!.detail }).toEqual({
+        status,
+        code,
+        detail: single.body.detail,
+      });
     }
   });
 });

@@ -6,7 +6,13 @@
  */
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createArtifactStore, SIGNING_SECRET, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
+import {
+  createArtifactStore,
+  SIGNING_SECRET,
+  startDeliveryApp,
+  type ArtifactStore,
+  type DeliveryApp,
+} from '../../bench/delivery/stack.js';
 import { launchBrowser, playFromMiddle, startPlayerPages } from '../support/browser.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
 
@@ -46,7 +52,15 @@ describe.each(['nginx', 'fallback'] as const)('<audio> with a signed URL through
     const src = origin + app.signedPath(wav.cid);
     app.seen.length = 0;
 
-    const servedBefore = mode === 'nginx' ? (await nginx.accessLines((line) => line.cid === wav.cid, () => true)).length : 0;
+    const servedBefore =
+      mode === 'nginx'
+        ? (
+            await nginx.accessLines(
+              (line) => line.cid === wav.cid,
+              () => true,
+            )
+          ).length
+        : 0;
 
     const result = await playFromMiddle(browser, pages, src);
     expect(Math.abs(result.duration - SECONDS)).toBeLessThanOrEqual(0.05);
@@ -68,7 +82,10 @@ describe.each(['nginx', 'fallback'] as const)('<audio> with a signed URL through
       );
       ranges = lines.slice(servedBefore).map((line) => line.range);
     }
-    const starts = ranges.map((range) => /^bytes=(\d+)-\d*$/.exec(range ?? '')?.[1]).filter((s) => s !== undefined).map(Number);
+    const starts = ranges
+      .map((range) => /^bytes=(\d+)-\d*$/.exec(range ?? '')?.[1])
+      .filter((s) => s !== undefined)
+      .map(Number);
     expect(starts.some((start) => start > 0 && start < wav.bytes.length)).toBe(true);
   });
 });

@@ -8,7 +8,13 @@ import { connect } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
-import { API_KEY, createArtifactStore, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
+import {
+  API_KEY,
+  createArtifactStore,
+  startDeliveryApp,
+  type ArtifactStore,
+  type DeliveryApp,
+} from '../../bench/delivery/stack.js';
 
 const BIG_CID = '1'.repeat(64);
 const GIB = 1024 ** 3;
@@ -59,7 +65,9 @@ function download(onBytes: (total: number, socket: ReturnType<typeof connect>) =
   return new Promise((resolve, reject) => {
     let total = 0;
     const socket = connect({ host: '127.0.0.1', port: app.port }, () => {
-      socket.write(`GET ${artifactUrlPath(BIG_CID, 'audio.wav')} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${API_KEY}\r\nConnection: close\r\n\r\n`);
+      socket.write(
+        `GET ${artifactUrlPath(BIG_CID, 'audio.wav')} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${API_KEY}\r\nConnection: close\r\n\r\n`,
+      );
     });
     socket.on('data', (chunk: Buffer) => {
       total += chunk.length;
@@ -101,7 +109,10 @@ describe('fallback streaming', () => {
   });
 
   it('HEAD never opens the file', async () => {
-    const res = await fetch(`http://127.0.0.1:${app.port}${artifactUrlPath(BIG_CID, 'audio.wav')}`, { method: 'HEAD', headers: { 'x-api-key': API_KEY } });
+    const res = await fetch(`http://127.0.0.1:${app.port}${artifactUrlPath(BIG_CID, 'audio.wav')}`, {
+      method: 'HEAD',
+      headers: { 'x-api-key': API_KEY },
+    });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-length')).toBe(String(GIB));
     expect(await openDescriptorsOn(bigFile)).toBe(0);
@@ -142,7 +153,10 @@ describe('fallback Range corners', () => {
     const same = await get({ range: 'bytes=0-3', 'if-range': lastModified });
     expect(same.status).toBe(206);
     expect(Buffer.from(await same.arrayBuffer()).toString('latin1')).toBe('RIFF');
-    const older = await get({ range: 'bytes=0-3', 'if-range': new Date(Date.parse(lastModified) - 1000).toUTCString() });
+    const older = await get({
+      range: 'bytes=0-3',
+      'if-range': new Date(Date.parse(lastModified) - 1000).toUTCString(),
+    });
     expect(older.status).toBe(200);
     await older.arrayBuffer();
   });

@@ -117,7 +117,10 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     expect(res.headers.get('x-artifact-cache-control')).toBeNull();
     // The fallback counts the serve itself; behind nginx, nginx's usage log does.
     if (mode === 'fallback') expect(app().served).toContain(wav.cid);
-    else expect(await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(true);
+    else
+      expect(await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').includes(` ${wav.cid}\n`), 3000)).toBe(
+        true,
+      );
   });
 
   it('GET with the API key, as a bearer token or X-API-Key: cached privately only', async () => {
@@ -238,30 +241,33 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
     }
   });
 
-  it.each(['keyed', 'signed'] as const)('content removed since its last serve (evicted) answers 404 problem+json that is not cached (%s)', async (access) => {
-    const cid = await store.add(Buffer.from(`evicted soon through ${mode}, ${access}`));
-    const target = access === 'keyed' ? artifactUrlPath(cid, 'audio.wav') : app().signedPath(cid);
-    const headers = access === 'keyed' ? keyed : {};
-    const first = await fetch(base() + target, { headers });
-    expect(first.status).toBe(200);
-    await first.arrayBuffer();
-    // The app still remembers where the file was, and nginx its yes to the signed URL; the open
-    // (fallback) or nginx finds the file gone (nginx's open descriptor of a hot file is checked
-    // again within 2 s).
-    await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
-    let res: Response | undefined;
-    const gone = await eventually(async () => {
-      res = await fetch(base() + target, { headers });
-      if (res.status === 404) return true;
-      await res.arrayBuffer();
-      return false;
-    }, 5000);
-    expect(gone).toBe(true);
-    expect(res!.headers.get('content-type')).toBe('application/problem+json');
-    expect(res!.headers.get('cache-control')).toBeNull();
-    expect(res!.headers.get('expires')).toBeNull();
-    expect(((await res!.json()) as { code: string }).code).toBe('artifact_not_found');
-  });
+  it.each(['keyed', 'signed'] as const)(
+    'content removed since its last serve (evicted) answers 404 problem+json that is not cached (%s)',
+    async (access) => {
+      const cid = await store.add(Buffer.from(`evicted soon through ${mode}, ${access}`));
+      const target = access === 'keyed' ? artifactUrlPath(cid, 'audio.wav') : app().signedPath(cid);
+      const headers = access === 'keyed' ? keyed : {};
+      const first = await fetch(base() + target, { headers });
+      expect(first.status).toBe(200);
+      await first.arrayBuffer();
+      // The app still remembers where the file was, and nginx its yes to the signed URL; the open
+      // (fallback) or nginx finds the file gone (nginx's open descriptor of a hot file is checked
+      // again within 2 s).
+      await unlink(path.join(store.root, artifactRelativePath(cid, 'audio.wav')));
+      let res: Response | undefined;
+      const gone = await eventually(async () => {
+        res = await fetch(base() + target, { headers });
+        if (res.status === 404) return true;
+        await res.arrayBuffer();
+        return false;
+      }, 5000);
+      expect(gone).toBe(true);
+      expect(res!.headers.get('content-type')).toBe('application/problem+json');
+      expect(res!.headers.get('cache-control')).toBeNull();
+      expect(res!.headers.get('expires')).toBeNull();
+      expect(((await res!.json()) as { code: string }).code).toBe('artifact_not_found');
+    },
+  );
 
   it.each([
     '/artifacts/{cid}/../../secret.txt',
@@ -314,7 +320,18 @@ describe.each(['nginx', 'fallback'] as const)('getArtifact through %s', (mode) =
 
 describe('both modes', () => {
   // Headers that describe the answer, not the connection or the moment.
-  const COMPARED = ['content-type', 'content-disposition', 'content-length', 'content-range', 'accept-ranges', 'cache-control', 'expires', 'etag', 'last-modified', 'x-content-type-options'];
+  const COMPARED = [
+    'content-type',
+    'content-disposition',
+    'content-length',
+    'content-range',
+    'accept-ranges',
+    'cache-control',
+    'expires',
+    'etag',
+    'last-modified',
+    'x-content-type-options',
+  ];
   const described = (res: Response) => Object.fromEntries(COMPARED.map((name) => [name, res.headers.get(name)]));
 
   it.each([
@@ -340,19 +357,31 @@ describe('signed URLs behind nginx', () => {
     const target = accelApp.signedPath(cid);
     accelApp.seen.length = 0;
     for (let i = 0; i < 10; i++) {
-      const res = await fetch(nginx.url(target), { headers: { range: `bytes=${i * 100}-${i * 100 + 99}` }, method: i === 9 ? 'HEAD' : 'GET' });
+      const res = await fetch(nginx.url(target), {
+        headers: { range: `bytes=${i * 100}-${i * 100 + 99}` },
+        method: i === 9 ? 'HEAD' : 'GET',
+      });
       expect(res.status).toBe(206);
       await res.arrayBuffer();
     }
     expect(accelApp.seen).toEqual([]);
     expect(accelApp.served).not.toContain(cid);
-    const lines = await nginx.accessLines((line) => line.cid === cid, (served) => served.length >= 10);
-    expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(Array(10).fill(['206', '', '/artifacts/{cid}/{name}']));
+    const lines = await nginx.accessLines(
+      (line) => line.cid === cid,
+      (served) => served.length >= 10,
+    );
+    expect(lines.map((line) => [line.status, line.upstream_time, line.route])).toEqual(
+      Array(10).fill(['206', '', '/artifacts/{cid}/{name}']),
+    );
     // Each serve is a use of the content, written to the usage log for the app.
-    expect(await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000)).toBe(true);
+    expect(
+      await eventually(() => readFileSync(nginx.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1 === 10, 3000),
+    ).toBe(true);
     expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
     // nginx holds the signing secret, and writes it nowhere.
-    expect(nginx.accessLog() + nginx.errorLog() + nginx.stderr() + readFileSync(nginx.usageLogPath, 'utf8')).not.toContain(SIGNING_SECRET);
+    expect(
+      nginx.accessLog() + nginx.errorLog() + nginx.stderr() + readFileSync(nginx.usageLogPath, 'utf8'),
+    ).not.toContain(SIGNING_SECRET);
   });
 
   it('stop being served when the signature expires: the app then refuses them', async () => {
@@ -423,7 +452,11 @@ describe('signed URLs behind nginx', () => {
     const good = accelApp.signer.sign(cid, 'audio.wav', 600);
     const path = artifactUrlPath(cid, 'audio.wav');
     accelApp.seen.length = 0;
-    for (const query of [`sig=${good.signature}&expires=${good.expires}`, `${good.query}&x=1`, `expires=${good.expires}&%73ig=${good.signature}`]) {
+    for (const query of [
+      `sig=${good.signature}&expires=${good.expires}`,
+      `${good.query}&x=1`,
+      `expires=${good.expires}&%73ig=${good.signature}`,
+    ]) {
       const res = await fetch(nginx.url(`${path}?${query}`));
       expect(res.status, query).toBe(200);
       expect(await res.text(), query).toBe('other forms');
@@ -444,7 +477,9 @@ describe('signed URLs behind nginx', () => {
       expect(res.status).toBe(206);
       expect(await res.text()).toBe('RIFF');
       // The control: what needs the app does not get through.
-      const keyed = await fetch(alone.url(artifactUrlPath(wav.cid, 'audio.wav')), { headers: { 'x-api-key': API_KEY } });
+      const keyed = await fetch(alone.url(artifactUrlPath(wav.cid, 'audio.wav')), {
+        headers: { 'x-api-key': API_KEY },
+      });
       expect(keyed.status).toBe(502);
       await keyed.arrayBuffer();
     } finally {
@@ -463,7 +498,9 @@ describe('signed URLs behind nginx', () => {
         expect(res.status).toBe(206);
         expect(await res.text()).toBe('sec');
         expect(res.headers.get('expires')).toBe(expiresOf(target));
-        expect(accelApp.seen.map((seen) => [seen.path, seen.range])).toEqual([[artifactUrlPath(cid, 'audio.wav'), 'bytes=3-5']]);
+        expect(accelApp.seen.map((seen) => [seen.path, seen.range])).toEqual([
+          [artifactUrlPath(cid, 'audio.wav'), 'bytes=3-5'],
+        ]);
       } finally {
         await other.stop();
       }
@@ -510,10 +547,19 @@ describe('nginx in front', () => {
           const start = 1000 + i * 40_000;
           const began = performance.now();
           const status = await new Promise<number>((resolve, reject) => {
-            get({ host: '127.0.0.1', port, path: target, agent, headers: { ...headers, range: `bytes=${start}-${start + 65_535}` } }, (res) => {
-              res.resume();
-              res.on('end', () => resolve(res.statusCode ?? 0));
-            }).on('error', reject);
+            get(
+              {
+                host: '127.0.0.1',
+                port,
+                path: target,
+                agent,
+                headers: { ...headers, range: `bytes=${start}-${start + 65_535}` },
+              },
+              (res) => {
+                res.resume();
+                res.on('end', () => resolve(res.statusCode ?? 0));
+              },
+            ).on('error', reject);
           });
           expect(status).toBe(206);
           if (performance.now() - began > 20) stalled++;
@@ -543,7 +589,9 @@ describe('nginx in front', () => {
     const res = await fetch(nginx.url(artifactUrlPath(cid, name)), { headers: { 'x-api-key': API_KEY } });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('application/json');
-    expect(res.headers.get('content-disposition')).toBe(`inline; filename="my song _ #1.json"; filename*=UTF-8''my%20song%20%C3%A9%20%231.json`);
+    expect(res.headers.get('content-disposition')).toBe(
+      `inline; filename="my song _ #1.json"; filename*=UTF-8''my%20song%20%C3%A9%20%231.json`,
+    );
     expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
   });
 });

@@ -9,7 +9,13 @@ import { get } from 'node:http';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_KEY, createArtifactStore, startDeliveryApp, type ArtifactStore, type DeliveryApp } from '../../bench/delivery/stack.js';
+import {
+  API_KEY,
+  createArtifactStore,
+  startDeliveryApp,
+  type ArtifactStore,
+  type DeliveryApp,
+} from '../../bench/delivery/stack.js';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
 import { METRIC_PREFIX } from '../../src/metrics.js';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
@@ -58,12 +64,17 @@ describe("getArtifact through node's router and through the app", () => {
       expect(last(app)).toMatchObject({ byRouter: app === routed, method });
     }
     const [viaRouter, viaApp] = answers as [RawResponse, RawResponse];
-    const named = (res: RawResponse) => Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id', 'keep-alive', 'connection'].includes(name)));
+    const named = (res: RawResponse) =>
+      Object.fromEntries(
+        [...res.headers].filter(([name]) => !['date', 'x-request-id', 'keep-alive', 'connection'].includes(name)),
+      );
     expect(viaRouter.status).toBe(viaApp.status);
     expect(named(viaRouter)).toEqual(named(viaApp));
     // A problem document names its own request.
     const body = (res: RawResponse) =>
-      res.headers.get('content-type') === 'application/problem+json' ? { ...(JSON.parse(res.body.toString('utf8')) as object), request_id: undefined } : res.body;
+      res.headers.get('content-type') === 'application/problem+json'
+        ? { ...(JSON.parse(res.body.toString('utf8')) as object), request_id: undefined }
+        : res.body;
     expect(body(viaRouter)).toEqual(body(viaApp));
     return viaRouter;
   }
@@ -86,15 +97,40 @@ describe("getArtifact through node's router and through the app", () => {
   });
 
   it.each([
-    ['the parameters in another order', (signed: string) => [signed.replace(/\?(expires=[^&]+)&(sig=.+)$/, '?$2&$1'), {}], 200, undefined],
+    [
+      'the parameters in another order',
+      (signed: string) => [signed.replace(/\?(expires=[^&]+)&(sig=.+)$/, '?$2&$1'), {}],
+      200,
+      undefined,
+    ],
     ['an API key', (signed: string) => [signed.split('?')[0]!, { 'x-api-key': API_KEY }], 200, undefined],
     ['If-None-Match', (signed: string) => [signed, { 'if-none-match': '*' }], 304, undefined],
-    ['an unsatisfiable range', (signed: string) => [signed, { range: 'bytes=99999999-' }], 416, 'range_not_satisfiable'],
-    ['a tampered signature', (signed: string) => [signed.replace(/sig=(.)/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`), {}], 403, 'signature_invalid'],
+    [
+      'an unsatisfiable range',
+      (signed: string) => [signed, { range: 'bytes=99999999-' }],
+      416,
+      'range_not_satisfiable',
+    ],
+    [
+      'a tampered signature',
+      (signed: string) => [signed.replace(/sig=(.)/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`), {}],
+      403,
+      'signature_invalid',
+    ],
     ['another parameter', (signed: string) => [`${signed}&x=1`, {}], 200, undefined],
     ['no signature', (signed: string) => [signed.split('?')[0]!, {}], 401, 'unauthorized'],
-    ['a wrong key', (signed: string) => [signed.split('?')[0]!, { authorization: 'Bearer not-the-key-0123456789' }], 401, 'unauthorized'],
-    ['no such content', () => [artifactUrlPath('e'.repeat(64), 'audio.wav'), { 'x-api-key': API_KEY }], 404, 'artifact_not_found'],
+    [
+      'a wrong key',
+      (signed: string) => [signed.split('?')[0]!, { authorization: 'Bearer not-the-key-0123456789' }],
+      401,
+      'unauthorized',
+    ],
+    [
+      'no such content',
+      () => [artifactUrlPath('e'.repeat(64), 'audio.wav'), { 'x-api-key': API_KEY }],
+      404,
+      'artifact_not_found',
+    ],
   ] as const)('answers a request with %s alike', async (_label, make, status, code) => {
     const [target, headers] = make(routed.signedPath(wav.cid)) as [string, Record<string, string>];
     const res = await both('GET', target, headers);
@@ -149,7 +185,12 @@ describe('signed artifacts in the service', () => {
 
   beforeAll(async () => {
     media = await startMediaServer();
-    const tone = await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), { seconds: 2, channels: 2, sampleRate: 44100, format: 'flac' });
+    const tone = await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), {
+      seconds: 2,
+      channels: 2,
+      sampleRate: 44100,
+      format: 'flac',
+    });
     media.serveFile('/lane.flac', tone.path, { contentType: 'audio/flac' });
     svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
     const job = await svc.waitForJob((await svc.submit(media.url('/lane.flac'))).job_id, ['done', 'failed']);
@@ -170,14 +211,22 @@ describe('signed artifacts in the service', () => {
     await media?.close();
   });
 
-  const requestLines = () => svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
+  const requestLines = () =>
+    svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
 
   it("leaves the app's traces: one access-log line with the same fields, the request metrics and the request id", async () => {
     const params = new URLSearchParams(signed.split('?')[1]);
     const before = requestLines().length;
-    const viaRouter = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'router-request-1' });
+    const viaRouter = await rawRequest(svc.port, 'GET', signed, {
+      range: 'bytes=0-99',
+      'x-request-id': 'router-request-1',
+    });
     // `Expect: 100-continue` is answered by the app (node's 'checkContinue' bypasses the router).
-    const viaApp = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'app-request-1', expect: '100-continue' });
+    const viaApp = await rawRequest(svc.port, 'GET', signed, {
+      range: 'bytes=0-99',
+      'x-request-id': 'app-request-1',
+      expect: '100-continue',
+    });
     expect([viaRouter.status, viaApp.status]).toEqual([206, 206]);
     expect(viaRouter.headers.get('x-request-id')).toBe('router-request-1');
     const replaced = await rawRequest(svc.port, 'GET', signed, { range: 'bytes=0-99', 'x-request-id': 'not kept' });
@@ -186,14 +235,25 @@ describe('signed artifacts in the service', () => {
     const [routerLine, appLine] = requestLines().slice(before);
     expect(routerLine).toMatchObject({ request_id: 'router-request-1', method: 'GET', status: 206 });
     expect(appLine).toMatchObject({ request_id: 'app-request-1', method: 'GET', status: 206 });
-    const shape = (line: Record<string, unknown>) => Object.keys(line).filter((key) => key !== 'time').sort();
+    const shape = (line: Record<string, unknown>) =>
+      Object.keys(line)
+        .filter((key) => key !== 'time')
+        .sort();
     expect(shape(routerLine!)).toEqual(shape(appLine!));
-    const named = (res: { headers: Map<string, string> }) => Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id'].includes(name)));
+    const named = (res: { headers: Map<string, string> }) =>
+      Object.fromEntries([...res.headers].filter(([name]) => !['date', 'x-request-id'].includes(name)));
     expect(named(viaRouter)).toEqual(named(viaApp));
     expect(viaRouter.headers.get('x-route-template')).toBe('/artifacts/{cid}/{name}');
     expect(viaRouter.headers.get('x-content-id')).toBe(cid);
     const metrics = await (await svc.request('/metrics')).text();
-    const served = metrics.split('\n').find((line) => line.startsWith(`${METRIC_PREFIX}http_requests_total{`) && line.includes('route="/artifacts/{cid}/{name}"') && line.includes('status="206"'));
+    const served = metrics
+      .split('\n')
+      .find(
+        (line) =>
+          line.startsWith(`${METRIC_PREFIX}http_requests_total{`) &&
+          line.includes('route="/artifacts/{cid}/{name}"') &&
+          line.includes('status="206"'),
+      );
     expect(Number(served?.split(' ')[1])).toBe(3);
     // No signature in the log.
     expect(svc.output()).not.toContain(params.get('sig')!);
@@ -203,13 +263,28 @@ describe('signed artifacts in the service', () => {
     const lastUse = (contentId: string) => {
       const db = new Database(path.join(svc.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
       try {
-        return (db.prepare('select last_used_at from cache_entries where content_id = ?').get(contentId) as { last_used_at: number }).last_used_at;
+        return (
+          db.prepare('select last_used_at from cache_entries where content_id = ?').get(contentId) as {
+            last_used_at: number;
+          }
+        ).last_used_at;
       } finally {
         db.close();
       }
     };
     // Content stored after it makes it the colder (the control: the one eviction would take).
-    media.serveFile('/lane-later.flac', (await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), { seconds: 1, channels: 2, sampleRate: 44100, format: 'flac' })).path, { contentType: 'audio/flac' });
+    media.serveFile(
+      '/lane-later.flac',
+      (
+        await makeTone(path.join(process.env.TMPDIR ?? '/tmp', 'source-fetch-fixtures'), {
+          seconds: 1,
+          channels: 2,
+          sampleRate: 44100,
+          format: 'flac',
+        })
+      ).path,
+      { contentType: 'audio/flac' },
+    );
     const later = await svc.waitForJob((await svc.submit(media.url('/lane-later.flac'))).job_id, ['done', 'failed']);
     expect(later.status).toBe('done');
     const laterCid = later.result!.content_id;
@@ -231,7 +306,8 @@ describe('signed artifacts in the service', () => {
     return count;
   }
 
-  const rss = async () => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${svc.process.pid}/status`, 'utf8'))![1]) * 1024;
+  const rss = async () =>
+    Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${svc.process.pid}/status`, 'utf8'))![1]) * 1024;
 
   it('streams 1 GiB in flat memory, and a client that goes away mid-file releases the file', async () => {
     const target = `${artifactUrlPath(BIG_CID, 'audio.wav')}?${signer.sign(BIG_CID, 'audio.wav', 600).query}`;

@@ -33,9 +33,21 @@ beforeAll(async () => {
   logDir = await mkdtemp(path.join(tmpdir(), 'sf-usage-'));
   const usageLog = path.join(logDir, 'usage.log');
   svc = await startService({
-    env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', ARTIFACT_CAP_BYTES: String(CAP), STORE_BYTES_PER_KEY_PER_DAY: '0', NGINX_USAGE_LOG: usageLog, URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET },
+    env: {
+      FETCH_ALLOW_HOSTS: media.hostPort,
+      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
+      ARTIFACT_CAP_BYTES: String(CAP),
+      STORE_BYTES_PER_KEY_PER_DAY: '0',
+      NGINX_USAGE_LOG: usageLog,
+      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
+    },
   });
-  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts'), usageLogPath: usageLog, urlSigningSecret: SHARED_URL_SIGNING_SECRET });
+  nginx = await startNginx({
+    appPort: svc.port,
+    artifactRoot: path.join(svc.dataDir, 'artifacts'),
+    usageLogPath: usageLog,
+    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
+  });
 });
 
 afterAll(async () => {
@@ -48,7 +60,10 @@ afterAll(async () => {
 function lastUses(): Map<string, number> {
   const db = new Database(path.join(svc.dataDir, 'source-fetch.sqlite'), { readonly: true, fileMustExist: true });
   try {
-    const rows = db.prepare('select content_id, last_used_at from cache_entries').all() as Array<{ content_id: string; last_used_at: number }>;
+    const rows = db.prepare('select content_id, last_used_at from cache_entries').all() as Array<{
+      content_id: string;
+      last_used_at: number;
+    }>;
     return new Map(rows.map((row) => [row.content_id, row.last_used_at]));
   } finally {
     db.close();
@@ -85,19 +100,27 @@ describe('usage of content nginx serves alone', () => {
 
     // A listener seeks through the older one with its signed URL.
     for (let i = 0; i < 3; i++) {
-      const res = await fetch(nginx.url(older.signedUrl), { headers: { range: `bytes=${i * 1000}-${i * 1000 + 999}` } });
+      const res = await fetch(nginx.url(older.signedUrl), {
+        headers: { range: `bytes=${i * 1000}-${i * 1000 + 999}` },
+      });
       expect(res.status).toBe(206);
       await res.arrayBuffer();
     }
     // nginx answered alone: no upstream time in its log.
-    const served = await nginx.accessLines((line) => line.cid === older.cid, (lines) => lines.length >= 3);
+    const served = await nginx.accessLines(
+      (line) => line.cid === older.cid,
+      (lines) => lines.length >= 3,
+    );
     expect(served.map((line) => [line.status, line.upstream_time])).toEqual([
       ['206', ''],
       ['206', ''],
       ['206', ''],
     ]);
 
-    await waitFor('the serves to reach the store from the usage log', () => lastUses().get(older.cid)! > lastUses().get(newer.cid)!);
+    await waitFor(
+      'the serves to reach the store from the usage log',
+      () => lastUses().get(older.cid)! > lastUses().get(newer.cid)!,
+    );
 
     const third = await fetchDone('third');
     await waitFor('the cap to evict one', async () => (await cidsOnDisk()).length === 2);

@@ -25,7 +25,12 @@ describe('durability of acknowledged submissions', () => {
   it('every job answered 202 before a kill -9 is present after the restart', async () => {
     dataDir = await mkdtemp(path.join(tmpdir(), 'sf-durability-'));
     // Nothing is fetched: no worker, and an allowed destination that nobody serves.
-    const env = { WORKER_CONCURRENCY: '0', FETCH_ALLOW_HOSTS: '127.0.0.1:9', RATE_LIMIT_PER_MINUTE: '0', MAX_QUEUED_JOBS: '10000' };
+    const env = {
+      WORKER_CONCURRENCY: '0',
+      FETCH_ALLOW_HOSTS: '127.0.0.1:9',
+      RATE_LIMIT_PER_MINUTE: '0',
+      MAX_QUEUED_JOBS: '10000',
+    };
     const first = await startService({ dataDir, env });
     services.push(first);
 
@@ -66,7 +71,9 @@ describe('durability of acknowledged submissions', () => {
     const env = { WORKER_CONCURRENCY: '0' };
     const first = await startService({ dataDir, env });
     services.push(first);
-    await expect(startService({ dataDir, env, apiKey: first.apiKey })).rejects.toThrow(/SQLite serves one process.*PostgreSQL/);
+    await expect(startService({ dataDir, env, apiKey: first.apiKey })).rejects.toThrow(
+      /SQLite serves one process.*PostgreSQL/,
+    );
     const res = await first.request('/jobs/no-such-job');
     expect(res.status).toBe(404);
     await res.body?.cancel();

@@ -57,7 +57,9 @@ function slowHls(): string {
   const n = ++slowRoutes;
   media.route(`/slow.m3u8`, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-    res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\n${media.url('/slow-seg.mp3')}\n#EXT-X-ENDLIST\n`);
+    res.end(
+      `#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\n${media.url('/slow-seg.mp3')}\n#EXT-X-ENDLIST\n`,
+    );
   });
   media.route('/slow-seg.mp3', async (_req, res) => {
     res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': toneBytes.length });
@@ -117,7 +119,9 @@ describe('egress guard, end to end', () => {
     const segments = [0, 1, 2].map((i) => `#EXTINF:2.0,\nhttp://${v4.authority}/seg${i}.ts`).join('\n');
     media.route('/list.m3u8', (_req, res) => {
       res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-      res.end(`#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n${segments}\n#EXT-X-ENDLIST\n`);
+      res.end(
+        `#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n${segments}\n#EXT-X-ENDLIST\n`,
+      );
     });
     await expectRefused(media.url('/list.m3u8'), '127.0.0.1');
     expect(media.requestsFor('/list.m3u8').length).toBeGreaterThan(0);
@@ -194,10 +198,13 @@ describe('egress guard, end to end', () => {
     while (configFile === undefined && Date.now() < deadline) {
       cmdlines = [];
       for (const pid of await processesMatching(submitted.job_id)) {
-        const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0').filter((arg) => arg !== '');
+        const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => ''))
+          .split('\0')
+          .filter((arg) => arg !== '');
         cmdlines.push(argv);
         const folder = argv[0] === 'yt-dlp' ? argv[1] : undefined;
-        if (folder && (await stat(path.join(folder, 'info.json')).catch(() => null))) configFile = path.join(folder, 'yt-dlp.conf');
+        if (folder && (await stat(path.join(folder, 'info.json')).catch(() => null)))
+          configFile = path.join(folder, 'yt-dlp.conf');
       }
       await sleep(50);
     }
@@ -241,7 +248,11 @@ describe('egress guard, end to end, with NO_PROXY in the service environment', (
   });
 
   async function expectRefusedHere(url: string) {
-    const job = await bypassSvc.waitForJob((await bypassSvc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
+    const job = await bypassSvc.waitForJob(
+      (await bypassSvc.submit(url)).job_id,
+      ['done', 'failed', 'canceled'],
+      60_000,
+    );
     expect(job.error?.code).toBe('destination_refused');
     expect(job.status).toBe('failed');
     expect(job.error?.message).toContain('127.0.0.1');

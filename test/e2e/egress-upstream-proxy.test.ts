@@ -72,7 +72,9 @@ describe('the egress guard through an upstream proxy', () => {
       expect(asked.authorization).toBe(`Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}`);
     }
     expect(proxy.asked.map((asked) => asked.target)).toContain(`127.0.0.1:${mediaPort()}`);
-    expect(media.requestsFor('/tone.wav').every((request) => request.headers.host === `localhost:${mediaPort()}`)).toBe(true);
+    expect(media.requestsFor('/tone.wav').every((request) => request.headers.host === `localhost:${mediaPort()}`)).toBe(
+      true,
+    );
   });
 
   it('a destination the guard refuses (a redirect to a private address) never reaches the upstream', async () => {
@@ -90,13 +92,19 @@ describe('the egress guard through an upstream proxy', () => {
 
   it('shows the upstream proxy nowhere (its address, its password): logs, job records, health, metrics', async () => {
     const jobs = await Promise.all(
-      svc.logs.filter((line) => typeof line.job_id === 'string').map((line) => svc.request(`/jobs/${line.job_id as string}`).then((res) => res.text())),
+      svc.logs
+        .filter((line) => typeof line.job_id === 'string')
+        .map((line) => svc.request(`/jobs/${line.job_id as string}`).then((res) => res.text())),
     );
     const health = await (await svc.request('/healthz')).text();
     const metrics = await (await svc.request('/metrics')).text();
     for (const text of [svc.output(), ...jobs, health, metrics]) expectNoTraceOf(text, proxy.port);
     // The start-up line says an upstream is in use (the control that logs are read), and no more.
-    const line = svc.logs.find((entry) => entry.msg === 'the egress guard reaches checked destinations through the upstream proxy (EGRESS_UPSTREAM_PROXY)');
+    const line = svc.logs.find(
+      (entry) =>
+        entry.msg ===
+        'the egress guard reaches checked destinations through the upstream proxy (EGRESS_UPSTREAM_PROXY)',
+    );
     expect(line).toBeDefined();
     expect(JSON.stringify(line)).not.toContain(String(proxy.port));
   });
@@ -104,14 +112,23 @@ describe('the egress guard through an upstream proxy', () => {
   it('an upstream that cannot be reached fails the job without naming it, in the record or the logs', async () => {
     const deadPort = await freePort();
     const cut = await startService({
-      env: { FETCH_ALLOW_HOSTS: `localhost:${mediaPort()}`, EGRESS_UPSTREAM_PROXY: `http://${USER}:${PASSWORD}@127.0.0.1:${deadPort}` },
+      env: {
+        FETCH_ALLOW_HOSTS: `localhost:${mediaPort()}`,
+        EGRESS_UPSTREAM_PROXY: `http://${USER}:${PASSWORD}@127.0.0.1:${deadPort}`,
+      },
     });
     try {
       const job = await cut.submit(`http://localhost:${mediaPort()}/tone.wav`);
       const failed = await cut.waitForJob(job.job_id, ['done', 'failed']);
       expect(failed.status).toBe('failed');
       // The guard did try (the control that the failure is the upstream's), and said so without it.
-      expect(cut.logs.some((entry) => entry.msg === 'egress guard dial failed' && /the upstream proxy could not be reached \(ECONNREFUSED\)/.test(String(entry.err)))).toBe(true);
+      expect(
+        cut.logs.some(
+          (entry) =>
+            entry.msg === 'egress guard dial failed' &&
+            /the upstream proxy could not be reached \(ECONNREFUSED\)/.test(String(entry.err)),
+        ),
+      ).toBe(true);
       const record = await (await cut.request(`/jobs/${job.job_id}`)).text();
       for (const text of [cut.output(), record]) expectNoTraceOf(text, deadPort);
     } finally {

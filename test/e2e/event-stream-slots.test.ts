@@ -77,7 +77,9 @@ async function freePlaces(): Promise<number> {
 describe('event-stream places', () => {
   it(`the control: ${PER_KEY} streams held take the key's places (the next is refused 429), and come back when they close`, async () => {
     expect(await freePlaces()).toBe(PER_KEY);
-    const held = await Promise.all(Array.from({ length: PER_KEY }, () => openEventStream(`${svc.baseUrl}${eventsPath()}`, auth())));
+    const held = await Promise.all(
+      Array.from({ length: PER_KEY }, () => openEventStream(`${svc.baseUrl}${eventsPath()}`, auth())),
+    );
     expect(held.map((stream) => stream.response.status)).toEqual(Array(PER_KEY).fill(200));
     expect(await freePlaces()).toBe(0);
     const endedBefore = streamEnds().length;
@@ -101,13 +103,18 @@ describe('event-stream places', () => {
   it('HEADs pipelined on a kept-alive connection, each followed by a getJob: all answered in order, and no place taken', async () => {
     const conn = await openRawConnection(svc.port);
     try {
-      const request = (method: string, target: string) => `${method} ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${svc.apiKey}\r\n\r\n`;
+      const request = (method: string, target: string) =>
+        `${method} ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${svc.apiKey}\r\n\r\n`;
       const rounds = PER_KEY + 2;
-      conn.write(Array.from({ length: rounds }, () => request('HEAD', eventsPath()) + request('GET', `/jobs/${jobId}`)).join(''));
+      conn.write(
+        Array.from({ length: rounds }, () => request('HEAD', eventsPath()) + request('GET', `/jobs/${jobId}`)).join(''),
+      );
       const text = () => conn.received().toString('latin1');
       await expect.poll(() => (text().match(/HTTP\/1\.1 200 OK/g) ?? []).length).toBe(2 * rounds);
       const types = [...text().matchAll(/content-type: ([^\r]+)/gi)].map((match) => match[1]);
-      expect(types).toEqual(Array.from({ length: rounds }, () => ['text/event-stream; charset=utf-8', 'application/json']).flat());
+      expect(types).toEqual(
+        Array.from({ length: rounds }, () => ['text/event-stream; charset=utf-8', 'application/json']).flat(),
+      );
       expect(text()).not.toContain('event: job');
       expect(await freePlaces()).toBe(PER_KEY);
     } finally {
@@ -116,7 +123,9 @@ describe('event-stream places', () => {
   });
 
   it('with the places taken, HEAD is refused 429 as a GET would be', async () => {
-    const held = await Promise.all(Array.from({ length: PER_KEY }, () => openEventStream(`${svc.baseUrl}${eventsPath()}`, auth())));
+    const held = await Promise.all(
+      Array.from({ length: PER_KEY }, () => openEventStream(`${svc.baseUrl}${eventsPath()}`, auth())),
+    );
     const refused = await rawRequest(svc.port, 'HEAD', eventsPath(), auth());
     expect(refused.status).toBe(429);
     expect(refused.headers.get('content-type')).toBe('application/problem+json');

@@ -36,11 +36,20 @@ let rounds: MediaFixture[][];
 
 beforeAll(async () => {
   rounds = await Promise.all(
-    ROUND_SECONDS.map((secs) => Promise.all(secs.map((seconds) => makeTone(FIXTURE_DIR, { seconds, channels: 2, sampleRate: 44100, format: 'wav' })))),
+    ROUND_SECONDS.map((secs) =>
+      Promise.all(
+        secs.map((seconds) => makeTone(FIXTURE_DIR, { seconds, channels: 2, sampleRate: 44100, format: 'wav' })),
+      ),
+    ),
   );
   media = await startMediaServer();
   rounds.forEach((tones, r) =>
-    tones.forEach((tone, i) => media.serveFile(`/crash-${r}-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 1024 * 1024 })),
+    tones.forEach((tone, i) =>
+      media.serveFile(`/crash-${r}-${i}.wav`, tone.path, {
+        contentType: 'audio/wav',
+        throttleBytesPerSec: 1024 * 1024,
+      }),
+    ),
   );
 });
 
@@ -69,7 +78,8 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
     if (db.integrity !== null) expect(db.integrity, label).toBe('ok');
     expect(db.totalsConsistent, `${label}: store totals`).toBe(true);
     const present = new Set(files.map((f) => `${f.contentId}/${f.name}`));
-    for (const row of db.cacheEntries) expect(present.has(`${row.content_id}/${row.name}`), `${label}: cache row without file`).toBe(true);
+    for (const row of db.cacheEntries)
+      expect(present.has(`${row.content_id}/${row.name}`), `${label}: cache row without file`).toBe(true);
     for (const job of db.jobs.filter((j) => j.status === 'done')) {
       expect(present.has(`${job.content_id}/audio.wav`), `${label}: done job without file`).toBe(true);
     }
@@ -82,20 +92,32 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
     const settle = Date.now() + 5_000;
     while ((await readdir(path.join(dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(50);
     expect(await readdir(path.join(dataDir, 'work')), `${label}: DATA_DIR/work`).toEqual([]);
-    expect(await readdir(path.join(artifactRoot, '.incoming')).catch(() => []), `${label}: ARTIFACT_ROOT/.incoming`).toEqual([]);
+    expect(
+      await readdir(path.join(artifactRoot, '.incoming')).catch(() => []),
+      `${label}: ARTIFACT_ROOT/.incoming`,
+    ).toEqual([]);
   }
 
   /** Every job ended: done with a content id, or failed with a code. Queued or running is not an end. */
   function expectEnded(label: string, jobs: JobBody[]) {
     for (const job of jobs) {
       expect(['done', 'failed'], `${label}: ${JSON.stringify(job)}`).toContain(job.status);
-      if (job.status === 'failed') expect(job.error?.code ?? '(no code)', `${label}: ${JSON.stringify(job)}`).toMatch(/^[a-z_]+$/);
+      if (job.status === 'failed')
+        expect(job.error?.code ?? '(no code)', `${label}: ${JSON.stringify(job)}`).toMatch(/^[a-z_]+$/);
       else expect(job.result?.content_id, `${label}: ${JSON.stringify(job)}`).toMatch(/^[0-9a-f]{64}$/);
     }
   }
 
-    it(`survives ${KILLS} kills: after each restart every job of the round ends with a code, the store and database are consistent, nothing is left over`, async () => {
-      const env = { ...databaseEnv, FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2', MAX_ATTEMPTS: '5', JOB_LEASE_S: '3' };
+  it(
+    `survives ${KILLS} kills: after each restart every job of the round ends with a code, the store and database are consistent, nothing is left over`,
+    async () => {
+      const env = {
+        ...databaseEnv,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        WORKER_CONCURRENCY: '2',
+        MAX_ATTEMPTS: '5',
+        JOB_LEASE_S: '3',
+      };
       let svc: ServiceHandle = await startService({ dataDir, env });
       const apiKey = svc.apiKey;
       const allIds: string[] = [];
@@ -103,7 +125,8 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
         for (let round = 0; round < KILLS; round++) {
           const label = `round ${round + 1}`;
           const ids: string[] = [];
-          for (let i = 0; i < rounds[round]!.length; i++) ids.push((await svc.submit(media.url(`/crash-${round}-${i}.wav`))).job_id);
+          for (let i = 0; i < rounds[round]!.length; i++)
+            ids.push((await svc.submit(media.url(`/crash-${round}-${i}.wav`))).job_id);
           // A second submission of a queued URL follows its leader and must end with it.
           const last = rounds[round]!.length - 1;
           ids.push((await svc.submit(media.url(`/crash-${round}-${last}.wav`))).job_id);
@@ -120,15 +143,24 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
           await expectConsistent(`${label}, while dead`);
 
           svc = await startService({ dataDir, apiKey, env });
-          expect(svc.logs.find((line) => line.msg === 'start-up recovery'), label).toBeDefined();
+          expect(
+            svc.logs.find((line) => line.msg === 'start-up recovery'),
+            label,
+          ).toBeDefined();
           // The check point: the restarted service has finished this round's work.
           const ended = await Promise.all(ids.map((id) => svc.waitForJob(id, ['done', 'failed', 'canceled'], 60_000)));
           expectEnded(label, ended);
           // With attempts to spare, every job got through, and the follower has its leader's content.
-          expect(ended.map((j) => j.status), label).toEqual(ids.map(() => 'done'));
+          expect(
+            ended.map((j) => j.status),
+            label,
+          ).toEqual(ids.map(() => 'done'));
           expect(ended[ids.length - 1]!.result!.content_id, label).toBe(ended[last]!.result!.content_id);
           // The kill did land in the middle of work: a job was taken up again after the crash.
-          expect(ended.filter((j) => (j.attempts as number) > 1).length, `${label}: a job retried`).toBeGreaterThanOrEqual(1);
+          expect(
+            ended.filter((j) => (j.attempts as number) > 1).length,
+            `${label}: a job retried`,
+          ).toBeGreaterThanOrEqual(1);
           await expectNoTemporaryFiles(label);
           for (const id of ids) expect(await processesMatching(id), `${label}: tools of ${id}`).toEqual([]);
           const db = await expectConsistent(`${label}, after the restart`);
@@ -137,7 +169,8 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
           expect(rows.length, label).toBe(allIds.length);
           for (const row of rows) {
             expect(['done', 'failed'], `${label}: ${JSON.stringify(row)}`).toContain(row.status);
-            if (row.status === 'failed') expect(row.error_code ?? '(no code)', `${label}: ${JSON.stringify(row)}`).toMatch(/^[a-z_]+$/);
+            if (row.status === 'failed')
+              expect(row.error_code ?? '(no code)', `${label}: ${JSON.stringify(row)}`).toMatch(/^[a-z_]+$/);
           }
         }
       } finally {
@@ -145,5 +178,7 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
       }
       const db = await expectConsistent('after the last stop');
       expect(new Set(db.cacheEntries.map((r) => r.content_id)).size).toBe(rounds.flat().length);
-    }, HEAVY_TEST_TIMEOUT_MS);
+    },
+    HEAVY_TEST_TIMEOUT_MS,
+  );
 });

@@ -59,7 +59,9 @@ beforeAll(async () => {
   const url = new URL(await freshDatabaseUrl());
   forwarder = await startForwarder({ host: url.hostname, port: Number(url.port) });
   url.port = String(forwarder.port);
-  svc = await startService({ env: { DATABASE_URL: url.toString(), FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '0' } });
+  svc = await startService({
+    env: { DATABASE_URL: url.toString(), FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '0' },
+  });
 });
 
 afterAll(async () => {
@@ -71,13 +73,21 @@ afterAll(async () => {
 describe('the database out of reach', () => {
   it('answers 503 database_unavailable with Retry-After while it is, and serves again once it is back', async () => {
     // Control: with the database there, a submission is stored and read back.
-    const before = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?before') }) });
+    const before = await svc.request('/sources', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/slow.mp3?before') }),
+    });
     expect(before.status).toBe(202);
     const job = (await before.json()) as { job_id: string };
     expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
 
     await forwarder.cut();
-    const submitted = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?during') }) });
+    const submitted = await svc.request('/sources', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/slow.mp3?during') }),
+    });
     expect(submitted.status).toBe(503);
     expect(submitted.headers.get('content-type')).toBe('application/problem+json');
     expect(submitted.headers.get('retry-after')).toBe('5');
@@ -92,7 +102,11 @@ describe('the database out of reach', () => {
     const deadline = Date.now() + 30_000;
     let after: Response;
     for (;;) {
-      after = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url('/slow.mp3?after') }) });
+      after = await svc.request('/sources', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: media.url('/slow.mp3?after') }),
+      });
       if (after.status === 202 || Date.now() > deadline) break;
       expect(after.status).toBe(503);
       await after.body?.cancel();

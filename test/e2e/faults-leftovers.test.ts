@@ -7,7 +7,14 @@ import { writeRealtimeFfmpeg } from '../support/fake-tools.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
-import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type LogLine, type ServiceHandle } from '../support/service.js';
+import {
+  HEAVY_TEST_TIMEOUT_MS,
+  ROOT,
+  startService,
+  type JobBody,
+  type LogLine,
+  type ServiceHandle,
+} from '../support/service.js';
 import { storedFiles } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { until } from '../support/until.js';
@@ -89,7 +96,8 @@ interface Moment {
 const MOMENTS: Record<'download' | 'conversion' | 'commit', Moment> = {
   download: {
     // ~1 MB at 64 KiB/s: 16 s of transfer.
-    serve: (urlPath) => media.serveFile(urlPath, short.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 }),
+    serve: (urlPath) =>
+      media.serveFile(urlPath, short.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 }),
     async reached({ svc, jobId, attempt, urlPath }) {
       const job = await until('bytes downloaded', async () => {
         const seen = await svc.getJob(jobId);
@@ -106,7 +114,9 @@ const MOMENTS: Record<'download' | 'conversion' | 'commit', Moment> = {
         return undefined;
       });
       expect(partial).toBeLessThan(size);
-      expect(media.requestsFor(urlPath).filter((request) => request.method === 'GET' && !request.completed).length).toBeGreaterThan(0);
+      expect(
+        media.requestsFor(urlPath).filter((request) => request.method === 'GET' && !request.completed).length,
+      ).toBeGreaterThan(0);
       expect((await processesMatching(attempt)).length).toBeGreaterThan(0);
       expect(await readdir(path.join(svc.dataDir, 'artifacts', '.incoming')).catch(() => [])).toEqual([]);
       return undefined;
@@ -123,7 +133,9 @@ const MOMENTS: Record<'download' | 'conversion' | 'commit', Moment> = {
       });
       expect(ffmpeg).toHaveLength(1);
       const wavBytes = await until('the WAV begun', async () => {
-        for (const name of (await readdir(attempt).catch(() => [] as string[])).filter((entry) => entry.endsWith('.wav'))) {
+        for (const name of (await readdir(attempt).catch(() => [] as string[])).filter((entry) =>
+          entry.endsWith('.wav'),
+        )) {
           const bytes = (await stat(path.join(attempt, name)).catch(() => null))?.size ?? 0;
           if (bytes > 44) return bytes;
         }
@@ -197,15 +209,26 @@ describe.each(BACKENDS)('kill -9 at a known moment of a job leaves nothing behin
         expect(existsSync(attempt)).toBe(false);
         if (staged) expect(existsSync(staged)).toBe(false);
         // No tool of the dead attempt lives on (killed with the service, or at start: gone once reaped).
-        await until('no tool of the dead attempt', async () => ((await processesMatching(`${jobId}.1/`)).length === 0 ? true : undefined), 5_000);
+        await until(
+          'no tool of the dead attempt',
+          async () => ((await processesMatching(`${jobId}.1/`)).length === 0 ? true : undefined),
+          5_000,
+        );
 
         const done = await second.waitForJob(jobId, ['done', 'failed'], 60_000);
         expect(done, JSON.stringify(done)).toMatchObject({ status: 'done', attempts: 2 });
         const contentId = done.result!.content_id;
         // The commit that was cut short was storing these very bytes.
-        if (staged) expect(path.basename(path.dirname(JSON.parse(await readFile(marker, 'utf8')).target as string))).toBe(contentId);
+        if (staged)
+          expect(
+            path.basename(path.dirname((JSON.parse(await readFile(marker, 'utf8')) as { target: string }).target)),
+          ).toBe(contentId);
         // Nothing of either attempt left: the retry's folder goes once its end is recorded.
-        await until('DATA_DIR/work empty', async () => ((await readdir(path.join(dataDir, 'work'))).length === 0 ? true : undefined), 5_000);
+        await until(
+          'DATA_DIR/work empty',
+          async () => ((await readdir(path.join(dataDir, 'work'))).length === 0 ? true : undefined),
+          5_000,
+        );
         expect(await readdir(incoming).catch(() => [])).toEqual([]);
         const files = await storedFiles(path.join(dataDir, 'artifacts'));
         expect(files.map((file) => ({ contentId: file.contentId, name: file.name, sha256: file.sha256 }))).toEqual([
@@ -221,50 +244,70 @@ describe.each(BACKENDS)('kill -9 at a known moment of a job leaves nothing behin
 });
 
 describe('a node whose lease is taken over while it lives, on postgres', () => {
-  it('stops the job and removes its attempt folder; the node that took the job over finishes it', async () => {
-    const sharedRoot = await mkdtemp(path.join(tmpdir(), 'sf-leftovers-shared-'));
-    const { DATABASE_URL } = await serviceEnv('postgres');
-    const env = { DATABASE_URL: DATABASE_URL!, ARTIFACT_ROOT: sharedRoot, FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '1', JOB_LEASE_S: '3' };
-    media.serveFile('/takeover.wav', short.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
-    const a = await startService({ env });
-    let b: ServiceHandle | undefined;
-    try {
-      const { job_id: jobId } = await a.submit(media.url('/takeover.wav'));
-      await until('A downloading', async () => {
-        const job = await a.getJob(jobId);
-        return running(job) && (job.progress?.bytes_done ?? 0) > 0 ? job : undefined;
-      });
-      const attemptA = path.join(a.dataDir, 'work', `${jobId}.1`);
-      expect(existsSync(attemptA)).toBe(true);
-
-      // A stalls (stopped, as a paused VM or a long GC would be) past its lease; B takes the job over.
-      b = await startService({ env, apiKey: a.apiKey });
-      process.kill(a.process.pid!, 'SIGSTOP');
+  it(
+    'stops the job and removes its attempt folder; the node that took the job over finishes it',
+    async () => {
+      const sharedRoot = await mkdtemp(path.join(tmpdir(), 'sf-leftovers-shared-'));
+      const { DATABASE_URL } = await serviceEnv('postgres');
+      const env = {
+        DATABASE_URL: DATABASE_URL!,
+        ARTIFACT_ROOT: sharedRoot,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        WORKER_CONCURRENCY: '1',
+        JOB_LEASE_S: '3',
+      };
+      media.serveFile('/takeover.wav', short.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
+      const a = await startService({ env });
+      let b: ServiceHandle | undefined;
       try {
-        media.serveFile('/takeover.wav', short.path, { contentType: 'audio/wav' });
-        await until('B running the job', async () => {
-          const job = await b!.getJob(jobId);
-          return running(job) && job.attempts === 2 ? job : undefined;
+        const { job_id: jobId } = await a.submit(media.url('/takeover.wav'));
+        await until('A downloading', async () => {
+          const job = await a.getJob(jobId);
+          return running(job) && (job.progress?.bytes_done ?? 0) > 0 ? job : undefined;
         });
+        const attemptA = path.join(a.dataDir, 'work', `${jobId}.1`);
         expect(existsSync(attemptA)).toBe(true);
-      } finally {
-        process.kill(a.process.pid!, 'SIGCONT');
-      }
 
-      // At its next heartbeat A finds the lease gone: it stops the job and removes the attempt's
-      // folder, then logs that it gave the job up.
-      const givenUp = await until('A giving the job up', () => a.logs.find((line: LogLine) => line.job_id === jobId && /^job (aborted|failed)$/.test(line.msg)));
-      expect(givenUp).toMatchObject({ msg: 'job aborted', reason: 'lost' });
-      expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
-      const done = await b.waitForJob(jobId, ['done', 'failed'], 60_000);
-      expect(done, JSON.stringify(done)).toMatchObject({ status: 'done', attempts: 2 });
-      await until('no tool of A left', async () => ((await processesMatching(`${jobId}.1/`)).length === 0 ? true : undefined), 10_000);
-      await until("B's work folder empty", async () => ((await readdir(path.join(b!.dataDir, 'work'))).length === 0 ? true : undefined), 5_000);
-      expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
-    } finally {
-      await b?.stop();
-      await a.stop();
-      await rm(sharedRoot, { recursive: true, force: true });
-    }
-  }, HEAVY_TEST_TIMEOUT_MS);
+        // A stalls (stopped, as a paused VM or a long GC would be) past its lease; B takes the job over.
+        b = await startService({ env, apiKey: a.apiKey });
+        process.kill(a.process.pid!, 'SIGSTOP');
+        try {
+          media.serveFile('/takeover.wav', short.path, { contentType: 'audio/wav' });
+          await until('B running the job', async () => {
+            const job = await b!.getJob(jobId);
+            return running(job) && job.attempts === 2 ? job : undefined;
+          });
+          expect(existsSync(attemptA)).toBe(true);
+        } finally {
+          process.kill(a.process.pid!, 'SIGCONT');
+        }
+
+        // At its next heartbeat A finds the lease gone: it stops the job and removes the attempt's
+        // folder, then logs that it gave the job up.
+        const givenUp = await until('A giving the job up', () =>
+          a.logs.find((line: LogLine) => line.job_id === jobId && /^job (aborted|failed)$/.test(line.msg)),
+        );
+        expect(givenUp).toMatchObject({ msg: 'job aborted', reason: 'lost' });
+        expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
+        const done = await b.waitForJob(jobId, ['done', 'failed'], 60_000);
+        expect(done, JSON.stringify(done)).toMatchObject({ status: 'done', attempts: 2 });
+        await until(
+          'no tool of A left',
+          async () => ((await processesMatching(`${jobId}.1/`)).length === 0 ? true : undefined),
+          10_000,
+        );
+        await until(
+          "B's work folder empty",
+          async () => ((await readdir(path.join(b!.dataDir, 'work'))).length === 0 ? true : undefined),
+          5_000,
+        );
+        expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
+      } finally {
+        await b?.stop();
+        await a.stop();
+        await rm(sharedRoot, { recursive: true, force: true });
+      }
+    },
+    HEAVY_TEST_TIMEOUT_MS,
+  );
 });

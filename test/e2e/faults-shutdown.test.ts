@@ -44,7 +44,12 @@ describe.each(BACKENDS)('SIGTERM on %s', (kind) => {
     // ~5.3 MB at 256 KB/s: ~20 s, far past the grace period.
     media.serveFile(`/${kind}/long.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 256 * 1024 });
     media.serveFile(`/${kind}/queued.mp3`, short.path, { contentType: 'audio/mpeg' });
-    const env = { ...databaseEnv, FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2', SHUTDOWN_GRACE_S: String(GRACE_S) };
+    const env = {
+      ...databaseEnv,
+      FETCH_ALLOW_HOSTS: media.hostPort,
+      WORKER_CONCURRENCY: '2',
+      SHUTDOWN_GRACE_S: String(GRACE_S),
+    };
     const svc = await startService({ dataDir, env });
     const shortJob = await svc.submit(media.url(`/${kind}/short.mp3`));
     const longJob = await svc.submit(media.url(`/${kind}/long.wav`));
@@ -62,7 +67,11 @@ describe.each(BACKENDS)('SIGTERM on %s', (kind) => {
     await sleep(200);
     // No new work: a new request is refused (connection refused, or 503 shutting_down on a kept-alive connection).
     const attempt = await svc
-      .request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: media.url(`/${kind}/late.mp3`) }) })
+      .request('/sources', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: media.url(`/${kind}/late.mp3`) }),
+      })
       .then(async (res) => ({ status: res.status, code: ((await res.json()) as { code?: string }).code }))
       .catch(() => ({ status: 0, code: 'connection_refused' }));
     expect([0, 503]).toContain(attempt.status);
@@ -91,7 +100,10 @@ describe.each(BACKENDS)('SIGTERM on %s', (kind) => {
     const again = await startService({ dataDir, apiKey: svc.apiKey, env });
     try {
       // A clean stop left nothing to recover: no folder, no tool, no job to take back.
-      expect(again.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({ work_folders_removed: 0, orphaned_tools_killed: 0 });
+      expect(again.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
+        work_folders_removed: 0,
+        orphaned_tools_killed: 0,
+      });
       const [longDone, queuedDone] = await Promise.all([
         again.waitForJob(longJob.job_id, ['done', 'failed']),
         again.waitForJob(queuedJob.job_id, ['done', 'failed']),

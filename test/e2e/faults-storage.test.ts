@@ -59,7 +59,10 @@ describe('artifact root full', () => {
 
     // No free space kept (STORE_MIN_FREE_BYTES=0): the job is taken and runs into the full volume
     // (test/e2e/store-free-space.test.ts has the node that keeps room and takes no job without it).
-    svc = await startService({ dataDir: path.join(base, 'data'), env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_ROOT: root, STORE_MIN_FREE_BYTES: '0' } });
+    svc = await startService({
+      dataDir: path.join(base, 'data'),
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_ROOT: root, STORE_MIN_FREE_BYTES: '0' },
+    });
     const failed = await svc.waitForJob((await svc.submit(media.url('/big.mp3'))).job_id, ['done', 'failed']);
     expect(failed.status).toBe('failed');
     expect(failed.error).toEqual({ code: 'storage_full', message: expect.any(String) });
@@ -86,6 +89,8 @@ describe('artifact root full', () => {
     const files = await storedFiles(root);
     expect(files).toHaveLength(1);
     expect(files[0]!.sha256).toBe(retried.result!.content_id);
-    expect((await readDb(svc.dataDir)).cacheEntries).toEqual([expect.objectContaining({ content_id: retried.result!.content_id })]);
+    expect((await readDb(svc.dataDir)).cacheEntries).toEqual([
+      expect.objectContaining({ content_id: retried.result!.content_id }),
+    ]);
   });
 });

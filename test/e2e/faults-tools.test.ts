@@ -47,9 +47,15 @@ describe('no prober', () => {
     const calls = path.join(proberDir, 'calls.log');
     await mkdir(proberDir, { recursive: true });
     await writeFile(calls, '');
-    await writeFile(path.join(proberDir, 'ffprobe'), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${calls}'\nexit 1\n`, { mode: 0o755 });
+    await writeFile(path.join(proberDir, 'ffprobe'), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${calls}'\nexit 1\n`, {
+      mode: 0o755,
+    });
     const svc = await startService({
-      env: { FETCH_ALLOW_HOSTS: media.hostPort, PATH: `${proberDir}:${process.env.PATH ?? '/usr/bin:/bin'}`, TOOL_MOUNT_VIEW: 'off' },
+      env: {
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        PATH: `${proberDir}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+        TOOL_MOUNT_VIEW: 'off',
+      },
     });
     try {
       const health = await svc.request('/healthz', { auth: false });
@@ -57,7 +63,11 @@ describe('no prober', () => {
       const report = (await health.json()) as Record<string, unknown>;
       expect(report).toMatchObject({ can_fetch: true, ffmpeg: { present: true } });
       expect(report).not.toHaveProperty('ffprobe');
-      const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?noprobe'))).job_id, ['done', 'failed'], 30_000);
+      const job = await svc.waitForJob(
+        (await svc.submit(media.url('/tone.mp3?noprobe'))).job_id,
+        ['done', 'failed'],
+        30_000,
+      );
       expect(job.error).toBeNull();
       expect(job.status).toBe('done');
       expect(await readFile(calls, 'utf8')).toBe('');
@@ -76,7 +86,11 @@ describe('the downloader missing or not executable', () => {
       expect(health.status).toBe(503);
       expect(((await health.json()) as { downloader: { present: boolean } }).downloader.present).toBe(false);
       const started = Date.now();
-      const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?noexec'))).job_id, ['done', 'failed'], 10_000);
+      const job = await svc.waitForJob(
+        (await svc.submit(media.url('/tone.mp3?noexec'))).job_id,
+        ['done', 'failed'],
+        10_000,
+      );
       expect(job.status).toBe('failed');
       expect(job.error).toEqual({ code: 'downloader_missing', message: expect.any(String) });
       expectCleanMessage(job, svc);
@@ -94,7 +108,11 @@ describe('tools that exit non-zero', () => {
     const ytdlp = await writeFailingYtDlp(path.join(toolDir, 'yt'));
     const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, YTDLP_PATH: ytdlp } });
     try {
-      const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?ytfail'))).job_id, ['done', 'failed'], 20_000);
+      const job = await svc.waitForJob(
+        (await svc.submit(media.url('/tone.mp3?ytfail'))).job_id,
+        ['done', 'failed'],
+        20_000,
+      );
       expect(job.status).toBe('failed');
       expect(job.error!.code).toBe('download_failed');
       expect(job.error!.message).toContain('ERROR: [generic] Unable to download webpage');
@@ -111,13 +129,19 @@ describe('tools that exit non-zero', () => {
     const ffmpeg = await writeFailingFfmpeg(path.join(toolDir, 'ff'));
     const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg } });
     try {
-      const job = await svc.waitForJob((await svc.submit(media.url('/tone.mp3?fffail'))).job_id, ['done', 'failed'], 20_000);
+      const job = await svc.waitForJob(
+        (await svc.submit(media.url('/tone.mp3?fffail'))).job_id,
+        ['done', 'failed'],
+        20_000,
+      );
       expect(job.status).toBe('failed');
       expect(job.error!.code).toBe('conversion_failed');
       expect(job.error!.message).toMatch(/Header missing|Conversion failed/);
       expectCleanMessage(job, svc);
       expect(job.result).toBeNull();
-      expect(await readdir(path.join(svc.dataDir, 'artifacts')).catch(() => [])).not.toContainEqual(expect.stringMatching(/^[0-9a-f]{2}$/));
+      expect(await readdir(path.join(svc.dataDir, 'artifacts')).catch(() => [])).not.toContainEqual(
+        expect.stringMatching(/^[0-9a-f]{2}$/),
+      );
     } finally {
       await svc.stop();
     }
@@ -135,7 +159,19 @@ describe('damaged media served with an audio content type', () => {
     await writeFile(path.join(dir, 'cut.m4a'), whole.subarray(0, whole.length >> 1));
     // Index first (faststart), then cut: the file opens, but its audio stops half-way.
     const faststart = path.join(dir, 'faststart.m4a');
-    execFileSync('ffmpeg', ['-nostdin', '-loglevel', 'error', '-y', '-i', m4a.path, '-c', 'copy', '-movflags', '+faststart', faststart]);
+    execFileSync('ffmpeg', [
+      '-nostdin',
+      '-loglevel',
+      'error',
+      '-y',
+      '-i',
+      m4a.path,
+      '-c',
+      'copy',
+      '-movflags',
+      '+faststart',
+      faststart,
+    ]);
     const fs = await readFile(faststart);
     await writeFile(path.join(dir, 'cut-faststart.m4a'), fs.subarray(0, fs.length >> 1));
     await writeFile(path.join(dir, 'garbage.mp3'), randomBytes(64 * 1024));

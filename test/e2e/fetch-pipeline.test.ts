@@ -57,12 +57,23 @@ describe('the fixture table', () => {
       // What the file really holds, not only what was asked for.
       const probe = await runProcess({
         command: 'ffprobe',
-        args: ['-v', 'error', '-select_streams', 'a:0', '-show_entries', 'stream=sample_rate,channels', '-of', 'json', fixtures[name].path],
+        args: [
+          '-v',
+          'error',
+          '-select_streams',
+          'a:0',
+          '-show_entries',
+          'stream=sample_rate,channels',
+          '-of',
+          'json',
+          fixtures[name].path,
+        ],
         timeoutMs: 20_000,
         stdoutCaptureBytes: 64 * 1024,
       });
       expect(probe.exitCode, `${name}: ${probe.stderrTail}`).toBe(0);
-      const [stream] = (JSON.parse(probe.stdout) as { streams: Array<{ sample_rate: string; channels: number }> }).streams;
+      const [stream] = (JSON.parse(probe.stdout) as { streams: Array<{ sample_rate: string; channels: number }> })
+        .streams;
       expect({ sampleRate: Number(stream!.sample_rate), channels: stream!.channels }, name).toEqual({
         sampleRate: fixtures[name].sampleRate,
         channels: fixtures[name].channels,
@@ -74,38 +85,41 @@ describe('the fixture table', () => {
 });
 
 describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
-  it.each(cases)('$name → PCM 16-bit 44.1 kHz, $channels channel(s), content id = SHA-256', async ({ name, channels }) => {
-    const fixture = fixtures[name];
-    const url = media.url(`/${name}${path.extname(fixture.path)}`);
-    const submitted = await svc.submit(url);
-    expect(Object.keys(submitted)[0]).toBe('job_id');
-    expect(['queued', 'running']).toContain(submitted.status);
+  it.each(cases)(
+    '$name → PCM 16-bit 44.1 kHz, $channels channel(s), content id = SHA-256',
+    async ({ name, channels }) => {
+      const fixture = fixtures[name];
+      const url = media.url(`/${name}${path.extname(fixture.path)}`);
+      const submitted = await svc.submit(url);
+      expect(Object.keys(submitted)[0]).toBe('job_id');
+      expect(['queued', 'running']).toContain(submitted.status);
 
-    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
-    expect(job.error).toBeNull();
-    expect(job.status).toBe('done');
-    expect(job.born_done).toBe(false);
-    const cid = job.result!.content_id;
-    expect(cid).toMatch(/^[0-9a-f]{64}$/);
+      const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
+      expect(job.error).toBeNull();
+      expect(job.status).toBe('done');
+      expect(job.born_done).toBe(false);
+      const cid = job.result!.content_id;
+      expect(cid).toMatch(/^[0-9a-f]{64}$/);
 
-    const bytes = await readFile(storedPath(cid));
-    expect(createHash('sha256').update(bytes).digest('hex')).toBe(cid);
-    const header = parseWavHeader(bytes);
-    expect(header).toMatchObject({ audioFormat: 1, sampleRate: 44100, bitsPerSample: 16, channels });
-    expect(header.durationS).toBeGreaterThan(fixture.durationS - 0.1);
-    expect(header.durationS).toBeLessThan(fixture.durationS + 0.2);
+      const bytes = await readFile(storedPath(cid));
+      expect(createHash('sha256').update(bytes).digest('hex')).toBe(cid);
+      const header = parseWavHeader(bytes);
+      expect(header).toMatchObject({ audioFormat: 1, sampleRate: 44100, bitsPerSample: 16, channels });
+      expect(header.durationS).toBeGreaterThan(fixture.durationS - 0.1);
+      expect(header.durationS).toBeLessThan(fixture.durationS + 0.2);
 
-    const [artifact] = job.result!.artifacts;
-    expect(artifact).toMatchObject({
-      name: 'audio.wav',
-      path: `/artifacts/${cid}/audio.wav`,
-      bytes: bytes.length,
-      content_type: 'audio/wav',
-      sample_rate: 44100,
-      channels,
-    });
-    expect(artifact!.duration).toBeCloseTo(header.durationS, 3);
-  });
+      const [artifact] = job.result!.artifacts;
+      expect(artifact).toMatchObject({
+        name: 'audio.wav',
+        path: `/artifacts/${cid}/audio.wav`,
+        bytes: bytes.length,
+        content_type: 'audio/wav',
+        sample_rate: 44100,
+        channels,
+      });
+      expect(artifact!.duration).toBeCloseTo(header.durationS, 3);
+    },
+  );
 
   it('a URL already stored gives a job born done, and nothing is downloaded again', async () => {
     const url = media.url('/aac_m4a.m4a');
@@ -123,7 +137,10 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
   it('every other spelling of a stored URL is born done, with no media request', async () => {
     // Stored once under a URL with a query; the origin ignores the query, the alias key does not.
     const port = media.hostPort.split(':')[1]!;
-    const stored = await svc.waitForJob((await svc.submit(media.url('/aac_m4a.m4a?a=1&b=2'))).job_id, ['done', 'failed']);
+    const stored = await svc.waitForJob((await svc.submit(media.url('/aac_m4a.m4a?a=1&b=2'))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(stored.status).toBe('done');
     const cid = stored.result!.content_id;
     const plain = await svc.waitForJob((await svc.submit(media.url('/aac_m4a.m4a'))).job_id, ['done', 'failed']);
@@ -153,7 +170,12 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
     ];
     for (const url of respellings) {
       const job = await svc.submit(url);
-      expect({ url, status: job.status, born_done: job.born_done, cid: job.result?.content_id }).toEqual({ url, status: 'done', born_done: true, cid });
+      expect({ url, status: job.status, born_done: job.born_done, cid: job.result?.content_id }).toEqual({
+        url,
+        status: 'done',
+        born_done: true,
+        cid,
+      });
     }
     expect(media.requests.slice(requestsBefore)).toEqual([]);
 
@@ -168,7 +190,10 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
 
   it('concurrent submissions of one URL download once and all end done with the same content', async () => {
     const fixture = fixtures.flac_mono;
-    media.serveFile('/concurrent.flac', fixture.path, { contentType: fixture.contentType, throttleBytesPerSec: 256 * 1024 });
+    media.serveFile('/concurrent.flac', fixture.path, {
+      contentType: fixture.contentType,
+      throttleBytesPerSec: 256 * 1024,
+    });
     media.serveFile('/single.flac', fixture.path, { contentType: fixture.contentType });
     const single = await svc.waitForJob((await svc.submit(media.url('/single.flac'))).job_id, ['done', 'failed']);
     const requestsForOneFetch = media.requestsFor('/single.flac').length;

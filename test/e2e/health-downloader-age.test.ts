@@ -22,8 +22,14 @@ let recent: ServiceHandle;
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'sf-ytdlp-age-'));
-  const [oldTool, recentTool] = await Promise.all([writeYtDlpOfVersion(path.join(dir, 'old'), '2023.03.04'), writeYtDlpOfVersion(path.join(dir, 'recent'), RECENT)]);
-  [old, recent] = await Promise.all([startService({ env: { YTDLP_PATH: oldTool } }), startService({ env: { YTDLP_PATH: recentTool } })]);
+  const [oldTool, recentTool] = await Promise.all([
+    writeYtDlpOfVersion(path.join(dir, 'old'), '2023.03.04'),
+    writeYtDlpOfVersion(path.join(dir, 'recent'), RECENT),
+  ]);
+  [old, recent] = await Promise.all([
+    startService({ env: { YTDLP_PATH: oldTool } }),
+    startService({ env: { YTDLP_PATH: recentTool } }),
+  ]);
 });
 
 afterAll(async () => {
@@ -72,7 +78,11 @@ describe('health: the downloader age', () => {
   it('a ten-day-old nightly: not outdated, no warning, none logged', async () => {
     const { status, body } = await health(recent);
     expect(status).toBe(200);
-    expect(body.downloader).toMatchObject({ version: RECENT, released_on: tenDaysAgo.toISOString().slice(0, 10), outdated: false });
+    expect(body.downloader).toMatchObject({
+      version: RECENT,
+      released_on: tenDaysAgo.toISOString().slice(0, 10),
+      outdated: false,
+    });
     expect(body.downloader.age_days).toBeGreaterThanOrEqual(9);
     expect(body.downloader.age_days).toBeLessThanOrEqual(10);
     expect(body.warnings).toEqual([]);

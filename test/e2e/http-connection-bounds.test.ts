@@ -34,7 +34,9 @@ afterAll(async () => {
 });
 
 async function startLimited(env: Record<string, string>): Promise<ServiceHandle> {
-  const svc = await startService({ env: { WORKER_CONCURRENCY: '0', FETCH_ALLOW_HOSTS: '127.0.0.1:9', RATE_LIMIT_PER_MINUTE: '0', ...env } });
+  const svc = await startService({
+    env: { WORKER_CONCURRENCY: '0', FETCH_ALLOW_HOSTS: '127.0.0.1:9', RATE_LIMIT_PER_MINUTE: '0', ...env },
+  });
   services.push(svc);
   const pid = svc.process.pid!;
   expect((await readdir(`/proc/${pid}/fd`)).length).toBeLessThan(FD_LIMIT / 2);
@@ -43,13 +45,30 @@ async function startLimited(env: Record<string, string>): Promise<ServiceHandle>
 }
 
 /** One request on a connection of its own: its status, or the error that ended it. */
-function send(port: number, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<string> {
+function send(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: string,
+): Promise<string> {
   return new Promise((resolve) => {
-    const req = httpRequest({ host: '127.0.0.1', port, method, path, headers: { ...headers, connection: 'close' }, agent: false, timeout: 10_000 }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(String(res.statusCode)));
-      res.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
-    });
+    const req = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
+        headers: { ...headers, connection: 'close' },
+        agent: false,
+        timeout: 10_000,
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(String(res.statusCode)));
+        res.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+      },
+    );
     req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
     req.on('timeout', () => req.destroy(new Error('timed out')));
     req.end(body);
@@ -164,11 +183,18 @@ describe('slowloris on the app port', () => {
     const opened = performance.now();
     // All but MAX_IDLE are closed at once, the newest kept.
     await attack.untilClosed(HALF_OPEN - MAX_IDLE);
-    expect(attack.answers().slice(0, HALF_OPEN - MAX_IDLE).every((answer) => answer === '')).toBe(true);
+    expect(
+      attack
+        .answers()
+        .slice(0, HALF_OPEN - MAX_IDLE)
+        .every((answer) => answer === ''),
+    ).toBe(true);
     const during = await honestRequests(svc);
     expect(during).toEqual(['200', '200', '202']);
     expect((await openFds(svc)) - fdsBefore).toBeLessThanOrEqual(MAX_IDLE + 5);
-    await expect.poll(() => svc.logs.some((line) => line.msg.startsWith('connections closed: over the bounds'))).toBe(true);
+    await expect
+      .poll(() => svc.logs.some((line) => line.msg.startsWith('connections closed: over the bounds')))
+      .toBe(true);
 
     // The rest are cut by the head time-out (408), checked every second.
     const lastClosed = await attack.untilClosed(HALF_OPEN);
@@ -192,7 +218,10 @@ describe('slowloris on the app port', () => {
     const job = await svc.submit('http://127.0.0.1:9/bounds-streamed.m4a');
     const streams: EventStreamHandle[] = [];
     try {
-      for (let i = 0; i < STREAMS; i++) streams.push(await openEventStream(`${svc.baseUrl}/jobs/${job.job_id}/events`, { authorization: `Bearer ${svc.apiKey}` }));
+      for (let i = 0; i < STREAMS; i++)
+        streams.push(
+          await openEventStream(`${svc.baseUrl}/jobs/${job.job_id}/events`, { authorization: `Bearer ${svc.apiKey}` }),
+        );
       expect(streams.map((stream) => stream.response.status)).toEqual(Array(STREAMS).fill(200));
 
       // Streams and idle connections together are past the total: idle ones are closed to make room.
@@ -200,9 +229,17 @@ describe('slowloris on the app port', () => {
       await attack.untilClosed(HALF_OPEN - (MAX_TOTAL - STREAMS));
       expect(await honestRequests(svc)).toEqual(['200', '200', '202']);
       const comments = streams.map((stream) => stream.comments);
-      await Promise.all(streams.map((stream, i) => stream.waitFor(() => stream.comments > comments[i]!, 'a keep-alive after the attack')));
+      await Promise.all(
+        streams.map((stream, i) =>
+          stream.waitFor(() => stream.comments > comments[i]!, 'a keep-alive after the attack'),
+        ),
+      );
       await expect
-        .poll(() => svc.logs.find((line) => line.msg.startsWith('connections closed: over the bounds') && Number(line.closed_over_total) > 0))
+        .poll(() =>
+          svc.logs.find(
+            (line) => line.msg.startsWith('connections closed: over the bounds') && Number(line.closed_over_total) > 0,
+          ),
+        )
         .toBeTruthy();
     } finally {
       await Promise.all(streams.map((stream) => stream.close()));

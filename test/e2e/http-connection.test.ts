@@ -41,7 +41,11 @@ async function connection(): Promise<RawConnection> {
 }
 
 function head(method: string, target: string, headers: Record<string, string | number>): string {
-  const lines = [`${method} ${target} HTTP/1.1`, 'Host: 127.0.0.1', ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`)];
+  const lines = [
+    `${method} ${target} HTTP/1.1`,
+    'Host: 127.0.0.1',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ];
   return `${lines.join('\r\n')}\r\n\r\n`;
 }
 
@@ -78,22 +82,34 @@ async function expectConnectionReusable(conn: RawConnection): Promise<void> {
 describe('a request body it reads', () => {
   const accented = `${ACCEPTED_URL}?t=\u00e9\u266b`;
   it.each([
-    ['with a byte order mark, in 3-byte chunks', Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), jsonBody(accented)]), 3, new URL(accented).href],
+    [
+      'with a byte order mark, in 3-byte chunks',
+      Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), jsonBody(accented)]),
+      3,
+      new URL(accented).href,
+    ],
     ['of exactly the limit, in 1000-byte chunks', jsonBody(ACCEPTED_URL, LIMIT), 1000, ACCEPTED_URL],
-  ])('%s: read whole, as the web Request reads text (UTF-8 split across chunks, BOM dropped)', async (_name, body, chunkBytes, url) => {
-    const conn = await connection();
-    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }));
-    conn.write(chunked(body, chunkBytes));
-    const accepted = await conn.readMessage();
-    expect(accepted.status).toBe(202);
-    expect((JSON.parse(accepted.body.toString('utf8')) as { url: string }).url).toBe(url);
-    await expectConnectionReusable(conn);
-  });
+  ])(
+    '%s: read whole, as the web Request reads text (UTF-8 split across chunks, BOM dropped)',
+    async (_name, body, chunkBytes, url) => {
+      const conn = await connection();
+      conn.write(
+        head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }),
+      );
+      conn.write(chunked(body, chunkBytes));
+      const accepted = await conn.readMessage();
+      expect(accepted.status).toBe(202);
+      expect((JSON.parse(accepted.body.toString('utf8')) as { url: string }).url).toBe(url);
+      await expectConnectionReusable(conn);
+    },
+  );
 
   it('that is not JSON: 400 invalid_json, and the connection stays usable', async () => {
     const conn = await connection();
     const body = Buffer.from('{"url": ');
-    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }));
+    conn.write(
+      head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }),
+    );
     conn.write(body);
     expectProblem(await conn.readMessage(), 400, 'invalid_json');
     await expectConnectionReusable(conn);
@@ -104,7 +120,9 @@ describe('a request body the service does not read', () => {
   it('control: a body it reads to the end keeps the connection, and the next request on it is answered', async () => {
     const conn = await connection();
     const body = jsonBody(ACCEPTED_URL);
-    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }));
+    conn.write(
+      head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }),
+    );
     conn.write(body);
     const accepted = await conn.readMessage();
     expect(accepted.status).toBe(202);
@@ -120,7 +138,9 @@ describe('a request body the service does not read', () => {
   ])('%s: 413 problem+json with Connection: close, then the server closes', async (_name, isChunked, size) => {
     const conn = await connection();
     const body = jsonBody(ACCEPTED_URL, size);
-    const framing: Record<string, string | number> = isChunked ? { 'Transfer-Encoding': 'chunked' } : { 'Content-Length': body.length };
+    const framing: Record<string, string | number> = isChunked
+      ? { 'Transfer-Encoding': 'chunked' }
+      : { 'Content-Length': body.length };
     conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', ...framing }));
     conn.write(isChunked ? chunked(body) : body);
     const answer = await conn.readMessage();
@@ -135,7 +155,18 @@ describe('a request body the service does not read', () => {
     // Closing a socket with request bytes unread makes the kernel reset it, which can discard the
     // answer not yet sent: without the lingering close, some of these (about 3 in 100) lose it.
     const body = jsonBody(ACCEPTED_URL, 4 * 1024 * 1024);
-    const framed = { length: head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }), chunked: head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }) };
+    const framed = {
+      length: head('POST', '/sources', {
+        ...keyed(),
+        'Content-Type': 'application/json',
+        'Content-Length': body.length,
+      }),
+      chunked: head('POST', '/sources', {
+        ...keyed(),
+        'Content-Type': 'application/json',
+        'Transfer-Encoding': 'chunked',
+      }),
+    };
     const chunkedBody = chunked(body, 64 * 1024);
     const outcomes: string[] = [];
     for (let round = 0; round < 10; round++) {
@@ -181,12 +212,24 @@ describe('a request pipelined after an answer that closes the connection', () =>
       db.close();
     }
   };
-  const dropped = () => svc.logs.filter((line) => line.msg === 'a request after an answer that closed its connection: dropped, not answered').length;
+  const dropped = () =>
+    svc.logs.filter(
+      (line) => line.msg === 'a request after an answer that closed its connection: dropped, not answered',
+    ).length;
   const submission = (url: string) => {
     const body = jsonBody(url);
-    return Buffer.concat([Buffer.from(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length })), body]);
+    return Buffer.concat([
+      Buffer.from(
+        head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length }),
+      ),
+      body,
+    ]);
   };
-  const statusLines = (conn: RawConnection) => conn.received().toString('latin1').match(/HTTP\/1\.1 \d{3}/g) ?? [];
+  const statusLines = (conn: RawConnection) =>
+    conn
+      .received()
+      .toString('latin1')
+      .match(/HTTP\/1\.1 \d{3}/g) ?? [];
 
   it('the control: after an answer that keeps the connection, the pipelined submission is answered 202 and its job made', async () => {
     const url = 'http://127.0.0.1:9/pipelined-after-keep-alive.m4a';
@@ -204,44 +247,86 @@ describe('a request pipelined after an answer that closes the connection', () =>
   const small = jsonBody(ACCEPTED_URL);
   const json = 'application/json';
   it.each([
-    ['413, Content-Length over the limit', 413, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Content-Length': over.length }), over]],
-    ['413, a chunked body over the limit', 413, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Transfer-Encoding': 'chunked' }), chunked(over)]],
-    ['401, no key', 401, () => [head('POST', '/sources', { 'Content-Type': json, 'Content-Length': small.length }), small]],
-    ['415, not JSON', 415, () => [head('POST', '/sources', { ...keyed(), 'Content-Type': 'text/plain', 'Content-Length': small.length }), small]],
-  ] as Array<[string, number, () => [string, Buffer]]>)('%s: the submission pipelined after it is dropped, never run', async (label, status, refused) => {
-    const [refusedHead, refusedBody] = refused();
-    const url = `http://127.0.0.1:9/pipelined-after-${status}-${label.length}.m4a`;
-    const conn = await connection();
-    const droppedBefore = dropped();
-    conn.write(Buffer.concat([Buffer.from(refusedHead), refusedBody, submission(url)]));
-    const answer = await conn.readMessage();
-    expect([answer.status, answer.headers.get('connection')]).toEqual([status, 'close']);
-    // Whichever comes first: the service drops the pipelined request once parsed (from then on
-    // it cannot run), or runs it and makes its job.
-    await expect.poll(() => dropped() > droppedBefore || jobsFor(url) > 0).toBe(true);
-    expect(jobsFor(url)).toBe(0);
-    expect(dropped()).toBe(droppedBefore + 1);
-    expect(statusLines(conn)).toEqual([`HTTP/1.1 ${status}`]);
-    conn.close();
-  });
+    [
+      '413, Content-Length over the limit',
+      413,
+      () => [head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Content-Length': over.length }), over],
+    ],
+    [
+      '413, a chunked body over the limit',
+      413,
+      () => [
+        head('POST', '/sources', { ...keyed(), 'Content-Type': json, 'Transfer-Encoding': 'chunked' }),
+        chunked(over),
+      ],
+    ],
+    [
+      '401, no key',
+      401,
+      () => [head('POST', '/sources', { 'Content-Type': json, 'Content-Length': small.length }), small],
+    ],
+    [
+      '415, not JSON',
+      415,
+      () => [
+        head('POST', '/sources', { ...keyed(), 'Content-Type': 'text/plain', 'Content-Length': small.length }),
+        small,
+      ],
+    ],
+  ] as Array<[string, number, () => [string, Buffer]]>)(
+    '%s: the submission pipelined after it is dropped, never run',
+    async (label, status, refused) => {
+      const [refusedHead, refusedBody] = refused();
+      const url = `http://127.0.0.1:9/pipelined-after-${status}-${label.length}.m4a`;
+      const conn = await connection();
+      const droppedBefore = dropped();
+      conn.write(Buffer.concat([Buffer.from(refusedHead), refusedBody, submission(url)]));
+      const answer = await conn.readMessage();
+      expect([answer.status, answer.headers.get('connection')]).toEqual([status, 'close']);
+      // Whichever comes first: the service drops the pipelined request once parsed (from then on
+      // it cannot run), or runs it and makes its job.
+      await expect.poll(() => dropped() > droppedBefore || jobsFor(url) > 0).toBe(true);
+      expect(jobsFor(url)).toBe(0);
+      expect(dropped()).toBe(droppedBefore + 1);
+      expect(statusLines(conn)).toEqual([`HTTP/1.1 ${status}`]);
+      conn.close();
+    },
+  );
 });
 
 describe('Expect: 100-continue', () => {
   // 1 MiB is over every operation's limit; 9 KiB is over POST /sources's own, not over a batch's.
-  it.each([1024 * 1024, LIMIT + 1024])('a Content-Length of %i, over the limit of its path, gets the 413 at once and no 100 Continue', async (length) => {
-    const conn = await connection();
-    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': length, Expect: '100-continue' }));
-    const answer = await conn.readMessage();
-    expectProblem(answer, 413, 'body_too_large');
-    expect(answer.headers.get('connection')).toBe('close');
-    await conn.closedByServer;
-    expect(conn.received().toString('latin1')).not.toContain(' 100 ');
-  });
+  it.each([1024 * 1024, LIMIT + 1024])(
+    'a Content-Length of %i, over the limit of its path, gets the 413 at once and no 100 Continue',
+    async (length) => {
+      const conn = await connection();
+      conn.write(
+        head('POST', '/sources', {
+          ...keyed(),
+          'Content-Type': 'application/json',
+          'Content-Length': length,
+          Expect: '100-continue',
+        }),
+      );
+      const answer = await conn.readMessage();
+      expectProblem(answer, 413, 'body_too_large');
+      expect(answer.headers.get('connection')).toBe('close');
+      await conn.closedByServer;
+      expect(conn.received().toString('latin1')).not.toContain(' 100 ');
+    },
+  );
 
   it('an acceptable Content-Length gets 100 Continue, then the body is read and answered 202', async () => {
     const conn = await connection();
     const body = jsonBody(ACCEPTED_URL, LIMIT);
-    conn.write(head('POST', '/sources', { ...keyed(), 'Content-Type': 'application/json', 'Content-Length': body.length, Expect: '100-continue' }));
+    conn.write(
+      head('POST', '/sources', {
+        ...keyed(),
+        'Content-Type': 'application/json',
+        'Content-Length': body.length,
+        Expect: '100-continue',
+      }),
+    );
     const interim = await conn.readMessage();
     expect(interim.status).toBe(100);
     conn.write(body);
@@ -253,7 +338,12 @@ describe('Expect: 100-continue', () => {
 });
 
 describe('a keep-alive client', () => {
-  function send(agent: Agent, method: string, urlPath: string, body?: Buffer): Promise<{ res: IncomingMessage; text: string; reusedSocket: boolean }> {
+  function send(
+    agent: Agent,
+    method: string,
+    urlPath: string,
+    body?: Buffer,
+  ): Promise<{ res: IncomingMessage; text: string; reusedSocket: boolean }> {
     return new Promise((resolve, reject) => {
       const headers: Record<string, string | number> = { authorization: `Bearer ${svc.apiKey}` };
       if (body) Object.assign(headers, { 'content-type': 'application/json', 'content-length': body.length });
@@ -286,7 +376,11 @@ describe('a keep-alive client', () => {
   });
 
   it("with Node's fetch: a 1 MiB body, then any request, both answered", async () => {
-    const refused = await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: jsonBody(ACCEPTED_URL, 1024 * 1024) });
+    const refused = await svc.request('/sources', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: jsonBody(ACCEPTED_URL, 1024 * 1024),
+    });
     expect(refused.status).toBe(413);
     expect(((await refused.json()) as { code: string }).code).toBe('body_too_large');
     for (let i = 0; i < 3; i++) expect((await svc.request(`/jobs/none-${i}`)).status).toBe(404);

@@ -56,7 +56,8 @@ beforeAll(async () => {
   databaseUrl = await freshDatabaseUrl();
   // 8 s of 44.1 kHz stereo WAV (1.4 MB) at 320 KB/s: a download of about 4.5 s, with progress.
   const tone = await makeTone(FIXTURE_DIR, { seconds: 8, channels: 2, sampleRate: 44100, format: 'wav' });
-  for (const name of ['one', 'two', 'three']) media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 320 * 1024 });
+  for (const name of ['one', 'two', 'three'])
+    media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 320 * 1024 });
   // The downloader's first request here is never answered until the test lets go: a job that
   // runs and changes no more, until it is canceled.
   media.route('/hang.wav', (_req, res) => {
@@ -64,7 +65,12 @@ beforeAll(async () => {
   });
   [worker, api] = await Promise.all([
     startNode(2),
-    startNode(0, { ACCEL_REDIRECT_PREFIX: '/_artifacts/', EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: String(PER_KEY), EVENT_STREAMS_PER_NODE: String(PER_NODE) }),
+    startNode(0, {
+      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
+      EVENTS_KEEPALIVE_S: '1',
+      EVENT_STREAMS_PER_KEY: String(PER_KEY),
+      EVENT_STREAMS_PER_NODE: String(PER_NODE),
+    }),
   ]);
   nginx = await startNginx({ appPort: api.port, artifactRoot: sharedRoot });
 });
@@ -85,7 +91,13 @@ const STATUS_ORDER = ['queued', 'running', 'done'];
 /** The record without what is signed anew at every read. */
 function unsigned(record: StreamedRecord | JobBody) {
   const artifacts = (record.result?.artifacts ?? []) as Array<Record<string, unknown>>;
-  return { ...record, result: record.result && { ...record.result, artifacts: artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest) } };
+  return {
+    ...record,
+    result: record.result && {
+      ...record.result,
+      artifacts: artifacts.map(({ signed_url: _u, signed_url_expires_at: _e, ...rest }) => rest),
+    },
+  };
 }
 
 /** Events in order: status never goes back, progress never shrinks, no state sent twice in a row. */
@@ -102,7 +114,10 @@ function expectInOrder(stream: EventStreamHandle): void {
 describe('job events', () => {
   it('a job the worker node runs, followed on the API-only node directly and through nginx: every change in order, then the final state, then the end', async () => {
     const submitted = await api.submit(media.url('/one.wav'));
-    const [direct, proxied] = await Promise.all([openEventStream(directUrl(submitted.job_id), auth()), openEventStream(viaNginx(submitted.job_id), auth())]);
+    const [direct, proxied] = await Promise.all([
+      openEventStream(directUrl(submitted.job_id), auth()),
+      openEventStream(viaNginx(submitted.job_id), auth()),
+    ]);
     for (const stream of [direct, proxied]) {
       expect(stream.response.status).toBe(200);
       expect(stream.response.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
@@ -113,7 +128,10 @@ describe('job events', () => {
     expect(proxied.response.headers.get('x-accel-buffering')).toBeNull();
 
     // While the download runs, its progress arrives through nginx as it happens, not at the end.
-    await proxied.waitFor(() => proxied.records.some((record) => (record.progress?.percent ?? 0) > 0 && record.progress!.percent! < 100), 'progress through nginx');
+    await proxied.waitFor(
+      () => proxied.records.some((record) => (record.progress?.percent ?? 0) > 0 && record.progress!.percent! < 100),
+      'progress through nginx',
+    );
     expect((await api.getJob(submitted.job_id)).status).toBe('running');
 
     await Promise.all([direct.ended, proxied.ended]);
@@ -121,7 +139,9 @@ describe('job events', () => {
     expect(final.status).toBe('done');
     for (const stream of [direct, proxied]) {
       expectInOrder(stream);
-      expect(stream.records.filter((record) => record.status === 'running' && record.progress !== null).length).toBeGreaterThanOrEqual(3);
+      expect(
+        stream.records.filter((record) => record.status === 'running' && record.progress !== null).length,
+      ).toBeGreaterThanOrEqual(3);
       expect(stream.records.filter((record) => record.status === 'done')).toHaveLength(1);
       expect(unsigned(stream.records.at(-1)!)).toEqual(unsigned(final));
     }
@@ -134,7 +154,10 @@ describe('job events', () => {
   it('resumes with Last-Event-ID: through nginx, then directly, nothing sent twice; the final state known gets 204', async () => {
     const submitted = await api.submit(media.url('/two.wav'));
     const first = await openEventStream(viaNginx(submitted.job_id), auth());
-    await first.waitFor(() => first.records.some((record) => record.status === 'running' && record.progress !== null), 'a running state with progress');
+    await first.waitFor(
+      () => first.records.some((record) => record.status === 'running' && record.progress !== null),
+      'a running state with progress',
+    );
     await first.close();
     const lastId = first.events.at(-1)!.id!;
 
@@ -170,7 +193,7 @@ describe('job events', () => {
     expect(stream.records.at(-1)!.status).toBe('canceled');
   });
 
-  it("through nginx, a silent stream would be cut at proxy_read_timeout; the keep-alives hold it open past it", async () => {
+  it('through nginx, a silent stream would be cut at proxy_read_timeout; the keep-alives hold it open past it', async () => {
     // Both nodes behind an nginx whose proxy_read_timeout is 3 s instead of 60: the API node
     // sends a keep-alive every second, the worker node every 15 s (the default), like a
     // keep-alive interval longer than nginx's timeout.
@@ -181,8 +204,15 @@ describe('job events', () => {
     try {
       const submitted = await api.submit(media.url('/hang.wav?read-timeout'));
       const eventsPath = `/jobs/${submitted.job_id}/events`;
-      const [kept, cut] = await Promise.all([openEventStream(shortTimeoutToApi.url(eventsPath), auth()), openEventStream(shortTimeoutToWorker.url(eventsPath), auth())]);
-      await Promise.all([kept, cut].map((stream) => stream.waitFor(() => stream.records.some((record) => record.status === 'running'), 'running')));
+      const [kept, cut] = await Promise.all([
+        openEventStream(shortTimeoutToApi.url(eventsPath), auth()),
+        openEventStream(shortTimeoutToWorker.url(eventsPath), auth()),
+      ]);
+      await Promise.all(
+        [kept, cut].map((stream) =>
+          stream.waitFor(() => stream.records.some((record) => record.status === 'running'), 'running'),
+        ),
+      );
 
       // The control: nginx ends the stream that stayed silent for 3 s, though the job runs on.
       const cutAfter = Date.now();
@@ -193,7 +223,10 @@ describe('job events', () => {
 
       // The kept-alive stream is still open well past the timeout (waitFor fails if it ended).
       const openSince = kept.arrivals.at(-1)!.at;
-      await kept.waitFor(() => kept.arrivals.some((arrival) => arrival.kind === 'comment' && arrival.at > openSince + 7_000), 'keep-alives for 7 s');
+      await kept.waitFor(
+        () => kept.arrivals.some((arrival) => arrival.kind === 'comment' && arrival.at > openSince + 7_000),
+        'keep-alives for 7 s',
+      );
       expect(shortTimeoutToApi.errorLog()).not.toContain('upstream timed out');
 
       await api.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
@@ -246,7 +279,10 @@ describe('job events', () => {
     await stopping;
     expect(stream.records.at(-1)!.status).not.toBe('done');
 
-    const resumed = await openEventStream(directUrl(submitted.job_id), { ...auth(), 'last-event-id': stream.events.at(-1)!.id! });
+    const resumed = await openEventStream(directUrl(submitted.job_id), {
+      ...auth(),
+      'last-event-id': stream.events.at(-1)!.id!,
+    });
     await resumed.ended;
     expect(resumed.events.map((event) => event.id)).not.toContain(stream.events.at(-1)!.id);
     expect(resumed.records.at(-1)!.status).toBe('done');

@@ -68,7 +68,10 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
 
   it('kills a throttled download and every process it started, removes its folder, stores nothing', async () => {
     // ~5.3 MB at 128 KiB/s: about 40 s, far longer than the test waits.
-    media.serveFile(`/${kind}/slow-cancel.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024 });
+    media.serveFile(`/${kind}/slow-cancel.wav`, long.path, {
+      contentType: 'audio/wav',
+      throttleBytesPerSec: 128 * 1024,
+    });
     const submitted = await svc.submit(media.url(`/${kind}/slow-cancel.wav`));
     const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
@@ -77,7 +80,11 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
     // Progress moves on while the download runs (it is written every 500 ms).
     let later = running;
     const deadline = Date.now() + 10_000;
-    while (later.status === 'running' && later.progress!.bytes_done <= running.progress!.bytes_done && Date.now() < deadline) {
+    while (
+      later.status === 'running' &&
+      later.progress!.bytes_done <= running.progress!.bytes_done &&
+      Date.now() < deadline
+    ) {
       await sleep(100);
       later = await svc.getJob(submitted.job_id);
     }
@@ -111,7 +118,10 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
   it('cancels a queued job at once, and refuses to cancel a finished one (done or failed) with 409', async () => {
     const short = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' });
     media.serveFile(`/${kind}/short-done.flac`, short.path, { contentType: 'audio/flac' });
-    const done = await svc.waitForJob((await svc.submit(media.url(`/${kind}/short-done.flac`))).job_id, ['done', 'failed']);
+    const done = await svc.waitForJob((await svc.submit(media.url(`/${kind}/short-done.flac`))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(done.status).toBe('done');
     const conflict = await svc.request(`/jobs/${done.job_id}/cancel`, { method: 'POST' });
     expect(conflict.status).toBe(409);
@@ -120,7 +130,10 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
     expect((await svc.getJob(done.job_id)).status).toBe('done');
 
     // A failed job cannot be canceled either: 409 job_already_finished, and it stays failed.
-    const failed = await svc.waitForJob((await svc.submit(media.url(`/${kind}/no-such-file.wav`))).job_id, ['done', 'failed']);
+    const failed = await svc.waitForJob((await svc.submit(media.url(`/${kind}/no-such-file.wav`))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(failed.status).toBe('failed');
     expect(failed.error!.code).toBe('http_error');
     const failedConflict = await svc.request(`/jobs/${failed.job_id}/cancel`, { method: 'POST' });
@@ -134,7 +147,11 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
 
   it('a download of unannounced size shows bytes_done, with bytes_total and percent null', async () => {
     // Chunked transfer: no Content-Length, so neither yt-dlp nor the job knows the size.
-    media.serveFile(`/${kind}/slow-unknown.wav`, long.path, { contentType: 'audio/wav', throttleBytesPerSec: 128 * 1024, unknownLength: true });
+    media.serveFile(`/${kind}/slow-unknown.wav`, long.path, {
+      contentType: 'audio/wav',
+      throttleBytesPerSec: 128 * 1024,
+      unknownLength: true,
+    });
     const submitted = await svc.submit(media.url(`/${kind}/slow-unknown.wav`));
     const running = await runningWithProgress(svc, submitted.job_id);
     expect(running.status).toBe('running');
@@ -156,7 +173,10 @@ describe.each(BACKENDS)('restart on %s', (kind) => {
     // Mid-download (bytes arrived, 5 s of throttled transfer left), the tools must be running when the crash comes.
     const running = await runningWithProgress(first, submitted.job_id);
     expect(running.status, JSON.stringify(running)).toBe('running');
-    expect((await processesMatching(submitted.job_id)).length, JSON.stringify(await first.getJob(submitted.job_id))).toBeGreaterThan(0);
+    expect(
+      (await processesMatching(submitted.job_id)).length,
+      JSON.stringify(await first.getJob(submitted.job_id)),
+    ).toBeGreaterThan(0);
     await first.kill();
 
     const second = await startService({ dataDir, apiKey: first.apiKey, env });
@@ -165,7 +185,9 @@ describe.each(BACKENDS)('restart on %s', (kind) => {
       expect(job.status).toBe('done');
       expect(job.attempts).toBe(2);
       // Start-up itself touched no job; the lease ran out and the worker pool took the job back.
-      expect(second.logs.find((line) => line.msg === 'took back jobs whose lease ran out')).toMatchObject({ requeued: 1 });
+      expect(second.logs.find((line) => line.msg === 'took back jobs whose lease ran out')).toMatchObject({
+        requeued: 1,
+      });
       // Tools the crash orphaned are gone (killed at start-up if they had not died of the broken pipe).
       expect(await processesMatching(`${submitted.job_id}.1`)).toEqual([]);
       expect(await readdir(path.join(dataDir, 'work'))).toEqual([]);
@@ -192,7 +214,11 @@ describe('a missing downloader', () => {
       expect(body.downloader.present).toBe(false);
 
       media.serveFile('/nodownloader.wav', long.path, { contentType: 'audio/wav' });
-      const job = await svc.waitForJob((await svc.submit(media.url('/nodownloader.wav'))).job_id, ['done', 'failed'], 10_000);
+      const job = await svc.waitForJob(
+        (await svc.submit(media.url('/nodownloader.wav'))).job_id,
+        ['done', 'failed'],
+        10_000,
+      );
       expect(job.status).toBe('failed');
       expect(job.error).toEqual({ code: 'downloader_missing', message: expect.any(String) });
       expect(media.requestsFor('/nodownloader.wav')).toEqual([]);
@@ -206,7 +232,10 @@ describe('a missing downloader', () => {
     try {
       const health = await svc.request('/healthz', { auth: false });
       expect(health.status).toBe(200);
-      const body = (await health.json()) as Record<string, { present?: boolean; version?: string; writable?: boolean; ok?: boolean }>;
+      const body = (await health.json()) as Record<
+        string,
+        { present?: boolean; version?: string; writable?: boolean; ok?: boolean }
+      >;
       expect(body.downloader).toMatchObject({ present: true, version: expect.stringMatching(/^\d{4}\.\d{2}\.\d{2}/) });
       expect(body.ffmpeg).toMatchObject({ present: true, version: expect.stringContaining('ffmpeg') });
       expect(body.database).toEqual({ ok: true, kind: 'sqlite' });

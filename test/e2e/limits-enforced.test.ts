@@ -134,7 +134,10 @@ describe('request and job limits (MAX_DOWNLOAD_BYTES, MAX_DURATION_S)', () => {
     media.serveFile('/ten-seconds.mp3', tone.path, { contentType: 'audio/mpeg' });
     const job = await svc.waitForJob((await svc.submit(media.url('/ten-seconds.mp3'))).job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'duration_exceeded', message: expect.stringMatching(/more than the limit of 5 s/) });
+    expect(job.error).toEqual({
+      code: 'duration_exceeded',
+      message: expect.stringMatching(/more than the limit of 5 s/),
+    });
   });
 
   it('stores audio within both limits', async () => {
@@ -165,7 +168,10 @@ describe('request and job limits (MAX_DOWNLOAD_BYTES, MAX_DURATION_S)', () => {
     media.serveFile('/picture.mp3', png.path, { contentType: 'audio/mpeg' });
     const job = await svc.waitForJob((await svc.submit(media.url('/picture.mp3'))).job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'not_audio', message: expect.stringMatching(/^The downloaded file (could not be read as audio|holds no audio stream)/) });
+    expect(job.error).toEqual({
+      code: 'not_audio',
+      message: expect.stringMatching(/^The downloaded file (could not be read as audio|holds no audio stream)/),
+    });
     expect(job.error!.message).not.toMatch(/\/tmp\/|sf-data-|\/work\//);
     expect(job.result).toBeNull();
   });
@@ -199,7 +205,8 @@ describe('MAX_QUEUED_JOBS and FETCH_TIMEOUT_S', () => {
     await problem(res, 429, 'queue_full');
     expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
     // Canceling queued work makes room again.
-    for (const job of queued) expect((await svc.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })).status).toBe(200);
+    for (const job of queued)
+      expect((await svc.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })).status).toBe(200);
 
     const timedOut = await svc.waitForJob(slow.job_id, ['done', 'failed'], 20_000);
     expect(timedOut.status).toBe('failed');
@@ -234,7 +241,10 @@ describe('per-key request rate limit', () => {
     await problem(limited, 429, 'rate_limited');
     expect(limited.headers.get('retry-after')).toBe('1');
     // Every keyed route counts against the same bucket.
-    expect((await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status).toBe(429);
+    expect(
+      (await svc.request('/sources', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }))
+        .status,
+    ).toBe(429);
     // Another valid key has its own bucket.
     expect((await svc.request('/jobs/nope', { headers: { authorization: `Bearer ${other}` } })).status).toBe(404);
     // The health check is exempt, with or without a key.
@@ -243,7 +253,9 @@ describe('per-key request rate limit', () => {
       expect((await svc.request('/healthz', { auth: false })).status).not.toBe(429);
     }
     // Requests without a valid key are refused by authentication, not counted against a bucket.
-    expect((await svc.request('/jobs/nope', { headers: { authorization: 'Bearer wrong-key-wrong-key' } })).status).toBe(401);
+    expect((await svc.request('/jobs/nope', { headers: { authorization: 'Bearer wrong-key-wrong-key' } })).status).toBe(
+      401,
+    );
     // The bucket refills: one token a second.
     await sleep(1100);
     expect((await svc.request('/jobs/nope')).status).toBe(404);

@@ -32,7 +32,9 @@ function serveSiteMedia(id: string, title: string, fixture: MediaFixture): void 
   audioPath[id] = `/media/${id}.${ext}`;
   media.serveFile(audioPath[id], fixture.path, { contentType: fixture.contentType });
   media.route(apiPath(id), (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ title, audio: audioPath[id], ext }));
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ title, audio: audioPath[id], ext }));
   });
 }
 

@@ -61,9 +61,13 @@ beforeAll(async () => {
   databaseUrl = await freshDatabaseUrl();
   sql = postgres(databaseUrl, { max: 2, onnotice: () => {} });
   tones = await Promise.all(
-    Array.from({ length: JOBS }, (_, i) => makeTone(FIXTURE_DIR, { seconds: 3 + i / 100, channels: 1, sampleRate: 44100, format: 'wav' })),
+    Array.from({ length: JOBS }, (_, i) =>
+      makeTone(FIXTURE_DIR, { seconds: 3 + i / 100, channels: 1, sampleRate: 44100, format: 'wav' }),
+    ),
   );
-  tones.forEach((tone, i) => media.serveFile(`/job-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: THROTTLE }));
+  tones.forEach((tone, i) =>
+    media.serveFile(`/job-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: THROTTLE }),
+  );
   // Three nodes starting at once: they take turns to migrate the database.
   [a, b, api] = await Promise.all([startNode(3), startNode(3), startNode(0)]);
 });
@@ -79,8 +83,13 @@ const nodes = () => [a, b, api];
 
 describe('many nodes on one PostgreSQL and one shared artifact root', () => {
   it('say who they are and what they share', async () => {
-    const reports = await Promise.all(nodes().map(async (svc) => (await svc.request('/healthz', { auth: false })).json() as Promise<Record<string, unknown>>));
-    for (const report of reports) expect(report).toMatchObject({ status: 'ok', database: { ok: true, kind: 'postgres' } });
+    const reports = await Promise.all(
+      nodes().map(
+        async (svc) => (await svc.request('/healthz', { auth: false })).json() as Promise<Record<string, unknown>>,
+      ),
+    );
+    for (const report of reports)
+      expect(report).toMatchObject({ status: 'ok', database: { ok: true, kind: 'postgres' } });
     expect(new Set(reports.map((report) => report.node_id)).size).toBe(3);
   });
 
@@ -98,7 +107,10 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
       ...record,
       result: {
         ...record.result!,
-        artifacts: record.result!.artifacts.map(({ signed_url: _url, ...rest }) => ({ ...rest, signed_url_expires_at: undefined })),
+        artifacts: record.result!.artifacts.map(({ signed_url: _url, ...rest }) => ({
+          ...rest,
+          signed_url_expires_at: undefined,
+        })),
       },
     });
     for (const record of seen) expect(unsigned(record)).toEqual(unsigned(seen[0]!));
@@ -113,10 +125,18 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     const tone = await makeTone(FIXTURE_DIR, { seconds: 4, channels: 1, sampleRate: 48000, format: 'flac' });
     media.serveFile('/media/multi.flac', tone.path, { contentType: 'audio/flac', throttleBytesPerSec: 256 * 1024 });
     media.route('/api/media/multiNode01', (_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ title: 't', audio: '/media/multi.flac', ext: 'flac' }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ title: 't', audio: '/media/multi.flac', ext: 'flac' }));
     });
-    const [one, two] = await Promise.all([a.submit(media.url('/watch?v=multiNode01')), b.submit(media.url('/v/multiNode01'))]);
-    const [doneOne, doneTwo] = await Promise.all([a.waitForJob(one.job_id, ['done', 'failed']), b.waitForJob(two.job_id, ['done', 'failed'])]);
+    const [one, two] = await Promise.all([
+      a.submit(media.url('/watch?v=multiNode01')),
+      b.submit(media.url('/v/multiNode01')),
+    ]);
+    const [doneOne, doneTwo] = await Promise.all([
+      a.waitForJob(one.job_id, ['done', 'failed']),
+      b.waitForJob(two.job_id, ['done', 'failed']),
+    ]);
     expect([doneOne.status, doneTwo.status]).toEqual(['done', 'done']);
     expect(doneOne.result!.content_id).toBe(doneTwo.result!.content_id);
     expect(media.downloadsOf('/media/multi.flac')).toBe(1);
@@ -147,82 +167,99 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     for (const svc of nodes()) expect((await svc.getJob(submitted.job_id)).status).toBe('canceled');
   });
 
-  it(`${JOBS} jobs over two worker nodes; kill -9 of one mid-download: its jobs end done on the other, each URL downloaded once, nothing left over`, async () => {
-    const submitted = await Promise.all(tones.map((_, i) => nodes()[i % 3]!.submit(media.url(`/job-${i}.wav`))));
-    const ids = submitted.map((job) => job.job_id);
-    const victim = nodeIdOf(a);
+  it(
+    `${JOBS} jobs over two worker nodes; kill -9 of one mid-download: its jobs end done on the other, each URL downloaded once, nothing left over`,
+    async () => {
+      const submitted = await Promise.all(tones.map((_, i) => nodes()[i % 3]!.submit(media.url(`/job-${i}.wav`))));
+      const ids = submitted.map((job) => job.job_id);
+      const victim = nodeIdOf(a);
 
-    // Mid-download on the victim: it runs jobs, and bytes of them have arrived.
-    let running: string[] = [];
-    const deadline = Date.now() + 60_000;
-    while (Date.now() < deadline) {
-      const rows = await sql`select id from jobs where lock_owner = ${victim} and status = 'running' and progress_bytes > 0`;
-      running = rows.map((row) => row.id as string);
-      if (running.length >= 2) break;
-      await sleep(50);
-    }
-    expect(running.length).toBeGreaterThanOrEqual(1);
-    // Every job the victim holds now, whether its bytes have started to arrive or not.
-    const held = (await sql`select id from jobs where lock_owner = ${victim} and status = 'running'`).map((row) => row.id as string);
-    await a.killGroup();
-    const killedAt = Date.now();
+      // Mid-download on the victim: it runs jobs, and bytes of them have arrived.
+      let running: string[] = [];
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        const rows =
+          await sql`select id from jobs where lock_owner = ${victim} and status = 'running' and progress_bytes > 0`;
+        running = rows.map((row) => row.id as string);
+        if (running.length >= 2) break;
+        await sleep(50);
+      }
+      expect(running.length).toBeGreaterThanOrEqual(1);
+      // Every job the victim holds now, whether its bytes have started to arrive or not.
+      const held = (await sql`select id from jobs where lock_owner = ${victim} and status = 'running'`).map(
+        (row) => row.id as string,
+      );
+      await a.killGroup();
+      const killedAt = Date.now();
 
-    const ended = await Promise.all(ids.map((id) => api.waitForJob(id, ['done', 'failed', 'canceled'], HEAVY_TEST_TIMEOUT_MS - 60_000)));
-    expect(ended.map((job) => job.status)).toEqual(ids.map(() => 'done'));
-    // Distinct audio per URL: distinct content, none lost.
-    expect(new Set(ended.map((job) => job.result!.content_id)).size).toBe(JOBS);
+      const ended = await Promise.all(
+        ids.map((id) => api.waitForJob(id, ['done', 'failed', 'canceled'], HEAVY_TEST_TIMEOUT_MS - 60_000)),
+      );
+      expect(ended.map((job) => job.status)).toEqual(ids.map(() => 'done'));
+      // Distinct audio per URL: distinct content, none lost.
+      expect(new Set(ended.map((job) => job.result!.content_id)).size).toBe(JOBS);
 
-    // The victim's jobs were taken back (by a surviving node's sweep) once their lease ran out, and
-    // run again by the surviving worker node.
-    const tookBack = [...b.logs, ...api.logs].filter((line) => line.msg === 'took back jobs whose lease ran out');
-    expect(tookBack.reduce((sum, line) => sum + (line.requeued as number), 0)).toBe(held.length);
-    const firstTakeBack = Math.min(...tookBack.map((line) => Date.parse(line.time as string)));
-    // Within the lease, plus the sweep's period (half a lease) and a little slack for a busy machine.
-    expect(firstTakeBack - killedAt).toBeLessThan((LEASE_S * 1.5 + 3) * 1000);
-    for (const id of held) {
-      const job = ended[ids.indexOf(id)]!;
-      expect(job.attempts, id).toBeGreaterThanOrEqual(2);
-      expect(Date.parse(job.started_at as string), id).toBeGreaterThan(killedAt);
-    }
+      // The victim's jobs were taken back (by a surviving node's sweep) once their lease ran out, and
+      // run again by the surviving worker node.
+      const tookBack = [...b.logs, ...api.logs].filter((line) => line.msg === 'took back jobs whose lease ran out');
+      expect(tookBack.reduce((sum, line) => sum + (line.requeued as number), 0)).toBe(held.length);
+      const firstTakeBack = Math.min(...tookBack.map((line) => Date.parse(line.time as string)));
+      // Within the lease, plus the sweep's period (half a lease) and a little slack for a busy machine.
+      expect(firstTakeBack - killedAt).toBeLessThan((LEASE_S * 1.5 + 3) * 1000);
+      for (const id of held) {
+        const job = ended[ids.indexOf(id)]!;
+        expect(job.attempts, id).toBeGreaterThanOrEqual(2);
+        expect(Date.parse(job.started_at as string), id).toBeGreaterThan(killedAt);
+      }
 
-    // Every URL was downloaded to the end once: the killed node's downloads were cut off.
-    for (let i = 0; i < JOBS; i++) expect(media.downloadsOf(`/job-${i}.wav`), `/job-${i}.wav`).toBe(1);
+      // Every URL was downloaded to the end once: the killed node's downloads were cut off.
+      for (let i = 0; i < JOBS; i++) expect(media.downloadsOf(`/job-${i}.wav`), `/job-${i}.wav`).toBe(1);
 
-    // Nothing left over: every file at its address has its row and hashes to it, and back.
-    const files = await storedFiles(sharedRoot);
-    for (const file of files) expect(file.sha256).toBe(file.contentId);
-    const db = await readDb('', databaseUrl);
-    expect(db.totalsConsistent).toBe(true);
-    expect(new Set(files.map((file) => file.contentId))).toEqual(new Set(db.cacheEntries.map((row) => row.content_id)));
-    expect(db.jobs.filter((job) => job.status === 'queued' || job.status === 'running')).toEqual([]);
-    expect(await sql`select content_id, holder from store_pins`).toEqual([]);
-    // A job's record ends before its folder is removed: give the removal a moment.
-    for (const svc of [b, api]) {
-      const work = path.join(svc.dataDir, 'work');
-      const settle = Date.now() + 5_000;
-      while ((await readdir(work)).length > 0 && Date.now() < settle) await sleep(50);
-      expect(await readdir(work)).toEqual([]);
-    }
-    for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
+      // Nothing left over: every file at its address has its row and hashes to it, and back.
+      const files = await storedFiles(sharedRoot);
+      for (const file of files) expect(file.sha256).toBe(file.contentId);
+      const db = await readDb('', databaseUrl);
+      expect(db.totalsConsistent).toBe(true);
+      expect(new Set(files.map((file) => file.contentId))).toEqual(
+        new Set(db.cacheEntries.map((row) => row.content_id)),
+      );
+      expect(db.jobs.filter((job) => job.status === 'queued' || job.status === 'running')).toEqual([]);
+      expect(await sql`select content_id, holder from store_pins`).toEqual([]);
+      // A job's record ends before its folder is removed: give the removal a moment.
+      for (const svc of [b, api]) {
+        const work = path.join(svc.dataDir, 'work');
+        const settle = Date.now() + 5_000;
+        while ((await readdir(work)).length > 0 && Date.now() < settle) await sleep(50);
+        expect(await readdir(work)).toEqual([]);
+      }
+      for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
 
-    // The dead node's folder still holds its attempts' leftovers, and the shared root may hold a
-    // file it was staging when killed; a new node in its place clears them.
-    const leftovers = await readdir(path.join(a.dataDir, 'work'));
-    const staged = await readdir(path.join(sharedRoot, '.incoming')).catch(() => []);
-    const replacement = await startService({
-      apiKey,
-      dataDir: a.dataDir,
-      env: { DATABASE_URL: databaseUrl, ARTIFACT_ROOT: sharedRoot, WORKER_CONCURRENCY: '1', JOB_LEASE_S: String(LEASE_S), FETCH_ALLOW_HOSTS: media.hostPort },
-    });
-    try {
-      expect(replacement.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
-        work_folders_removed: leftovers.length,
-        incoming_removed: staged.length,
+      // The dead node's folder still holds its attempts' leftovers, and the shared root may hold a
+      // file it was staging when killed; a new node in its place clears them.
+      const leftovers = await readdir(path.join(a.dataDir, 'work'));
+      const staged = await readdir(path.join(sharedRoot, '.incoming')).catch(() => []);
+      const replacement = await startService({
+        apiKey,
+        dataDir: a.dataDir,
+        env: {
+          DATABASE_URL: databaseUrl,
+          ARTIFACT_ROOT: sharedRoot,
+          WORKER_CONCURRENCY: '1',
+          JOB_LEASE_S: String(LEASE_S),
+          FETCH_ALLOW_HOSTS: media.hostPort,
+        },
       });
-      expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
-      expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
-    } finally {
-      await replacement.stop();
-    }
-  }, HEAVY_TEST_TIMEOUT_MS);
+      try {
+        expect(replacement.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
+          work_folders_removed: leftovers.length,
+          incoming_removed: staged.length,
+        });
+        expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
+        expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);
+      } finally {
+        await replacement.stop();
+      }
+    },
+    HEAVY_TEST_TIMEOUT_MS,
+  );
 });

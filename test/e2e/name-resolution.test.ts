@@ -70,7 +70,10 @@ afterAll(async () => {
   if (hostsDir) await rm(hostsDir, { recursive: true, force: true });
 });
 
-async function submitAs(key: string, body: object): Promise<{ status: number; body: JobBody & { code?: string }; ms: number }> {
+async function submitAs(
+  key: string,
+  body: object,
+): Promise<{ status: number; body: JobBody & { code?: string }; ms: number }> {
   const started = performance.now();
   const res = await fetch(`${svc.baseUrl}/sources`, {
     method: 'POST',
@@ -101,13 +104,22 @@ describe('name resolution under a flood of names that never answer', () => {
       fetch(`${svc.baseUrl}/sources/batch`, {
         method: 'POST',
         headers: { authorization: `Bearer ${KEY_A}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ urls: Array.from({ length: BATCH_SIZE }, (_, i) => `http://n${i}-b${b}.silent.test/a.mp3`) }),
-      }).then(async (res) => ({ status: res.status, body: (await res.json()) as { results: Array<{ outcome: string; problem?: { code: string } }> }, at: performance.now() })),
+        body: JSON.stringify({
+          urls: Array.from({ length: BATCH_SIZE }, (_, i) => `http://n${i}-b${b}.silent.test/a.mp3`),
+        }),
+      }).then(async (res) => ({
+        status: res.status,
+        body: (await res.json()) as { results: Array<{ outcome: string; problem?: { code: string } }> },
+        at: performance.now(),
+      })),
     );
     // Under way: key A has every look-up it may have in flight.
     await dns.waitForQueries(LOOKUPS_PER_KEY, (q) => silentName(q) && q.type === 'A');
 
-    const during = await submitAs(KEY_B, { url: honest('during'), callback_url: `http://hook.honest.test:${receiver.port}/done` });
+    const during = await submitAs(KEY_B, {
+      url: honest('during'),
+      callback_url: `http://hook.honest.test:${receiver.port}/done`,
+    });
     expect(during.status, JSON.stringify(during.body)).toBe(202);
     // The egress guard and the callback sender resolve through the same name server meanwhile.
     const [callback] = await receiver.waitForRequests(1, 60_000);
@@ -127,7 +139,9 @@ describe('name resolution under a flood of names that never answer', () => {
     expect(asked('media.honest.test')).toBeGreaterThanOrEqual(3);
     expect(asked('hook.honest.test')).toBeGreaterThanOrEqual(2);
 
-    console.log(`key B's submission: ${before.ms.toFixed(0)} ms before the attack, ${during.ms.toFixed(0)} ms during it`);
+    console.log(
+      `key B's submission: ${before.ms.toFixed(0)} ms before the attack, ${during.ms.toFixed(0)} ms during it`,
+    );
     // A submission that waited for a place behind key A's look-ups would take DNS_TIMEOUT_S (2 s)
     // at least. The goal, within 1 s, is what the line above reports on a quiet machine; asserted
     // is only that B never waited for A (a loaded machine stretches every request).

@@ -28,8 +28,18 @@ beforeAll(async () => {
   media = await startMediaServer();
   const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 2, sampleRate: 48000, format: 'm4a' });
   media.serveFile('/log.m4a', tone.path, { contentType: 'audio/mp4' });
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ACCEL_REDIRECT_PREFIX: '/_artifacts/', URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET } });
-  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts'), urlSigningSecret: SHARED_URL_SIGNING_SECRET });
+  svc = await startService({
+    env: {
+      FETCH_ALLOW_HOSTS: media.hostPort,
+      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
+      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
+    },
+  });
+  nginx = await startNginx({
+    appPort: svc.port,
+    artifactRoot: path.join(svc.dataDir, 'artifacts'),
+    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
+  });
 });
 
 afterAll(async () => {
@@ -82,7 +92,9 @@ describe('nginx JSON access log', () => {
     // Every answer above has been logged: the four artifacts and the last poll.
     const lines = await nginx.accessLines(
       () => true,
-      (all) => all.filter((line) => line.route === '/artifacts/{cid}/{name}').length >= 4 && all.some((line) => line.uri === '/jobs/nope'),
+      (all) =>
+        all.filter((line) => line.route === '/artifacts/{cid}/{name}').length >= 4 &&
+        all.some((line) => line.uri === '/jobs/nope'),
     );
     const text = nginx.accessLog();
     expect(lines.length).toBeGreaterThanOrEqual(5);
@@ -102,20 +114,38 @@ describe('nginx JSON access log', () => {
     // The app saw the two requests in other forms than the one it issues, and no other; its log
     // of them carries no signature either.
     // The app logs a request once its answer has ended, which nginx may have seen first.
-    const appArtifactLines = () => svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
+    const appArtifactLines = () =>
+      svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
     await expectEventually(() => appArtifactLines().length >= 2);
     expect(appArtifactLines().length).toBe(2);
     expect(svc.output()).not.toContain(signature);
-    expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({ route: '/jobs/{id}', status: '200', cid: '' });
-    expect(lines.find((line) => line.uri === '/sources')).toMatchObject({ route: '/sources', status: '202', method: 'POST' });
+    expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({
+      route: '/jobs/{id}',
+      status: '200',
+      cid: '',
+    });
+    expect(lines.find((line) => line.uri === '/sources')).toMatchObject({
+      route: '/sources',
+      status: '202',
+      method: 'POST',
+    });
 
     // GoAccess, as docs/observability.md runs it (the page gives this very format).
-    expect(await readFile(path.join(ROOT, 'docs/observability.md'), 'utf8')).toContain(`--log-format='${GOACCESS_LOG_FORMAT}'`);
+    expect(await readFile(path.join(ROOT, 'docs/observability.md'), 'utf8')).toContain(
+      `--log-format='${GOACCESS_LOG_FORMAT}'`,
+    );
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-'));
     const logFile = path.join(dir, 'access.json');
     await writeFile(logFile, text);
     const report = path.join(dir, 'report.json');
-    await run('goaccess', [logFile, `--log-format=${GOACCESS_LOG_FORMAT}`, '--date-format=%Y-%m-%d', '--time-format=%H:%M:%S', '-o', report]);
+    await run('goaccess', [
+      logFile,
+      `--log-format=${GOACCESS_LOG_FORMAT}`,
+      '--date-format=%Y-%m-%d',
+      '--time-format=%H:%M:%S',
+      '-o',
+      report,
+    ]);
     const parsed = JSON.parse(await readFile(report, 'utf8')) as {
       general: { total_requests: number; valid_requests: number; failed_requests: number };
       vhosts: { data: Array<{ data: string; hits: { count: number } }> };
@@ -139,11 +169,18 @@ describe('request ids through nginx', () => {
       .find((line) => line.request_id === requestId);
 
   it('keeps a well-formed X-Request-Id end to end: answer, app log and access log', async () => {
-    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': WELL_FORMED });
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', {
+      authorization: `Bearer ${svc.apiKey}`,
+      'x-request-id': WELL_FORMED,
+    });
     expect(res.status).toBe(404);
     expect(res.headers.get('x-request-id')).toBe(WELL_FORMED);
-    expect((JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()) as { request_id?: string }).request_id).toBe(WELL_FORMED);
-    await expectEventually(() => svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404));
+    expect(
+      (JSON.parse(res.raw.subarray(res.raw.indexOf('\r\n\r\n') + 4).toString()) as { request_id?: string }).request_id,
+    ).toBe(WELL_FORMED);
+    await expectEventually(() =>
+      svc.logs.some((line) => line.msg === 'request' && line.request_id === WELL_FORMED && line.status === 404),
+    );
     await expectEventually(() => lineWith(WELL_FORMED)?.status === '404');
   });
 
@@ -157,7 +194,10 @@ describe('request ids through nginx', () => {
     ['a non-ASCII letter', 'caf\u00e9'],
     ['a quote', 'quo"te'],
   ])('replaces one with %s by its own, everywhere the request is seen', async (_label, offered) => {
-    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', { authorization: `Bearer ${svc.apiKey}`, 'x-request-id': offered });
+    const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', {
+      authorization: `Bearer ${svc.apiKey}`,
+      'x-request-id': offered,
+    });
     expect(res.status).toBe(404);
     const used = res.headers.get('x-request-id')!;
     expect(used).toMatch(/^[0-9a-f]{32}$/);
@@ -169,13 +209,23 @@ describe('request ids through nginx', () => {
   });
 
   it('keeps it on artifacts nginx answers alone, too', async () => {
-    const job = (await svc.waitForJob(((await (await fetch(nginx.url('/sources'), {
-      method: 'POST',
-      headers: { authorization: `Bearer ${svc.apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ url: media.url('/log.m4a') }),
-    })).json()) as { job_id: string }).job_id, ['done']));
+    const job = await svc.waitForJob(
+      (
+        (await (
+          await fetch(nginx.url('/sources'), {
+            method: 'POST',
+            headers: { authorization: `Bearer ${svc.apiKey}`, 'content-type': 'application/json' },
+            body: JSON.stringify({ url: media.url('/log.m4a') }),
+          })
+        ).json()) as { job_id: string }
+      ).job_id,
+      ['done'],
+    );
     const signed = job.result!.artifacts[0]!.signed_url;
-    for (const [offered, kept] of [[`${WELL_FORMED}.signed`, true], ['not kept', false]] as const) {
+    for (const [offered, kept] of [
+      [`${WELL_FORMED}.signed`, true],
+      ['not kept', false],
+    ] as const) {
       const res = await rawRequest(nginx.port, 'GET', signed, { range: 'bytes=0-3', 'x-request-id': offered });
       expect(res.status).toBe(206);
       const used = res.headers.get('x-request-id')!;
@@ -205,9 +255,18 @@ describe('bytes that are not UTF-8, from a client', () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-goaccess-bytes-'));
     try {
       await writeFile(path.join(dir, 'access.json'), log);
-      const args = [path.join(dir, 'access.json'), `--log-format=${GOACCESS_LOG_FORMAT}`, '--date-format=%Y-%m-%d', '--time-format=%H:%M:%S', '-o', path.join(dir, 'report.json')];
+      const args = [
+        path.join(dir, 'access.json'),
+        `--log-format=${GOACCESS_LOG_FORMAT}`,
+        '--date-format=%Y-%m-%d',
+        '--time-format=%H:%M:%S',
+        '-o',
+        path.join(dir, 'report.json'),
+      ];
       await run('goaccess', args);
-      const { general } = JSON.parse(await readFile(path.join(dir, 'report.json'), 'utf8')) as { general: { total_requests: number; failed_requests: number } };
+      const { general } = JSON.parse(await readFile(path.join(dir, 'report.json'), 'utf8')) as {
+        general: { total_requests: number; failed_requests: number };
+      };
       return { total: general.total_requests, failed: general.failed_requests };
     } finally {
       await rm(dir, { recursive: true, force: true });
@@ -219,10 +278,25 @@ describe('bytes that are not UTF-8, from a client', () => {
     ['a 0xff in the path', '/jobs/\xff\xfe', {}, { uri: `/jobs/${R}${R}` }],
     ['a cut sequence in the path, and a query', '/jobs/a\xc3?x=\xff', {}, { uri: `/jobs/a${R}?redacted` }],
     ['a 0xff in the User-Agent', '/healthz', { 'user-agent': 'agent \xff/1' }, { user_agent: `agent ${R}/1` }],
-    ['an overlong form and a surrogate in the User-Agent', '/healthz', { 'user-agent': '\xc0\xaf \xed\xa0\x80' }, { user_agent: `${R}${R} ${R}${R}${R}` }],
-    ['a 0xff in the Referer', '/healthz', { referer: 'http://ref.example/\xff' }, { referer: `http://ref.example/${R}` }],
+    [
+      'an overlong form and a surrogate in the User-Agent',
+      '/healthz',
+      { 'user-agent': '\xc0\xaf \xed\xa0\x80' },
+      { user_agent: `${R}${R} ${R}${R}${R}` },
+    ],
+    [
+      'a 0xff in the Referer',
+      '/healthz',
+      { referer: 'http://ref.example/\xff' },
+      { referer: `http://ref.example/${R}` },
+    ],
     ['a 0xff in the Range', '/healthz', { range: 'bytes=\xff-' }, { range: `bytes=${R}-` }],
-    ['well-formed UTF-8 (é, ♫, 𝄞) kept as it is, with a quote and a backslash', '/healthz', { 'user-agent': 'caf\xc3\xa9 \xe2\x99\xab \xf0\x9d\x84\x9e "q" \\' }, { user_agent: 'café ♫ 𝄞 "q" \\' }],
+    [
+      'well-formed UTF-8 (é, ♫, 𝄞) kept as it is, with a quote and a backslash',
+      '/healthz',
+      { 'user-agent': 'caf\xc3\xa9 \xe2\x99\xab \xf0\x9d\x84\x9e "q" \\' },
+      { user_agent: 'café ♫ 𝄞 "q" \\' },
+    ],
   ];
 
   it('every line is valid UTF-8 JSON, each such byte logged as U+FFFD, and GoAccess reads every line', async () => {
@@ -240,14 +314,19 @@ describe('bytes that are not UTF-8, from a client', () => {
     const parsed = (lines as string[]).map((line) => JSON.parse(line) as LogLine);
     // The control: the bytes reached nginx and its log, in the field they were sent in.
     for (const [i, [label, , , expected]] of cases.entries()) {
-      expect(parsed.find((line) => line.request_id === `bytes-${i}`), label).toMatchObject(expected);
+      expect(
+        parsed.find((line) => line.request_id === `bytes-${i}`),
+        label,
+      ).toMatchObject(expected);
     }
     expect(await goaccess(bytes)).toEqual({ total: parsed.length, failed: 0 });
   });
 
   it('the control: the same line with the raw byte is not UTF-8, and GoAccess does not read it', async () => {
     const bytes = await readFile(nginx.accessLogPath);
-    const line = decodeLines(bytes).find((text) => typeof text === 'string' && text.includes('"request_id":"bytes-2"')) as string;
+    const line = decodeLines(bytes).find(
+      (text) => typeof text === 'string' && text.includes('"request_id":"bytes-2"'),
+    ) as string;
     expect(line).toBeDefined();
     const raw = Buffer.concat([Buffer.from(line.replace(R, '\uE000'), 'utf8'), Buffer.from('\n')]);
     // U+E000's bytes as a stand-in, then swapped for the single byte the client sent.

@@ -17,10 +17,18 @@ let toneBytes: number;
 
 beforeAll(async () => {
   media = await startMediaServer();
-  const tone = await makeTone(path.join(tmpdir(), 'source-fetch-fixtures'), { seconds: 3, channels: 2, sampleRate: 48000, format: 'm4a' });
+  const tone = await makeTone(path.join(tmpdir(), 'source-fetch-fixtures'), {
+    seconds: 3,
+    channels: 2,
+    sampleRate: 48000,
+    format: 'm4a',
+  });
   toneBytes = (await stat(tone.path)).size;
   media.serveFile('/metrics-tone.m4a', tone.path, { contentType: 'audio/mp4' });
-  media.serveFile('/metrics-slow.m4a', tone.path, { contentType: 'audio/mp4', throttleBytesPerSec: Math.ceil(toneBytes / 4) });
+  media.serveFile('/metrics-slow.m4a', tone.path, {
+    contentType: 'audio/mp4',
+    throttleBytesPerSec: Math.ceil(toneBytes / 4),
+  });
   // The request-series test sends 2,000 requests with one key: no rate limit here.
   svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, RATE_LIMIT_PER_MINUTE: '0' } });
 });
@@ -63,7 +71,11 @@ describe('metrics', () => {
     const after = await series('source_fetch_http_requests_total{');
     expect(after.map((line) => line.replace(/ \d+$/, ''))).toEqual(before.map((line) => line.replace(/ \d+$/, '')));
     expect((await series('source_fetch_http_request_duration_seconds_bucket{')).length).toBe(histogramBefore.length);
-    expect(after).toContainEqual(expect.stringMatching(/^source_fetch_http_requests_total\{method="GET",route="\/jobs\/\{id\}",status="404"\} \d+$/));
+    expect(after).toContainEqual(
+      expect.stringMatching(
+        /^source_fetch_http_requests_total\{method="GET",route="\/jobs\/\{id\}",status="404"\} \d+$/,
+      ),
+    );
     expect(after).toContainEqual(expect.stringMatching(/route="\/artifacts\/\{cid\}\/\{name\}"/));
     expect(after).toContainEqual(expect.stringMatching(/route="unmatched"/));
     expect(after.join('\n')).not.toMatch(/[0-9a-f]{64}/);
@@ -109,7 +121,10 @@ describe('metrics', () => {
     const res = await svc.request('/metrics');
     expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
     const text = await res.text();
-    const families = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => ({ name: name!, type: type! }));
+    const families = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => ({
+      name: name!,
+      type: type!,
+    }));
     expect(families.length).toBeGreaterThan(20);
     // prom-client's own, as every Node.js service exports them (process_*, nodejs_*)...
     const standard = families.filter((family) => !family.name.startsWith('source_fetch_'));
@@ -128,10 +143,18 @@ describe('metrics', () => {
     expect(families.filter((family) => /^source_fetch_(process|nodejs)_/.test(family.name))).toEqual([]);
     // ...and the service's own under it.
     const own = families.filter((family) => family.name.startsWith('source_fetch_')).map((family) => family.name);
-    expect(own).toEqual(expect.arrayContaining(['source_fetch_http_requests_total', 'source_fetch_jobs_queued', 'source_fetch_callback_attempts_total']));
+    expect(own).toEqual(
+      expect.arrayContaining([
+        'source_fetch_http_requests_total',
+        'source_fetch_jobs_queued',
+        'source_fetch_callback_attempts_total',
+      ]),
+    );
     const samples = text.split('\n').filter((line) => line !== '' && !line.startsWith('#'));
     expect(samples.filter((line) => !/^(source_fetch|process|nodejs)_/.test(line))).toEqual([]);
-    expect(Number(samples.find((line) => line.startsWith('process_resident_memory_bytes '))?.split(' ')[1])).toBeGreaterThan(1_000_000);
+    expect(
+      Number(samples.find((line) => line.startsWith('process_resident_memory_bytes '))?.split(' ')[1]),
+    ).toBeGreaterThan(1_000_000);
   });
 
   it('pass promtool check metrics (control: promtool flags a gauge named like a counter)', async () => {
@@ -181,7 +204,7 @@ describe('logs', () => {
     expect(await logLine((entry) => entry.request_id === made)).toMatchObject({ msg: 'request', status: 404 });
   });
 
-  it("tie every line of a job to it and to the request that submitted it; request lines name their job", async () => {
+  it('tie every line of a job to it and to the request that submitted it; request lines name their job', async () => {
     const submitted = await svc.request('/sources', {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-request-id': 'submit-request-7' },
@@ -202,7 +225,10 @@ describe('logs', () => {
       born_done: false,
       callback: false,
     });
-    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'poll-request-8')).toMatchObject({ route: '/jobs/{id}', status: 200 });
+    expect(lines.find((line) => line.msg === 'request' && line.request_id === 'poll-request-8')).toMatchObject({
+      route: '/jobs/{id}',
+      status: 200,
+    });
     // The worker's own lines carry the submission's request id.
     const workerLines = lines.filter((line) => line.msg !== 'request');
     expect(workerLines.map((line) => line.msg)).toContain('job done');
@@ -216,7 +242,10 @@ describe('logs', () => {
       auth: false,
       headers: { 'x-request-id': 'signature-probe' },
     });
-    await svc.request('/jobs/x', { auth: false, headers: { 'x-api-key': 'KEY-THAT-MUST-NOT-BE-LOGGED', 'x-request-id': 'key-probe' } });
+    await svc.request('/jobs/x', {
+      auth: false,
+      headers: { 'x-api-key': 'KEY-THAT-MUST-NOT-BE-LOGGED', 'x-request-id': 'key-probe' },
+    });
     await logLine((line) => line.msg === 'request' && line.request_id === 'signature-probe');
     await logLine((line) => line.msg === 'request' && line.request_id === 'key-probe');
     const output = svc.output();

@@ -19,7 +19,9 @@ let receiver: WebhookReceiver;
 beforeAll(async () => {
   media = await startMediaServer();
   receiver = await startWebhookReceiver();
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: '127.0.0.1', WEBHOOK_RETRY_BASE_S: '0.2', WEBHOOK_TIMEOUT_S: '2' } });
+  svc = await startService({
+    env: { FETCH_ALLOW_HOSTS: '127.0.0.1', WEBHOOK_RETRY_BASE_S: '0.2', WEBHOOK_TIMEOUT_S: '2' },
+  });
 });
 afterAll(async () => {
   await svc?.stop();
@@ -40,22 +42,41 @@ interface Dashboard {
 
 /** Every PromQL query of the dashboard: its panels' targets and its variables' label_values selectors. */
 async function dashboardQueries(): Promise<Array<{ where: string; expr: string }>> {
-  const dashboard = JSON.parse(await readFile(path.join(ROOT, 'ops/grafana/source-fetch.dashboard.json'), 'utf8')) as Dashboard;
-  const panels = dashboard.panels.flatMap((panel) => (panel.targets ?? []).map((target) => ({ where: `panel "${panel.title}"`, expr: target.expr })));
+  const dashboard = JSON.parse(
+    await readFile(path.join(ROOT, 'ops/grafana/source-fetch.dashboard.json'), 'utf8'),
+  ) as Dashboard;
+  const panels = dashboard.panels.flatMap((panel) =>
+    (panel.targets ?? []).map((target) => ({ where: `panel "${panel.title}"`, expr: target.expr })),
+  );
   const variables = dashboard.templating.list
     .filter((variable) => variable.type === 'query')
-    .map((variable) => ({ where: `variable $${variable.name}`, expr: grafanaVariableSelector(typeof variable.query === 'string' ? variable.query : variable.query.query) }));
+    .map((variable) => ({
+      where: `variable $${variable.name}`,
+      expr: grafanaVariableSelector(typeof variable.query === 'string' ? variable.query : variable.query.query),
+    }));
   return [...panels, ...variables];
 }
 
 async function ruleQueries(): Promise<Array<{ where: string; expr: string }>> {
-  const rules = parse(await readFile(path.join(ROOT, 'ops/prometheus/source-fetch.rules.yml'), 'utf8')) as { groups: Array<{ rules: Array<{ alert: string; expr: string }> }> };
-  return rules.groups.flatMap((group) => group.rules.map((rule) => ({ where: `alert ${rule.alert}`, expr: rule.expr })));
+  const rules = parse(await readFile(path.join(ROOT, 'ops/prometheus/source-fetch.rules.yml'), 'utf8')) as {
+    groups: Array<{ rules: Array<{ alert: string; expr: string }> }>;
+  };
+  return rules.groups.flatMap((group) =>
+    group.rules.map((rule) => ({ where: `alert ${rule.alert}`, expr: rule.expr })),
+  );
 }
 
 /** The names each query reads that `exported` lacks, but those in `besides`. */
-function unknownNames(queries: Array<{ where: string; expr: string }>, exported: Set<string>, besides: string[] = []): string[] {
-  return queries.flatMap(({ where, expr }) => metricNamesIn(expr).filter((name) => !exported.has(name) && !besides.includes(name)).map((name) => `${where}: ${name}`));
+function unknownNames(
+  queries: Array<{ where: string; expr: string }>,
+  exported: Set<string>,
+  besides: string[] = [],
+): string[] {
+  return queries.flatMap(({ where, expr }) =>
+    metricNamesIn(expr)
+      .filter((name) => !exported.has(name) && !besides.includes(name))
+      .map((name) => `${where}: ${name}`),
+  );
 }
 
 describe('ops/ against a real /metrics', () => {
@@ -81,14 +102,27 @@ describe('ops/ against a real /metrics', () => {
   });
 
   it('exports the release date the downloader names, as /healthz shows it', async () => {
-    const health = (await (await svc.request('/healthz', { auth: false })).json()) as { downloader: { version: string; released_on: string } };
+    const health = (await (await svc.request('/healthz', { auth: false })).json()) as {
+      downloader: { version: string; released_on: string };
+    };
     expect(health.downloader.released_on).toMatch(/^\d{4}-\d{2}-\d{2}$/);
-    const lines = (await scrape()).split('\n').filter((line) => line.startsWith('source_fetch_downloader_release_timestamp_seconds'));
-    expect(lines).toEqual([`source_fetch_downloader_release_timestamp_seconds{version="${health.downloader.version}"} ${Date.parse(health.downloader.released_on) / 1000}`]);
+    const lines = (await scrape())
+      .split('\n')
+      .filter((line) => line.startsWith('source_fetch_downloader_release_timestamp_seconds'));
+    expect(lines).toEqual([
+      `source_fetch_downloader_release_timestamp_seconds{version="${health.downloader.version}"} ${Date.parse(health.downloader.released_on) / 1000}`,
+    ]);
   });
 
   it('counts callback attempts by result: a 503, then the 2xx that delivers (control: none before the first attempt)', async () => {
-    const count = async (result: string) => Number(/ (\S+)$/.exec((await scrape()).split('\n').find((line) => line.startsWith(`source_fetch_callback_attempts_total{result="${result}"}`)) ?? ' 0')![1]);
+    const count = async (result: string) =>
+      Number(
+        / (\S+)$/.exec(
+          (await scrape())
+            .split('\n')
+            .find((line) => line.startsWith(`source_fetch_callback_attempts_total{result="${result}"}`)) ?? ' 0',
+        )![1],
+      );
     expect(await count('5xx')).toBe(0);
     expect(await count('2xx')).toBe(0);
     receiver.script(503);

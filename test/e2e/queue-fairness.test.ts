@@ -25,7 +25,8 @@ beforeAll(async () => {
   const tone = await makeTone(FIXTURE_DIR, { seconds: 3, channels: 1, sampleRate: 44100, format: 'flac' });
   // Each download takes about a second.
   const throttleBytesPerSec = Math.ceil((await stat(tone.path)).size / 1);
-  for (let i = 0; i < BULK_JOBS; i++) media.serveFile(`/bulk-${i}.flac`, tone.path, { contentType: 'audio/flac', throttleBytesPerSec });
+  for (let i = 0; i < BULK_JOBS; i++)
+    media.serveFile(`/bulk-${i}.flac`, tone.path, { contentType: 'audio/flac', throttleBytesPerSec });
   media.serveFile('/other.flac', tone.path, { contentType: 'audio/flac', throttleBytesPerSec });
 });
 
@@ -48,7 +49,12 @@ describe.each(BACKENDS)('queue turns across keys on %s', (kind) => {
   beforeAll(async () => {
     svc = await startService({
       apiKey: KEY_BULK,
-      env: { ...(await serviceEnv(kind)), API_KEYS: `${KEY_BULK},${KEY_OTHER}`, FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2' },
+      env: {
+        ...(await serviceEnv(kind)),
+        API_KEYS: `${KEY_BULK},${KEY_OTHER}`,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        WORKER_CONCURRENCY: '2',
+      },
     });
   });
   afterAll(async () => {

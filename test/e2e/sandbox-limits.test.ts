@@ -42,7 +42,13 @@ async function waitFor(check: () => boolean, timeoutMs: number): Promise<void> {
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'sf-sandbox-limits-'));
-  const common = { unshare: 'unshare', python: '/usr/bin/python3', guardSocket: path.join(dir, 'absent.sock'), hostNetns: readHostNetns(), run: runProcess };
+  const common = {
+    unshare: 'unshare',
+    python: '/usr/bin/python3',
+    guardSocket: path.join(dir, 'absent.sock'),
+    hostNetns: readHostNetns(),
+    run: runProcess,
+  };
   confined = createSandbox({ mode: 'netns', guardAuthority: null, ...common });
   unconfined = createSandbox({ mode: 'off', guardAuthority: '127.0.0.1:9', ...common, guardSocket: null });
   resident = createResidentSandbox({
@@ -115,9 +121,22 @@ it('processes: an unprivileged run cannot start more than its processes (the ker
   const FORK_64 = python(
     'import os, time\nkids = []\nfor _ in range(64):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(2); os._exit(0)\n    kids.append(pid)\nprint(len(kids))',
   );
-  const refused = await unprivileged.run({ ...FORK_64, cwd: '/', network: 'none', limits: LIMITS, timeoutMs: 30_000, stdoutCaptureBytes: 4096 });
+  const refused = await unprivileged.run({
+    ...FORK_64,
+    cwd: '/',
+    network: 'none',
+    limits: LIMITS,
+    timeoutMs: 30_000,
+    stdoutCaptureBytes: 4096,
+  });
   expect(refused.exitCode).not.toBe(0);
   expect(exceededLimit(refused)).toBe('processes');
-  const free = await unprivileged.run({ ...FORK_64, cwd: '/', network: 'none', timeoutMs: 30_000, stdoutCaptureBytes: 4096 });
+  const free = await unprivileged.run({
+    ...FORK_64,
+    cwd: '/',
+    network: 'none',
+    timeoutMs: 30_000,
+    stdoutCaptureBytes: 4096,
+  });
   expect(free.stdout.trim()).toBe('64');
 });

@@ -31,7 +31,13 @@ beforeAll(async () => {
   await mkdir(path.join(dir, 'work', 'job-b.1'));
   await writeFile(path.join(dir, 'work', 'job-b.1', 'download.mp3'), 'another job');
   residentSocket = path.join(dir, 'resident.sock');
-  const common = { unshare: 'unshare', python: '/usr/bin/python3', guardSocket: path.join(dir, 'absent.sock'), hostNetns: readHostNetns(), run: runProcess };
+  const common = {
+    unshare: 'unshare',
+    python: '/usr/bin/python3',
+    guardSocket: path.join(dir, 'absent.sock'),
+    hostNetns: readHostNetns(),
+    run: runProcess,
+  };
   confined = createSandbox({ mode: 'netns', guardAuthority: null, ...common });
   resident = createResidentSandbox({
     spawned: confined,
@@ -85,7 +91,14 @@ describe.each([
       python: '/usr/bin/python3',
     };
     const run = (mountView: boolean) =>
-      sandboxOf().run({ ...probe(paths), cwd: jobDir, network: 'none', mountView, timeoutMs: 30_000, stdoutCaptureBytes: 64 * 1024 });
+      sandboxOf().run({
+        ...probe(paths),
+        cwd: jobDir,
+        network: 'none',
+        mountView,
+        timeoutMs: 30_000,
+        stdoutCaptureBytes: 64 * 1024,
+      });
 
     const viewed = await run(true);
     expect(viewed.stderrTail).toBe('');
@@ -111,6 +124,13 @@ describe.each([
     const outside = JSON.parse(control.stdout) as { seen: Record<string, boolean> };
     // The tool runs as root of its own user namespace, mapped to the service's user: without the
     // view it can open whatever that user can, and its PID namespace does not hide the host's /proc.
-    expect(outside.seen).toMatchObject({ database: true, secret: true, otherJob: true, serviceProc: true, residentSocket: true, ownFolder: true });
+    expect(outside.seen).toMatchObject({
+      database: true,
+      secret: true,
+      otherJob: true,
+      serviceProc: true,
+      residentSocket: true,
+      ownFolder: true,
+    });
   });
 });

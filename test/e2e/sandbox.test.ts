@@ -65,15 +65,29 @@ beforeAll(async () => {
   });
   const playlist = (lines: string[]) => (_req: unknown, res: import('node:http').ServerResponse) => {
     res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-    res.end(['#EXTM3U', '#EXT-X-VERSION:3', '#EXT-X-TARGETDURATION:2', '#EXT-X-MEDIA-SEQUENCE:0', ...lines, '#EXT-X-ENDLIST', ''].join('\n'));
+    res.end(
+      [
+        '#EXTM3U',
+        '#EXT-X-VERSION:3',
+        '#EXT-X-TARGETDURATION:2',
+        '#EXT-X-MEDIA-SEQUENCE:0',
+        ...lines,
+        '#EXT-X-ENDLIST',
+        '',
+      ].join('\n'),
+    );
   };
   media.route('/local.m3u8', playlist(['#EXTINF:2.0,', media.url('/seg0.mp3')]));
   media.route('/trap-segments.m3u8', playlist(['#EXTINF:2.0,', `http://${trap.authority}/seg0.ts`]));
   media.route('/ftp-segments.m3u8', playlist(['#EXTINF:2.0,', `ftp://${trap.authority}/seg0.ts`]));
   media.route(
     '/sample-aes.m3u8',
-        // yt-dlp gives ffmpeg its proxy as http_proxy, which httpproxy: ignores.
-    playlist([`#EXT-X-KEY:METHOD=SAMPLE-AES,URI="${media.url('/key.bin')}",KEYFORMAT="identity"`, '#EXTINF:2.0,', `httpproxy://${trap.authority}/127.0.0.1:80/seg.ts`]),
+    // yt-dlp gives ffmpeg its proxy as http_proxy, which httpproxy: ignores.
+    playlist([
+      `#EXT-X-KEY:METHOD=SAMPLE-AES,URI="${media.url('/key.bin')}",KEYFORMAT="identity"`,
+      '#EXTINF:2.0,',
+      `httpproxy://${trap.authority}/127.0.0.1:80/seg.ts`,
+    ]),
   );
   media.redirect('/to-ftp', `ftp://${trap.authority}/a.mp3`);
   media.serveFile('/slow.mp3', tone.path, { contentType: 'audio/mpeg', throttleBytesPerSec: 1024 });
@@ -120,56 +134,94 @@ async function run(
   const result =
     how === 'plain'
       ? await runProcess({ ...common, args: args(tcpProxy.url!) })
-      : await (how === 'confined' ? sandbox : resident).run({ ...common, args: args(`http://${sandbox.guardAuthority}`), network: 'guard' });
+      : await (how === 'confined' ? sandbox : resident).run({
+          ...common,
+          args: args(`http://${sandbox.guardAuthority}`),
+          network: 'guard',
+        });
   return { reached: (await trapCount()) - before, result };
 }
 
-const ytdlp = (url: string, extra: string[] = []) => (proxy: string) => [
-  '--ignore-config',
-  '--no-cache-dir',
-  '--no-playlist',
-  '--proxy',
-  proxy,
-  '--hls-prefer-native',
-  '-o',
-  'source.%(ext)s',
-  ...extra,
-  '--',
-  url,
-];
+const ytdlp =
+  (url: string, extra: string[] = []) =>
+  (proxy: string) => [
+    '--ignore-config',
+    '--no-cache-dir',
+    '--no-playlist',
+    '--proxy',
+    proxy,
+    '--hls-prefer-native',
+    '-o',
+    'source.%(ext)s',
+    ...extra,
+    '--',
+    url,
+  ];
 
 describe('the sandbox, against the real tools', () => {
   it('checks itself: its own network namespace, only loopback, and the egress guard answering through the bridge', async () => {
     const socketPath = path.join(dir, 'guard.sock');
-    const guard = await startEgressGuard({ resolve: () => Promise.resolve([]), dial: () => Promise.reject(new Error('no dialing here')), allowHosts: [], socketPath });
+    const guard = await startEgressGuard({
+      resolve: () => Promise.resolve([]),
+      dial: () => Promise.reject(new Error('no dialing here')),
+      allowHosts: [],
+      socketPath,
+    });
     try {
-      const withGuard = createSandbox({ mode: 'netns', unshare: 'unshare', python: '/usr/bin/python3', guardSocket: socketPath, guardAuthority: null, hostNetns: readHostNetns(), run: runProcess });
+      const withGuard = createSandbox({
+        mode: 'netns',
+        unshare: 'unshare',
+        python: '/usr/bin/python3',
+        guardSocket: socketPath,
+        guardAuthority: null,
+        hostNetns: readHostNetns(),
+        run: runProcess,
+      });
       expect(await withGuard.check()).toEqual({ mode: 'netns', ok: true });
     } finally {
       await guard.close();
     }
     // The plain proxy is no egress guard: it does not ask for credentials, and the check says so.
-    expect(await sandbox.check()).toEqual({ mode: 'netns', ok: false, reason: 'the egress guard is not reachable from the sandbox (HTTP/1.1 403 Forbidden)' });
+    expect(await sandbox.check()).toEqual({
+      mode: 'netns',
+      ok: false,
+      reason: 'the egress guard is not reachable from the sandbox (HTTP/1.1 403 Forbidden)',
+    });
   });
 
-  it.each(['confined', 'resident'] as const)('control: yt-dlp fetches a local HLS playlist through the bridge (%s)', async (how) => {
-    const before = unixProxy.requests.length;
-    const { reached, result } = await run(how, 'yt-dlp', ytdlp(media.url('/local.m3u8')));
-    expect(result.stderrTail).not.toMatch(/ERROR/);
-    expect(result.exitCode).toBe(0);
-    expect(reached).toBe(0);
-    expect(unixProxy.requests.slice(before).some((line) => line.includes('/seg0.mp3'))).toBe(true);
-  });
+  it.each(['confined', 'resident'] as const)(
+    'control: yt-dlp fetches a local HLS playlist through the bridge (%s)',
+    async (how) => {
+      const before = unixProxy.requests.length;
+      const { reached, result } = await run(how, 'yt-dlp', ytdlp(media.url('/local.m3u8')));
+      expect(result.stderrTail).not.toMatch(/ERROR/);
+      expect(result.exitCode).toBe(0);
+      expect(reached).toBe(0);
+      expect(unixProxy.requests.slice(before).some((line) => line.includes('/seg0.mp3'))).toBe(true);
+    },
+  );
 
   const cases: Array<[string, string, (proxy: string) => string[]]> = [
-    ['a plain TCP connect() from any program', 'python3', () => ['-c', `import socket; socket.create_connection(('127.0.0.1', ${trap.port}), timeout=5)`]],
-    ["yt-dlp's smuggled fragment that turns the proxy off", 'yt-dlp', (p) => ytdlp(smuggle(media.url('/trap-segments.m3u8')))(p)],
+    [
+      'a plain TCP connect() from any program',
+      'python3',
+      () => ['-c', `import socket; socket.create_connection(('127.0.0.1', ${trap.port}), timeout=5)`],
+    ],
+    [
+      "yt-dlp's smuggled fragment that turns the proxy off",
+      'yt-dlp',
+      (p) => ytdlp(smuggle(media.url('/trap-segments.m3u8')))(p),
+    ],
     ['yt-dlp following a redirect to ftp://', 'yt-dlp', (p) => ytdlp(media.url('/to-ftp'))(p)],
     ['yt-dlp fetching HLS segments over ftp://', 'yt-dlp', (p) => ytdlp(media.url('/ftp-segments.m3u8'))(p)],
     ['yt-dlp handing a SAMPLE-AES playlist to ffmpeg', 'yt-dlp', (p) => ytdlp(media.url('/sample-aes.m3u8'))(p)],
     ['ffmpeg opening tcp:', 'ffmpeg', () => ['-nostdin', '-i', `tcp://${trap.authority}`, '-f', 'null', '-']],
     ['ffmpeg opening rtmp:', 'ffmpeg', () => ['-nostdin', '-i', `rtmp://${trap.authority}/live/x`, '-f', 'null', '-']],
-    ['ffmpeg opening httpproxy:', 'ffmpeg', () => ['-nostdin', '-i', `httpproxy://${trap.authority}/127.0.0.1:80/x`, '-f', 'null', '-']],
+    [
+      'ffmpeg opening httpproxy:',
+      'ffmpeg',
+      () => ['-nostdin', '-i', `httpproxy://${trap.authority}/127.0.0.1:80/x`, '-f', 'null', '-'],
+    ],
   ];
 
   for (const [name, command, args] of cases) {
@@ -192,12 +244,19 @@ describe('the sandbox, against the real tools', () => {
     udp.on('message', (message) => received.push(message.toString()));
     udp.bind(0, '127.0.0.1');
     await once(udp, 'listening');
-    const send = (text: string) =>
-      ['-c', `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'${text}', ('127.0.0.1', ${udp.address().port}))`];
+    const send = (text: string) => [
+      '-c',
+      `import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'${text}', ('127.0.0.1', ${udp.address().port}))`,
+    ];
     expect((await runProcess({ command: 'python3', args: send('control'), timeoutMs: 10_000 })).exitCode).toBe(0);
     // Sent without error, onto the sandbox's own loopback, where nobody receives it.
-    expect((await sandbox.run({ command: 'python3', args: send('confined'), network: 'guard', timeoutMs: 10_000 })).exitCode).toBe(0);
-    expect((await resident.run({ command: 'python3', args: send('resident'), network: 'guard', timeoutMs: 10_000 })).exitCode).toBe(0);
+    expect(
+      (await sandbox.run({ command: 'python3', args: send('confined'), network: 'guard', timeoutMs: 10_000 })).exitCode,
+    ).toBe(0);
+    expect(
+      (await resident.run({ command: 'python3', args: send('resident'), network: 'guard', timeoutMs: 10_000 }))
+        .exitCode,
+    ).toBe(0);
     // Our own datagram last: once it is in, anything sent before it on this loopback is too.
     udp.send('marker', udp.address().port, '127.0.0.1');
     await waitFor(() => received.includes('marker'));
@@ -205,26 +264,34 @@ describe('the sandbox, against the real tools', () => {
     expect(received.sort()).toEqual(['control', 'marker']);
   });
 
-  it.each(['confined', 'resident'] as const)('ends the whole sandbox, helpers included, when the tool is killed (%s)', async (how) => {
-    const marker = `sandbox-orphan-${process.pid}-${Date.now()}`;
-    const controller = new AbortController();
-    // The tool starts a helper in a session of its own (setsid), out of our process group.
-    const running = (how === 'confined' ? sandbox : resident).run({
-      command: 'sh',
-      args: ['-c', `setsid sh -c 'sleep 300; : ${marker}' & echo started; exec sleep 300`],
-      network: 'none',
-      signal: controller.signal,
-      onStdoutLine: () => controller.abort(),
-      killGraceMs: 200,
-    });
-    const result = await running;
-    expect(result.aborted).toBe(true);
-    await waitFor(async () => (await processesWith(marker)).length === 0);
-  });
+  it.each(['confined', 'resident'] as const)(
+    'ends the whole sandbox, helpers included, when the tool is killed (%s)',
+    async (how) => {
+      const marker = `sandbox-orphan-${process.pid}-${Date.now()}`;
+      const controller = new AbortController();
+      // The tool starts a helper in a session of its own (setsid), out of our process group.
+      const running = (how === 'confined' ? sandbox : resident).run({
+        command: 'sh',
+        args: ['-c', `setsid sh -c 'sleep 300; : ${marker}' & echo started; exec sleep 300`],
+        network: 'none',
+        signal: controller.signal,
+        onStdoutLine: () => controller.abort(),
+        killGraceMs: 200,
+      });
+      const result = await running;
+      expect(result.aborted).toBe(true);
+      await waitFor(async () => (await processesWith(marker)).length === 0);
+    },
+  );
 
   it('works for an unprivileged user, through an unprivileged user namespace', async () => {
     const unprivileged = await unprivilegedSandbox(dir);
-    const result = await unprivileged.run({ command: 'python3', args: ['-I', '-S', '-c', 'import os; print(os.getuid(), open("/proc/self/uid_map").read().split())'], network: 'none', stdoutCaptureBytes: 4096 });
+    const result = await unprivileged.run({
+      command: 'python3',
+      args: ['-I', '-S', '-c', 'import os; print(os.getuid(), open("/proc/self/uid_map").read().split())'],
+      network: 'none',
+      stdoutCaptureBytes: 4096,
+    });
     expect(result.confinementFailure).toBeNull();
     expect(result.exitCode).toBe(0);
     // Root inside, mapped to nobody (65534) outside.
@@ -248,7 +315,15 @@ describe('the sandbox, against the real tools', () => {
     const fake = path.join(dir, 'fake-unshare');
     await writeFile(fake, '#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift; exec "$@"\n');
     await chmod(fake, 0o755);
-    const shared = createSandbox({ mode: 'netns', unshare: fake, python: '/usr/bin/python3', guardSocket: path.join(dir, 'absent.sock'), guardAuthority: null, hostNetns: readHostNetns(), run: runProcess });
+    const shared = createSandbox({
+      mode: 'netns',
+      unshare: fake,
+      python: '/usr/bin/python3',
+      guardSocket: path.join(dir, 'absent.sock'),
+      guardAuthority: null,
+      hostNetns: readHostNetns(),
+      run: runProcess,
+    });
     const ran = await shared.run({ command: 'touch', args: [path.join(dir, 'should-not-exist')], network: 'none' });
     expect(ran.confinementFailure).toMatch(/not in a network namespace of its own/);
     await expect(readFile(path.join(dir, 'should-not-exist'))).rejects.toThrow();
@@ -261,7 +336,8 @@ describe('the resident sandbox', () => {
   async function residentPid(): Promise<number> {
     for (const pid of await processesMatching(`--listen ${residentSocket}`)) {
       const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
-      if (argv.some((arg) => arg.endsWith('resident.py')) && !argv.some((arg) => arg.endsWith('confine.py'))) return pid;
+      if (argv.some((arg) => arg.endsWith('resident.py')) && !argv.some((arg) => arg.endsWith('confine.py')))
+        return pid;
     }
     throw new Error('no resident process');
   }
@@ -271,7 +347,14 @@ describe('the resident sandbox', () => {
     const lines: string[] = [];
     const controller = new AbortController();
     const script = `import json,os,sys,time; print(json.dumps({"net": os.readlink("/proc/self/ns/net"), "pid": os.readlink("/proc/self/ns/pid_for_children"), "user": os.readlink("/proc/self/ns/user")}), flush=True); time.sleep(300) # ${marker}`;
-    const done = resident.run({ command: 'python3', args: ['-c', script], network: 'none', signal: controller.signal, onStdoutLine: (line) => lines.push(line), killGraceMs: 200 });
+    const done = resident.run({
+      command: 'python3',
+      args: ['-c', script],
+      network: 'none',
+      signal: controller.signal,
+      onStdoutLine: (line) => lines.push(line),
+      killGraceMs: 200,
+    });
     return { lines, stop: () => controller.abort(), done };
   }
 
@@ -295,7 +378,10 @@ describe('the resident sandbox', () => {
     expect(() => process.kill(pidA!, 0)).not.toThrow();
     const probe = await resident.run({
       command: 'python3',
-      args: ['-c', `import os\ntry:\n    os.kill(${pidA}, 0); print("reached")\nexcept ProcessLookupError:\n    print("no such process")`],
+      args: [
+        '-c',
+        `import os\ntry:\n    os.kill(${pidA}, 0); print("reached")\nexcept ProcessLookupError:\n    print("no such process")`,
+      ],
       network: 'none',
       stdoutCaptureBytes: 1024,
     });
@@ -337,7 +423,12 @@ describe('the resident sandbox', () => {
         `print(attempt(own_pid), ${pids.map((pid) => `attempt(${pid})`).join(', ')})`,
         'own.kill()',
       ].join('\n');
-      const attempt = await resident.run({ command: 'python3', args: ['-c', script], network: 'none', stdoutCaptureBytes: 1024 });
+      const attempt = await resident.run({
+        command: 'python3',
+        args: ['-c', script],
+        network: 'none',
+        stdoutCaptureBytes: 1024,
+      });
       expect(attempt.stdout.trim()).toBe('read denied denied');
     } finally {
       controller.abort();
@@ -347,7 +438,12 @@ describe('the resident sandbox', () => {
 
   it("never holds a run's request in its own memory, which every later run inherits", async () => {
     const marker = `secret-of-one-run-${randomBytes(8).toString('hex')}`;
-    const result = await resident.run({ command: 'sh', args: ['-c', `echo ${marker}`], network: 'none', stdoutCaptureBytes: 1024 });
+    const result = await resident.run({
+      command: 'sh',
+      args: ['-c', `echo ${marker}`],
+      network: 'none',
+      stdoutCaptureBytes: 1024,
+    });
     expect(result.stdout.trim()).toBe(marker);
     const memory = await writableMemoryOf(await residentPid());
     // Control: the scan finds what the resident does hold, such as the socket it listens on.
@@ -358,7 +454,12 @@ describe('the resident sandbox', () => {
   it('starts again after dying; meanwhile each run is started on its own', async () => {
     process.kill(await residentPid(), 'SIGKILL');
     await waitFor(() => resident.runs() === 'spawned');
-    const meanwhile = await resident.run({ command: 'sh', args: ['-c', 'echo $PPID'], network: 'none', stdoutCaptureBytes: 1024 });
+    const meanwhile = await resident.run({
+      command: 'sh',
+      args: ['-c', 'echo $PPID'],
+      network: 'none',
+      stdoutCaptureBytes: 1024,
+    });
     expect(meanwhile.exitCode).toBe(0);
     await waitFor(() => resident.runs() === 'resident', 60_000);
     const again = await run('resident', 'yt-dlp', ytdlp(media.url('/local.m3u8')));
@@ -384,15 +485,27 @@ describe('the resident sandbox', () => {
     try {
       await other.start();
       await waitFor(() => other.runs() === 'resident', 60_000);
-      expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.runs === 'resident')).toMatchObject({
+      expect(
+        lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.runs === 'resident'),
+      ).toMatchObject({
         msg: 'tool runs',
         ytdlp: 'spawned',
         reason: expect.stringMatching(/^YTDLP_PATH: its interpreter is not Python/),
       });
       const before = await trapCount();
-      const fetched = await other.run({ command: wrapper, args: ytdlp(media.url('/local.m3u8'))(`http://${sandbox.guardAuthority}`), cwd: await mkdtemp(path.join(dir, 'run-')), network: 'guard' });
+      const fetched = await other.run({
+        command: wrapper,
+        args: ytdlp(media.url('/local.m3u8'))(`http://${sandbox.guardAuthority}`),
+        cwd: await mkdtemp(path.join(dir, 'run-')),
+        network: 'guard',
+      });
       expect(fetched.exitCode, fetched.stderrTail).toBe(0);
-      const trapped = await other.run({ command: wrapper, args: ytdlp(media.url('/ftp-segments.m3u8'))(`http://${sandbox.guardAuthority}`), cwd: await mkdtemp(path.join(dir, 'run-')), network: 'guard' });
+      const trapped = await other.run({
+        command: wrapper,
+        args: ytdlp(media.url('/ftp-segments.m3u8'))(`http://${sandbox.guardAuthority}`),
+        cwd: await mkdtemp(path.join(dir, 'run-')),
+        network: 'guard',
+      });
       expect(trapped.stderrTail).toMatch(REFUSED_CONNECT);
       expect((await trapCount()) - before).toBe(0);
     } finally {

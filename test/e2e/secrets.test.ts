@@ -75,9 +75,14 @@ describe('secrets generated at first start', () => {
 
       // The generated key is the key: without it 401, with it the API answers.
       expect((await first.request('/jobs/none', { auth: false })).status).toBe(401);
-      expect((await first.request('/jobs/none', { auth: false, headers: { authorization: `Bearer ${key.value}` } })).status).toBe(404);
+      expect(
+        (await first.request('/jobs/none', { auth: false, headers: { authorization: `Bearer ${key.value}` } })).status,
+      ).toBe(404);
 
-      const job = await first.waitForJob((await first.submit(media.url('/secret-tone.flac'))).job_id, ['done', 'failed']);
+      const job = await first.waitForJob((await first.submit(media.url('/secret-tone.flac'))).job_id, [
+        'done',
+        'failed',
+      ]);
       expect(job.status).toBe('done');
       cid = job.result!.content_id;
       signedUrl = job.result!.artifacts[0]!.signed_url;
@@ -107,7 +112,11 @@ describe('secrets generated at first start', () => {
       // A signed URL handed out before the restart still plays, without a key.
       const played = await fetch(`${second.baseUrl}${signedUrl}`);
       expect(played.status).toBe(200);
-      expect(createHash('sha256').update(Buffer.from(await played.arrayBuffer())).digest('hex')).toBe(cid);
+      expect(
+        createHash('sha256')
+          .update(Buffer.from(await played.arrayBuffer()))
+          .digest('hex'),
+      ).toBe(cid);
       // ...and the signature is checked: another one is refused.
       const forged = signedUrl.replace(/sig=([A-Za-z0-9_-])/, (_m, c: string) => `sig=${c === 'A' ? 'B' : 'A'}`);
       expect(forged).not.toBe(signedUrl);

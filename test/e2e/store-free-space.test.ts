@@ -50,7 +50,11 @@ beforeAll(async () => {
     media.serveFile(`/t${i}.flac`, tone.path, { contentType: 'audio/flac' });
   }
   // For the job that waits for room: fetched by no other test.
-  media.serveFile('/waits.flac', (await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' })).path, { contentType: 'audio/flac' });
+  media.serveFile(
+    '/waits.flac',
+    (await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'flac' })).path,
+    { contentType: 'audio/flac' },
+  );
 });
 
 afterAll(async () => {
@@ -83,7 +87,8 @@ async function waitFor(what: string, check: () => Promise<boolean> | boolean, ti
   }
 }
 
-const fetchTone = async (svc: ServiceHandle, i: number): Promise<JobBody> => svc.waitForJob((await svc.submit(media.url(`/t${i}.flac`))).job_id, ['done', 'failed']);
+const fetchTone = async (svc: ServiceHandle, i: number): Promise<JobBody> =>
+  svc.waitForJob((await svc.submit(media.url(`/t${i}.flac`))).job_id, ['done', 'failed']);
 
 const evictedOf = (job: JobBody) => (job.result as { evicted?: { at: string } | null } | null)?.evicted;
 
@@ -96,7 +101,12 @@ describe('a store on a volume smaller than its cap', () => {
     const svc = await startService({
       dataDir: await mkdtemp(path.join(base, 'data-')),
       // One key fills the volume on purpose: no allowance per key.
-      env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_ROOT: root, STORE_MIN_FREE_BYTES: String(minFree), STORE_BYTES_PER_KEY_PER_DAY: '0' },
+      env: {
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        ARTIFACT_ROOT: root,
+        STORE_MIN_FREE_BYTES: String(minFree),
+        STORE_BYTES_PER_KEY_PER_DAY: '0',
+      },
     });
     services.push(svc);
     return svc;
@@ -117,8 +127,13 @@ describe('a store on a volume smaller than its cap', () => {
     }
     // Four do not fit with 3 MiB free: the two oldest went, the two newest are still served.
     await waitFor('two evictions', async () => (await metric(svc, 'source_fetch_store_evicted_artifacts_total')) === 2);
-    expect((await storedFiles(root)).map((file) => file.contentId).sort()).toEqual([jobs[2]!.result!.content_id, jobs[3]!.result!.content_id].sort());
-    for (const job of jobs.slice(2)) expect((await svc.request(`/artifacts/${job.result!.content_id}/audio.wav`, { method: 'HEAD' })).status).toBe(200);
+    expect((await storedFiles(root)).map((file) => file.contentId).sort()).toEqual(
+      [jobs[2]!.result!.content_id, jobs[3]!.result!.content_id].sort(),
+    );
+    for (const job of jobs.slice(2))
+      expect((await svc.request(`/artifacts/${job.result!.content_id}/audio.wav`, { method: 'HEAD' })).status).toBe(
+        200,
+      );
     expect(evictedOf(await svc.getJob(jobs[0]!.job_id))).toMatchObject({ at: expect.any(String) });
     expect(evictedOf(await svc.getJob(jobs[3]!.job_id))).toBeNull();
 
@@ -127,7 +142,10 @@ describe('a store on a volume smaller than its cap', () => {
     expect(free).toBeGreaterThanOrEqual(MIN_FREE);
     expect(Math.abs(free - freeOn(root))).toBeLessThan(64 * 1024);
     const health = (await (await svc.request('/healthz', { auth: false })).json()) as Record<string, unknown>;
-    expect(health).toMatchObject({ status: 'ok', artifact_root: { writable: true, min_free_bytes: MIN_FREE, can_store: true } });
+    expect(health).toMatchObject({
+      status: 'ok',
+      artifact_root: { writable: true, min_free_bytes: MIN_FREE, can_store: true },
+    });
   });
 
   it('the control: with no free space kept (STORE_MIN_FREE_BYTES=0), a job runs into storage_full and nothing is evicted', async (ctx) => {
@@ -150,13 +168,20 @@ describe('a store on a volume smaller than its cap', () => {
     const filler = path.join(root, 'filler.bin');
     await writeFile(filler, Buffer.alloc(VOLUME_BYTES - 2 * 1024 * 1024));
     const svc = await start(root, MIN_FREE);
-    const health = async () => (await (await svc.request('/healthz', { auth: false })).json()) as { status: string; artifact_root: Record<string, unknown>; warnings: Array<{ code: string }> };
+    const health = async () =>
+      (await (await svc.request('/healthz', { auth: false })).json()) as {
+        status: string;
+        artifact_root: Record<string, unknown>;
+        warnings: Array<{ code: string }>;
+      };
     const short = await health();
     expect(short).toMatchObject({ status: 'degraded', artifact_root: { min_free_bytes: MIN_FREE, can_store: false } });
     expect(short.warnings.map((warning) => warning.code)).toContain('store_low_on_space');
     expect(await metric(svc, 'source_fetch_store_free_bytes')).toBeLessThan(MIN_FREE);
 
-    const noticed = () => svc.logs.filter((line) => line.msg.startsWith("the artifact root's volume has less free than one job can need")).length;
+    const noticed = () =>
+      svc.logs.filter((line) => line.msg.startsWith("the artifact root's volume has less free than one job can need"))
+        .length;
     // Its workers look for jobs once the tools are ready; from then on, each look finds no room.
     await waitFor('the workers to look for a job', () => noticed() > 0, 60_000);
     const before = noticed();

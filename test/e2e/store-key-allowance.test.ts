@@ -35,8 +35,22 @@ async function constantFlac(level: number): Promise<string> {
   const file = path.join(FIXTURE_DIR, `constant-${level}-${BOMB_SECONDS}s.flac`);
   const tmp = `${file}.${process.pid}.tmp`;
   await mkdir(FIXTURE_DIR, { recursive: true });
-  const args = ['-nostdin', '-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', `aevalsrc=${level}:c=mono:s=44100:d=${BOMB_SECONDS}`];
-  const made = await runProcess({ command: 'ffmpeg', args: [...args, '-c:a', 'flac', '-fflags', '+bitexact', '-f', 'flac', tmp], timeoutMs: 60_000 });
+  const args = [
+    '-nostdin',
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-y',
+    '-f',
+    'lavfi',
+    '-i',
+    `aevalsrc=${level}:c=mono:s=44100:d=${BOMB_SECONDS}`,
+  ];
+  const made = await runProcess({
+    command: 'ffmpeg',
+    args: [...args, '-c:a', 'flac', '-fflags', '+bitexact', '-f', 'flac', tmp],
+    timeoutMs: 60_000,
+  });
   if (made.exitCode !== 0) throw new Error(made.stderrTail);
   await rename(tmp, file);
   return file;
@@ -76,7 +90,8 @@ async function fetchAs(svc: ServiceHandle, key: string, name: string): Promise<J
 }
 
 /** A done job's result.evicted: when the store evicted its content, and what to do; null while it is stored. */
-const evictedOf = (job: JobBody) => (job.result as { evicted?: { at: string; message: string } | null } | null)?.evicted;
+const evictedOf = (job: JobBody) =>
+  (job.result as { evicted?: { at: string; message: string } | null } | null)?.evicted;
 
 async function metric(svc: ServiceHandle, name: string): Promise<number> {
   const text = await (await svc.request('/metrics')).text();
@@ -90,7 +105,9 @@ async function metric(svc: ServiceHandle, name: string): Promise<number> {
 
 /** The artifact by key and by its signed URL, as the other client would fetch it: two statuses. */
 async function served(svc: ServiceHandle, job: JobBody, signedUrl: string): Promise<[number, number]> {
-  const byKey = await svc.request(`/artifacts/${job.result!.content_id}/audio.wav`, { headers: { authorization: `Bearer ${KEY_OTHER}` } });
+  const byKey = await svc.request(`/artifacts/${job.result!.content_id}/audio.wav`, {
+    headers: { authorization: `Bearer ${KEY_OTHER}` },
+  });
   const bySignature = await svc.request(signedUrl, { auth: false });
   await Promise.all([byKey.body?.cancel(), bySignature.body?.cancel()]);
   return [byKey.status, bySignature.status];
@@ -101,7 +118,12 @@ describe.each(BACKENDS)('the store allowance per API key on %s', (kind) => {
   beforeAll(async () => {
     svc = await startService({
       apiKey: KEY_OTHER,
-      env: { ...(await serviceEnv(kind)), API_KEYS: `${KEY_OTHER},${KEY_BULK}`, FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP) },
+      env: {
+        ...(await serviceEnv(kind)),
+        API_KEYS: `${KEY_OTHER},${KEY_BULK}`,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        ARTIFACT_CAP_BYTES: String(CAP),
+      },
     });
   });
   afterAll(async () => {
@@ -118,7 +140,10 @@ describe.each(BACKENDS)('the store allowance per API key on %s', (kind) => {
     expect(first.result!.artifacts[0]!.bytes).toBe(BOMB_WAV_BYTES);
     const refused = await fetchAs(svc, KEY_BULK, 'bomb-2');
     expect(refused.status).toBe('failed');
-    expect(refused.error).toEqual({ code: 'key_storage_quota_exceeded', message: expect.stringContaining(`${BOMB_WAV_BYTES} of ${CAP / 4} bytes`) });
+    expect(refused.error).toEqual({
+      code: 'key_storage_quota_exceeded',
+      message: expect.stringContaining(`${BOMB_WAV_BYTES} of ${CAP / 4} bytes`),
+    });
     // The job record names no key, nor any digest of one.
     expect(JSON.stringify(refused)).not.toContain(KEY_BULK);
     expect(Object.keys(refused)).not.toContain('api_key_id');
@@ -141,7 +166,12 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
   beforeAll(async () => {
     svc = await startService({
       apiKey: KEY_OTHER,
-      env: { API_KEYS: `${KEY_OTHER},${KEY_BULK}`, FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(SMALL_CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' },
+      env: {
+        API_KEYS: `${KEY_OTHER},${KEY_BULK}`,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        ARTIFACT_CAP_BYTES: String(SMALL_CAP),
+        STORE_BYTES_PER_KEY_PER_DAY: '0',
+      },
     });
   });
   afterAll(async () => {
@@ -170,7 +200,10 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
     expect(evicted.result).toEqual({
       content_id: other.result!.content_id,
       artifacts: [],
-      evicted: { at: expect.any(String), message: expect.stringContaining('Submitting the URL again fetches it again.') },
+      evicted: {
+        at: expect.any(String),
+        message: expect.stringContaining('Submitting the URL again fetches it again.'),
+      },
     });
     const at = Date.parse(evictedOf(evicted)!.at);
     expect(at).toBeGreaterThanOrEqual(Date.parse(bomb2.finished_at as string));
@@ -179,7 +212,11 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
 
     // As it says: submitted again, the URL is fetched again (not born done), and the old record has its artifact back.
     const again = await fetchAs(svc, KEY_OTHER, 'other');
-    expect([again.born_done, again.status, again.result!.content_id]).toEqual([false, 'done', other.result!.content_id]);
+    expect([again.born_done, again.status, again.result!.content_id]).toEqual([
+      false,
+      'done',
+      other.result!.content_id,
+    ]);
     const restored = await svc.getJob(other.job_id);
     expect([restored.result!.artifacts.length, evictedOf(restored)]).toEqual([1, null]);
   });

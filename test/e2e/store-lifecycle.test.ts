@@ -59,7 +59,10 @@ async function filesOnDisk(svc: ServiceHandle): Promise<Map<string, number>> {
   const files = new Map<string, number>();
   for (const shard of (await readdir(root)).filter((entry) => /^[0-9a-f]{2}$/.test(entry))) {
     for (const cid of await readdir(path.join(root, shard))) {
-      const size = await stat(path.join(root, shard, cid, 'audio.wav')).then((s) => s.size, () => undefined);
+      const size = await stat(path.join(root, shard, cid, 'audio.wav')).then(
+        (s) => s.size,
+        () => undefined,
+      );
       if (size !== undefined) files.set(cid, size);
     }
   }
@@ -95,7 +98,14 @@ describe.each(BACKENDS)('store size cap on %s', (kind) => {
 
   beforeAll(async () => {
     // One key fills the store on purpose: no allowance per key (test/e2e/store-key-allowance.test.ts has it).
-    svc = await startService({ env: { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' } });
+    svc = await startService({
+      env: {
+        ...(await serviceEnv(kind)),
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        ARTIFACT_CAP_BYTES: String(CAP),
+        STORE_BYTES_PER_KEY_PER_DAY: '0',
+      },
+    });
   });
 
   afterAll(async () => {
@@ -137,7 +147,10 @@ describe.each(BACKENDS)('store size cap on %s', (kind) => {
     const d = await fetchDone(svc, 'd');
     const e = await fetchDone(svc, 'e');
     // Whatever the test before left is evicted: the cap holds these two, e the hotter (stored last).
-    await waitFor('the store to hold d and e only', async () => (await cidsOnDisk(svc)).join() === [d, e].sort().join());
+    await waitFor(
+      'the store to hold d and e only',
+      async () => (await cidsOnDisk(svc)).join() === [d, e].sort().join(),
+    );
 
     const served = await svc.request(`/artifacts/${d}/audio.wav`);
     expect(served.status).toBe(200);
@@ -153,7 +166,9 @@ describe('eviction of an artifact while it is streamed', () => {
   let svc: ServiceHandle;
 
   beforeAll(async () => {
-    svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(BIG_CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' } });
+    svc = await startService({
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_CAP_BYTES: String(BIG_CAP), STORE_BYTES_PER_KEY_PER_DAY: '0' },
+    });
   });
 
   afterAll(async () => {
@@ -162,7 +177,13 @@ describe('eviction of an artifact while it is streamed', () => {
 
   function get(cid: string): Promise<IncomingMessage> {
     return new Promise((resolve, reject) => {
-      http.get(`${svc.baseUrl}/artifacts/${cid}/audio.wav`, { headers: { authorization: `Bearer ${svc.apiKey}` } }, resolve).on('error', reject);
+      http
+        .get(
+          `${svc.baseUrl}/artifacts/${cid}/audio.wav`,
+          { headers: { authorization: `Bearer ${svc.apiKey}` } },
+          resolve,
+        )
+        .on('error', reject);
     });
   }
 
@@ -209,7 +230,10 @@ describe('eviction of an artifact while it is streamed', () => {
     expect(received).toBe(total);
     expect(hash.digest('hex')).toBe(big);
     expect(existsSync(bigFile)).toBe(false);
-    await waitFor('the service to close the file', async () => !(await openFiles(svc.process.pid!)).includes(`${bigFile} (deleted)`));
+    await waitFor(
+      'the service to close the file',
+      async () => !(await openFiles(svc.process.pid!)).includes(`${bigFile} (deleted)`),
+    );
   });
 });
 
@@ -250,11 +274,16 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
       });
       expect(await cidsOnDisk(svc)).toEqual([kept, rowless].sort());
       const files = await filesOnDisk(svc);
-      expect(await metric(svc, 'source_fetch_store_bytes')).toBe([...files.values()].reduce((sum, size) => sum + size, 0));
+      expect(await metric(svc, 'source_fetch_store_bytes')).toBe(
+        [...files.values()].reduce((sum, size) => sum + size, 0),
+      );
       expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
 
       // a and the adopted c are still stored under their URLs; b's alias is gone, so b downloads again.
-      for (const [name, cid] of [['a', kept], ['c', rowless]] as const) {
+      for (const [name, cid] of [
+        ['a', kept],
+        ['c', rowless],
+      ] as const) {
         const again = await svc.submit(media.url(`/${name}.flac`));
         expect(again).toMatchObject({ born_done: true, status: 'done' });
         expect(again.result?.content_id).toBe(cid);

@@ -64,7 +64,12 @@ async function flipOneByte(file: string): Promise<Buffer> {
 
 function cli(svc: ServiceHandle, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', SOURCE_FETCH_URL: svc.baseUrl, SOURCE_FETCH_API_KEY: svc.apiKey };
+    const env = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/root',
+      SOURCE_FETCH_URL: svc.baseUrl,
+      SOURCE_FETCH_API_KEY: svc.apiKey,
+    };
     const child = spawn(CLI, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
@@ -122,7 +127,17 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     const result = await cli(svc, ['scrub', '--json']);
     expect(result.code, result.stderr).toBe(EXIT.ok);
     const report = JSON.parse(result.stdout) as ScrubReport;
-    expect(report).toMatchObject({ status: 'done', trigger: 'request', checked: 1, corrupt: 0, moved: 0, missing: 0, unreadable: 0, findings: [], error: null });
+    expect(report).toMatchObject({
+      status: 'done',
+      trigger: 'request',
+      checked: 1,
+      corrupt: 0,
+      moved: 0,
+      missing: 0,
+      unreadable: 0,
+      findings: [],
+      error: null,
+    });
     expect(report.bytes_read).toBe(job.result!.artifacts[0]!.bytes);
 
     expect(await artifactAnswers(svc, cid, job.result!.artifacts[0]!.signed_url, 200)).toEqual([200, 200]);
@@ -146,8 +161,12 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     const result = await cli(svc, ['scrub']);
     expect(result.code, result.stdout + result.stderr).toBe(EXIT.storeProblems);
     const lines = result.stdout.trimEnd().split('\n');
-    expect(lines[0]).toMatch(/^scrub [0-9a-f-]{36} on \S+: done: 2 checked, [\d.]+ KiB read; 1 corrupt \(1 moved to the quarantine folder\), 0 missing, 0 unreadable$/);
-    const named = new RegExp(`^corrupt ${cid}/audio\\.wav: SHA-256 ${sha256(flipped)}; quarantined as (${cid}\\.\\d+/audio\\.wav)$`).exec(lines[1]!);
+    expect(lines[0]).toMatch(
+      /^scrub [0-9a-f-]{36} on \S+: done: 2 checked, [\d.]+ KiB read; 1 corrupt \(1 moved to the quarantine folder\), 0 missing, 0 unreadable$/,
+    );
+    const named = new RegExp(
+      `^corrupt ${cid}/audio\\.wav: SHA-256 ${sha256(flipped)}; quarantined as (${cid}\\.\\d+/audio\\.wav)$`,
+    ).exec(lines[1]!);
     expect(named, lines[1]).not.toBeNull();
     expect(lines).toHaveLength(2);
 
@@ -162,7 +181,9 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     expect(await metric(svc, 'source_fetch_store_scrub_corrupt_artifacts_total')).toBe(1);
     expect((await metric(svc, 'source_fetch_store_scrub_checked_artifacts_total')) - checkedBefore).toBe(2);
     expect(await metric(svc, 'source_fetch_store_scrub_read_bytes_total')).toBeGreaterThan(0);
-    expect(await metric(svc, 'source_fetch_store_scrub_last_completed_timestamp_seconds')).toBeGreaterThan(Date.now() / 1000 - 60);
+    expect(await metric(svc, 'source_fetch_store_scrub_last_completed_timestamp_seconds')).toBeGreaterThan(
+      Date.now() / 1000 - 60,
+    );
 
     // The next submission is not born done: it downloads again, and stores the same bytes.
     const downloadsBefore = media.requestsFor('/flipped.flac').length;
@@ -196,10 +217,16 @@ describe('the background scrub (SCRUB_INTERVAL_S)', () => {
   it('finds and quarantines a corrupt file on its own, a second or two later', async () => {
     const { cid } = await fetchDone(svc, 'background');
     await flipOneByte(storedFile(svc, cid));
-    await until('a background pass to find the corrupt file', async () => ((await metric(svc, 'source_fetch_store_scrub_corrupt_artifacts_total')) >= 1 ? true : undefined), 15_000);
+    await until(
+      'a background pass to find the corrupt file',
+      async () => ((await metric(svc, 'source_fetch_store_scrub_corrupt_artifacts_total')) >= 1 ? true : undefined),
+      15_000,
+    );
     expect(existsSync(storedFile(svc, cid))).toBe(false);
     expect((await svc.request(`/artifacts/${cid}/audio.wav`)).status).toBe(404);
-    const found = svc.logs.find((line) => line.msg.startsWith('store scrub: a stored file does not hash') && line.content_id === cid);
+    const found = svc.logs.find(
+      (line) => line.msg.startsWith('store scrub: a stored file does not hash') && line.content_id === cid,
+    );
     expect(found).toMatchObject({ action: 'quarantined', trigger: 'schedule' });
     expect((await svc.submit(media.url('/background.flac'))).born_done).toBe(false);
   });

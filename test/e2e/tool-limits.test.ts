@@ -39,7 +39,10 @@ let svc: ServiceHandle;
  * never holds the inflated page.
  */
 async function compressedPage(bytes: number, encoding: 'gzip' | 'br', tail = ''): Promise<Buffer> {
-  const gzip = encoding === 'gzip' ? createGzip({ level: 9 }) : createBrotliCompress({ params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 5 } });
+  const gzip =
+    encoding === 'gzip'
+      ? createGzip({ level: 9 })
+      : createBrotliCompress({ params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 5 } });
   const chunks: Buffer[] = [];
   gzip.on('data', (chunk: Buffer) => chunks.push(chunk));
   gzip.write('<!doctype html>\n<html><head><title>page</title></head><body>\n');
@@ -101,7 +104,21 @@ beforeAll(async () => {
   flacBomb = path.join(FIXTURE_DIR, 'silence-60s.flac');
   const made = await runProcess({
     command: 'ffmpeg',
-    args: ['-nostdin', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'anullsrc=r=44100:cl=stereo', '-t', '60', '-c:a', 'flac', flacBomb],
+    args: [
+      '-nostdin',
+      '-loglevel',
+      'error',
+      '-y',
+      '-f',
+      'lavfi',
+      '-i',
+      'anullsrc=r=44100:cl=stereo',
+      '-t',
+      '60',
+      '-c:a',
+      'flac',
+      flacBomb,
+    ],
   });
   expect(made.exitCode).toBe(0);
   gzipBomb = await compressedPage(384 * MIB, 'gzip');
@@ -112,10 +129,12 @@ beforeAll(async () => {
   media.serveFile('/tone.m4a', toneM4a.path, { contentType: 'audio/mp4' });
   media.serveFile('/tone.flac', toneFlac.path, { contentType: 'audio/flac' });
   media.serveFile('/silence.flac', flacBomb, { contentType: 'audio/flac' });
-  const page = (body: Buffer, headers: Record<string, string> = {}) => (_req: IncomingMessage, res: ServerResponse) => {
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, ...headers });
-    res.end(body);
-  };
+  const page =
+    (body: Buffer, headers: Record<string, string> = {}) =>
+    (_req: IncomingMessage, res: ServerResponse) => {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, ...headers });
+      res.end(body);
+    };
   media.route('/bomb.html', page(gzipBomb, { 'content-encoding': 'gzip' }));
   media.route('/brotli-bomb.html', page(brotliBomb, { 'content-encoding': 'br' }));
   const audioTag = '<audio src="/tone.mp3"></audio></body></html>\n';
@@ -143,22 +162,31 @@ describe('memory: TOOL_MEMORY_BYTES, set by the sandbox', () => {
   it.each([
     ['gzip', '/bomb.html', () => gzipBomb],
     ['brotli', '/brotli-bomb.html', () => brotliBomb],
-  ])('a %s page that inflates to 384 MiB stops the downloader at its ceiling: memory_exceeded', async (_encoding, urlPath, body) => {
-    expect(body().length).toBeLessThan(MIB);
-    const { result: job, peakBytes } = await fetchJob(media.url(urlPath));
-    expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'memory_exceeded', message: expect.stringContaining('The downloader needed more than its memory limit of 256 MiB') });
-    // The sampler saw the inflation grow (it would read 0 had it missed the run) and stop under the ceiling.
-    expect(peakBytes).toBeGreaterThan(64 * MIB);
-    expect(peakBytes).toBeLessThan(TOOL_MEMORY_BYTES + 64 * MIB);
-    expect(media.requestsFor(urlPath).length).toBeGreaterThan(0);
-  });
+  ])(
+    'a %s page that inflates to 384 MiB stops the downloader at its ceiling: memory_exceeded',
+    async (_encoding, urlPath, body) => {
+      expect(body().length).toBeLessThan(MIB);
+      const { result: job, peakBytes } = await fetchJob(media.url(urlPath));
+      expect(job.status).toBe('failed');
+      expect(job.error).toEqual({
+        code: 'memory_exceeded',
+        message: expect.stringContaining('The downloader needed more than its memory limit of 256 MiB'),
+      });
+      // The sampler saw the inflation grow (it would read 0 had it missed the run) and stop under the ceiling.
+      expect(peakBytes).toBeGreaterThan(64 * MIB);
+      expect(peakBytes).toBeLessThan(TOOL_MEMORY_BYTES + 64 * MIB);
+      expect(media.requestsFor(urlPath).length).toBeGreaterThan(0);
+    },
+  );
 
-  it.each(['/gzip-page.html', '/brotli-page.html'])('control: %s, 1 MiB inflated, is read and the audio it names fetched', async (urlPath) => {
-    const { result: job } = await fetchJob(media.url(urlPath));
-    expect(job.error).toBeNull();
-    expect(job.status).toBe('done');
-  });
+  it.each(['/gzip-page.html', '/brotli-page.html'])(
+    'control: %s, 1 MiB inflated, is read and the audio it names fetched',
+    async (urlPath) => {
+      const { result: job } = await fetchJob(media.url(urlPath));
+      expect(job.error).toBeNull();
+      expect(job.status).toBe('done');
+    },
+  );
 
   it('control: an mp3 ends done', async () => {
     const { result: job } = await fetchJob(media.url('/tone.mp3'));
@@ -186,7 +214,10 @@ describe('output: MAX_OUTPUT_BYTES, set by the sandbox as the converter file siz
     expect(flacBytes * 50).toBeLessThan(MAX_OUTPUT_BYTES);
     const { result: job } = await fetchJob(media.url('/silence.flac'));
     expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'output_too_large', message: `The WAV would be larger than the limit of ${MAX_OUTPUT_BYTES} bytes.` });
+    expect(job.error).toEqual({
+      code: 'output_too_large',
+      message: `The WAV would be larger than the limit of ${MAX_OUTPUT_BYTES} bytes.`,
+    });
     expect(job.result).toBeNull();
     expect(await readdir(workDirOf(svc))).toEqual([]);
   });
@@ -227,9 +258,18 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
     steady = await makeTone(FIXTURE_DIR, { seconds: 8, channels: 1, sampleRate: 44100, format: 'mp3' });
     media.serveFile('/steady.mp3', steady.path, { contentType: 'audio/mpeg', throttleBytesPerSec: 16 * 1024 });
     const mp3 = await readFile(tone.path);
-    media.route('/trickle-a.mp3', trickle('audio/mpeg', () => mp3.subarray(0, 4096)));
-    media.route('/trickle-b.mp3', trickle('audio/mpeg', () => mp3.subarray(0, 4096)));
-    media.route('/trickle-page.html', trickle('text/html', () => Buffer.from('<!doctype html>\n<html><body>\n')));
+    media.route(
+      '/trickle-a.mp3',
+      trickle('audio/mpeg', () => mp3.subarray(0, 4096)),
+    );
+    media.route(
+      '/trickle-b.mp3',
+      trickle('audio/mpeg', () => mp3.subarray(0, 4096)),
+    );
+    media.route(
+      '/trickle-page.html',
+      trickle('text/html', () => Buffer.from('<!doctype html>\n<html><body>\n')),
+    );
     slow = await startService({
       env: {
         FETCH_ALLOW_HOSTS: media.hostPort,
@@ -253,7 +293,10 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
     const ends = await Promise.all([a, b].map((job) => slow.waitForJob(job.job_id, ['done', 'failed'], 60_000)));
     for (const ended of ends) {
       expect(ended.status).toBe('failed');
-      expect(ended.error).toEqual({ code: 'download_stalled', message: `The download gained fewer than ${STALL_S * 1024} bytes in ${STALL_S} s and was stopped.` });
+      expect(ended.error).toEqual({
+        code: 'download_stalled',
+        message: `The download gained fewer than ${STALL_S * 1024} bytes in ${STALL_S} s and was stopped.`,
+      });
     }
     const done = await slow.waitForJob(honest.job_id, ['done', 'failed'], 60_000);
     expect(done.status).toBe('done');
@@ -265,9 +308,16 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
 
   it('a page that trickles fails metadata_timeout after METADATA_TIMEOUT_S', async () => {
     const started = Date.now();
-    const job = await slow.waitForJob((await slow.submit(media.url('/trickle-page.html'))).job_id, ['done', 'failed'], 60_000);
+    const job = await slow.waitForJob(
+      (await slow.submit(media.url('/trickle-page.html'))).job_id,
+      ['done', 'failed'],
+      60_000,
+    );
     expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'metadata_timeout', message: `Reading the media's metadata took longer than ${METADATA_S} s and was stopped.` });
+    expect(job.error).toEqual({
+      code: 'metadata_timeout',
+      message: `Reading the media's metadata took longer than ${METADATA_S} s and was stopped.`,
+    });
     expect(Date.now() - started).toBeGreaterThanOrEqual(METADATA_S * 1000);
     expect(Date.now() - started).toBeLessThan(30_000);
   });
@@ -321,19 +371,30 @@ describe('a full work volume: only complete WAVs are committed', () => {
     // Room for the download and the WAV, not for the job's small files (its info JSON and
     // configuration, a few KiB): the WAV overshoots by less than ffmpeg's 32 KiB buffer.
     const room = download + wavBytes;
-    full = await startService({ dataDir: path.join(base, 'data'), env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_ROOT: path.join(base, 'artifacts') } });
+    full = await startService({
+      dataDir: path.join(base, 'data'),
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, ARTIFACT_ROOT: path.join(base, 'artifacts') },
+    });
     // After the start, which clears what earlier processes left in the work folder.
     const filler = path.join(work, 'filler.bin');
     await writeFile(filler, Buffer.alloc(WORK_BYTES - room));
 
-    const failed = await full.waitForJob((await full.submit(media.url('/tone.mp3?full-volume'))).job_id, ['done', 'failed']);
+    const failed = await full.waitForJob((await full.submit(media.url('/tone.mp3?full-volume'))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(failed.status).toBe('failed');
     expect(failed.error?.code).toBe('storage_full');
     expect(failed.result).toBeNull();
-    expect(await readdir(path.join(base, 'artifacts')).catch(() => [])).not.toContainEqual(expect.stringMatching(/^[0-9a-f]{2}$/));
+    expect(await readdir(path.join(base, 'artifacts')).catch(() => [])).not.toContainEqual(
+      expect.stringMatching(/^[0-9a-f]{2}$/),
+    );
 
     await rm(filler);
-    const done = await full.waitForJob((await full.submit(media.url('/tone.mp3?full-volume'))).job_id, ['done', 'failed']);
+    const done = await full.waitForJob((await full.submit(media.url('/tone.mp3?full-volume'))).job_id, [
+      'done',
+      'failed',
+    ]);
     expect(done.error).toBeNull();
     expect(done.status).toBe('done');
   });

@@ -57,7 +57,8 @@ function mostAtOnce(requests: ReceivedCallback[]): number {
 
 /** Resolves once the silent receivers together have received `count` callbacks (they answer none). */
 async function silentReceived(count: number): Promise<void> {
-  while (silentRequests() < count) await Promise.race(silent.map((receiver) => receiver.waitForRequests(receiver.requests.length + 1, 60_000)));
+  while (silentRequests() < count)
+    await Promise.race(silent.map((receiver) => receiver.waitForRequests(receiver.requests.length + 1, 60_000)));
 }
 
 describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (kind) => {
@@ -79,7 +80,12 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
     });
   }
 
-  async function call<B = JobBody>(svc: ServiceHandle, key: string, route: string, body?: object): Promise<{ status: number; body: B }> {
+  async function call<B = JobBody>(
+    svc: ServiceHandle,
+    key: string,
+    route: string,
+    body?: object,
+  ): Promise<{ status: number; body: B }> {
     const res = await fetch(`${svc.baseUrl}${route}`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
@@ -105,7 +111,10 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
 
   /** Key A: a batch of 100 jobs calling back the first silent receiver, 10 more for each of the others, all ended. */
   async function attack(svc: ServiceHandle): Promise<void> {
-    const batch = await call<{ results: Array<{ job: JobBody }> }>(svc, KEY_A, '/sources/batch', { urls: Array.from({ length: 100 }, source), callback_url: silent[0]!.url('/batch') });
+    const batch = await call<{ results: Array<{ job: JobBody }> }>(svc, KEY_A, '/sources/batch', {
+      urls: Array.from({ length: 100 }, source),
+      callback_url: silent[0]!.url('/batch'),
+    });
     expect(batch.status).toBe(200);
     const ids = batch.body.results.map((item) => item.job.job_id);
     for (const receiver of silent.slice(1)) {
@@ -136,7 +145,9 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
       expect(mostAtOnce(silent.flatMap(attackRequests))).toBe(PER_KEY);
       for (const receiver of silent) expect(mostAtOnce(attackRequests(receiver))).toBeLessThanOrEqual(PER_RECEIVER);
 
-      console.log(`${kind}, limits on: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it, ${after} ms later`);
+      console.log(
+        `${kind}, limits on: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it, ${after} ms later`,
+      );
       expect(before).toBeLessThan(1000);
       expect(during).toBeLessThan(2000);
       expect(after).toBeLessThan(2000);
@@ -157,7 +168,9 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
       // The count above can see more than a key's share: here A held every slot of the node.
       expect(mostAtOnce(silent.flatMap((receiver) => receiver.requests.filter((r) => r.at >= attackedAt)))).toBe(TOTAL);
 
-      console.log(`${kind}, limits off: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it`);
+      console.log(
+        `${kind}, limits off: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it`,
+      );
       expect(before).toBeLessThan(1000);
       expect(during).toBeGreaterThanOrEqual((ATTEMPT_TIMEOUT_S - 1) * 1000);
     } finally {

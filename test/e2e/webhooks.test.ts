@@ -7,7 +7,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { whsecOf } from '../../src/webhooks/signature.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { documentedVerifiedJob, documentedVerifyWebhook, type VerifiedJob, type VerifyWebhook } from '../support/webhook-snippets.js';
+import {
+  documentedVerifiedJob,
+  documentedVerifyWebhook,
+  type VerifiedJob,
+  type VerifyWebhook,
+} from '../support/webhook-snippets.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } from '../support/webhook-receiver.js';
@@ -88,7 +93,12 @@ function callbackOf(job: JobBody): CallbackBody {
   return job.callback as CallbackBody;
 }
 
-async function waitForCallback(svc: ServiceHandle, jobId: string, until: (callback: CallbackBody) => boolean, timeoutMs = 60_000): Promise<JobBody> {
+async function waitForCallback(
+  svc: ServiceHandle,
+  jobId: string,
+  until: (callback: CallbackBody) => boolean,
+  timeoutMs = 60_000,
+): Promise<JobBody> {
   const deadline = Date.now() + timeoutMs;
   let job = await svc.getJob(jobId);
   while (!until(callbackOf(job)) && Date.now() < deadline) {
@@ -99,7 +109,11 @@ async function waitForCallback(svc: ServiceHandle, jobId: string, until: (callba
   return job;
 }
 
-async function submitWithCallback(svc: ServiceHandle, url: string, callbackUrl: string): Promise<{ status: number; body: JobBody & { code?: string; errors?: Array<{ path: string }> } }> {
+async function submitWithCallback(
+  svc: ServiceHandle,
+  url: string,
+  callbackUrl: string,
+): Promise<{ status: number; body: JobBody & { code?: string; errors?: Array<{ path: string }> } }> {
   const res = await svc.request('/sources', {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -140,9 +154,19 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     media.serveFile(`/${kind}/done.flac`, tone.path, { contentType: tone.contentType });
     const hook = `/${kind}/done`;
     receiver.script(500, 500);
-    const { status, body: submitted } = await submitWithCallback(svc, media.url(`/${kind}/done.flac`), receiver.url(hook));
+    const { status, body: submitted } = await submitWithCallback(
+      svc,
+      media.url(`/${kind}/done.flac`),
+      receiver.url(hook),
+    );
     expect(status).toBe(202);
-    expect(callbackOf(submitted)).toMatchObject({ url: receiver.url(hook), status: 'pending', attempt_count: 0, next_attempt_at: null, attempts: [] });
+    expect(callbackOf(submitted)).toMatchObject({
+      url: receiver.url(hook),
+      status: 'pending',
+      attempt_count: 0,
+      next_attempt_at: null,
+      attempts: [],
+    });
 
     const requests = await receiver.waitForRequests(3, 60_000, paths(hook));
     expect(requests.map((request) => request.answer)).toEqual([500, 500, 200]);
@@ -183,7 +207,11 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     const [failedCallback] = await receiver.waitForRequests(1, 60_000, paths(failedHook));
     const [canceledCallback] = await receiver.waitForRequests(1, 60_000, paths(canceledHook));
     expectSignedHere([failedCallback!, canceledCallback!]);
-    expect(JSON.parse(failedCallback!.body)).toMatchObject({ job_id: failed.body.job_id, status: 'failed', error: { code: expect.any(String) } });
+    expect(JSON.parse(failedCallback!.body)).toMatchObject({
+      job_id: failed.body.job_id,
+      status: 'failed',
+      error: { code: expect.any(String) },
+    });
     expect(JSON.parse(canceledCallback!.body)).toMatchObject({ job_id: canceled.body.job_id, status: 'canceled' });
   });
 
@@ -196,7 +224,9 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
       const failing = await waitForCallback(svc, submitted.job_id, (callback) => callback.attempt_count >= 2);
       expect(callbackOf(failing).status).toBe('pending');
       expect(callbackOf(failing).next_attempt_at).not.toBeNull();
-      expect(callbackOf(failing).attempts.every((attempt) => attempt.status === null && attempt.error === 'connect_failed')).toBe(true);
+      expect(
+        callbackOf(failing).attempts.every((attempt) => attempt.status === null && attempt.error === 'connect_failed'),
+      ).toBe(true);
 
       await down.listenAgain();
       const [request] = await down.waitForRequests(1, 60_000, paths(hook));
@@ -204,7 +234,9 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
       const job = await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
       const attempts = callbackOf(job).attempts;
       expect(attempts.at(-1)).toMatchObject({ status: 200, error: null });
-      expect(attempts.slice(0, -1).map((attempt) => attempt.error)).toEqual(attempts.slice(0, -1).map(() => 'connect_failed'));
+      expect(attempts.slice(0, -1).map((attempt) => attempt.error)).toEqual(
+        attempts.slice(0, -1).map(() => 'connect_failed'),
+      );
       expect(request!.headers['webhook-id']).toBe(callbackOf(job).delivery_id);
     } finally {
       await down.close();
@@ -215,7 +247,11 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     const hook = `/${kind}/restart`;
     receiver.fallback(503);
     try {
-      const { body: submitted } = await submitWithCallback(svc, media.url(`/${kind}/missing-again.flac`), receiver.url(hook));
+      const { body: submitted } = await submitWithCallback(
+        svc,
+        media.url(`/${kind}/missing-again.flac`),
+        receiver.url(hook),
+      );
       await waitForCallback(svc, submitted.job_id, (callback) => callback.attempt_count >= 1);
       await svc.stop();
       outputs.push(svc.output());
@@ -229,7 +265,9 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
       const all = receiver.requests.filter(paths(hook));
       expect(all.at(-1)!.answer).toBe(200);
       expectSignedHere(all);
-      expect(new Set(all.map((request) => request.headers['webhook-id']))).toEqual(new Set([callbackOf(job).delivery_id]));
+      expect(new Set(all.map((request) => request.headers['webhook-id']))).toEqual(
+        new Set([callbackOf(job).delivery_id]),
+      );
       expect(callbackOf(job).attempt_count).toBe(all.length);
     } finally {
       receiver.fallback(200);
@@ -239,7 +277,11 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
   it('makes an attempt again when its node was killed mid-attempt: at least once, with the same id', async () => {
     const hook = `/${kind}/killed`;
     receiver.script('hang');
-    const { body: submitted } = await submitWithCallback(svc, media.url(`/${kind}/missing-once-more.flac`), receiver.url(hook));
+    const { body: submitted } = await submitWithCallback(
+      svc,
+      media.url(`/${kind}/missing-once-more.flac`),
+      receiver.url(hook),
+    );
     const [first] = await receiver.waitForRequests(1, 60_000, paths(hook));
     await svc.kill();
     outputs.push(svc.output());
@@ -303,7 +345,9 @@ describe('webhooks under several secrets (rotation)', () => {
 
   beforeAll(async () => {
     receiver = await startWebhookReceiver();
-    svc = await startService({ env: { FETCH_ALLOW_HOSTS: '127.0.0.1', ...RETRY_ENV, WEBHOOK_SECRET: `${current}, ${previous}` } });
+    svc = await startService({
+      env: { FETCH_ALLOW_HOSTS: '127.0.0.1', ...RETRY_ENV, WEBHOOK_SECRET: `${current}, ${previous}` },
+    });
   });
   afterAll(async () => {
     await svc?.stop();
@@ -312,7 +356,11 @@ describe('webhooks under several secrets (rotation)', () => {
 
   it('signs each callback once per secret, so a receiver holding either one verifies it (control: a third secret does not)', async () => {
     const hook = '/rotation';
-    const { status, body: submitted } = await submitWithCallback(svc, media.url('/rotation/missing.flac'), receiver.url(hook));
+    const { status, body: submitted } = await submitWithCallback(
+      svc,
+      media.url('/rotation/missing.flac'),
+      receiver.url(hook),
+    );
     expect(status).toBe(202);
     const [request] = await receiver.waitForRequests(1, 60_000, (r) => r.path === hook);
     await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');

@@ -25,7 +25,8 @@ export const NOW = 1_800_000_000_000;
 const SIGNING_SECRET = 'unit-test-signing-secret';
 
 const signer = createUrlSigner(SIGNING_SECRET, { now: () => NOW });
-export const signedPath = (ttl: number, cid = CID) => `${artifactUrlPath(cid, 'audio.wav')}?${signer.sign(cid, 'audio.wav', ttl).query}`;
+export const signedPath = (ttl: number, cid = CID) =>
+  `${artifactUrlPath(cid, 'audio.wav')}?${signer.sign(cid, 'audio.wav', ttl).query}`;
 export const httpDate = (unixSeconds: number) => new Date(unixSeconds * 1000).toUTCString();
 
 /** Registers the temp root's set-up and removal in the calling test file. */
@@ -45,7 +46,11 @@ export function artifactAppFixture() {
     const app = new Hono<AppEnv>();
     app.use('*', requestContext({ log: createLogger('silent') }));
     app.onError(createErrorHandler(() => ({ error: () => undefined })));
-    const { method, path: route, operation } = createArtifactOperation({
+    const {
+      method,
+      path: route,
+      operation,
+    } = createArtifactOperation({
       artifactRoot: root,
       accelRedirectPrefix,
       admission: createKeyAdmission({ checkKey: createKeyChecker([KEY]) }),

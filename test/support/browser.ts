@@ -53,7 +53,11 @@ interface PlayerElement {
  * until half a second past it (10 s at most), pauses and closes the tab. Returns the duration the
  * browser found, the middle, and where playback got to.
  */
-export async function playFromMiddle(browser: Browser, pages: { origin: string }, src: string): Promise<{ duration: number; middle: number; reached: number }> {
+export async function playFromMiddle(
+  browser: Browser,
+  pages: { origin: string },
+  src: string,
+): Promise<{ duration: number; middle: number; reached: number }> {
   const page = await browser.newPage();
   try {
     await page.goto(`${pages.origin}/?src=${encodeURIComponent(src)}`);
@@ -66,7 +70,9 @@ export async function playFromMiddle(browser: Browser, pages: { origin: string }
 function playOnPage(page: Page): Promise<{ duration: number; middle: number; reached: number }> {
   return page.evaluate(async () => {
     // The project's TypeScript has no DOM library: the little of it used here, typed by hand.
-    const audio = (globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }).document.getElementById('player');
+    const audio = (
+      globalThis as unknown as { document: { getElementById(id: string): PlayerElement } }
+    ).document.getElementById('player');
     const waitFor = (event: string) =>
       new Promise<void>((resolve, reject) => {
         audio.addEventListener(event, () => resolve(), { once: true });

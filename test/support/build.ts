@@ -11,7 +11,10 @@ export default function setup(): void {
   const marks = globalThis as { [BUILT]?: true };
   if (marks[BUILT]) return;
   marks[BUILT] = true;
-  execFileSync(process.execPath, [`${ROOT}/node_modules/typescript/bin/tsc`, '-p', 'tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
+  execFileSync(process.execPath, [`${ROOT}/node_modules/typescript/bin/tsc`, '-p', 'tsconfig.build.json'], {
+    cwd: ROOT,
+    stdio: 'inherit',
+  });
   // As `npm run build` does: the CLI (package.json bin) is an executable.
   chmodSync(path.join(ROOT, 'dist/cli/main.js'), 0o755);
 }

@@ -69,7 +69,9 @@ export async function namespacedUdpSocket(): Promise<NamespacedSocket> {
     ip('netns', 'exec', namespace, 'ip', 'addr', 'add', `${theirs}/30`, 'dev', theirEnd);
     ip('netns', 'exec', namespace, 'ip', 'link', 'set', theirEnd, 'up');
     ip('netns', 'exec', namespace, 'ip', 'link', 'set', 'lo', 'up');
-    const started = spawn('ip', ['netns', 'exec', namespace, process.execPath, '-e', CHILD, theirs], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const started = spawn('ip', ['netns', 'exec', namespace, process.execPath, '-e', CHILD, theirs], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
     child = started;
     const socket = await new Promise<dgram.Socket>((resolve, reject) => {
       started.once('message', (_message, handle) => resolve(handle as dgram.Socket));

@@ -34,7 +34,10 @@ export interface TestNameServer {
 const TYPE_A = 1;
 const TYPE_AAAA = 28;
 
-export async function startNameServer(answer: (name: string, type: NameQuery['type']) => NameAnswer, given?: dgram.Socket): Promise<TestNameServer> {
+export async function startNameServer(
+  answer: (name: string, type: NameQuery['type']) => NameAnswer,
+  given?: dgram.Socket,
+): Promise<TestNameServer> {
   const socket = given ?? dgram.createSocket('udp4');
   if (!given) {
     socket.bind(0, '127.0.0.1');
@@ -46,13 +49,25 @@ export async function startNameServer(answer: (name: string, type: NameQuery['ty
   socket.on('message', (message, from) => {
     const question = parseQuestion(message);
     if (!question) return;
-    const type: NameQuery['type'] = question.type === TYPE_A ? 'A' : question.type === TYPE_AAAA ? 'AAAA' : `type ${question.type}`;
+    const type: NameQuery['type'] =
+      question.type === TYPE_A ? 'A' : question.type === TYPE_AAAA ? 'AAAA' : `type ${question.type}`;
     const decided = answer(question.name, type);
     queries.push({ name: question.name, type, at: Date.now(), answered: decided !== 'silent' });
     for (const wake of [...waiters]) wake();
     if (decided === 'silent') return;
-    const records = decided === 'nxdomain' ? [] : type === 'A' ? (decided.a ?? []).map(ipv4Bytes) : type === 'AAAA' ? (decided.aaaa ?? []).map(ipv6Bytes) : [];
-    socket.send(reply(message, question.end, question.type, decided === 'nxdomain' ? 3 : 0, records), from.port, from.address);
+    const records =
+      decided === 'nxdomain'
+        ? []
+        : type === 'A'
+          ? (decided.a ?? []).map(ipv4Bytes)
+          : type === 'AAAA'
+            ? (decided.aaaa ?? []).map(ipv6Bytes)
+            : [];
+    socket.send(
+      reply(message, question.end, question.type, decided === 'nxdomain' ? 3 : 0, records),
+      from.port,
+      from.address,
+    );
   });
 
   const { address, port } = socket.address();
@@ -70,7 +85,11 @@ export async function startNameServer(answer: (name: string, type: NameQuery['ty
         };
         const timer = setTimeout(() => {
           waiters.delete(check);
-          reject(new Error(`the name server got ${queries.filter(where).length} of ${count} queries: ${JSON.stringify(queries.slice(-20))}`));
+          reject(
+            new Error(
+              `the name server got ${queries.filter(where).length} of ${count} queries: ${JSON.stringify(queries.slice(-20))}`,
+            ),
+          );
         }, timeoutMs);
         waiters.add(check);
         check();
@@ -92,7 +111,12 @@ function parseQuestion(message: Buffer): { name: string; type: number; end: numb
     at += 1;
     if (length === 0) break;
     if (length > 63 || at + length > message.length) return null;
-    labels.push(message.subarray(at, at + length).toString('latin1').toLowerCase());
+    labels.push(
+      message
+        .subarray(at, at + length)
+        .toString('latin1')
+        .toLowerCase(),
+    );
     at += length;
   }
   if (at + 4 > message.length) return null;
@@ -129,7 +153,8 @@ function ipv6Bytes(address: string): Buffer {
   const [head, tail] = address.includes('::') ? address.split('::') : [address, undefined];
   const left = head ? head.split(':') : [];
   const right = tail ? tail.split(':') : [];
-  const groups = tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
+  const groups =
+    tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
   const bytes = Buffer.alloc(16);
   groups.forEach((group, index) => bytes.writeUInt16BE(parseInt(group || '0', 16), index * 2));
   return bytes;

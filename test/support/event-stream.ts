@@ -61,7 +61,9 @@ export function readEventStream(response: Response, startedAt = Date.now()): Eve
             resolve();
           } else if (finished) {
             cleanup();
-            reject(new Error(`the stream ended before ${what}: ${JSON.stringify(handle.records.map((r) => r.status))}`));
+            reject(
+              new Error(`the stream ended before ${what}: ${JSON.stringify(handle.records.map((r) => r.status))}`),
+            );
           }
         };
         const timer = setTimeout(() => {

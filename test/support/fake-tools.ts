@@ -62,7 +62,11 @@ export function writeNotExecutable(dir: string, name = 'yt-dlp'): Promise<string
  * hands everything else to the real one.
  */
 export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/usr/bin/yt-dlp'): Promise<string> {
-  return script(dir, 'yt-dlp', [`if [ "$1" = "--version" ]; then echo '${version}'; exit 0; fi`, `exec ${realYtDlp} "$@"`].join('\n'));
+  return script(
+    dir,
+    'yt-dlp',
+    [`if [ "$1" = "--version" ]; then echo '${version}'; exit 0; fi`, `exec ${realYtDlp} "$@"`].join('\n'),
+  );
 }
 
 /**
@@ -70,7 +74,15 @@ export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/
  * (the CLI's "converting" phase).
  */
 export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
-  return script(dir, 'ffmpeg', [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `sleep ${delaySeconds}`, `exec ${realFfmpeg} "$@"`].join('\n'));
+  return script(
+    dir,
+    'ffmpeg',
+    [
+      `if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`,
+      `sleep ${delaySeconds}`,
+      `exec ${realFfmpeg} "$@"`,
+    ].join('\n'),
+  );
 }
 
 /**
@@ -78,5 +90,9 @@ export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = 
  * convert, its WAV growing all along, so that a test can stop the service in the middle of it.
  */
 export function writeRealtimeFfmpeg(dir: string, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
-  return script(dir, 'ffmpeg', [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `exec ${realFfmpeg} -re "$@"`].join('\n'));
+  return script(
+    dir,
+    'ffmpeg',
+    [`if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`, `exec ${realFfmpeg} -re "$@"`].join('\n'),
+  );
 }

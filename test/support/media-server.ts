@@ -71,7 +71,9 @@ const THROTTLE_TICK_MS = 100;
 const CHUNK_BYTES = 64 * 1024;
 
 /** host: another loopback address (127.0.0.2, ...) is another host to a client: its cookies are not 127.0.0.1's. */
-export async function startMediaServer(opts: { host?: `127.${number}.${number}.${number}` } = {}): Promise<MediaServer> {
+export async function startMediaServer(
+  opts: { host?: `127.${number}.${number}.${number}` } = {},
+): Promise<MediaServer> {
   const host = opts.host ?? '127.0.0.1';
   const routes = new Map<string, RouteHandler>();
   const requests: RecordedRequest[] = [];
@@ -83,7 +85,13 @@ export async function startMediaServer(opts: { host?: `127.${number}.${number}.$
   const recordOf = new WeakMap<IncomingMessage, RecordedRequest>();
   const server = createServer((req, res) => {
     const path = req.url ?? '/';
-    const record: RecordedRequest = { method: req.method ?? 'GET', path, headers: req.headers, at: Date.now(), completed: false };
+    const record: RecordedRequest = {
+      method: req.method ?? 'GET',
+      path,
+      headers: req.headers,
+      at: Date.now(),
+      completed: false,
+    };
     requests.push(record);
     recordOf.set(req, record);
     const handler = routes.get(pathOnly(path));

@@ -38,14 +38,7 @@ export interface ToneSpec {
 }
 
 export type MediaFixtureName =
-  | 'opus_webm'
-  | 'aac_m4a'
-  | 'mp3_mono'
-  | 'flac_mono'
-  | 'wav_mono_22k'
-  | 'flac_51'
-  | 'aac_mono_48k'
-  | 'mp3_stereo_22k';
+  'opus_webm' | 'aac_m4a' | 'mp3_mono' | 'flac_mono' | 'wav_mono_22k' | 'flac_51' | 'aac_mono_48k' | 'mp3_stereo_22k';
 
 const FIXTURES: Record<MediaFixtureName, ToneSpec> = {
   opus_webm: { format: 'webm', channels: 2, sampleRate: 48000, seconds: 3 },

@@ -56,7 +56,11 @@ export interface RunningNginx {
    * The access log's lines that `select` keeps, once `ready` holds for them. nginx writes a line
    * after the answer has gone out, so a client can hold the answer before the line exists.
    */
-  accessLines(select: (line: AccessLine) => boolean, ready: (lines: AccessLine[]) => boolean, timeoutMs?: number): Promise<AccessLine[]>;
+  accessLines(
+    select: (line: AccessLine) => boolean,
+    ready: (lines: AccessLine[]) => boolean,
+    timeoutMs?: number,
+  ): Promise<AccessLine[]>;
   /** The file nginx writes the artifacts it served on signed URLs to (the app's NGINX_USAGE_LOG). */
   usageLogPath: string;
 }
@@ -79,7 +83,9 @@ export async function freePort(): Promise<number> {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -135,7 +141,10 @@ ${options.extraHttpConfig ?? ''}
 
   const child = spawn(NGINX_BINARY, ['-p', prefix, '-e', errorLogPath, '-c', configPath], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...(options.urlSigningSecret ? { URL_SIGNING_SECRET: options.urlSigningSecret } : {}) },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      ...(options.urlSigningSecret ? { URL_SIGNING_SECRET: options.urlSigningSecret } : {}),
+    },
   });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -167,7 +176,10 @@ ${options.extraHttpConfig ?? ''}
       const deadline = Date.now() + timeoutMs;
       for (let lines = read(); ; lines = read()) {
         if (ready(lines)) return lines;
-        if (Date.now() >= deadline) throw new Error(`nginx's access log did not reach the expected lines within ${timeoutMs} ms:\n${JSON.stringify(lines, null, 1)}`);
+        if (Date.now() >= deadline)
+          throw new Error(
+            `nginx's access log did not reach the expected lines within ${timeoutMs} ms:\n${JSON.stringify(lines, null, 1)}`,
+          );
         await new Promise((resolve) => setTimeout(resolve, 25));
       }
     },
@@ -185,7 +197,8 @@ ${options.extraHttpConfig ?? ''}
 async function waitUntilListening(port: number, child: ChildProcess, diagnostics: () => string): Promise<void> {
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`nginx exited at start:\n${diagnostics()}`);
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`nginx exited at start:\n${diagnostics()}`);
     if (await canConnect(port)) return;
     await new Promise((resolve) => setTimeout(resolve, 25));
   }

@@ -25,7 +25,10 @@ export interface PlainProxy {
 export async function startPlainProxy(opts: { allowed: string; socketPath?: string }): Promise<PlainProxy> {
   const requests: string[] = [];
   const sockets = new Set<net.Socket>();
-  const [allowedHost, allowedPort] = [opts.allowed.slice(0, opts.allowed.lastIndexOf(':')), Number(opts.allowed.slice(opts.allowed.lastIndexOf(':') + 1))];
+  const [allowedHost, allowedPort] = [
+    opts.allowed.slice(0, opts.allowed.lastIndexOf(':')),
+    Number(opts.allowed.slice(opts.allowed.lastIndexOf(':') + 1)),
+  ];
   const server = http.createServer((req, res) => {
     requests.push(`${req.method} ${req.url}`);
     let target: URL;
@@ -40,7 +43,13 @@ export async function startPlainProxy(opts: { allowed: string; socketPath?: stri
       return;
     }
     const upstream = http.request(
-      { host: allowedHost, port: allowedPort, method: req.method, path: `${target.pathname}${target.search}`, headers: { ...req.headers, connection: 'close' } },
+      {
+        host: allowedHost,
+        port: allowedPort,
+        method: req.method,
+        path: `${target.pathname}${target.search}`,
+        headers: { ...req.headers, connection: 'close' },
+      },
       (answer) => {
         res.writeHead(answer.statusCode ?? 502, answer.headers);
         answer.pipe(res);

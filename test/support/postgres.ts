@@ -72,10 +72,15 @@ let binDirCache: string | undefined;
 export function postgresBinDir(): string {
   if (binDirCache) return binDirCache;
   const versions = existsSync(PACKAGE_ROOT)
-    ? readdirSync(PACKAGE_ROOT).filter((v) => /^\d+$/.test(v) && existsSync(path.join(PACKAGE_ROOT, v, 'bin', 'initdb')))
+    ? readdirSync(PACKAGE_ROOT).filter(
+        (v) => /^\d+$/.test(v) && existsSync(path.join(PACKAGE_ROOT, v, 'bin', 'initdb')),
+      )
     : [];
   const newest = versions.sort((a, b) => Number(b) - Number(a))[0];
-  if (!newest) throw new Error(`no PostgreSQL server under ${PACKAGE_ROOT}/<version>/bin: apt-get install postgresql (bash .ci/run does)`);
+  if (!newest)
+    throw new Error(
+      `no PostgreSQL server under ${PACKAGE_ROOT}/<version>/bin: apt-get install postgresql (bash .ci/run does)`,
+    );
   binDirCache = path.join(PACKAGE_ROOT, newest, 'bin');
   return binDirCache;
 }
@@ -91,7 +96,17 @@ export async function psql(url: string, sql: string): Promise<string> {
   target.password = '';
   const { stdout } = await promisify(execFile)(
     path.join(postgresBinDir(), 'psql'),
-    ['--no-psqlrc', '--quiet', '--no-align', '--tuples-only', '--set=ON_ERROR_STOP=1', '--dbname', target.href, '--command', sql],
+    [
+      '--no-psqlrc',
+      '--quiet',
+      '--no-align',
+      '--tuples-only',
+      '--set=ON_ERROR_STOP=1',
+      '--dbname',
+      target.href,
+      '--command',
+      sql,
+    ],
     // Only what psql needs: a PGHOST, PGSERVICE or PGPORT from the caller must not redirect it.
     { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', PGPASSWORD: password, PGCONNECT_TIMEOUT: '10' } },
   );
@@ -99,9 +114,13 @@ export async function psql(url: string, sql: string): Promise<string> {
 }
 
 /** Creates an empty database in the cluster behind `adminUrl` and returns its URL. */
-export async function createDatabase(adminUrl: string, name = `test_${randomBytes(6).toString('hex')}`): Promise<string> {
+export async function createDatabase(
+  adminUrl: string,
+  name = `test_${randomBytes(6).toString('hex')}`,
+): Promise<string> {
   // Plain lower-case names need no quoting anywhere (URLs, SQL, psql's \c).
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new Error(`database name must match [a-z_][a-z0-9_]{0,62}: ${JSON.stringify(name)}`);
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name))
+    throw new Error(`database name must match [a-z_][a-z0-9_]{0,62}: ${JSON.stringify(name)}`);
   await psql(adminUrl, `CREATE DATABASE ${name} TEMPLATE template0`);
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
@@ -111,7 +130,10 @@ export async function createDatabase(adminUrl: string, name = `test_${randomByte
 /** Inside an e2e test file: a new empty database in the run's cluster, as a postgres:// URL. */
 export async function freshDatabaseUrl(name?: string): Promise<string> {
   const adminUrl = inject('postgresAdminUrl');
-  if (!adminUrl) throw new Error('no PostgreSQL cluster was provided: freshDatabaseUrl() works in the e2e project; elsewhere use startPostgresCluster()');
+  if (!adminUrl)
+    throw new Error(
+      'no PostgreSQL cluster was provided: freshDatabaseUrl() works in the e2e project; elsewhere use startPostgresCluster()',
+    );
   return createDatabase(adminUrl, name);
 }
 
@@ -134,23 +156,52 @@ export async function startPostgresCluster(options: { durable?: boolean } = {}):
     await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
     if (user) for (const owned of [dir, socketDir, passwordFile]) await chown(owned, user.uid, user.gid);
 
-    await run(path.join(binDir, 'initdb'), [
-      '--pgdata', dataDir, '--username', 'postgres', `--pwfile=${passwordFile}`,
-      // The socket is reachable only by postgres and root (its folder is 0700); TCP needs the password.
-      '--auth-local=trust', '--auth-host=scram-sha-256',
-      '--encoding=UTF8', '--no-locale', '--no-sync', '--no-instructions',
-    ], user, dir);
+    await run(
+      path.join(binDir, 'initdb'),
+      [
+        '--pgdata',
+        dataDir,
+        '--username',
+        'postgres',
+        `--pwfile=${passwordFile}`,
+        // The socket is reachable only by postgres and root (its folder is 0700); TCP needs the password.
+        '--auth-local=trust',
+        '--auth-host=scram-sha-256',
+        '--encoding=UTF8',
+        '--no-locale',
+        '--no-sync',
+        '--no-instructions',
+      ],
+      user,
+      dir,
+    );
     await rm(passwordFile);
 
     // A free port can be taken by someone else before postgres binds it: then try another.
     for (let attempt = 1; ; attempt++) {
       const port = await freePort();
-      const postmaster = spawnPostmaster(binDir, dataDir, socketDir, port, name, logPath, user, options.durable ?? false);
+      const postmaster = spawnPostmaster(
+        binDir,
+        dataDir,
+        socketDir,
+        port,
+        name,
+        logPath,
+        user,
+        options.durable ?? false,
+      );
       const exited = new Promise<void>((resolve) => postmaster.once('exit', () => resolve()));
       if (postmaster.pid === undefined) throw (await once(postmaster, 'error'))[0];
       const watchdog = startWatchdog(postmaster.pid, dir);
       if (await becomesReady(dataDir, postmaster, exited)) {
-        return clusterHandle({ name, dir, adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`, postmaster, exited, watchdog });
+        return clusterHandle({
+          name,
+          dir,
+          adminUrl: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+          postmaster,
+          exited,
+          watchdog,
+        });
       }
       watchdog.kill('SIGKILL');
       const log = readLog(logPath);
@@ -203,7 +254,10 @@ async function serverUser(): Promise<{ uid: number; gid: number } | null> {
   if (process.getuid?.() !== 0) return null;
   const entry = (await readFile('/etc/passwd', 'utf8')).split('\n').find((line) => line.startsWith('postgres:'));
   const [, , uid, gid] = entry?.split(':') ?? [];
-  if (uid === undefined || gid === undefined) throw new Error('running as root, but there is no `postgres` user to run the server as (Debian\'s postgresql package creates it)');
+  if (uid === undefined || gid === undefined)
+    throw new Error(
+      "running as root, but there is no `postgres` user to run the server as (Debian's postgresql package creates it)",
+    );
   return { uid: Number(uid), gid: Number(gid) };
 }
 
@@ -212,7 +266,12 @@ function serverEnv(): NodeJS.ProcessEnv {
   return { PATH: process.env.PATH ?? '/usr/bin:/bin', LC_ALL: 'C' };
 }
 
-async function run(file: string, args: string[], user: { uid: number; gid: number } | null, cwd: string): Promise<void> {
+async function run(
+  file: string,
+  args: string[],
+  user: { uid: number; gid: number } | null,
+  cwd: string,
+): Promise<void> {
   try {
     await promisify(execFile)(file, args, { cwd, env: serverEnv(), ...(user ?? {}) });
   } catch (err) {
@@ -232,16 +291,26 @@ function spawnPostmaster(
   durable: boolean,
 ): ChildProcess {
   const tuning = durable ? { max_connections: TEST_SETTINGS.max_connections! } : TEST_SETTINGS;
-  const settings = { ...tuning, listen_addresses: '127.0.0.1', port: String(port), unix_socket_directories: socketDir, cluster_name: name };
+  const settings = {
+    ...tuning,
+    listen_addresses: '127.0.0.1',
+    port: String(port),
+    unix_socket_directories: socketDir,
+    cluster_name: name,
+  };
   // The log is a file, not a pipe to us: postgres must not depend on this process staying alive.
   const logFd = openSync(logPath, 'a');
   try {
-    return spawn(path.join(binDir, 'postgres'), ['-D', dataDir, ...Object.entries(settings).flatMap(([key, value]) => ['-c', `${key}=${value}`])], {
-      cwd: path.dirname(dataDir),
-      env: serverEnv(),
-      stdio: ['ignore', logFd, logFd],
-      ...(user ?? {}),
-    });
+    return spawn(
+      path.join(binDir, 'postgres'),
+      ['-D', dataDir, ...Object.entries(settings).flatMap(([key, value]) => ['-c', `${key}=${value}`])],
+      {
+        cwd: path.dirname(dataDir),
+        env: serverEnv(),
+        stdio: ['ignore', logFd, logFd],
+        ...(user ?? {}),
+      },
+    );
   } finally {
     closeSync(logFd);
   }
@@ -255,7 +324,9 @@ async function becomesReady(dataDir: string, postmaster: ChildProcess, exited: P
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
     if (postmaster.exitCode !== null || postmaster.signalCode !== null) return false;
-    const status = (await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n')[7]?.trim();
+    const status = (await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8').catch(() => ''))
+      .split('\n')[7]
+      ?.trim();
     if (status === 'ready') return true;
     await sleep(20);
   }
@@ -280,7 +351,9 @@ function startWatchdog(postmasterPid: number, dir: string): ChildProcess {
       while kill -0 $1 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
     fi
     rm -rf -- "$2"`;
-  const watchdog = spawn('/bin/sh', ['-c', script, 'sf-pg-watchdog', String(postmasterPid), dir], { stdio: ['pipe', 'ignore', 'ignore'] });
+  const watchdog = spawn('/bin/sh', ['-c', script, 'sf-pg-watchdog', String(postmasterPid), dir], {
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
   // It must never keep this process alive.
   watchdog.unref();
   (watchdog.stdin as unknown as Socket).unref();

@@ -4,11 +4,28 @@
  * metric the service exports.
  */
 
-const KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'inf', 'nan', 'atan2']);
+const KEYWORDS = new Set([
+  'and',
+  'or',
+  'unless',
+  'bool',
+  'offset',
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'inf',
+  'nan',
+  'atan2',
+]);
 
 /** Grafana's variables, given values that parse: `$__rate_interval` and the like a duration, `$job` a name. */
 function withoutGrafanaVariables(expr: string): string {
-  return expr.replace(/\$__(?:rate_interval|interval|range)\b|\$\{__(?:rate_interval|interval|range)\}/g, '5m').replace(/\$\{?\w+\}?/g, 'x');
+  return expr
+    .replace(/\$__(?:rate_interval|interval|range)\b|\$\{__(?:rate_interval|interval|range)\}/g, '5m')
+    .replace(/\$\{?\w+\}?/g, 'x');
 }
 
 /**

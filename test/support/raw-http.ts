@@ -17,11 +17,21 @@ export interface RawResponse {
   body: Buffer;
 }
 
-export function rawRequest(port: number, method: 'GET' | 'HEAD', target: string, headers: Record<string, string> = {}): Promise<RawResponse> {
+export function rawRequest(
+  port: number,
+  method: 'GET' | 'HEAD',
+  target: string,
+  headers: Record<string, string> = {},
+): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const socket = connect({ host: '127.0.0.1', port }, () => {
-      const lines = [`${method} ${target} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      const lines = [
+        `${method} ${target} HTTP/1.1`,
+        'Host: 127.0.0.1',
+        'Connection: close',
+        ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+      ];
       socket.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'));
     });
     socket.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -29,11 +39,22 @@ export function rawRequest(port: number, method: 'GET' | 'HEAD', target: string,
     socket.on('close', () => {
       let raw = Buffer.concat(chunks);
       // Interim answers (100 Continue) come before the final one.
-      while (/^HTTP\/1\.1 1\d\d /.test(raw.subarray(0, 13).toString('latin1'))) raw = raw.subarray(raw.indexOf('\r\n\r\n') + 4);
+      while (/^HTTP\/1\.1 1\d\d /.test(raw.subarray(0, 13).toString('latin1')))
+        raw = raw.subarray(raw.indexOf('\r\n\r\n') + 4);
       const split = raw.indexOf('\r\n\r\n');
       const head = raw.subarray(0, Math.max(0, split)).toString('latin1').split('\r\n');
-      const parsed = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
-      resolve({ status: Number(head[0]?.split(' ')[1] ?? 0), headers: parsed, raw, bodyBytes: split < 0 ? 0 : raw.length - split - 4, body: split < 0 ? Buffer.alloc(0) : raw.subarray(split + 4) });
+      const parsed = new Map(
+        head
+          .slice(1)
+          .map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+      );
+      resolve({
+        status: Number(head[0]?.split(' ')[1] ?? 0),
+        headers: parsed,
+        raw,
+        bodyBytes: split < 0 ? 0 : raw.length - split - 4,
+        body: split < 0 ? Buffer.alloc(0) : raw.subarray(split + 4),
+      });
     });
   });
 }
@@ -96,7 +117,11 @@ export function openRawConnection(port: number): Promise<RawConnection> {
       const split = pending.indexOf('\r\n\r\n');
       if (split < 0) return undefined;
       const head = pending.subarray(0, split).toString('latin1').split('\r\n');
-      const headers = new Map(head.slice(1).map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+      const headers = new Map(
+        head
+          .slice(1)
+          .map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+      );
       const status = Number(head[0]?.split(' ')[1] ?? 0);
       const length = status < 200 ? 0 : Number(headers.get('content-length'));
       if (!Number.isInteger(length)) throw new Error(`a response without Content-Length: ${head[0]}`);
@@ -114,7 +139,10 @@ export function openRawConnection(port: number): Promise<RawConnection> {
           for (;;) {
             const message = tryParse();
             if (message) return message;
-            if (ended) throw new Error(`the connection ended before a whole response: ${JSON.stringify(pending.toString('latin1'))}`);
+            if (ended)
+              throw new Error(
+                `the connection ended before a whole response: ${JSON.stringify(pending.toString('latin1'))}`,
+              );
             await nextChange();
           }
         },

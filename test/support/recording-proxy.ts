@@ -19,9 +19,14 @@ export interface RecordingProxy {
   close(): Promise<void>;
 }
 
-export async function startRecordingProxy(credentials: { user: string; password: string } | null): Promise<RecordingProxy> {
+export async function startRecordingProxy(
+  credentials: { user: string; password: string } | null,
+): Promise<RecordingProxy> {
   const asked: RecordingProxy['asked'] = [];
-  const expected = credentials === null ? undefined : `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`;
+  const expected =
+    credentials === null
+      ? undefined
+      : `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString('base64')}`;
   const server = http.createServer((_req, res) => res.writeHead(405).end());
   const sockets = new Set<net.Socket>();
   server.on('connection', (socket: net.Socket) => {
@@ -32,7 +37,9 @@ export async function startRecordingProxy(credentials: { user: string; password:
     asked.push({ target: req.url ?? '', authorization: req.headers['proxy-authorization'] });
     client.on('error', () => client.destroy());
     if (req.headers['proxy-authorization'] !== expected) {
-      client.end('HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="upstream"\r\nContent-Length: 0\r\n\r\n');
+      client.end(
+        'HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="upstream"\r\nContent-Length: 0\r\n\r\n',
+      );
       return;
     }
     const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(req.url ?? '');

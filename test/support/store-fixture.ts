@@ -29,7 +29,10 @@ export interface StoreFixture {
   contentIdsOnDisk(): Promise<string[]>;
 }
 
-export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { now?: () => number } = {}): Promise<StoreFixture> {
+export async function createStoreFixture(
+  kind: DatabaseKind = 'sqlite',
+  opts: { now?: () => number } = {},
+): Promise<StoreFixture> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
   const database = await openTestDatabase(kind);
   onTestFinished(async () => {
@@ -37,7 +40,11 @@ export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { 
     await rm(dir, { recursive: true, force: true });
   });
   let holders = 0;
-  const store = createContentStore(path.join(dir, 'artifacts'), createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }), 'test-node');
+  const store = createContentStore(
+    path.join(dir, 'artifacts'),
+    createDatabasePins({ database, holder: () => `test:${++holders}`, now: opts.now ?? Date.now }),
+    'test-node',
+  );
   await mkdir(store.root, { recursive: true });
 
   async function walk(): Promise<Array<{ contentId: string; size: number }>> {
@@ -65,7 +72,16 @@ export async function createStoreFixture(kind: DatabaseKind = 'sqlite', opts: { 
       await writeFile(file, data);
       await recordCacheEntry(
         database,
-        { contentId, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 },
+        {
+          contentId,
+          name: AUDIO_ARTIFACT_NAME,
+          kind: SOURCE_WAV_KIND,
+          bytes,
+          contentType: 'audio/wav',
+          sampleRate: 44100,
+          channels: 2,
+          durationS: 1,
+        },
         usedAt,
       );
       if (url) await setAlias(database, 'url', url, contentId, usedAt);

@@ -25,7 +25,12 @@ export async function storedFiles(artifactRoot: string): Promise<StoredFile[]> {
     for (const cid of await readdir(path.join(artifactRoot, shard))) {
       for (const name of await readdir(path.join(artifactRoot, shard, cid))) {
         const bytes = await readFile(path.join(artifactRoot, shard, cid, name));
-        files.push({ contentId: cid, name, sha256: createHash('sha256').update(bytes).digest('hex'), bytes: bytes.length });
+        files.push({
+          contentId: cid,
+          name,
+          sha256: createHash('sha256').update(bytes).digest('hex'),
+          bytes: bytes.length,
+        });
       }
     }
   }
@@ -55,8 +60,16 @@ export async function readDb(dataDir: string, databaseUrl?: string): Promise<DbS
   if (databaseUrl) {
     const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
     try {
-      const [jobs, cacheEntries, aliases, totals] = await Promise.all([sql.unsafe(JOBS), sql.unsafe(ENTRIES), sql.unsafe(ALIASES), sql.unsafe(TOTALS)]);
-      const entries = cacheEntries.map((row) => ({ ...row, bytes: Number(row.bytes) })) as unknown as DbSnapshot['cacheEntries'];
+      const [jobs, cacheEntries, aliases, totals] = await Promise.all([
+        sql.unsafe(JOBS),
+        sql.unsafe(ENTRIES),
+        sql.unsafe(ALIASES),
+        sql.unsafe(TOTALS),
+      ]);
+      const entries = cacheEntries.map((row) => ({
+        ...row,
+        bytes: Number(row.bytes),
+      })) as unknown as DbSnapshot['cacheEntries'];
       return {
         integrity: null,
         totalsConsistent: consistent(entries, totals[0] as { bytes: unknown; artifacts: unknown } | undefined),
@@ -73,7 +86,10 @@ export async function readDb(dataDir: string, databaseUrl?: string): Promise<DbS
     const cacheEntries = db.prepare(ENTRIES).all() as DbSnapshot['cacheEntries'];
     return {
       integrity: String(db.pragma('integrity_check', { simple: true })),
-      totalsConsistent: consistent(cacheEntries, db.prepare(TOTALS).get() as { bytes: number; artifacts: number } | undefined),
+      totalsConsistent: consistent(
+        cacheEntries,
+        db.prepare(TOTALS).get() as { bytes: number; artifacts: number } | undefined,
+      ),
       jobs: db.prepare(JOBS).all() as DbSnapshot['jobs'],
       cacheEntries,
       aliases: db.prepare(ALIASES).all() as DbSnapshot['aliases'],
@@ -83,7 +99,10 @@ export async function readDb(dataDir: string, databaseUrl?: string): Promise<DbS
   }
 }
 
-function consistent(entries: DbSnapshot['cacheEntries'], totals: { bytes: unknown; artifacts: unknown } | undefined): boolean {
+function consistent(
+  entries: DbSnapshot['cacheEntries'],
+  totals: { bytes: unknown; artifacts: unknown } | undefined,
+): boolean {
   const bytes = entries.reduce((sum, row) => sum + row.bytes, 0);
   return Number(totals?.bytes ?? 0) === bytes && Number(totals?.artifacts ?? 0) === entries.length;
 }

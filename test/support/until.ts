@@ -9,7 +9,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *     return (seen.progress?.bytes_done ?? 0) > 0 ? seen : undefined;
  *   });
  */
-export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();

@@ -37,7 +37,11 @@ export interface WebhookReceiver {
   script(...answers: ScriptedAnswer[]): void;
   /** The answer once the script is used up. */
   fallback(answer: ScriptedAnswer): void;
-  waitForRequests(count: number, timeoutMs?: number, where?: (request: ReceivedCallback) => boolean): Promise<ReceivedCallback[]>;
+  waitForRequests(
+    count: number,
+    timeoutMs?: number,
+    where?: (request: ReceivedCallback) => boolean,
+  ): Promise<ReceivedCallback[]>;
   /** Stops listening and cuts every connection: the port refuses connections until listenAgain(). */
   stop(): Promise<void>;
   listenAgain(): Promise<void>;
@@ -59,7 +63,14 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
       req.on('end', () => {
         const answer = scripted.shift() ?? otherwise;
-        const received: ReceivedCallback = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now(), answer };
+        const received: ReceivedCallback = {
+          method: req.method ?? '',
+          path: req.url ?? '',
+          headers: req.headers,
+          body: Buffer.concat(chunks).toString('utf8'),
+          at: Date.now(),
+          answer,
+        };
         res.once('close', () => (received.closedAt = Date.now()));
         requests.push(received);
         for (const wake of [...waiters]) wake();
@@ -107,7 +118,11 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
         };
         const timer = setTimeout(() => {
           waiters.delete(check);
-          reject(new Error(`the receiver got ${matching().length} of ${count} requests: ${JSON.stringify(requests.map((r) => ({ path: r.path, answer: r.answer })))}`));
+          reject(
+            new Error(
+              `the receiver got ${matching().length} of ${count} requests: ${JSON.stringify(requests.map((r) => ({ path: r.path, answer: r.answer })))}`,
+            ),
+          );
         }, timeoutMs);
         waiters.add(check);
         check();

@@ -10,7 +10,12 @@ import { ROOT } from './service.js';
 
 type Headers = Record<string, string | string[] | undefined>;
 /** The hand-written snippet: true when the callback is signed by the secret and recent enough. */
-export type VerifyWebhook = (secret: string, headers: Headers, rawBody: string | Buffer, toleranceS?: number) => boolean;
+export type VerifyWebhook = (
+  secret: string,
+  headers: Headers,
+  rawBody: string | Buffer,
+  toleranceS?: number,
+) => boolean;
 /** The package's snippet: the job record parsed from the body, or an exception. */
 export type VerifiedJob = (secret: string, headers: Headers, rawBody: string | Buffer) => unknown;
 
@@ -21,7 +26,9 @@ async function snippets(): Promise<{ library: string; handWritten: string }> {
   const library = blocks.filter((block) => block.includes("from 'standardwebhooks'"));
   const handWritten = blocks.filter((block) => block.includes("from 'node:crypto'"));
   if (blocks.length !== 2 || library.length !== 1 || handWritten.length !== 1) {
-    throw new Error(`docs/webhooks.md must have 2 js blocks, one with standardwebhooks and one with node:crypto; it has ${blocks.length}`);
+    throw new Error(
+      `docs/webhooks.md must have 2 js blocks, one with standardwebhooks and one with node:crypto; it has ${blocks.length}`,
+    );
   }
   return { library: library[0]!, handWritten: handWritten[0]! };
 }

@@ -43,12 +43,14 @@ async function scrub(argv: string[], answers: Array<{ status: number; body: unkn
     cwd: '/tmp',
     version: '9.9.9',
     signal: new AbortController().signal,
-    fetch: async (input, init) => {
-      requests.push(`${init?.method ?? 'GET'} ${String(input)}`);
+    fetch: (input, init) => {
+      requests.push(`${init?.method ?? 'GET'} ${input instanceof Request ? input.url : input.toString()}`);
       const answer = answers.shift();
-      if (!answer) throw new Error('no more answers');
+      if (!answer) return Promise.reject(new Error('no more answers'));
       const type = answer.status >= 400 ? 'application/problem+json' : 'application/json';
-      return new Response(JSON.stringify(answer.body), { status: answer.status, headers: { 'content-type': type } });
+      return Promise.resolve(
+        new Response(JSON.stringify(answer.body), { status: answer.status, headers: { 'content-type': type } }),
+      );
     },
   };
   return { code: await runCli(deps), stdout, stderr, requests };
@@ -59,13 +61,31 @@ describe('source-fetch scrub', () => {
     const result = await scrub([], [{ status: 200, body: report({}) }]);
     expect(result.code).toBe(EXIT.ok);
     expect(result.requests).toEqual(['POST http://svc.test:8080/store/scrub?wait_s=25']);
-    expect(result.stdout).toBe('scrub p-1 on node-a: done: 3 checked, 3.0 MiB read; 0 corrupt (0 moved to the quarantine folder), 0 missing, 0 unreadable\n');
+    expect(result.stdout).toBe(
+      'scrub p-1 on node-a: done: 3 checked, 3.0 MiB read; 0 corrupt (0 moved to the quarantine folder), 0 missing, 0 unreadable\n',
+    );
   });
 
   it('follows a long pass on its node, then lists what it found and exits 7', async () => {
     const findings: ScrubReport['findings'] = [
-      { content_id: CID, name: 'audio.wav', problem: 'corrupt', sha256: 'ef'.repeat(32), error: null, action: 'quarantined', quarantined_as: `${CID}.1700000000000/audio.wav` },
-      { content_id: OTHER, name: 'audio.wav', problem: 'unreadable', sha256: null, error: 'EIO', action: 'none', quarantined_as: null },
+      {
+        content_id: CID,
+        name: 'audio.wav',
+        problem: 'corrupt',
+        sha256: 'ef'.repeat(32),
+        error: null,
+        action: 'quarantined',
+        quarantined_as: `${CID}.1700000000000/audio.wav`,
+      },
+      {
+        content_id: OTHER,
+        name: 'audio.wav',
+        problem: 'unreadable',
+        sha256: null,
+        error: 'EIO',
+        action: 'none',
+        quarantined_as: null,
+      },
     ];
     const result = await scrub(
       [],
@@ -92,26 +112,66 @@ describe('source-fetch scrub', () => {
   });
 
   it('--json prints the final report only', async () => {
-    const final = report({ corrupt: 1, findings: [{ content_id: CID, name: 'audio.wav', problem: 'corrupt', sha256: 'ef'.repeat(32), error: null, action: 'deferred', quarantined_as: null }] });
-    const result = await scrub(['--json'], [{ status: 202, body: report({ status: 'running' }) }, { status: 200, body: final }]);
+    const final = report({
+      corrupt: 1,
+      findings: [
+        {
+          content_id: CID,
+          name: 'audio.wav',
+          problem: 'corrupt',
+          sha256: 'ef'.repeat(32),
+          error: null,
+          action: 'deferred',
+          quarantined_as: null,
+        },
+      ],
+    });
+    const result = await scrub(
+      ['--json'],
+      [
+        { status: 202, body: report({ status: 'running' }) },
+        { status: 200, body: final },
+      ],
+    );
     expect(result.code).toBe(EXIT.storeProblems);
     expect(JSON.parse(result.stdout)).toEqual(final);
   });
 
   it('a pass that failed or stopped exits 4 with its reason', async () => {
-    const result = await scrub([], [{ status: 200, body: report({ status: 'failed', error: 'the pass stopped on an error (EMFILE); see the service log' }) }]);
+    const result = await scrub(
+      [],
+      [
+        {
+          status: 200,
+          body: report({ status: 'failed', error: 'the pass stopped on an error (EMFILE); see the service log' }),
+        },
+      ],
+    );
     expect(result.code).toBe(EXIT.unavailable);
     expect(result.stderr).toContain('scrub pass p-1 failed: the pass stopped on an error (EMFILE)');
   });
 
   it('another pass answered while following (another node behind a balancer) exits 4, naming the node to ask', async () => {
-    const result = await scrub([], [{ status: 202, body: report({ status: 'running' }) }, { status: 200, body: report({ pass_id: 'p-2', node_id: 'node-b' }) }]);
+    const result = await scrub(
+      [],
+      [
+        { status: 202, body: report({ status: 'running' }) },
+        { status: 200, body: report({ pass_id: 'p-2', node_id: 'node-b' }) },
+      ],
+    );
     expect(result.code).toBe(EXIT.unavailable);
     expect(result.stderr).toContain('point SOURCE_FETCH_URL at the node that runs p-1');
   });
 
   it('a pass running on another node is a refusal (3)', async () => {
-    const problem = { type: 'about:blank', title: 'Conflict', status: 409, detail: 'Node node-b is scrubbing the store.', code: 'scrub_running_elsewhere', node_id: 'node-b' };
+    const problem = {
+      type: 'about:blank',
+      title: 'Conflict',
+      status: 409,
+      detail: 'Node node-b is scrubbing the store.',
+      code: 'scrub_running_elsewhere',
+      node_id: 'node-b',
+    };
     const result = await scrub([], [{ status: 409, body: problem }]);
     expect(result.code).toBe(EXIT.refused);
     expect(result.stderr).toContain('409 scrub_running_elsewhere: Node node-b is scrubbing the store.');

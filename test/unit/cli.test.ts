@@ -10,7 +10,8 @@ import { createEventStreamReader } from '../../src/cli/sse.js';
 describe('event stream reader', () => {
   it('reads events split anywhere, with CRLF, CR or LF line ends, comments and multi-line data', () => {
     const reader = createEventStreamReader();
-    const text = 'retry: 1500\r\n\r\n: keep-alive\n\nid: a1\nevent: job\ndata: {"x":\ndata: 1}\r\rid: b2\ndata:plain\n\nevent: job\ndata: cut off';
+    const text =
+      'retry: 1500\r\n\r\n: keep-alive\n\nid: a1\nevent: job\ndata: {"x":\ndata: 1}\r\rid: b2\ndata:plain\n\nevent: job\ndata: cut off';
     const events = [];
     for (let i = 0; i < text.length; i += 3) events.push(...reader.push(text.slice(i, i + 3)));
     expect(events).toEqual([
@@ -47,7 +48,10 @@ const job = (overrides: Partial<Job>): Job => ({
   ...overrides,
 });
 const downloading = (done: number, total: number | null) =>
-  job({ status: 'running', progress: { bytes_done: done, bytes_total: total, percent: total ? Math.round((done / total) * 1000) / 10 : null } });
+  job({
+    status: 'running',
+    progress: { bytes_done: done, bytes_total: total, percent: total ? Math.round((done / total) * 1000) / 10 : null },
+  });
 
 describe('progress', () => {
   it('tells the phase from the record: a download at 100 % is being converted', () => {
@@ -62,13 +66,26 @@ describe('progress', () => {
   it('plain: a line per phase and per 10 % of the download, no escape codes', () => {
     let out = '';
     const view = createPlainView({ write: (text) => (out += text) }, 'j-1');
-    for (const record of [job({}), job({}), job({ status: 'running' }), downloading(1, 100), downloading(5, 100), downloading(12, 100), downloading(19, 100), downloading(57, 100), downloading(100, 100), downloading(100, 100)]) {
+    for (const record of [
+      job({}),
+      job({}),
+      job({ status: 'running' }),
+      downloading(1, 100),
+      downloading(5, 100),
+      downloading(12, 100),
+      downloading(19, 100),
+      downloading(57, 100),
+      downloading(100, 100),
+      downloading(100, 100),
+    ]) {
       view.job(record);
     }
     view.saving(10, 20);
     view.saving(20, 20);
     expect(out).toBe(
-      ['queued', 'starting', 'downloading 1%', 'downloading 12%', 'downloading 57%', 'converting', 'saving the WAV'].map((line) => `job j-1: ${line}\n`).join(''),
+      ['queued', 'starting', 'downloading 1%', 'downloading 12%', 'downloading 57%', 'converting', 'saving the WAV']
+        .map((line) => `job j-1: ${line}\n`)
+        .join(''),
     );
   });
 
@@ -125,11 +142,16 @@ describe('arguments', () => {
 
   it('needs a key and an http(s) base URL before any request', async () => {
     expect((await cli(['status', 'j'], {})).stderr).toContain('SOURCE_FETCH_API_KEY is not set');
-    expect((await cli(['status', 'j'], { SOURCE_FETCH_API_KEY: 'k', SOURCE_FETCH_URL: 'not a url' })).code).toBe(EXIT.usage);
+    expect((await cli(['status', 'j'], { SOURCE_FETCH_API_KEY: 'k', SOURCE_FETCH_URL: 'not a url' })).code).toBe(
+      EXIT.usage,
+    );
   });
 
   it('--help and --version answer without a key', async () => {
-    expect(await cli(['--help'], {})).toMatchObject({ code: EXIT.ok, stdout: expect.stringContaining('source-fetch fetch <url>') });
+    expect(await cli(['--help'], {})).toMatchObject({
+      code: EXIT.ok,
+      stdout: expect.stringContaining('source-fetch fetch <url>'),
+    });
     expect(await cli([], {})).toMatchObject({ code: EXIT.ok, stdout: expect.stringContaining('Exit codes:') });
     expect(await cli(['--version'], {})).toMatchObject({ code: EXIT.ok, stdout: '9.9.9\n' });
   });

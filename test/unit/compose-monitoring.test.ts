@@ -35,11 +35,14 @@ const node = compose.services['app-node']!;
 
 /** `${NAME}`, `${NAME:-default}` and `${NAME:?message}` with only `set` in the environment, as compose interpolates. */
 function interpolate(value: string, set: Record<string, string> = {}): string {
-  return value.replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
-    if (set[name] !== undefined && set[name] !== '') return set[name];
-    if (required) throw new Error(`${name} is required`);
-    return dash ? (fallback ?? '') : '';
-  });
+  return value.replace(
+    /\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g,
+    (_, name: string, dash?: string, fallback?: string, required?: string) => {
+      if (set[name] !== undefined && set[name] !== '') return set[name];
+      if (required) throw new Error(`${name} is required`);
+      return dash ? (fallback ?? '') : '';
+    },
+  );
 }
 const env = (service: Service, set: Record<string, string> = {}) =>
   Object.fromEntries(Object.entries(service.environment).map(([key, value]) => [key, interpolate(String(value), set)]));
@@ -88,8 +91,14 @@ describe('compose.yaml, the monitoring profile', () => {
     writeFileSync(keyFile, 'a-key-for-the-check-only');
     const text = read('ops/prometheus/prometheus.yml');
     expect(text).toContain(config.scrape_configs[0]!.authorization.credentials_file);
-    writeFileSync(path.join(scratch, 'prometheus.yml'), text.replace(config.scrape_configs[0]!.authorization.credentials_file, keyFile));
-    copyFileSync(path.join(ROOT, 'ops/prometheus/source-fetch.rules.yml'), path.join(scratch, 'source-fetch.rules.yml'));
+    writeFileSync(
+      path.join(scratch, 'prometheus.yml'),
+      text.replace(config.scrape_configs[0]!.authorization.credentials_file, keyFile),
+    );
+    copyFileSync(
+      path.join(ROOT, 'ops/prometheus/source-fetch.rules.yml'),
+      path.join(scratch, 'source-fetch.rules.yml'),
+    );
     const { stdout } = await run('promtool', ['check', 'config', path.join(scratch, 'prometheus.yml')]);
     expect(stdout).toContain('SUCCESS: 1 rule files found');
   });
@@ -100,7 +109,9 @@ describe('compose.yaml, the monitoring profile', () => {
     expect(job!.metrics_path).toBe('/metrics');
     const set = { POSTGRES_PASSWORD: 'pw-for-the-test', API_KEYS: ' scrape-key-0123456789 , other-key-0123456789 ' };
     const nodeConfig = loadConfig(env(node, set));
-    expect(job!.dns_sd_configs).toEqual([expect.objectContaining({ names: ['app-node'], type: 'A', port: nodeConfig.port })]);
+    expect(job!.dns_sd_configs).toEqual([
+      expect.objectContaining({ names: ['app-node'], type: 'A', port: nodeConfig.port }),
+    ]);
     expect(compose.services['app-node']!.profiles).toEqual(['scaled']);
 
     // The entrypoint writes the first key to the credentials file, then runs the command.
@@ -115,19 +126,31 @@ describe('compose.yaml, the monitoring profile', () => {
     expect(prometheus.command![0]).toBe('/bin/prometheus');
     // Without the nodes' keys the profile does not start (control: with them it does, above).
     expect(() => env(prometheus)).toThrow(/API_KEYS is required/);
-    expect(() => execFileSync('sh', [path.join(ROOT, 'ops/prometheus/entrypoint.sh'), 'true'], { env: { PATH: process.env.PATH, SCRAPE_API_KEYS: ' ', SCRAPE_KEY_FILE: keyFile }, stdio: 'pipe' })).toThrow(
-      /SCRAPE_API_KEYS is empty/,
-    );
+    expect(() =>
+      execFileSync('sh', [path.join(ROOT, 'ops/prometheus/entrypoint.sh'), 'true'], {
+        env: { PATH: process.env.PATH, SCRAPE_API_KEYS: ' ', SCRAPE_KEY_FILE: keyFile },
+        stdio: 'pipe',
+      }),
+    ).toThrow(/SCRAPE_API_KEYS is empty/);
   });
 
   it('provisions Grafana with that Prometheus and the dashboard, published on loopback only', () => {
-    expect(mountAt(grafana, '/etc/grafana/provisioning')).toEqual({ source: './ops/grafana/provisioning', readOnly: true });
-    const datasources = parse(read('ops/grafana/provisioning/datasources/prometheus.yml')) as { datasources: Array<{ type: string; url: string; isDefault: boolean }> };
-    expect(datasources.datasources).toEqual([expect.objectContaining({ type: 'prometheus', url: 'http://prometheus:9090', isDefault: true })]);
+    expect(mountAt(grafana, '/etc/grafana/provisioning')).toEqual({
+      source: './ops/grafana/provisioning',
+      readOnly: true,
+    });
+    const datasources = parse(read('ops/grafana/provisioning/datasources/prometheus.yml')) as {
+      datasources: Array<{ type: string; url: string; isDefault: boolean }>;
+    };
+    expect(datasources.datasources).toEqual([
+      expect.objectContaining({ type: 'prometheus', url: 'http://prometheus:9090', isDefault: true }),
+    ]);
     const web = /--web\.listen-address=\S*:(\d+)/.exec(prometheus.command!.join(' '))?.[1] ?? '9090';
     expect(prometheus.expose).toContain(web);
 
-    const providers = parse(read('ops/grafana/provisioning/dashboards/source-fetch.yml')) as { providers: Array<{ type: string; options: { path: string } }> };
+    const providers = parse(read('ops/grafana/provisioning/dashboards/source-fetch.yml')) as {
+      providers: Array<{ type: string; options: { path: string } }>;
+    };
     const folder = providers.providers[0]!.options.path;
     const dashboard = mountAt(grafana, `${folder}/source-fetch.dashboard.json`);
     expect(dashboard).toEqual({ source: './ops/grafana/source-fetch.dashboard.json', readOnly: true });

@@ -43,11 +43,14 @@ function interpolate(env: Record<string, string>, set: Record<string, string> = 
   return Object.fromEntries(
     Object.entries(env).map(([key, value]) => [
       key,
-      String(value).replace(/\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g, (_, name: string, dash?: string, fallback?: string, required?: string) => {
-        if (set[name] !== undefined && set[name] !== '') return set[name];
-        if (required) throw new Error(`${name} is required`);
-        return dash ? (fallback ?? '') : '';
-      }),
+      String(value).replace(
+        /\$\{([A-Z_]+)(?:(:?-)([^}]*)|(:\?)([^}]*))?\}/g,
+        (_, name: string, dash?: string, fallback?: string, required?: string) => {
+          if (set[name] !== undefined && set[name] !== '') return set[name];
+          if (required) throw new Error(`${name} is required`);
+          return dash ? (fallback ?? '') : '';
+        },
+      ),
     ]),
   );
 }
@@ -62,7 +65,12 @@ function mount(volumes: string[], target: string) {
  * nginx writes the artifacts it served on signed URLs to a file on `volume`, which the app reads
  * and empties for eviction.
  */
-function expectUsageLogShared(appService: Service, nginxService: Service, volume: string, set: Record<string, string> = {}): void {
+function expectUsageLogShared(
+  appService: Service,
+  nginxService: Service,
+  volume: string,
+  set: Record<string, string> = {},
+): void {
   const nginxEnv = interpolate(nginxService.environment);
   const appConfig = loadConfig(interpolate(appService.environment, set));
   const nginxSide = mount(nginxService.volumes, path.posix.dirname(nginxEnv.NGINX_USAGE_LOG!));
@@ -81,16 +89,30 @@ function expectUsageLogShared(appService: Service, nginxService: Service, volume
  * run, the main config loads the module and lets the secret through, the module is mounted where
  * the template looks for it, and nginx gets the very secret the app gets.
  */
-function expectSignedUrlsCheckedByNginx(appService: Service, nginxService: Service, set: Record<string, string> = {}): void {
+function expectSignedUrlsCheckedByNginx(
+  appService: Service,
+  nginxService: Service,
+  set: Record<string, string> = {},
+): void {
   expect(nginxService.build).toBe('./nginx');
   expect(read('nginx/Dockerfile')).toMatch(/apt-get install[^\n]*\bnginx-light\b[^\n]*\blibnginx-mod-http-lua\b/);
-  expect(mount(nginxService.volumes, '/etc/nginx/nginx.conf')).toEqual({ source: './nginx/nginx.conf', target: '/etc/nginx/nginx.conf', readOnly: true });
+  expect(mount(nginxService.volumes, '/etc/nginx/nginx.conf')).toEqual({
+    source: './nginx/nginx.conf',
+    target: '/etc/nginx/nginx.conf',
+    readOnly: true,
+  });
   const mainConfig = read('nginx/nginx.conf');
-  expect(mainConfig).toMatch(/^load_module modules\/ndk_http_module\.so;\nload_module modules\/ngx_http_lua_module\.so;$/m);
+  expect(mainConfig).toMatch(
+    /^load_module modules\/ndk_http_module\.so;\nload_module modules\/ngx_http_lua_module\.so;$/m,
+  );
   expect(mainConfig).toMatch(/^env URL_SIGNING_SECRET;$/m);
   expect(mainConfig).toMatch(/^\s*include \/etc\/nginx\/conf\.d\/\*\.conf;$/m);
   const nginxEnv = interpolate(nginxService.environment);
-  expect(mount(nginxService.volumes, nginxEnv.NGINX_LUA_DIR!)).toEqual({ source: './nginx/lua', target: nginxEnv.NGINX_LUA_DIR, readOnly: true });
+  expect(mount(nginxService.volumes, nginxEnv.NGINX_LUA_DIR!)).toEqual({
+    source: './nginx/lua',
+    target: nginxEnv.NGINX_LUA_DIR,
+    readOnly: true,
+  });
   const secret = { ...set, URL_SIGNING_SECRET: 's'.repeat(40) };
   expect(interpolate(nginxService.environment, secret).URL_SIGNING_SECRET).toBe(secret.URL_SIGNING_SECRET);
   expect(loadConfig(interpolate(appService.environment, secret)).urlSigningSecret).toBe(secret.URL_SIGNING_SECRET);
@@ -121,7 +143,11 @@ describe('compose.yaml', () => {
   });
 
   it('renders the same nginx template the end-to-end tests run, in front of the app', () => {
-    expect(mount(nginx.volumes, '/etc/nginx/templates')).toEqual({ source: './nginx/templates', target: '/etc/nginx/templates', readOnly: true });
+    expect(mount(nginx.volumes, '/etc/nginx/templates')).toEqual({
+      source: './nginx/templates',
+      target: '/etc/nginx/templates',
+      readOnly: true,
+    });
     const env = interpolate(nginx.environment);
     // Throws when the template names a variable compose does not set.
     const site = renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), env);
@@ -147,7 +173,12 @@ describe('compose.yaml', () => {
       const rendered = path.join(output, 'default.conf');
       // `cat` stands for nginx: what the entrypoint hands over to runs on the rendered file.
       const shown = execFileSync('sh', [fileURLToPath(new URL('nginx/entrypoint.sh', ROOT)), 'cat', rendered], {
-        env: { PATH: process.env.PATH, ...env, NGINX_ENVSUBST_TEMPLATE_DIR: templates, NGINX_ENVSUBST_OUTPUT_DIR: output },
+        env: {
+          PATH: process.env.PATH,
+          ...env,
+          NGINX_ENVSUBST_TEMPLATE_DIR: templates,
+          NGINX_ENVSUBST_OUTPUT_DIR: output,
+        },
         encoding: 'utf8',
       });
       expect(shown).toBe(renderTemplate(readFileSync(TEMPLATE_PATH, 'utf8'), env));
@@ -198,7 +229,11 @@ describe('compose.yaml, the scaled profile', () => {
   it('runs several app nodes on PostgreSQL, with the configuration accepting their environment', () => {
     const env = interpolate(node.environment, set);
     const config = loadConfig(env);
-    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://source_fetch:pw-for-the-test@postgres:5432/source_fetch', poolSize: 10 });
+    expect(config.database).toEqual({
+      kind: 'postgres',
+      url: 'postgres://source_fetch:pw-for-the-test@postgres:5432/source_fetch',
+      poolSize: 10,
+    });
     expect(config.confinement.mode).toBe('netns');
     expect(node.cap_add).toEqual(['SYS_ADMIN']);
     expect(String(node.deploy?.replicas)).toBe('${APP_REPLICAS:-3}');
@@ -249,7 +284,9 @@ describe('Dockerfile', () => {
     // The pin must keep cookies to their own domains, or YTDLP_COOKIES_FILE would stop the image's start.
     expect(isAtLeast(version!.replace(/-.*$/, ''), COOKIES_SAFE_SINCE)).toBe(true);
     expect(dockerfile).toMatch(/^COPY scripts\/fetch-current-ytdlp\.sh \/tmp\/fetch-current-ytdlp\.sh$/m);
-    expect(dockerfile).toContain('RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --into /opt/yt-dlp');
+    expect(dockerfile).toContain(
+      'RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --into /opt/yt-dlp',
+    );
     const env = /^ENV (.*)$/m.exec(dockerfile)?.[1] ?? '';
     const ytdlpPath = /\bYTDLP_PATH=(\S+)/.exec(env)?.[1];
     // The script puts the package's launcher at <--into>/yt-dlp, beside its module.

@@ -23,32 +23,72 @@ describe('configuration', () => {
     });
   });
 
-  it('takes a fraction of a second as the callbacks\' retry base', () => {
-    const config = loadConfig({ WEBHOOK_RETRY_BASE_S: '0.25', WEBHOOK_TIMEOUT_S: '3', WEBHOOK_RETRY_FOR_S: '600', WEBHOOK_SECRET: ' a-webhook-secret-of-32-characters-0 ' });
-    expect(config.webhooks).toMatchObject({ secret: 'a-webhook-secret-of-32-characters-0', timeoutMs: 3_000, retryBaseMs: 250, retryForMs: 600_000 });
+  it("takes a fraction of a second as the callbacks' retry base", () => {
+    const config = loadConfig({
+      WEBHOOK_RETRY_BASE_S: '0.25',
+      WEBHOOK_TIMEOUT_S: '3',
+      WEBHOOK_RETRY_FOR_S: '600',
+      WEBHOOK_SECRET: ' a-webhook-secret-of-32-characters-0 ',
+    });
+    expect(config.webhooks).toMatchObject({
+      secret: 'a-webhook-secret-of-32-characters-0',
+      timeoutMs: 3_000,
+      retryBaseMs: 250,
+      retryForMs: 600_000,
+    });
   });
 
   it('takes the name servers, the look-up time limit, look-ups per key and the hosts file', () => {
     expect(loadConfig({}).dns).toEqual({ servers: [], timeoutMs: 5_000, lookupsPerKey: 8, hostsFile: '/etc/hosts' });
-    const config = loadConfig({ DNS_SERVERS: ' 10.0.0.53 , 10.0.0.54:5353,[2001:db8::53]:53 ', DNS_TIMEOUT_S: '1.5', DNS_LOOKUPS_PER_KEY: '3', HOSTS_FILE: '' });
-    expect(config.dns).toEqual({ servers: ['10.0.0.53', '10.0.0.54:5353', '[2001:db8::53]:53'], timeoutMs: 1_500, lookupsPerKey: 3, hostsFile: null });
+    const config = loadConfig({
+      DNS_SERVERS: ' 10.0.0.53 , 10.0.0.54:5353,[2001:db8::53]:53 ',
+      DNS_TIMEOUT_S: '1.5',
+      DNS_LOOKUPS_PER_KEY: '3',
+      HOSTS_FILE: '',
+    });
+    expect(config.dns).toEqual({
+      servers: ['10.0.0.53', '10.0.0.54:5353', '[2001:db8::53]:53'],
+      timeoutMs: 1_500,
+      lookupsPerKey: 3,
+      hostsFile: null,
+    });
   });
 
   it("bounds callbacks' connects, and their attempts in flight in all, per key and per receiver", () => {
-    expect(loadConfig({}).webhooks).toMatchObject({ connectTimeoutMs: 3_000, concurrency: { total: 16, perKey: 4, perReceiver: 2 } });
-    const config = loadConfig({ WEBHOOK_CONNECT_TIMEOUT_S: '0.5', WEBHOOK_CONCURRENCY: '8', WEBHOOK_CONCURRENCY_PER_KEY: '2', WEBHOOK_CONCURRENCY_PER_RECEIVER: '1' });
-    expect(config.webhooks).toMatchObject({ connectTimeoutMs: 500, concurrency: { total: 8, perKey: 2, perReceiver: 1 } });
+    expect(loadConfig({}).webhooks).toMatchObject({
+      connectTimeoutMs: 3_000,
+      concurrency: { total: 16, perKey: 4, perReceiver: 2 },
+    });
+    const config = loadConfig({
+      WEBHOOK_CONNECT_TIMEOUT_S: '0.5',
+      WEBHOOK_CONCURRENCY: '8',
+      WEBHOOK_CONCURRENCY_PER_KEY: '2',
+      WEBHOOK_CONCURRENCY_PER_RECEIVER: '1',
+    });
+    expect(config.webhooks).toMatchObject({
+      connectTimeoutMs: 500,
+      concurrency: { total: 8, perKey: 2, perReceiver: 1 },
+    });
   });
 
   it('runs on PostgreSQL when DATABASE_URL is set, and as an API-only node with no workers', () => {
-    const config = loadConfig({ DATABASE_URL: 'postgres://app:pw@db:5432/app', DATABASE_POOL_SIZE: '20', WORKER_CONCURRENCY: '0', NODE_ID: 'api-1' });
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://app:pw@db:5432/app',
+      DATABASE_POOL_SIZE: '20',
+      WORKER_CONCURRENCY: '0',
+      NODE_ID: 'api-1',
+    });
     expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:pw@db:5432/app', poolSize: 20 });
     expect(config.workerConcurrency).toBe(0);
     expect(config.nodeId).toBe('api-1');
   });
 
   it('parses lists and numbers', () => {
-    const config = loadConfig({ API_KEYS: ' key-one-0123456789 , key-two-0123456789 ', FETCH_ALLOW_HOSTS: '127.0.0.1:8000,media.internal', PORT: '9000' });
+    const config = loadConfig({
+      API_KEYS: ' key-one-0123456789 , key-two-0123456789 ',
+      FETCH_ALLOW_HOSTS: '127.0.0.1:8000,media.internal',
+      PORT: '9000',
+    });
     expect(config.apiKeys).toEqual(['key-one-0123456789', 'key-two-0123456789']);
     expect(config.fetchAllowHosts).toEqual(['127.0.0.1:8000', 'media.internal']);
     expect(config.port).toBe(9000);
@@ -98,8 +138,16 @@ describe('configuration', () => {
     expect(proxy.authorization).toBe(`Basic ${Buffer.from('fetcher:s@cret-Pass').toString('base64')}`);
     // Serialized (as a logger would), the credentials are gone.
     expect(JSON.stringify(config)).not.toMatch(/s%40cret|s@cret|ZmV0Y2hlcjpzQGNyZXQtUGFzcw/);
-    expect(JSON.parse(JSON.stringify(proxy))).toEqual({ host: 'proxy.internal', port: 3128, credentials: '[redacted]' });
-    expect(loadConfig({ EGRESS_UPSTREAM_PROXY: 'http://[::1]:8888' }).egressUpstreamProxy).toMatchObject({ host: '::1', port: 8888, authorization: null });
+    expect(JSON.parse(JSON.stringify(proxy))).toEqual({
+      host: 'proxy.internal',
+      port: 3128,
+      credentials: '[redacted]',
+    });
+    expect(loadConfig({ EGRESS_UPSTREAM_PROXY: 'http://[::1]:8888' }).egressUpstreamProxy).toMatchObject({
+      host: '::1',
+      port: 8888,
+      authorization: null,
+    });
     expect(loadConfig({}).egressUpstreamProxy).toBeUndefined();
   });
 
@@ -109,17 +157,33 @@ describe('configuration', () => {
     expect(attempt).not.toThrow(/hunter2/);
   });
 
-  it("bounds the app port: the head and request time limits, idle and all connections, each checked against the other", () => {
-    expect(loadConfig({}).http).toEqual({ headersTimeoutMs: 10_000, requestTimeoutMs: 60_000, maxIdle: 256, maxTotal: 1024 });
-    const config = loadConfig({ HTTP_HEADERS_TIMEOUT_S: '2', HTTP_REQUEST_TIMEOUT_S: '5', HTTP_MAX_IDLE_CONNECTIONS: '10', HTTP_MAX_CONNECTIONS: '40' });
+  it('bounds the app port: the head and request time limits, idle and all connections, each checked against the other', () => {
+    expect(loadConfig({}).http).toEqual({
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 60_000,
+      maxIdle: 256,
+      maxTotal: 1024,
+    });
+    const config = loadConfig({
+      HTTP_HEADERS_TIMEOUT_S: '2',
+      HTTP_REQUEST_TIMEOUT_S: '5',
+      HTTP_MAX_IDLE_CONNECTIONS: '10',
+      HTTP_MAX_CONNECTIONS: '40',
+    });
     expect(config.http).toEqual({ headersTimeoutMs: 2_000, requestTimeoutMs: 5_000, maxIdle: 10, maxTotal: 40 });
-    expect(() => loadConfig({ HTTP_HEADERS_TIMEOUT_S: '61' })).toThrow(/HTTP_HEADERS_TIMEOUT_S: must be at most HTTP_REQUEST_TIMEOUT_S/);
-    expect(() => loadConfig({ HTTP_MAX_IDLE_CONNECTIONS: '1024' })).toThrow(/HTTP_MAX_IDLE_CONNECTIONS: must be below HTTP_MAX_CONNECTIONS/);
+    expect(() => loadConfig({ HTTP_HEADERS_TIMEOUT_S: '61' })).toThrow(
+      /HTTP_HEADERS_TIMEOUT_S: must be at most HTTP_REQUEST_TIMEOUT_S/,
+    );
+    expect(() => loadConfig({ HTTP_MAX_IDLE_CONNECTIONS: '1024' })).toThrow(
+      /HTTP_MAX_IDLE_CONNECTIONS: must be below HTTP_MAX_CONNECTIONS/,
+    );
     expect(() => loadConfig({ HTTP_MAX_CONNECTIONS: '0' })).toThrow(ConfigError);
   });
 
-  it('bounds event streams and keeps their keep-alive below nginx\'s read timeout', () => {
+  it("bounds event streams and keeps their keep-alive below nginx's read timeout", () => {
     expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500 });
-    expect(loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
+    expect(
+      loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events,
+    ).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
   });
 });

@@ -12,7 +12,8 @@ import { createContentStore } from '../../src/store/content-store.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 
 const [root, workDir, ...files] = process.argv.slice(2);
-if (!root || !workDir || files.length === 0) throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
+if (!root || !workDir || files.length === 0)
+  throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
 // Pins do not matter here: nothing evicts.
 // The parent knows every writer named put-loop-* is dead once it has killed them.
 const store = createContentStore(root, { pin: () => Promise.resolve(async () => {}) }, `put-loop-${process.pid}`);

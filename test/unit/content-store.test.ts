@@ -48,7 +48,10 @@ async function setup() {
 
 /** Runs the put loop in a child process, SIGKILLs it at a random moment, and returns its last line. */
 async function putUntilKilled(root: string, workDir: string, files: string[]): Promise<string | undefined> {
-  const child = spawn(process.execPath, ['--import', 'tsx', PUT_LOOP, root, workDir, ...files], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', PUT_LOOP, root, workDir, ...files], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -118,7 +121,14 @@ describe('content store', () => {
 
   it('a put SIGKILLed at any moment leaves the whole file at its address or nothing, and clearIncoming removes the rest', async () => {
     const { dir, store } = await setup();
-    const sizes = [4 * 1024 * 1024, 3 * 1024 * 1024 + 17, 5 * 1024 * 1024 - 3, 4 * 1024 * 1024 + 1, 3 * 1024 * 1024, 5 * 1024 * 1024];
+    const sizes = [
+      4 * 1024 * 1024,
+      3 * 1024 * 1024 + 17,
+      5 * 1024 * 1024 - 3,
+      4 * 1024 * 1024 + 1,
+      3 * 1024 * 1024,
+      5 * 1024 * 1024,
+    ];
     const expected = new Map<string, number>();
     const files: string[] = [];
     for (const [i, size] of sizes.entries()) {
@@ -139,7 +149,9 @@ describe('content store', () => {
       for (let round = 0; round < ROUNDS; round++) {
         const workDir = crossesDevices && round % 2 === 1 ? otherDevice : sameDevice;
         // Two writers on the same store, each with its own files, each killed at its own moment.
-        const lastLines = await Promise.all([0, 1].map((writer) => putUntilKilled(store.root, workDir, files.slice(writer * 3, writer * 3 + 3))));
+        const lastLines = await Promise.all(
+          [0, 1].map((writer) => putUntilKilled(store.root, workDir, files.slice(writer * 3, writer * 3 + 3))),
+        );
         killedInPut += lastLines.filter((line) => line === 'put').length;
 
         for (const file of await storedFiles(store.root)) {
@@ -161,7 +173,9 @@ describe('content store', () => {
     // Most kills land inside a put (hashing, staging, syncing, renaming); a few between staging
     // and the rename, which leave a file in .incoming (too few to assert on).
     expect(killedInPut).toBeGreaterThan(ROUNDS / 2);
-    console.info(`content store crash test: ${killedInPut} of ${ROUNDS * 2} kills inside a put, ${leftovers} leftovers cleared`);
+    console.info(
+      `content store crash test: ${killedInPut} of ${ROUNDS * 2} kills inside a put, ${leftovers} leftovers cleared`,
+    );
   }, 40_000);
 
   it('a put whose copy from another file system fails (a full volume) leaves no partial file in .incoming, and its source in place', async () => {
@@ -170,9 +184,11 @@ describe('content store', () => {
     const source = await write('a.wav', data);
     const noSpace = Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
     // The source is on another file system (rename: EXDEV), and the volume fills half-way through the copy.
-    const rename = vi.spyOn(fs, 'rename').mockRejectedValueOnce(Object.assign(new Error('EXDEV: cross-device link not permitted'), { code: 'EXDEV' }));
+    const rename = vi
+      .spyOn(fs, 'rename')
+      .mockRejectedValueOnce(Object.assign(new Error('EXDEV: cross-device link not permitted'), { code: 'EXDEV' }));
     const copyFile = vi.spyOn(fs, 'copyFile').mockImplementationOnce(async (_from, to) => {
-      await writeFile(to as string, data.subarray(0, data.length / 2));
+      await writeFile(to, data.subarray(0, data.length / 2));
       throw noSpace;
     });
     try {

@@ -4,7 +4,11 @@ import { gathered, gatheredReads } from '../../src/db/gathered.js';
 /** The gathering rules, on a readMany the test answers by hand (the real ones: job-view.test.ts and job-submit.test.ts on PostgreSQL). */
 describe('gatheredReads', () => {
   function held() {
-    const calls: Array<{ keys: string[]; answer: (values: Record<string, { v: string }>) => void; fail: (err: Error) => void }> = [];
+    const calls: Array<{
+      keys: string[];
+      answer: (values: Record<string, { v: string }>) => void;
+      fail: (err: Error) => void;
+    }> = [];
     const readMany = (keys: string[]) =>
       new Promise<Map<string, { v: string }>>((resolve, reject) => {
         calls.push({ keys, answer: (values) => resolve(new Map(Object.entries(values))), fail: reject });

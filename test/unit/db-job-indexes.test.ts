@@ -42,17 +42,37 @@ describe.each(BACKENDS)('partial job indexes on %s', (kind) => {
   it('the claim, the lease check and the follower lookups can each use their index', async () => {
     // The shapes of claimNextJob, countQueued, the expired-lease sweep and the follower queries.
     // claimNextJob: the keys with claimable jobs, each key's running jobs, then a key's oldest job.
-    expect(await plan(sql`select api_key_id, min(created_at) from jobs where status = 'queued' and follows_job_id is null group by api_key_id`)).toMatch(/jobs_claim(_key)?_idx/);
-    expect(await plan(sql`select api_key_id, count(*) from jobs where status = 'running' group by api_key_id`)).toContain('jobs_lease_idx');
-    expect(await plan(sql`select id from jobs where status = 'queued' and follows_job_id is null and api_key_id = ${'key'} order by created_at limit 1`)).toContain('jobs_claim_key_idx');
+    expect(
+      await plan(
+        sql`select api_key_id, min(created_at) from jobs where status = 'queued' and follows_job_id is null group by api_key_id`,
+      ),
+    ).toMatch(/jobs_claim(_key)?_idx/);
+    expect(
+      await plan(sql`select api_key_id, count(*) from jobs where status = 'running' group by api_key_id`),
+    ).toContain('jobs_lease_idx');
+    expect(
+      await plan(
+        sql`select id from jobs where status = 'queued' and follows_job_id is null and api_key_id = ${'key'} order by created_at limit 1`,
+      ),
+    ).toContain('jobs_claim_key_idx');
     // Either index of queued jobs serves the count.
     expect(await plan(sql`select count(*) from jobs where status = 'queued'`)).toMatch(/jobs_claim(_key)?_idx/);
-    expect(await plan(sql`select id from jobs where status = 'running' and (lease_expires_at is null or lease_expires_at < ${1000})`)).toContain('jobs_lease_idx');
+    expect(
+      await plan(
+        sql`select id from jobs where status = 'running' and (lease_expires_at is null or lease_expires_at < ${1000})`,
+      ),
+    ).toContain('jobs_lease_idx');
     expect(await plan(sql`select id from jobs where follows_job_id = ${'job-x'}`)).toContain('jobs_follows_idx');
     // The control: ended jobs are in neither index.
-    expect(await plan(sql`select id from jobs where status = 'done' order by created_at limit 1`)).not.toContain('jobs_claim_idx');
-    expect(await plan(sql`select id from jobs where status = 'failed' and lease_expires_at < ${1000}`)).not.toContain('jobs_lease_idx');
-    expect(await plan(sql`select id from jobs where status = 'done' and api_key_id = ${'key'} order by created_at limit 1`)).not.toContain('jobs_claim_key_idx');
+    expect(await plan(sql`select id from jobs where status = 'done' order by created_at limit 1`)).not.toContain(
+      'jobs_claim_idx',
+    );
+    expect(await plan(sql`select id from jobs where status = 'failed' and lease_expires_at < ${1000}`)).not.toContain(
+      'jobs_lease_idx',
+    );
+    expect(
+      await plan(sql`select id from jobs where status = 'done' and api_key_id = ${'key'} order by created_at limit 1`),
+    ).not.toContain('jobs_claim_key_idx');
   });
 
   it('still claims the oldest queued job and counts the queue', async () => {

@@ -5,7 +5,18 @@ describe('databaseOutage', () => {
   const withCode = (code: string, message = 'x') => Object.assign(new Error(message), { code });
 
   it('reads a lost or refused connection, a server shutting down or full of connections, and SQLite busy as unreachable', () => {
-    for (const code of ['ECONNREFUSED', 'ECONNRESET', 'CONNECTION_CLOSED', 'CONNECT_TIMEOUT', '57P01', '57P03', '53300', '08006', '08001', 'SQLITE_BUSY']) {
+    for (const code of [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'CONNECTION_CLOSED',
+      'CONNECT_TIMEOUT',
+      '57P01',
+      '57P03',
+      '53300',
+      '08006',
+      '08001',
+      'SQLITE_BUSY',
+    ]) {
       expect(databaseOutage(withCode(code))).toBe('unreachable');
     }
   });
@@ -15,12 +26,21 @@ describe('databaseOutage', () => {
   });
 
   it('follows the chain of causes (drizzle wraps the driver error)', () => {
-    const wrapped = new Error('Failed query: insert into jobs ...', { cause: new Error('driver', { cause: withCode('ECONNREFUSED') }) });
+    const wrapped = new Error('Failed query: insert into jobs ...', {
+      cause: new Error('driver', { cause: withCode('ECONNREFUSED') }),
+    });
     expect(databaseOutage(wrapped)).toBe('unreachable');
   });
 
   it('leaves everything else alone: a constraint, a syntax error, a plain bug', () => {
-    for (const err of [withCode('23505'), withCode('42601'), withCode('SQLITE_CONSTRAINT_UNIQUE'), new TypeError('undefined is not a function'), null, 'text']) {
+    for (const err of [
+      withCode('23505'),
+      withCode('42601'),
+      withCode('SQLITE_CONSTRAINT_UNIQUE'),
+      new TypeError('undefined is not a function'),
+      null,
+      'text',
+    ]) {
       expect(databaseOutage(err)).toBeNull();
     }
   });

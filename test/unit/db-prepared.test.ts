@@ -23,9 +23,17 @@ describe.each(BACKENDS)('prepared queries in transactions on %s', (kind) => {
     await database?.close();
   });
 
-  const bornDone = (id: string) => ({ id, url: `https://media.example/${id}`, urlKey: id, contentId: CID, at: 1, requestId: null, apiKeyId: '' });
+  const bornDone = (id: string) => ({
+    id,
+    url: `https://media.example/${id}`,
+    urlKey: id,
+    contentId: CID,
+    at: 1,
+    requestId: null,
+    apiKeyId: '',
+  });
 
-  it("run on the transaction: they read its own writes, and its rollback takes their writes with it", async () => {
+  it('run on the transaction: they read its own writes, and its rollback takes their writes with it', async () => {
     let seenInside: string | undefined;
     let seenOutside: unknown = 'not asked';
     await expect(
@@ -53,7 +61,11 @@ describe.each(BACKENDS)('prepared queries in transactions on %s', (kind) => {
     const countOne = (q: Parameters<typeof prepared>[0]) =>
       prepared(q, 'test_count_one', ({ db, t }) => {
         builds++;
-        return db.select({ n: sql<number>`count(*)` }).from(t.jobs).where(sql`${t.jobs.id} = ${sql.placeholder('id')}`).prepare('test_count_one');
+        return db
+          .select({ n: sql<number>`count(*)` })
+          .from(t.jobs)
+          .where(sql`${t.jobs.id} = ${sql.placeholder('id')}`)
+          .prepare('test_count_one');
       });
     for (let i = 0; i < 3; i++) {
       await database.transaction(async (q) => {

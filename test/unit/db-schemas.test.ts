@@ -24,7 +24,11 @@ function valueKind(column: { dataType: string; columnType: string }): string {
 function sqlText(where: SQL | undefined): string | null {
   if (!where) return null;
   return where.queryChunks
-    .map((chunk) => (typeof chunk === 'object' && chunk !== null && 'value' in chunk ? (chunk as { value: string[] }).value.join('') : ''))
+    .map((chunk) =>
+      typeof chunk === 'object' && chunk !== null && 'value' in chunk
+        ? (chunk as { value: string[] }).value.join('')
+        : '',
+    )
     .join('')
     .replace(/\s+/g, ' ')
     .trim();
@@ -32,7 +36,14 @@ function sqlText(where: SQL | undefined): string | null {
 
 function describeTable(config: {
   name: string;
-  columns: Array<{ name: string; dataType: string; columnType: string; notNull: boolean; hasDefault: boolean; primary: boolean }>;
+  columns: Array<{
+    name: string;
+    dataType: string;
+    columnType: string;
+    notNull: boolean;
+    hasDefault: boolean;
+    primary: boolean;
+  }>;
   primaryKeys: Array<{ columns: Array<{ name: string }> }>;
   indexes: Array<{ config: { name: string; columns: unknown[]; unique: boolean; where?: SQL } }>;
 }): Shape {
@@ -55,7 +66,11 @@ function describeTable(config: {
     indexes: Object.fromEntries(
       config.indexes.map(({ config: index }) => [
         index.name,
-        { columns: index.columns.map((column) => (column as { name: string }).name), unique: index.unique, where: sqlText(index.where) },
+        {
+          columns: index.columns.map((column) => (column as { name: string }).name),
+          unique: index.unique,
+          where: sqlText(index.where),
+        },
       ]),
     ),
   };
@@ -64,8 +79,16 @@ function describeTable(config: {
 const tablesOf = <T>(module: Record<string, unknown>, isTable: (value: unknown) => value is T) =>
   Object.entries(module).filter((entry): entry is [string, T] => isTable(entry[1]));
 
-const pgTables = tablesOf(pg, (value): value is PgTable => typeof value === 'object' && value !== null && Symbol.for('drizzle:IsDrizzleTable') in value);
-const sqliteTables = tablesOf(sqlite, (value): value is SQLiteTable => typeof value === 'object' && value !== null && Symbol.for('drizzle:IsDrizzleTable') in value);
+const pgTables = tablesOf(
+  pg,
+  (value): value is PgTable =>
+    typeof value === 'object' && value !== null && Symbol.for('drizzle:IsDrizzleTable') in value,
+);
+const sqliteTables = tablesOf(
+  sqlite,
+  (value): value is SQLiteTable =>
+    typeof value === 'object' && value !== null && Symbol.for('drizzle:IsDrizzleTable') in value,
+);
 
 describe('database schemas', () => {
   it('declare the same tables under the same names', () => {

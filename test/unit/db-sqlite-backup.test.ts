@@ -45,8 +45,12 @@ describe('backupSqlite: an online backup of the service database', () => {
     filler.transaction(() => {
       for (let i = 0; i < 12000; i++) insert.run(Buffer.alloc(4000, i % 251));
     })();
-    const countRows = () => (filler.prepare('select count(*) from filler').pluck().get() as number);
-    const writer = spawn(process.execPath, ['-e', WRITER, createRequire(import.meta.url).resolve('better-sqlite3'), file], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const countRows = () => filler.prepare('select count(*) from filler').pluck().get() as number;
+    const writer = spawn(
+      process.execPath,
+      ['-e', WRITER, createRequire(import.meta.url).resolve('better-sqlite3'), file],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
     try {
       const [ready] = (await once(createInterface({ input: writer.stdout }), 'line')) as [string];
       expect(ready).toBe('ready');

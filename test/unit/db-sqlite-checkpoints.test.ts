@@ -22,20 +22,30 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const job = (id: number) => ({ id: `job-${id}`, url: `https://media.example/${id}/${'x'.repeat(2000)}`, urlKey: `key-${id}`, status: 'queued' as const, createdAt: 1 });
+const job = (id: number) => ({
+  id: `job-${id}`,
+  url: `https://media.example/${id}/${'x'.repeat(2000)}`,
+  urlKey: `key-${id}`,
+  status: 'queued' as const,
+  createdAt: 1,
+});
 
 describe('background checkpoints', () => {
   it('copy committed pages into the database file, and the rows survive close and reopen', async () => {
     const file = path.join(dir, 'db.sqlite');
     const errors: string[] = [];
-    const database = openSqlite(file, { backgroundCheckpoints: { intervalMs: 20, onError: (message) => errors.push(message) } });
+    const database = openSqlite(file, {
+      backgroundCheckpoints: { intervalMs: 20, onError: (message) => errors.push(message) },
+    });
     const before = (await stat(file)).size;
     // About 200 pages (2 KB URLs, twice: the row and the url index's entry): far below both SQLite's
     // default 1000-page checkpoint and the backstop, so only the worker checkpoints them.
     await database.transaction(async (q) => {
       for (let i = 0; i < 400; i++) await q.db.insert(q.t.jobs).values(job(i));
     });
-    await expect.poll(async () => (await stat(file)).size, { timeout: 5000, interval: 20 }).toBeGreaterThan(before + 400 * 2000);
+    await expect
+      .poll(async () => (await stat(file)).size, { timeout: 5000, interval: 20 })
+      .toBeGreaterThan(before + 400 * 2000);
     await database.close();
     expect(errors).toEqual([]);
 
@@ -50,7 +60,10 @@ describe('background checkpoints', () => {
 
   it('report a worker that cannot run, once', async () => {
     const failures: string[] = [];
-    const checkpointer = startCheckpointer(path.join(dir, 'missing.sqlite'), { intervalMs: 20, onFailed: (message) => failures.push(message) });
+    const checkpointer = startCheckpointer(path.join(dir, 'missing.sqlite'), {
+      intervalMs: 20,
+      onFailed: (message) => failures.push(message),
+    });
     await checkpointer.close();
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatch(/SQLITE_CANTOPEN|unable to open/i);

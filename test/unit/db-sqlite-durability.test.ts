@@ -47,7 +47,13 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const job = (id: string) => ({ id, url: `https://media.example/${id}`, urlKey: `https://media.example/${id}`, status: 'queued' as const, createdAt: 1 });
+const job = (id: string) => ({
+  id,
+  url: `https://media.example/${id}`,
+  urlKey: `https://media.example/${id}`,
+  status: 'queued' as const,
+  createdAt: 1,
+});
 
 async function state(promise: Promise<unknown>): Promise<string> {
   let seen = 'pending';
@@ -86,7 +92,10 @@ describe('SQLite durability', () => {
     expect(await jobCount(db)).toBe(0);
     expect(held.calls).toHaveLength(0);
 
-    const write = db.db.insert(db.t.jobs).values(job('b')).then(() => 'done');
+    const write = db.db
+      .insert(db.t.jobs)
+      .values(job('b'))
+      .then(() => 'done');
     await held.calledTimes(1);
     expect(await state(write)).toBe('pending');
     held.calls[0]!();
@@ -111,23 +120,38 @@ describe('SQLite durability', () => {
 
     // The control: a row to change, then the same three statements on it.
     // Started now (drizzle's queries run when awaited).
-    const insert = db.db.insert(jobs).values(job('a')).then(() => 'done');
+    const insert = db.db
+      .insert(jobs)
+      .values(job('a'))
+      .then(() => 'done');
     await held.calledTimes(1);
     held.calls[0]!();
     await insert;
     const afterInsert = mark();
     expect(afterInsert).toBeGreaterThan(before);
-    const update = db.db.update(jobs).set({ attempts: 1 }).where(eq(jobs.id, 'a')).then(() => 'done');
+    const update = db.db
+      .update(jobs)
+      .set({ attempts: 1 })
+      .where(eq(jobs.id, 'a'))
+      .then(() => 'done');
     await held.calledTimes(2);
     expect(await state(update)).toBe('pending');
     held.calls[1]!();
     await update;
     expect(mark()).toBeGreaterThan(afterInsert);
-    const returning = db.db.update(jobs).set({ attempts: 2 }).where(eq(jobs.id, 'a')).returning().then((rows) => rows);
+    const returning = db.db
+      .update(jobs)
+      .set({ attempts: 2 })
+      .where(eq(jobs.id, 'a'))
+      .returning()
+      .then((rows) => rows);
     await held.calledTimes(3);
     held.calls[2]!();
     await expect(returning).resolves.toHaveLength(1);
-    const deleted = db.db.delete(jobs).where(eq(jobs.id, 'a')).then(() => 'done');
+    const deleted = db.db
+      .delete(jobs)
+      .where(eq(jobs.id, 'a'))
+      .then(() => 'done');
     await held.calledTimes(4);
     held.calls[3]!();
     await deleted;
@@ -210,7 +234,9 @@ describe('SQLite handle-only transactions', () => {
     // WAL is measured before they start: they commit while the syncs are held.
     const beforeMore = await walBytes();
     let settled = false;
-    const more = Promise.all(Array.from({ length: 10 }, (_, i) => insertAs(db, `more-${i}`))).finally(() => (settled = true));
+    const more = Promise.all(Array.from({ length: 10 }, (_, i) => insertAs(db, `more-${i}`))).finally(
+      () => (settled = true),
+    );
     // However the commits fall between syncs, every sync asked for is let through.
     while (!settled) {
       for (const release of held.calls.slice(2)) release();

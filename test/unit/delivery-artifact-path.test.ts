@@ -143,7 +143,24 @@ describe('resolveArtifactPath', () => {
 
   it('property: any cid and name either is refused or resolves to a file inside the root', async () => {
     const rootReal = await realpath(root);
-    const fragments = ['..', '.', '/', '\\', '\0', '%2e', '%2f', '%5c', '%00', 'audio.wav', 'secret.txt', 'outside', '\n', 'é', ':', '~'];
+    const fragments = [
+      '..',
+      '.',
+      '/',
+      '\\',
+      '\0',
+      '%2e',
+      '%2f',
+      '%5c',
+      '%00',
+      'audio.wav',
+      'secret.txt',
+      'outside',
+      '\n',
+      'é',
+      ':',
+      '~',
+    ];
     const name = fc.oneof(
       fc.string({ maxLength: 300 }),
       fc.array(fc.constantFrom(...fragments), { maxLength: 8 }).map((parts) => parts.join('')),

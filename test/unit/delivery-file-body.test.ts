@@ -203,7 +203,9 @@ describe('send, straight to a node response', () => {
   it('a client that goes away mid-file releases the file', async () => {
     const bodies = createFileBodies({ lingerMs: 0 });
     handle = (_req, res) => {
-      void bodies.send(res, file, 0, data.length - 1, () => res.writeHead(200, { 'content-length': String(data.length) }));
+      void bodies.send(res, file, 0, data.length - 1, () =>
+        res.writeHead(200, { 'content-length': String(data.length) }),
+      );
     };
     await new Promise<void>((resolve, reject) => {
       get(`http://127.0.0.1:${port}/`, (res) => {

@@ -43,7 +43,9 @@ describe('conditional requests', () => {
   it('If-Modified-Since counts only without If-None-Match, to the second', () => {
     expect(isNotModified(h({ 'if-modified-since': 'Thu, 01 Jan 2026 00:00:00 GMT' }), v)).toBe(true);
     expect(isNotModified(h({ 'if-modified-since': 'Wed, 31 Dec 2025 23:59:59 GMT' }), v)).toBe(false);
-    expect(isNotModified(h({ 'if-modified-since': 'Thu, 01 Jan 2026 00:00:00 GMT', 'if-none-match': '"x"' }), v)).toBe(false);
+    expect(isNotModified(h({ 'if-modified-since': 'Thu, 01 Jan 2026 00:00:00 GMT', 'if-none-match': '"x"' }), v)).toBe(
+      false,
+    );
     expect(isNotModified(h({ 'if-modified-since': 'yesterday' }), v)).toBe(false);
   });
 

@@ -21,7 +21,10 @@ describe('watchForStall', () => {
     }
     vi.advanceTimersByTime(10_000);
     expect(watch.signal.aborted).toBe(true);
-    expect(watch.signal.reason).toEqual({ code: 'download_stalled', message: 'The download gained fewer than 1000 bytes in 10 s and was stopped.' });
+    expect(watch.signal.reason).toEqual({
+      code: 'download_stalled',
+      message: 'The download gained fewer than 1000 bytes in 10 s and was stopped.',
+    });
     watch.stop();
   });
 

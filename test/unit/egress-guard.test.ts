@@ -5,7 +5,13 @@ import path from 'node:path';
 import net, { type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTcpDialer, startEgressGuard, type Dialer, type EgressGuard, type GuardSession } from '../../src/egress/guard.js';
+import {
+  createTcpDialer,
+  startEgressGuard,
+  type Dialer,
+  type EgressGuard,
+  type GuardSession,
+} from '../../src/egress/guard.js';
 import { classifyAddress } from '../../src/policy/address.js';
 import { parseAllowHosts, type AllowList, type Resolver } from '../../src/policy/destination.js';
 
@@ -156,7 +162,11 @@ function viaProxy(
 }
 
 /** CONNECT through the guard; on 200 the socket is the tunnel. */
-function connectVia(guardPort: number, authority: string, auth?: string): Promise<{ status: number; socket: net.Socket; body: string }> {
+function connectVia(
+  guardPort: number,
+  authority: string,
+  auth?: string,
+): Promise<{ status: number; socket: net.Socket; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request({
       host: '127.0.0.1',
@@ -253,14 +263,21 @@ describe('egress guard: authentication', () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'guard-'));
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
     const socketPath = path.join(dir, 'guard.sock');
-    const guard = await startEgressGuard({ resolve: refuseLookups(), dial: recordingDialer(), allowHosts: [], socketPath });
+    const guard = await startEgressGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: [],
+      socketPath,
+    });
     cleanup.push(() => guard.close());
     expect(guard.port).toBeNull();
     expect(guard.authority).toBeNull();
     expect(guard.socketPath).toBe(socketPath);
     expect((await stat(socketPath)).mode & 0o777).toBe(0o600);
     const answer = await new Promise<string>((resolve, reject) => {
-      const socket = net.connect(socketPath, () => socket.write('GET http://x.example/ HTTP/1.1\r\nHost: x.example\r\n\r\n'));
+      const socket = net.connect(socketPath, () =>
+        socket.write('GET http://x.example/ HTTP/1.1\r\nHost: x.example\r\n\r\n'),
+      );
       socket.once('data', (chunk) => {
         resolve(chunk.toString('latin1').split('\r\n')[0]!);
         socket.destroy();
@@ -425,23 +442,28 @@ describe('egress guard: forwarding', () => {
     ['http://127.0.0.1/x.m3u8#__youtubedl_smuggle=%7B%7D', /smuggled/],
     ['/x.m3u8#__YOUTUBEDL_SMUGGLE={}', /smuggled/],
     ['/x.m3u8#%5F%5Fyoutubedl%5Fsmuggle={}', /smuggled/],
-  ])('refuses a redirect to %s with 403, records the refusal, and passes nothing of the answer on', async (location, reason) => {
-    const origin = await startOrigin((_req, res) => {
-      res.writeHead(302, { location, 'x-origin-banner': 'internal' });
-      res.end('redirect body');
-    });
-    const { guard, session } = await startGuard({
-      resolve: refuseLookups(),
-      dial: recordingDialer(),
-      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
-    });
-    const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth: authOf(session) });
-    expect(answer.status).toBe(403);
-    expect(answer.headers.location).toBeUndefined();
-    expect(answer.headers['x-origin-banner']).toBeUndefined();
-    expect(answer.body).toMatch(reason);
-    expect(session.refusals()).toEqual([{ host: '127.0.0.1', port: origin.port, code: 'destination_refused', message: expect.stringMatching(reason) }]);
-  });
+  ])(
+    'refuses a redirect to %s with 403, records the refusal, and passes nothing of the answer on',
+    async (location, reason) => {
+      const origin = await startOrigin((_req, res) => {
+        res.writeHead(302, { location, 'x-origin-banner': 'internal' });
+        res.end('redirect body');
+      });
+      const { guard, session } = await startGuard({
+        resolve: refuseLookups(),
+        dial: recordingDialer(),
+        allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+      });
+      const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth: authOf(session) });
+      expect(answer.status).toBe(403);
+      expect(answer.headers.location).toBeUndefined();
+      expect(answer.headers['x-origin-banner']).toBeUndefined();
+      expect(answer.body).toMatch(reason);
+      expect(session.refusals()).toEqual([
+        { host: '127.0.0.1', port: origin.port, code: 'destination_refused', message: expect.stringMatching(reason) },
+      ]);
+    },
+  );
 
   it('passes an ordinary http(s) redirect, relative or absolute, untouched', async () => {
     for (const location of ['/next.mp3', 'https://cdn.example/a.mp3?x=1#t=3']) {
@@ -449,7 +471,11 @@ describe('egress guard: forwarding', () => {
         res.writeHead(302, { location });
         res.end();
       });
-      const { guard, session } = await startGuard({ resolve: refuseLookups(), dial: recordingDialer(), allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]) });
+      const { guard, session } = await startGuard({
+        resolve: refuseLookups(),
+        dial: recordingDialer(),
+        allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+      });
       const answer = await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/go`, { auth: authOf(session) });
       expect(answer.status).toBe(302);
       expect(answer.headers.location).toBe(location);
@@ -521,17 +547,29 @@ describe('egress guard: forwarding', () => {
     expect(session.refusals()).toEqual([]);
   });
 
-  it.each(['ftp://127.0.0.1:2121/seg0.ts', 'file:///etc/passwd'])('refuses a request for %s (a current yt-dlp sends ftp: segments to its proxy) with 403, records the refusal, and dials nothing', async (url) => {
-    const dial = recordingDialer();
-    const { guard, session } = await startGuard({ resolve: refuseLookups(), dial, allowHosts: parseAllowHosts(['127.0.0.1:2121']) });
-    const answer = await viaProxy(guard.port!, url, { auth: authOf(session) });
-    expect(answer.status).toBe(403);
-    expect(dial.calls).toEqual([]);
-    expect(session.refusals()).toEqual([expect.objectContaining({ code: 'destination_refused', message: expect.stringMatching(/asked for a (ftp|file): URL; only http and https are fetched/) })]);
-    // Control: an http: request to the same allowed address is dialled.
-    await viaProxy(guard.port!, 'http://127.0.0.1:2121/seg0.ts', { auth: authOf(session) });
-    expect(dial.calls).toEqual([{ address: '127.0.0.1', port: 2121 }]);
-  });
+  it.each(['ftp://127.0.0.1:2121/seg0.ts', 'file:///etc/passwd'])(
+    'refuses a request for %s (a current yt-dlp sends ftp: segments to its proxy) with 403, records the refusal, and dials nothing',
+    async (url) => {
+      const dial = recordingDialer();
+      const { guard, session } = await startGuard({
+        resolve: refuseLookups(),
+        dial,
+        allowHosts: parseAllowHosts(['127.0.0.1:2121']),
+      });
+      const answer = await viaProxy(guard.port!, url, { auth: authOf(session) });
+      expect(answer.status).toBe(403);
+      expect(dial.calls).toEqual([]);
+      expect(session.refusals()).toEqual([
+        expect.objectContaining({
+          code: 'destination_refused',
+          message: expect.stringMatching(/asked for a (ftp|file): URL; only http and https are fetched/),
+        }),
+      ]);
+      // Control: an http: request to the same allowed address is dialled.
+      await viaProxy(guard.port!, 'http://127.0.0.1:2121/seg0.ts', { auth: authOf(session) });
+      expect(dial.calls).toEqual([{ address: '127.0.0.1', port: 2121 }]);
+    },
+  );
 
   it('answers 502 for an unresolvable host and 400 for what it cannot proxy', async () => {
     const dial = recordingDialer();
@@ -559,7 +597,9 @@ describe('egress guard: teardown', () => {
       dial: recordingDialer(),
       allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
     });
-    await expect(viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
+    await expect(
+      viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) }),
+    ).rejects.toThrow();
   });
 
   it('closes a tunnel that stays idle', async () => {
@@ -601,6 +641,8 @@ describe('egress guard: teardown', () => {
     const closed = new Promise<void>((resolve) => tunnel.socket.once('close', () => resolve()));
     await guard.close();
     await closed;
-    await expect(viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) })).rejects.toThrow();
+    await expect(
+      viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/`, { auth: authOf(session) }),
+    ).rejects.toThrow();
   });
 });

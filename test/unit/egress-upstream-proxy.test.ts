@@ -32,7 +32,10 @@ interface Origin {
   requests: Array<{ url: string; host: string | undefined }>;
 }
 
-async function startOrigin(host = '127.0.0.1', handler?: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<Origin> {
+async function startOrigin(
+  host = '127.0.0.1',
+  handler?: (req: http.IncomingMessage, res: http.ServerResponse) => void,
+): Promise<Origin> {
   const origin: Origin = { port: 0, requests: [] };
   const server = http.createServer((req, res) => {
     origin.requests.push({ url: req.url ?? '', host: req.headers.host });
@@ -86,7 +89,13 @@ async function guardThrough(upstream: UpstreamProxy, resolve: Resolver, allow: s
 /** An absolute-URI GET through the guard. */
 function getVia(guard: EgressGuard, auth: string, target: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: guard.port!, path: target, headers: { 'proxy-authorization': auth }, agent: false });
+    const req = http.request({
+      host: '127.0.0.1',
+      port: guard.port!,
+      path: target,
+      headers: { 'proxy-authorization': auth },
+      agent: false,
+    });
     req.on('response', (res) => {
       let body = '';
       res.setEncoding('utf8');
@@ -99,9 +108,21 @@ function getVia(guard: EgressGuard, auth: string, target: string): Promise<{ sta
 }
 
 /** CONNECT through the guard, then one plain HTTP exchange in the tunnel when it opens. */
-function connectVia(guard: EgressGuard, auth: string, authority: string, host: string): Promise<{ status: number; body: string }> {
+function connectVia(
+  guard: EgressGuard,
+  auth: string,
+  authority: string,
+  host: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: guard.port!, method: 'CONNECT', path: authority, headers: { 'proxy-authorization': auth }, agent: false });
+    const req = http.request({
+      host: '127.0.0.1',
+      port: guard.port!,
+      method: 'CONNECT',
+      path: authority,
+      headers: { 'proxy-authorization': auth },
+      agent: false,
+    });
     req.on('connect', (res, socket: net.Socket) => {
       if (res.statusCode !== 200) {
         socket.destroy();
@@ -125,7 +146,11 @@ describe('egress guard through an upstream proxy', () => {
   it('checks the name, then asks the upstream for a tunnel to the checked address, never the name', async () => {
     const origin = await startOrigin();
     const upstream = await recordingProxy();
-    const { guard, auth, session } = await guardThrough(proxyConfig(upstream.port), table({ 'media.test': ['127.0.0.1'] }), [`media.test:${origin.port}`]);
+    const { guard, auth, session } = await guardThrough(
+      proxyConfig(upstream.port),
+      table({ 'media.test': ['127.0.0.1'] }),
+      [`media.test:${origin.port}`],
+    );
 
     const tunneled = await connectVia(guard, auth, `media.test:${origin.port}`, `media.test:${origin.port}`);
     expect(tunneled.status).toBe(200);
@@ -137,7 +162,9 @@ describe('egress guard through an upstream proxy', () => {
   it('forwards plain http through such a tunnel too: the origin gets its own Host header', async () => {
     const origin = await startOrigin();
     const upstream = await recordingProxy();
-    const { guard, auth } = await guardThrough(proxyConfig(upstream.port), table({ 'media.test': ['127.0.0.1'] }), [`media.test:${origin.port}`]);
+    const { guard, auth } = await guardThrough(proxyConfig(upstream.port), table({ 'media.test': ['127.0.0.1'] }), [
+      `media.test:${origin.port}`,
+    ]);
 
     const answer = await getVia(guard, auth, `http://media.test:${origin.port}/a.wav?x=1`);
     expect(answer).toEqual({ status: 200, body: 'hello from /a.wav?x=1' });
@@ -148,7 +175,9 @@ describe('egress guard through an upstream proxy', () => {
   it('names an IPv6 address in brackets', async () => {
     const origin = await startOrigin('::1');
     const upstream = await recordingProxy();
-    const { guard, auth } = await guardThrough(proxyConfig(upstream.port), table({ 'v6.test': ['::1'] }), [`v6.test:${origin.port}`]);
+    const { guard, auth } = await guardThrough(proxyConfig(upstream.port), table({ 'v6.test': ['::1'] }), [
+      `v6.test:${origin.port}`,
+    ]);
     expect((await getVia(guard, auth, `http://v6.test:${origin.port}/six`)).status).toBe(200);
     expect(upstream.asked.map((asked) => asked.target)).toEqual([`[::1]:${origin.port}`]);
   });
@@ -158,7 +187,11 @@ describe('egress guard through an upstream proxy', () => {
     const upstream = await recordingProxy();
     const { guard, auth, session } = await guardThrough(
       proxyConfig(upstream.port),
-      table({ 'media.test': ['127.0.0.1'], 'intranet.test': ['10.1.2.3'], 'mixed.test': ['93.184.216.34', '192.168.0.10'] }),
+      table({
+        'media.test': ['127.0.0.1'],
+        'intranet.test': ['10.1.2.3'],
+        'mixed.test': ['93.184.216.34', '192.168.0.10'],
+      }),
       [`media.test:${origin.port}`],
     );
     const refused = [
@@ -169,7 +202,13 @@ describe('egress guard through an upstream proxy', () => {
       await connectVia(guard, auth, 'intranet.test:443', 'intranet.test'),
     ];
     expect(refused.map((answer) => answer.status)).toEqual([403, 403, 403, 403, 403]);
-    expect(session.refusals().map((refusal) => refusal.host)).toEqual(['intranet.test', 'mixed.test', '169.254.169.254', '127.0.0.1', 'intranet.test']);
+    expect(session.refusals().map((refusal) => refusal.host)).toEqual([
+      'intranet.test',
+      'mixed.test',
+      '169.254.169.254',
+      '127.0.0.1',
+      'intranet.test',
+    ]);
     expect(upstream.asked).toEqual([]);
 
     expect((await getVia(guard, auth, `http://media.test:${origin.port}/ok`)).status).toBe(200);
@@ -177,9 +216,15 @@ describe('egress guard through an upstream proxy', () => {
   });
 
   it('still refuses a plain-HTTP redirect to another scheme', async () => {
-    const origin = await startOrigin('127.0.0.1', (_req, res) => res.writeHead(302, { location: 'ftp://media.test/file' }).end());
+    const origin = await startOrigin('127.0.0.1', (_req, res) =>
+      res.writeHead(302, { location: 'ftp://media.test/file' }).end(),
+    );
     const upstream = await recordingProxy();
-    const { guard, auth, session } = await guardThrough(proxyConfig(upstream.port), table({ 'media.test': ['127.0.0.1'] }), [`media.test:${origin.port}`]);
+    const { guard, auth, session } = await guardThrough(
+      proxyConfig(upstream.port),
+      table({ 'media.test': ['127.0.0.1'] }),
+      [`media.test:${origin.port}`],
+    );
     const answer = await getVia(guard, auth, `http://media.test:${origin.port}/moved`);
     expect(answer.status).toBe(403);
     expect(answer.body).toMatch(/ftp: URL/);
@@ -189,7 +234,11 @@ describe('egress guard through an upstream proxy', () => {
   it('an upstream that refuses the credentials makes a 502; nothing logged carries them', async () => {
     const origin = await startOrigin();
     const upstream = await recordingProxy('another-password');
-    const { guard, auth, logged } = await guardThrough(proxyConfig(upstream.port), table({ 'media.test': ['127.0.0.1'] }), [`media.test:${origin.port}`]);
+    const { guard, auth, logged } = await guardThrough(
+      proxyConfig(upstream.port),
+      table({ 'media.test': ['127.0.0.1'] }),
+      [`media.test:${origin.port}`],
+    );
     const answer = await getVia(guard, auth, `http://media.test:${origin.port}/x`);
     expect(answer.status).toBe(502);
     expect(answer.body).not.toContain(PROXY_PASSWORD);
@@ -206,7 +255,11 @@ describe('egress guard through an upstream proxy', () => {
     const upstream = await recordingProxy();
     const closedPort = upstream.port;
     await cleanup.pop()!(); // the proxy is gone
-    const { guard, auth, logged } = await guardThrough(proxyConfig(closedPort), table({ 'media.test': ['127.0.0.1'] }), [`media.test:${origin.port}`]);
+    const { guard, auth, logged } = await guardThrough(
+      proxyConfig(closedPort),
+      table({ 'media.test': ['127.0.0.1'] }),
+      [`media.test:${origin.port}`],
+    );
     expect((await getVia(guard, auth, `http://media.test:${origin.port}/x`)).status).toBe(502);
     expect(JSON.stringify(logged)).toContain('ECONNREFUSED');
     expect(JSON.stringify(logged)).not.toContain(PROXY_PASSWORD);
@@ -217,18 +270,25 @@ describe('EGRESS_UPSTREAM_PROXY values', () => {
   it.each([
     ['http://proxy.internal:3128', { host: 'proxy.internal', port: 3128, authorization: null }],
     ['http://proxy.internal', { host: 'proxy.internal', port: 80, authorization: null }],
-    ['http://u%3Ax:p%40ss@10.0.0.5:8080/', { host: '10.0.0.5', port: 8080, authorization: `Basic ${Buffer.from('u:x:p@ss').toString('base64')}` }],
+    [
+      'http://u%3Ax:p%40ss@10.0.0.5:8080/',
+      { host: '10.0.0.5', port: 8080, authorization: `Basic ${Buffer.from('u:x:p@ss').toString('base64')}` },
+    ],
   ])('%s', (value, expected) => {
     expect(parseUpstreamProxy(value)).toMatchObject(expected);
   });
 
-  it.each(['proxy:3128', 'https://proxy:3128', 'socks5://proxy:1080', 'http://proxy:3128/path', 'http://proxy:3128/?q=1', 'http://u:%zz@proxy:3128'])(
-    'refuses %s without repeating it',
-    (value) => {
-      const outcome = parseUpstreamProxy(value);
-      expect(typeof outcome).toBe('string');
-      expect(outcome).not.toContain('proxy:');
-      expect(outcome).not.toContain('%zz');
-    },
-  );
+  it.each([
+    'proxy:3128',
+    'https://proxy:3128',
+    'socks5://proxy:1080',
+    'http://proxy:3128/path',
+    'http://proxy:3128/?q=1',
+    'http://u:%zz@proxy:3128',
+  ])('refuses %s without repeating it', (value) => {
+    const outcome = parseUpstreamProxy(value);
+    expect(typeof outcome).toBe('string');
+    expect(outcome).not.toContain('proxy:');
+    expect(outcome).not.toContain('%zz');
+  });
 });

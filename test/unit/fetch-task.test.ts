@@ -90,7 +90,17 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
 }
 
 /** hostsContacted: the hosts the egress guard says the downloader fetched from. */
-async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: typeof runProcess; store?: ContentStore; now: number; hostsContacted?: string[] }) {
+async function runJob(
+  fx: StoreFixture,
+  opts: {
+    id?: string;
+    url: string;
+    run: typeof runProcess;
+    store?: ContentStore;
+    now: number;
+    hostsContacted?: string[];
+  },
+) {
   const id = opts.id ?? 'job';
   await enqueueJob(fx.database, { id, url: opts.url, urlKey: opts.url, createdAt: 1 });
   const job = (await claimNextJob(fx.database, { owner: 'node', now: 1, leaseMs: 60_000 }))!;
@@ -99,7 +109,15 @@ async function runJob(fx: StoreFixture, opts: { id?: string; url: string; run: t
     store: opts.store ?? fx.store,
     now: () => opts.now,
     mountView: false,
-    sandbox: createSandbox({ mode: 'off', run: opts.run, guardAuthority: '127.0.0.1:9', guardSocket: null, unshare: 'unshare', python: 'python3', hostNetns: 'net:[1]' }),
+    sandbox: createSandbox({
+      mode: 'off',
+      run: opts.run,
+      guardAuthority: '127.0.0.1:9',
+      guardSocket: null,
+      unshare: 'unshare',
+      python: 'python3',
+      hostNetns: 'net:[1]',
+    }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     workDir: path.join(fx.dir, 'work'),
     limits: {
@@ -130,9 +148,17 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     const known = await fx.addArtifact(1000, 1000, 'https://media.example/watch?v=abc');
     await setAlias(fx.database, 'media', 'youtube:www.youtube.com:abc', known, 1000);
     const other = await fx.addArtifact(1000, 2000);
-    const tools = fakeTools({ extractorKey: 'Youtube', id: 'abc', page: 'https://www.youtube.com/watch?v=abc' }, wav(1));
+    const tools = fakeTools(
+      { extractorKey: 'Youtube', id: 'abc', page: 'https://www.youtube.com/watch?v=abc' },
+      wav(1),
+    );
 
-    const job = await runJob(fx, { url: 'https://youtu.be/abc', run: tools.run, now: 5000, hostsContacted: ['youtu.be', 'www.youtube.com'] });
+    const job = await runJob(fx, {
+      url: 'https://youtu.be/abc',
+      run: tools.run,
+      now: 5000,
+      hostsContacted: ['youtu.be', 'www.youtube.com'],
+    });
     expect(job).toMatchObject({ status: 'done', contentId: known });
     expect(tools.calls).toEqual(['probe']);
     expect(await resolveAlias(fx.database, 'url', 'https://youtu.be/abc')).toBe(known);
@@ -152,21 +178,40 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     // A host that says PeerTube and names the real site's page and id as its own.
     const tools = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://video.example/w/abc' }, wav(3));
 
-    const job = await runJob(fx, { url: 'https://attacker.example/w/abc', run: tools.run, now: 5000, hostsContacted: ['attacker.example'] });
+    const job = await runJob(fx, {
+      url: 'https://attacker.example/w/abc',
+      run: tools.run,
+      now: 5000,
+      hostsContacted: ['attacker.example'],
+    });
     expect(tools.calls).toEqual(['probe', 'download', 'ffmpeg']);
     expect(job.status).toBe('done');
     expect(job.contentId).not.toBe(real);
     // The real media's alias still points at the real audio; nothing else was aliased as media.
     expect(await resolveAlias(fx.database, 'media', 'peertube:video.example:abc')).toBe(real);
-    expect(await fx.database.db.select().from(fx.database.t.aliases).where(eq(fx.database.t.aliases.kind, 'media'))).toHaveLength(1);
+    expect(
+      await fx.database.db.select().from(fx.database.t.aliases).where(eq(fx.database.t.aliases.kind, 'media')),
+    ).toHaveLength(1);
   });
 
   it('the same id on two hosts of a self-hosted platform are two media', async () => {
     const fx = await createStoreFixture(kind);
     const first = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://one.example/w/abc' }, wav(4));
-    const one = await runJob(fx, { id: 'one', url: 'https://one.example/w/abc', run: first.run, now: 5000, hostsContacted: ['one.example'] });
+    const one = await runJob(fx, {
+      id: 'one',
+      url: 'https://one.example/w/abc',
+      run: first.run,
+      now: 5000,
+      hostsContacted: ['one.example'],
+    });
     const second = fakeTools({ extractorKey: 'PeerTube', id: 'abc', page: 'https://two.example/w/abc' }, wav(5));
-    const two = await runJob(fx, { id: 'two', url: 'https://two.example/w/abc', run: second.run, now: 6000, hostsContacted: ['two.example'] });
+    const two = await runJob(fx, {
+      id: 'two',
+      url: 'https://two.example/w/abc',
+      run: second.run,
+      now: 6000,
+      hostsContacted: ['two.example'],
+    });
     expect(second.calls).toContain('download');
     expect(two.contentId).not.toBe(one.contentId);
     expect(await resolveAlias(fx.database, 'media', 'peertube:one.example:abc')).toBe(one.contentId);
@@ -183,7 +228,16 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     await (await fx.store.put(earlier, AUDIO_ARTIFACT_NAME)).release();
     await recordCacheEntry(
       fx.database,
-      { contentId: cid, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes: bytes.length, contentType: 'audio/wav', sampleRate: 8000, channels: 1, durationS: 1 },
+      {
+        contentId: cid,
+        name: AUDIO_ARTIFACT_NAME,
+        kind: SOURCE_WAV_KIND,
+        bytes: bytes.length,
+        contentType: 'audio/wav',
+        sampleRate: 8000,
+        channels: 1,
+        durationS: 1,
+      },
       1000,
     );
     // Eviction runs right after the job's put finds the stored copy, before the job records it.
@@ -192,7 +246,9 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
       ...fx.store,
       async put(source, name) {
         const stored = await fx.store.put(source, name);
-        evictedDuringStore.push((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds);
+        evictedDuringStore.push(
+          (await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds,
+        );
         return stored;
       },
     };
@@ -201,9 +257,14 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     const job = await runJob(fx, { url: 'https://media.example/x.m4a', run: tools.run, store, now: 5000 });
     expect(evictedDuringStore).toEqual([[]]);
     expect(job).toMatchObject({ status: 'done', contentId: cid });
-    expect(await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ bytes: bytes.length, lastUsedAt: 5000 });
+    expect(await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({
+      bytes: bytes.length,
+      lastUsedAt: 5000,
+    });
     expect(sha256(await readFile(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME)))).toBe(cid);
     // Recorded and released: from now on it is ordinary content, evicted when cold.
-    expect((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds).toEqual([cid]);
+    expect(
+      (await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds,
+    ).toEqual([cid]);
   });
 });

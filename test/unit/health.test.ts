@@ -18,10 +18,11 @@ afterAll(async () => {
 function check(ytdlpVersion: string | null, now: number, confinement: 'netns' | 'off' = 'netns') {
   return createHealthCheck({
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
-    checkConfinement: async () => (confinement === 'off' ? { mode: 'off', ok: true } : { mode: 'netns', ok: true }),
-    locate: async (name) => `/usr/bin/${name}`,
-    version: async (found) => (found.endsWith('yt-dlp') ? ytdlpVersion : `${found} version 5.1`),
-    pingDatabase: async () => true,
+    checkConfinement: () =>
+      Promise.resolve(confinement === 'off' ? { mode: 'off', ok: true } : { mode: 'netns', ok: true }),
+    locate: (name) => Promise.resolve(`/usr/bin/${name}`),
+    version: (found) => Promise.resolve(found.endsWith('yt-dlp') ? ytdlpVersion : `${found} version 5.1`),
+    pingDatabase: () => Promise.resolve(true),
     databaseKind: 'sqlite',
     nodeId: 'node-1',
     artifactRoot: root,
@@ -39,9 +40,12 @@ describe('the downloader version date', () => {
     expect(releaseDateOf(version)?.toISOString().slice(0, 10)).toBe(date);
   });
 
-  it.each([null, '', 'unknown', '2023.13.01', '2023.02.30', 'v2023.03.04', '2023-03-04', '20230304'])('finds no date in %j', (version) => {
-    expect(releaseDateOf(version)).toBeNull();
-  });
+  it.each([null, '', 'unknown', '2023.13.01', '2023.02.30', 'v2023.03.04', '2023-03-04', '20230304'])(
+    'finds no date in %j',
+    (version) => {
+      expect(releaseDateOf(version)).toBeNull();
+    },
+  );
 });
 
 describe('health: the downloader age', () => {
@@ -49,10 +53,21 @@ describe('health: the downloader age', () => {
 
   it(`warns past ${DOWNLOADER_MAX_AGE_DAYS} days, without changing the status`, async () => {
     const report = await check('2023.03.04', released + 1000 * DAY_MS + 5 * 3600 * 1000);
-    expect(report.downloader).toMatchObject({ present: true, version: '2023.03.04', released_on: '2023-03-04', age_days: 1000, outdated: true });
+    expect(report.downloader).toMatchObject({
+      present: true,
+      version: '2023.03.04',
+      released_on: '2023-03-04',
+      age_days: 1000,
+      outdated: true,
+    });
     expect(report.status).toBe('ok');
     expect(report.can_fetch).toBe(true);
-    expect(report.warnings).toEqual([{ code: 'downloader_outdated', message: expect.stringMatching(/^yt-dlp 2023\.03\.04 is 1000 days old \(more than 90\)/) }]);
+    expect(report.warnings).toEqual([
+      {
+        code: 'downloader_outdated',
+        message: expect.stringMatching(/^yt-dlp 2023\.03\.04 is 1000 days old \(more than 90\)/),
+      },
+    ]);
   });
 
   it('is not outdated on its 90th day, and is on its 91st', async () => {
@@ -63,9 +78,20 @@ describe('health: the downloader age', () => {
   });
 
   it('a version without a date, or a date ahead of the clock, is no warning', async () => {
-    expect((await check('custom-build', released)).downloader).toMatchObject({ released_on: null, age_days: null, outdated: false });
-    expect((await check('2023.03.04', released - 3 * DAY_MS)).downloader).toMatchObject({ age_days: 0, outdated: false });
-    expect((await check(null, released)).downloader).toMatchObject({ present: false, released_on: null, outdated: false });
+    expect((await check('custom-build', released)).downloader).toMatchObject({
+      released_on: null,
+      age_days: null,
+      outdated: false,
+    });
+    expect((await check('2023.03.04', released - 3 * DAY_MS)).downloader).toMatchObject({
+      age_days: 0,
+      outdated: false,
+    });
+    expect((await check(null, released)).downloader).toMatchObject({
+      present: false,
+      released_on: null,
+      outdated: false,
+    });
   });
 
   it('degraded still means unconfined tools, whatever the age', async () => {

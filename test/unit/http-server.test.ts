@@ -31,7 +31,8 @@ beforeAll(async () => {
         try {
           if (path === '/hold') await new Promise<void>((resolve) => held.push(resolve));
           // Refused before its body is read, as the app's 401 and 415 are.
-          if (path === '/refuse') return new Response('{}', { status: 401, headers: { 'content-type': 'application/problem+json' } });
+          if (path === '/refuse')
+            return new Response('{}', { status: 401, headers: { 'content-type': 'application/problem+json' } });
           if (request.method === 'POST') await request.text();
           return new Response(path, { status: 200 });
         } finally {
@@ -62,7 +63,8 @@ beforeEach(() => {
 });
 
 const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
-const post = (path: string, body: string) => `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+const post = (path: string, body: string) =>
+  `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
 
 async function connection(): Promise<RawConnection> {
   return openRawConnection(port);
@@ -78,7 +80,9 @@ describe("one connection's requests", () => {
     expect(mostAtOnce).toBe(2);
     expect(ran).toEqual(['GET /hold', 'GET /hold']);
     for (const release of held.splice(0)) release();
-    const bodies = [(await a.readMessage()).body, (await a.readMessage()).body, (await a.readMessage()).body].map(String);
+    const bodies = [(await a.readMessage()).body, (await a.readMessage()).body, (await a.readMessage()).body].map(
+      String,
+    );
     expect(bodies).toEqual(['/hold', '/a2', '/a3']);
     expect((await b.readMessage()).status).toBe(200);
     expect(ran.slice(2)).toEqual(['GET /a2', 'GET /a3']);

@@ -131,7 +131,8 @@ describe('imports between the parts of src/', () => {
     const found = circles(edges).map((circle) => {
       const arrows = new Map<string, string>();
       for (const i of imports) {
-        if (circle.includes(i.from) && circle.includes(i.to) && !arrows.has(`${i.from} -> ${i.to}`)) arrows.set(`${i.from} -> ${i.to}`, i.where);
+        if (circle.includes(i.from) && circle.includes(i.to) && !arrows.has(`${i.from} -> ${i.to}`))
+          arrows.set(`${i.from} -> ${i.to}`, i.where);
       }
       return [...arrows].map(([arrow, where]) => `${arrow} (${where})`).join('; ');
     });
@@ -139,7 +140,9 @@ describe('imports between the parts of src/', () => {
   });
 
   it('never imports a part on a row above', () => {
-    const upward = imports.filter((i) => rowOf.has(i.from) && rowOf.has(i.to) && rowOf.get(i.to)! < rowOf.get(i.from)!).map((i) => i.where);
+    const upward = imports
+      .filter((i) => rowOf.has(i.from) && rowOf.has(i.to) && rowOf.get(i.to)! < rowOf.get(i.from)!)
+      .map((i) => i.where);
     expect(upward).toEqual([]);
   });
 });

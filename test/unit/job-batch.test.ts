@@ -25,7 +25,20 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
     database = await openTestDatabase(kind);
     ids = 0;
     ended = [];
-    await recordCacheEntry(database, { contentId: 'cid-stored', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 1);
+    await recordCacheEntry(
+      database,
+      {
+        contentId: 'cid-stored',
+        name: 'audio.wav',
+        kind: 'source_wav',
+        bytes: 100,
+        contentType: 'audio/wav',
+        sampleRate: 44100,
+        channels: 2,
+        durationS: 1,
+      },
+      1,
+    );
     await setAlias(database, 'url', STORED, 'cid-stored', 1);
   });
   afterEach(async () => {
@@ -38,10 +51,18 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
       now: () => 1000 + ids,
       newJobId: () => `job-${++ids}`,
       recordCallback: callbackRecorder(() => `delivery-${ids}`),
-      checkDestination: async (url) => {
+      checkDestination: (url) => {
         if (url.hostname.endsWith('refused.example')) {
-          throw new ServiceError('refused', 'address_private', `Host ${url.hostname} resolves to 10.0.0.1, which is in the private range.`, { fields: { host: url.hostname } });
+          return Promise.reject(
+            new ServiceError(
+              'refused',
+              'address_private',
+              `Host ${url.hostname} resolves to 10.0.0.1, which is in the private range.`,
+              { fields: { host: url.hostname } },
+            ),
+          );
         }
+        return Promise.resolve();
       },
       contentPresent: () => true,
       admitJob: createAdmission({ database, maxQueuedJobs, confinementOk: () => true }),
@@ -51,10 +72,22 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
   }
 
   const summary = (items: BatchItem[]) =>
-    items.map((item) => ('job' in item ? { url: item.url, status: item.job.status, bornDone: item.job.bornDone, follows: item.job.followsJobId } : { url: item.url, code: item.refusal.code }));
+    items.map((item) =>
+      'job' in item
+        ? { url: item.url, status: item.job.status, bornDone: item.job.bornDone, follows: item.job.followsJobId }
+        : { url: item.url, code: item.refusal.code },
+    );
 
   it('gives each URL its job or its refusal, in order: one leader for a URL given twice, born done for a stored one', async () => {
-    const urls = ['https://m.example/a', 'ftp://m.example/a', 'https://m.example/a', STORED, 'https://x.refused.example/b', 'https://m.example/b#part', 'not a url'];
+    const urls = [
+      'https://m.example/a',
+      'ftp://m.example/a',
+      'https://m.example/a',
+      STORED,
+      'https://x.refused.example/b',
+      'https://m.example/b#part',
+      'not a url',
+    ];
     const items = await service().submitBatch({ urls }, 'req-1');
     const [a] = items as Array<{ job: { id: string } }>;
     expect(summary(items)).toEqual([
@@ -72,8 +105,17 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
   });
 
   it('counts the queue limit URL by URL: those past it are refused with queue_full, born-done ones still accepted', async () => {
-    const items = await service(2).submitBatch({ urls: ['https://m.example/1', 'https://m.example/2', 'https://m.example/3', STORED, 'https://m.example/4'] }, 'req-2');
-    expect(summary(items).map((item) => ('code' in item ? item.code : item.status))).toEqual(['queued', 'queued', 'queue_full', 'done', 'queue_full']);
+    const items = await service(2).submitBatch(
+      { urls: ['https://m.example/1', 'https://m.example/2', 'https://m.example/3', STORED, 'https://m.example/4'] },
+      'req-2',
+    );
+    expect(summary(items).map((item) => ('code' in item ? item.code : item.status))).toEqual([
+      'queued',
+      'queued',
+      'queue_full',
+      'done',
+      'queue_full',
+    ]);
     const refusal = (items[2] as { refusal: ServiceError }).refusal;
     expect(refusal.kind).toBe('rate_limited');
     expect(refusal.extra.retryAfterSeconds).toBeGreaterThan(0);
@@ -81,17 +123,26 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
 
   it('gives every accepted job the callback, and refuses the whole batch for a refused callback_url', async () => {
     const jobs = service();
-    await expect(jobs.submitBatch({ urls: ['https://m.example/c'], callbackUrl: 'https://hooks.refused.example/x' }, 'req-3')).rejects.toMatchObject({
+    await expect(
+      jobs.submitBatch({ urls: ['https://m.example/c'], callbackUrl: 'https://hooks.refused.example/x' }, 'req-3'),
+    ).rejects.toMatchObject({
       code: 'address_private',
       extra: { fieldErrors: [{ path: 'callback_url', message: expect.any(String) }] },
     });
     // Nothing was made for it: the next job is the first.
     expect(await getJobRow(database, 'job-1')).toBeUndefined();
 
-    const items = await jobs.submitBatch({ urls: ['https://m.example/c', 'ftp://m.example/c', STORED], callbackUrl: 'https://hooks.example/x' }, 'req-4');
+    const items = await jobs.submitBatch(
+      { urls: ['https://m.example/c', 'ftp://m.example/c', STORED], callbackUrl: 'https://hooks.example/x' },
+      'req-4',
+    );
     const accepted = items.flatMap((item) => ('job' in item ? [item.job] : []));
     expect(accepted).toHaveLength(2);
-    for (const job of accepted) expect(await deliveryForJob(database, job.id)).toMatchObject({ url: 'https://hooks.example/x', status: 'pending' });
+    for (const job of accepted)
+      expect(await deliveryForJob(database, job.id)).toMatchObject({
+        url: 'https://hooks.example/x',
+        status: 'pending',
+      });
     const deliveryIds = await Promise.all(accepted.map(async (job) => (await deliveryForJob(database, job.id))!.id));
     expect(new Set(deliveryIds).size).toBe(2);
     // The born-done one ended at once, with its callback to send.

@@ -5,7 +5,14 @@ import { createJobEventStreams, eventIdOf, type StreamEnd } from '../../src/http
 import { toJobRecord } from '../../src/http/job-record.js';
 import type { JobRecord } from '../../src/http/schemas.js';
 import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
-import { claimNextJob, enqueueJob, getJobRow, markCanceled, recordProgress, renewLeases } from '../../src/jobs/queue.js';
+import {
+  claimNextJob,
+  enqueueJob,
+  getJobRow,
+  markCanceled,
+  recordProgress,
+  renewLeases,
+} from '../../src/jobs/queue.js';
 import { readFileSync } from 'node:fs';
 import { loadConfig } from '../../src/config.js';
 import { readEventStream as readEvents } from '../support/event-stream.js';
@@ -18,7 +25,8 @@ import { BACKENDS, openTestDatabase } from '../support/test-database.js';
  * shutdown) over a watcher the test drives.
  */
 
-const render = (job: JobRow, leader?: JobRow): JobRecord => toJobRecord(job, { leader, artifacts: [], sign: () => ({ query: 'sig', expiresAt: 0 }) });
+const render = (job: JobRow, leader?: JobRow): JobRecord =>
+  toJobRecord(job, { leader, artifacts: [], sign: () => ({ query: 'sig', expiresAt: 0 }) });
 
 /** Resolves once `predicate` holds, checked at each call of `poke`; fails after 10 s. */
 function until(predicate: () => boolean, what: string): { poke: () => void; done: Promise<void> } {
@@ -66,7 +74,8 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
       },
       render: async (job) => {
         renders.push(job.id);
-        const leader = job.status === 'queued' && job.followsJobId ? await getJobRow(database, job.followsJobId) : undefined;
+        const leader =
+          job.status === 'queued' && job.followsJobId ? await getJobRow(database, job.followsJobId) : undefined;
         return render(job, leader);
       },
       intervalMs: 20,
@@ -77,7 +86,8 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     return watcher;
   }
 
-  const queued = async (id: string, url = `https://m.example/${id}`) => (await enqueueJob(database, { id, url, urlKey: url, createdAt: Date.now() }))!;
+  const queued = async (id: string, url = `https://m.example/${id}`) =>
+    (await enqueueJob(database, { id, url, urlKey: url, createdAt: Date.now() }))!;
   const lease = { owner: 'node-1', now: Date.now(), leaseMs: 60_000 };
 
   it('reads every watched job in one query a tick, and renders a change once however many watch it', async () => {
@@ -86,7 +96,12 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     const w = startWatcher();
     const seen: Record<string, string[]> = { a1: [], a2: [], a3: [], b: [] };
     const allHeard = until(() => Object.values(seen).every((list) => list.length >= 1), 'the first state');
-    for (const [name, job] of [['a1', 'a'], ['a2', 'a'], ['a3', 'a'], ['b', 'b']] as const) {
+    for (const [name, job] of [
+      ['a1', 'a'],
+      ['a2', 'a'],
+      ['a3', 'a'],
+      ['b', 'b'],
+    ] as const) {
       w.watch(job, (record) => {
         seen[name]!.push(record.status);
         allHeard.poke();
@@ -146,7 +161,10 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     await claimNextJob(database, lease);
     const w = startWatcher();
     const heard: JobRecord[] = [];
-    const progressed = until(() => heard.some((record) => record.progress?.bytes_done === 500), "the leader's progress");
+    const progressed = until(
+      () => heard.some((record) => record.progress?.bytes_done === 500),
+      "the leader's progress",
+    );
     w.watch('follower', (record) => {
       heard.push(record);
       progressed.poke();
@@ -154,7 +172,11 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     await recordProgress(database, 'leader', 'node-1', 500, null);
     ticks.push(progressed.poke);
     await progressed.done;
-    expect(heard.at(-1)).toMatchObject({ job_id: 'follower', status: 'running', progress: { bytes_done: 500, bytes_total: null, percent: null } });
+    expect(heard.at(-1)).toMatchObject({
+      job_id: 'follower',
+      status: 'running',
+      progress: { bytes_done: 500, bytes_total: null, percent: null },
+    });
   });
 
   it('stops polling when the last subscriber leaves, while a watcher with one goes on (the control)', async () => {
@@ -256,7 +278,12 @@ describe('job event streams', () => {
       maxPerNode: limits.maxPerNode ?? 100,
     });
     const open = (job: JobRow, opts: { lastEventId?: string; key?: string } = {}) =>
-      streams.open({ job, lastEventId: opts.lastEventId, keyIdentity: opts.key ?? 'key-a', onEnd: (reason) => ends.push(reason) });
+      streams.open({
+        job,
+        lastEventId: opts.lastEventId,
+        keyIdentity: opts.key ?? 'key-a',
+        onEnd: (reason) => ends.push(reason),
+      });
     return { streams, push, open, watcher };
   };
   beforeEach(() => {
@@ -273,8 +300,19 @@ describe('job event streams', () => {
     await stream.waitFor(() => stream.events.length === 1, 'the first event');
     push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000 }));
     push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000 })); // the same state: no event
-    push(row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000, progressBytes: 50, progressTotalBytes: 100 }));
-    push(row({ status: 'failed', attempts: 1, startedAt: 1_700_000_001_000, finishedAt: 1_700_000_002_000, errorCode: 'http_error', errorMessage: 'HTTP 404' }));
+    push(
+      row({ status: 'running', attempts: 1, startedAt: 1_700_000_001_000, progressBytes: 50, progressTotalBytes: 100 }),
+    );
+    push(
+      row({
+        status: 'failed',
+        attempts: 1,
+        startedAt: 1_700_000_001_000,
+        finishedAt: 1_700_000_002_000,
+        errorCode: 'http_error',
+        errorMessage: 'HTTP 404',
+      }),
+    );
     await stream.ended;
     const records = stream.records as unknown as JobRecord[];
     expect(stream.events.every((event) => event.event === 'job')).toBe(true);
@@ -300,34 +338,60 @@ describe('job event streams', () => {
     expect(resumed.events.map((event) => (JSON.parse(event.data) as JobRecord).status)).toEqual(['canceled']);
 
     // A client that missed the end: it gets the final state, and the stream ends.
-    const late = readEvents(await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), { lastEventId: eventIdOf(queuedRecord) }));
+    const late = readEvents(
+      await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), { lastEventId: eventIdOf(queuedRecord) }),
+    );
     await late.ended;
     expect(late.events.map((event) => event.id)).toEqual([resumed.events[0]!.id]);
 
-    const again = await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), { lastEventId: resumed.events[0]!.id });
+    const again = await open(row({ status: 'canceled', finishedAt: 1_700_000_003_000 }), {
+      lastEventId: resumed.events[0]!.id,
+    });
     expect(again.status).toBe(204);
     expect(again.body).toBeNull();
   });
 
   it('event ids ignore the signed URLs, which change with every read', () => {
     const done = row({ status: 'done', contentId: 'c'.repeat(64), finishedAt: 1_700_000_004_000 });
-    const artifact = { contentId: 'c'.repeat(64), name: 'audio.wav', bytes: 10, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 };
+    const artifact = {
+      contentId: 'c'.repeat(64),
+      name: 'audio.wav',
+      bytes: 10,
+      contentType: 'audio/wav',
+      sampleRate: 44100,
+      channels: 2,
+      durationS: 1,
+    };
     const signedAt = (at: number) =>
-      toJobRecord(done, { artifacts: [artifact as never], sign: () => ({ query: `expires=${at}&sig=${at}`, expiresAt: at * 1000 }) });
+      toJobRecord(done, {
+        artifacts: [artifact as never],
+        sign: () => ({ query: `expires=${at}&sig=${at}`, expiresAt: at * 1000 }),
+      });
     expect(signedAt(1).result?.artifacts[0]?.signed_url).not.toBe(signedAt(2).result?.artifacts[0]?.signed_url);
     expect(eventIdOf(signedAt(1))).toBe(eventIdOf(signedAt(2)));
-    expect(eventIdOf(signedAt(1))).not.toBe(eventIdOf(render(row({ status: 'done', contentId: 'd'.repeat(64), finishedAt: 1_700_000_004_000 }))));
+    expect(eventIdOf(signedAt(1))).not.toBe(
+      eventIdOf(render(row({ status: 'done', contentId: 'd'.repeat(64), finishedAt: 1_700_000_004_000 }))),
+    );
   });
 
   it("event ids ignore the callback's delivery, recorded on after the job ended: the final state known still gets 204", async () => {
-    const failed = row({ status: 'failed', finishedAt: 1_700_000_004_000, errorCode: 'http_error', errorMessage: 'HTTP 404' });
+    const failed = row({
+      status: 'failed',
+      finishedAt: 1_700_000_004_000,
+      errorCode: 'http_error',
+      errorMessage: 'HTTP 404',
+    });
     const delivery = (attempts: number): JobRecord['callback'] => ({
       url: 'https://hooks.example/done',
       delivery_id: 'delivery-1',
       status: attempts < 2 ? 'pending' : 'delivered',
       attempt_count: attempts,
       next_attempt_at: null,
-      attempts: Array.from({ length: attempts }, (_, i) => ({ at: new Date(1_700_000_005_000 + i).toISOString(), status: i === 1 ? 200 : 503, error: null })),
+      attempts: Array.from({ length: attempts }, (_, i) => ({
+        at: new Date(1_700_000_005_000 + i).toISOString(),
+        status: i === 1 ? 200 : 503,
+        error: null,
+      })),
     });
     const streamed = { ...render(failed), callback: delivery(0) };
     const later = { ...render(failed), callback: delivery(2) };
@@ -350,13 +414,28 @@ describe('job event streams', () => {
     // A follower read queued just before its leader ended: its view reads it again, done.
     const staleRow = row();
     const doneRecord = render(row({ status: 'done', contentId: 'e'.repeat(64), finishedAt: 1_700_000_006_000 }));
-    const streams = createJobEventStreams({ watcher: manualWatcher().watcher, render: () => Promise.resolve(doneRecord), keepAliveMs: 60_000, maxPerKey: 10, maxPerNode: 10 });
-    const stream = readEvents(await streams.open({ job: staleRow, lastEventId: undefined, keyIdentity: 'key-a', onEnd: (reason) => ends.push(reason) }));
+    const streams = createJobEventStreams({
+      watcher: manualWatcher().watcher,
+      render: () => Promise.resolve(doneRecord),
+      keepAliveMs: 60_000,
+      maxPerKey: 10,
+      maxPerNode: 10,
+    });
+    const stream = readEvents(
+      await streams.open({
+        job: staleRow,
+        lastEventId: undefined,
+        keyIdentity: 'key-a',
+        onEnd: (reason) => ends.push(reason),
+      }),
+    );
     await stream.ended;
     expect(stream.records.map((record) => record.status)).toEqual(['done']);
     expect(ends).toEqual(['job_ended']);
     // And one that already has that state gets 204, as for a row read done.
-    expect((await streams.open({ job: staleRow, lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status).toBe(204);
+    expect(
+      (await streams.open({ job: staleRow, lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status,
+    ).toBe(204);
   });
 
   it('limits streams per key and per node with 429 too_many_event_streams; a closed stream frees its place', async () => {
@@ -365,9 +444,16 @@ describe('job event streams', () => {
     readEvents(await open(row(), { key: 'a' }));
     const refusal = await open(row(), { key: 'a' }).catch((err: unknown) => err);
     expect(refusal).toBeInstanceOf(ServiceError);
-    expect(refusal).toMatchObject({ kind: 'rate_limited', code: 'too_many_event_streams', extra: { retryAfterSeconds: 5, fields: { limit: 'per_key' } } });
+    expect(refusal).toMatchObject({
+      kind: 'rate_limited',
+      code: 'too_many_event_streams',
+      extra: { retryAfterSeconds: 5, fields: { limit: 'per_key' } },
+    });
     readEvents(await open(row(), { key: 'b' }));
-    await expect(open(row(), { key: 'b' })).rejects.toMatchObject({ code: 'too_many_event_streams', extra: { fields: { limit: 'per_node' } } });
+    await expect(open(row(), { key: 'b' })).rejects.toMatchObject({
+      code: 'too_many_event_streams',
+      extra: { fields: { limit: 'per_node' } },
+    });
     await a1.close();
     await a1.ended;
     expect(ends).toContain('client_closed');
@@ -376,7 +462,14 @@ describe('job event streams', () => {
 
   it('a stream whose exchange ends gives its place back, though nobody cancels its body (the control: unread, it holds it)', async () => {
     const { streams, watcher } = make({ maxPerKey: 1 });
-    const openFor = (closed?: AbortSignal) => streams.open({ job: row(), lastEventId: undefined, keyIdentity: 'key-a', closed, onEnd: (reason) => ends.push(reason) });
+    const openFor = (closed?: AbortSignal) =>
+      streams.open({
+        job: row(),
+        lastEventId: undefined,
+        keyIdentity: 'key-a',
+        closed,
+        onEnd: (reason) => ends.push(reason),
+      });
     // The control: a body nobody reads or cancels, with no exchange to end, keeps its place.
     await openFor();
     expect(streams.openCount()).toBe(1);
@@ -414,7 +507,10 @@ describe('job event streams', () => {
     expect((await head(canceled, eventIdOf(render(canceled)))).status).toBe(204);
     // With the key's one place taken, HEAD is refused as a GET would be.
     readEvents(await open(row()));
-    await expect(head(row())).rejects.toMatchObject({ code: 'too_many_event_streams', extra: { fields: { limit: 'per_key' } } });
+    await expect(head(row())).rejects.toMatchObject({
+      code: 'too_many_event_streams',
+      extra: { fields: { limit: 'per_key' } },
+    });
     streams.closeAll();
   });
 
@@ -432,7 +528,8 @@ describe('job event streams', () => {
     const res = await open(row());
     // Nobody reads the body. Each state carries a 2 KiB URL.
     const url = `https://m.example/${'x'.repeat(2048)}`;
-    for (let i = 1; i <= 40 && ends.length === 0; i++) push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
+    for (let i = 1; i <= 40 && ends.length === 0; i++)
+      push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
     expect(ends).toEqual(['client_too_slow']);
     // What was queued before the end can still be read, then the stream is closed.
     const stream = readEvents(res);
@@ -454,7 +551,9 @@ describe('job event streams', () => {
   it("keep-alives come more often than nginx's proxy_read_timeout could close an idle stream, whatever the configuration", () => {
     // Wherever the template sets it (server level, or a location that proxies the API), the
     // stream must outlive the shortest one.
-    const timeouts = [...readFileSync(TEMPLATE_PATH, 'utf8').matchAll(/proxy_read_timeout (\d+)s;/g)].map((m) => Number(m[1]));
+    const timeouts = [...readFileSync(TEMPLATE_PATH, 'utf8').matchAll(/proxy_read_timeout (\d+)s;/g)].map((m) =>
+      Number(m[1]),
+    );
     expect(timeouts.length).toBeGreaterThan(0);
     const timeoutS = Math.min(...timeouts);
     expect(timeoutS).toBeGreaterThan(0);

@@ -1,6 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
-import { claimNextJob, enqueueJob, expireLeasesOfGoneHolders, getJobRow, reclaimExpiredLeases } from '../../src/jobs/queue.js';
+import {
+  claimNextJob,
+  enqueueJob,
+  expireLeasesOfGoneHolders,
+  getJobRow,
+  reclaimExpiredLeases,
+} from '../../src/jobs/queue.js';
 import { BACKENDS, openTestDatabase } from '../support/test-database.js';
 
 /**
@@ -21,12 +27,17 @@ describe.each(BACKENDS)('expireLeasesOfGoneHolders on %s', (kind) => {
   });
 
   async function runningUnder(id: string, owner: string) {
-    await enqueueJob(database, { id, url: `https://m.example/${id}`, urlKey: `https://m.example/${id}`, createdAt: now });
+    await enqueueJob(database, {
+      id,
+      url: `https://m.example/${id}`,
+      urlKey: `https://m.example/${id}`,
+      createdAt: now,
+    });
     const job = await claimNextJob(database, { owner, now, leaseMs: LEASE_MS });
     expect(job).toMatchObject({ id, lockOwner: owner });
   }
 
-  it('ends the gone holders\' leases, which the next sweep takes back at once; the others\' wait', async () => {
+  it("ends the gone holders' leases, which the next sweep takes back at once; the others' wait", async () => {
     await runningUnder('mine', 'node-a');
     await runningUnder('theirs', 'node-b');
     const expired = await expireLeasesOfGoneHolders(database, (owner) => owner === 'node-a');

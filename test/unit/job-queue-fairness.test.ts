@@ -27,11 +27,19 @@ describe.each(BACKENDS)('claims across keys on %s', (kind) => {
   async function queue(key: string, count: number): Promise<void> {
     for (let i = 0; i < count; i++) {
       const id = `${key}-${i}`;
-      await enqueueJob(database, { id, url: `https://m.example/${id}`, urlKey: `https://m.example/${id}`, createdAt: clock++, apiKeyId: key });
+      await enqueueJob(database, {
+        id,
+        url: `https://m.example/${id}`,
+        urlKey: `https://m.example/${id}`,
+        createdAt: clock++,
+        apiKeyId: key,
+      });
     }
   }
-  const claim = async (owner = 'node-a', db: Database = database) => (await claimNextJob(db, { owner, now: clock++, leaseMs: LEASE_MS }))?.id;
-  const finish = async (id: string, owner = 'node-a') => expect(await markDone(database, id, owner, `cid-${id}`, clock++)).toBeDefined();
+  const claim = async (owner = 'node-a', db: Database = database) =>
+    (await claimNextJob(db, { owner, now: clock++, leaseMs: LEASE_MS }))?.id;
+  const finish = async (id: string, owner = 'node-a') =>
+    expect(await markDone(database, id, owner, `cid-${id}`, clock++)).toBeDefined();
 
   it("one key's hundred queued jobs do not hold every worker: another key's job is taken next", async () => {
     await queue('bulk', 100);
@@ -76,10 +84,25 @@ describe.each(BACKENDS)('claims across keys on %s', (kind) => {
   });
 
   it('jobs of no known key are one more key among the others', async () => {
-    await enqueueJob(database, { id: 'legacy-0', url: 'https://m.example/l0', urlKey: 'https://m.example/l0', createdAt: clock++ });
-    await enqueueJob(database, { id: 'legacy-1', url: 'https://m.example/l1', urlKey: 'https://m.example/l1', createdAt: clock++ });
+    await enqueueJob(database, {
+      id: 'legacy-0',
+      url: 'https://m.example/l0',
+      urlKey: 'https://m.example/l0',
+      createdAt: clock++,
+    });
+    await enqueueJob(database, {
+      id: 'legacy-1',
+      url: 'https://m.example/l1',
+      urlKey: 'https://m.example/l1',
+      createdAt: clock++,
+    });
     await queue('k', 2);
-    expect([await claim(), await claim(), await claim(), await claim()]).toEqual(['legacy-0', 'k-0', 'legacy-1', 'k-1']);
+    expect([await claim(), await claim(), await claim(), await claim()]).toEqual([
+      'legacy-0',
+      'k-0',
+      'legacy-1',
+      'k-1',
+    ]);
   });
 });
 
@@ -92,7 +115,13 @@ describe('claims across keys on postgres, many nodes at once', () => {
       for (const key of ['a', 'b', 'c']) {
         for (let i = 0; i < 8; i++) {
           const id = `${key}-${i}`;
-          await enqueueJob(database, { id, url: `https://m.example/${id}`, urlKey: `https://m.example/${id}`, createdAt: created++, apiKeyId: key });
+          await enqueueJob(database, {
+            id,
+            url: `https://m.example/${id}`,
+            urlKey: `https://m.example/${id}`,
+            createdAt: created++,
+            apiKeyId: key,
+          });
         }
       }
       // Four nodes claim three jobs each, all at once.

@@ -52,7 +52,13 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await queued('b');
     await queued('c', 'https://m.example/a');
     const first = await claimNextJob(database, lease('n1'));
-    expect(first).toMatchObject({ id: 'a', status: 'running', attempts: 1, lockOwner: 'n1', leaseExpiresAt: clock + LEASE_MS });
+    expect(first).toMatchObject({
+      id: 'a',
+      status: 'running',
+      attempts: 1,
+      lockOwner: 'n1',
+      leaseExpiresAt: clock + LEASE_MS,
+    });
     expect((await claimNextJob(database, lease('n2')))?.id).toBe('b');
     expect(await claimNextJob(database, lease('n3'))).toBeUndefined();
   });
@@ -78,7 +84,8 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     const ended = await markDone(database, 'a', 'n1', 'cid', 2000);
     expect(ended?.job).toMatchObject({ id: 'a', status: 'done', contentId: 'cid' });
     expect(ended?.followers.map((row) => row.id).sort()).toEqual(['f1', 'f2']);
-    for (const id of ['a', 'f1', 'f2']) expect(await get(id)).toMatchObject({ status: 'done', contentId: 'cid', finishedAt: 2000 });
+    for (const id of ['a', 'f1', 'f2'])
+      expect(await get(id)).toMatchObject({ status: 'done', contentId: 'cid', finishedAt: 2000 });
     // A finished job does not change again.
     expect(await markFailed(database, 'a', 'n1', { code: 'x', message: 'y' }, 3000)).toBeUndefined();
     expect(await markDone(database, 'a', 'n1', 'other', 3000)).toBeUndefined();
@@ -132,7 +139,13 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await queued('a');
     await claimNextJob(database, lease('n1'));
     await requeueInterrupted(database, 'a', 'n1');
-    expect(await get('a')).toMatchObject({ status: 'queued', attempts: 0, lockOwner: null, leaseExpiresAt: null, startedAt: null });
+    expect(await get('a')).toMatchObject({
+      status: 'queued',
+      attempts: 0,
+      lockOwner: null,
+      leaseExpiresAt: null,
+      startedAt: null,
+    });
   });
 
   it('a job whose runner threw goes back to the queue, its attempt spent, and fails once they are all spent', async () => {
@@ -163,7 +176,9 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     clock = claimedAt + LEASE_MS + 1;
     const { requeued, failed } = await reclaimExpiredLeases(database, 3, clock);
     expect(requeued).toBe(1);
-    expect(failed.map((ended) => [ended.job.id, ended.followers.map((row) => row.id)])).toEqual([['spent', ['fspent']]]);
+    expect(failed.map((ended) => [ended.job.id, ended.followers.map((row) => row.id)])).toEqual([
+      ['spent', ['fspent']],
+    ]);
     expect(await get('live')).toMatchObject({ status: 'running', lockOwner: 'n1' });
     expect(await get('dead')).toMatchObject({ status: 'queued', lockOwner: null, attempts: 1 });
     expect(await get('spent')).toMatchObject({ status: 'failed', errorCode: 'attempts_exhausted' });
@@ -196,11 +211,19 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
 describe('job queue on postgres, many nodes at once', () => {
   it('nodes claiming at once on their own connections take each job exactly once', async () => {
     const url = await freshDatabaseUrl();
-    const nodes = await Promise.all([1, 2, 3].map((n) => openPostgres(url, { poolSize: 3, applicationName: `node${n}` })));
+    const nodes = await Promise.all(
+      [1, 2, 3].map((n) => openPostgres(url, { poolSize: 3, applicationName: `node${n}` })),
+    );
     try {
       // Queued through every node, so that each has a connection open before they race: a claim
       // takes a single round trip, and a node still connecting could find all 30 already taken.
-      for (let i = 0; i < 30; i++) await enqueueJob(nodes[i % 3]!, { id: `j${i}`, url: `https://m.example/${i}`, urlKey: `https://m.example/${i}`, createdAt: i });
+      for (let i = 0; i < 30; i++)
+        await enqueueJob(nodes[i % 3]!, {
+          id: `j${i}`,
+          url: `https://m.example/${i}`,
+          urlKey: `https://m.example/${i}`,
+          createdAt: i,
+        });
       const claimed = await Promise.all(
         nodes.map(async (node, n) => {
           const mine: string[] = [];
@@ -226,7 +249,14 @@ describe('job queue on postgres, many nodes at once', () => {
     const nodes = await Promise.all([1, 2, 3].map(() => openPostgres(url, { poolSize: 3 })));
     try {
       const jobs = await Promise.all(
-        Array.from({ length: 12 }, (_, i) => enqueueJob(nodes[i % 3]!, { id: `s${i}`, url: 'https://m.example/same', urlKey: 'https://m.example/same', createdAt: i })),
+        Array.from({ length: 12 }, (_, i) =>
+          enqueueJob(nodes[i % 3]!, {
+            id: `s${i}`,
+            url: 'https://m.example/same',
+            urlKey: 'https://m.example/same',
+            createdAt: i,
+          }),
+        ),
       );
       const leaders = jobs.filter((job) => job?.followsJobId === null);
       expect(leaders).toHaveLength(1);

@@ -14,18 +14,29 @@ const job = {
   attempts: 1,
   contentId: 'c'.repeat(64),
 } as JobRow;
-const artifact = { contentId: 'c'.repeat(64), name: 'audio.wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 } as CacheEntryRow;
+const artifact = {
+  contentId: 'c'.repeat(64),
+  name: 'audio.wav',
+  bytes: 100,
+  contentType: 'audio/wav',
+  sampleRate: 44100,
+  channels: 2,
+  durationS: 1,
+} as CacheEntryRow;
 const view = (): JobView => Object.freeze({ job, leader: undefined, artifacts: [artifact], callback: undefined });
 
 /** Signed with the clock's whole second, as the URL signer does. */
 function renderer() {
   let clock = 10_000_250;
   const signs: number[] = [];
-  const render = createJobRenderer((cid, name) => {
-    const expires = Math.floor(clock / 1000) + 60;
-    signs.push(expires);
-    return { query: `expires=${expires}&sig=${cid.slice(0, 4)}${name}`, expiresAt: expires * 1000 };
-  }, () => clock);
+  const render = createJobRenderer(
+    (cid, name) => {
+      const expires = Math.floor(clock / 1000) + 60;
+      signs.push(expires);
+      return { query: `expires=${expires}&sig=${cid.slice(0, 4)}${name}`, expiresAt: expires * 1000 };
+    },
+    () => clock,
+  );
   return { render, signs, tick: (ms: number) => (clock += ms) };
 }
 
@@ -34,7 +45,9 @@ describe('the job renderer', () => {
     const { render, signs, tick } = renderer();
     const kept = view();
     const first = render(kept);
-    expect(first.result?.artifacts[0]?.signed_url).toBe(`/artifacts/${'c'.repeat(64)}/audio.wav?expires=10060&sig=ccccaudio.wav`);
+    expect(first.result?.artifacts[0]?.signed_url).toBe(
+      `/artifacts/${'c'.repeat(64)}/audio.wav?expires=10060&sig=ccccaudio.wav`,
+    );
     tick(700);
     expect(render(kept)).toBe(first);
     expect(signs).toEqual([10_060]);

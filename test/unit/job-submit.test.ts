@@ -58,7 +58,8 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     const fx = await createStoreFixture(kind);
     await fx.addArtifact(1000, 1000, URL_A);
     const deps = submitDeps(fx, 5000);
-    const submit = (url: string, apiKeyId?: string) => submitSource({ deps, input: { url, apiKeyId } }).then(({ job }) => job);
+    const submit = (url: string, apiKeyId?: string) =>
+      submitSource({ deps, input: { url, apiKeyId } }).then(({ job }) => job);
     expect(await submit(URL_A, 'key-1')).toMatchObject({ bornDone: true, apiKeyId: 'key-1' });
     const together = await Promise.all(['key-2', 'key-3', 'key-4'].map((key) => submit(URL_A, key)));
     expect(together.map((job) => [job.bornDone, job.apiKeyId])).toEqual([
@@ -66,10 +67,20 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       [true, 'key-3'],
       [true, 'key-4'],
     ]);
-    expect(await submit('https://media.example/new', 'key-5')).toMatchObject({ status: 'queued', followsJobId: null, apiKeyId: 'key-5' });
-    expect(await submit('https://media.example/new', 'key-6')).toMatchObject({ status: 'queued', followsJobId: expect.any(String), apiKeyId: 'key-6' });
+    expect(await submit('https://media.example/new', 'key-5')).toMatchObject({
+      status: 'queued',
+      followsJobId: null,
+      apiKeyId: 'key-5',
+    });
+    expect(await submit('https://media.example/new', 'key-6')).toMatchObject({
+      status: 'queued',
+      followsJobId: expect.any(String),
+      apiKeyId: 'key-6',
+    });
     // As the database has them, not only as returned; and without a key, the empty identity.
-    const rows = await fx.database.db.select({ id: fx.database.t.jobs.id, apiKeyId: fx.database.t.jobs.apiKeyId }).from(fx.database.t.jobs);
+    const rows = await fx.database.db
+      .select({ id: fx.database.t.jobs.id, apiKeyId: fx.database.t.jobs.apiKeyId })
+      .from(fx.database.t.jobs);
     expect(rows.map((row) => row.apiKeyId).sort()).toEqual(['key-1', 'key-2', 'key-3', 'key-4', 'key-5', 'key-6']);
     expect(await submit(URL_A)).toMatchObject({ bornDone: true, apiKeyId: '' });
   });
@@ -113,11 +124,18 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       await fx.addArtifact(1000, 2000);
 
       const [{ job }] = await Promise.all([
-        afterRounds(kind, Math.max(0, -ticks), () => submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } })),
-        afterRounds(kind, Math.max(0, ticks), () => evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now })),
+        afterRounds(kind, Math.max(0, -ticks), () =>
+          submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } }),
+        ),
+        afterRounds(kind, Math.max(0, ticks), () =>
+          evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now }),
+        ),
       ]);
-      const stored = fx.store.hasSync(aliased, AUDIO_ARTIFACT_NAME) && (await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME)) !== undefined;
-      if (job.bornDone) expect({ ticks, contentId: job.contentId, stored }).toEqual({ ticks, contentId: aliased, stored: true });
+      const stored =
+        fx.store.hasSync(aliased, AUDIO_ARTIFACT_NAME) &&
+        (await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME)) !== undefined;
+      if (job.bornDone)
+        expect({ ticks, contentId: job.contentId, stored }).toEqual({ ticks, contentId: aliased, stored: true });
       else expect({ ticks, status: job.status }).toEqual({ ticks, status: 'queued' });
       outcomes.add(job.status);
     }
@@ -142,9 +160,17 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     submitted.forEach(({ job, artifacts }, i) => {
       const content = expected[names[i]!];
       if (content) {
-        expect({ name: names[i], job, artifacts: artifacts?.map((x) => x.contentId) }).toMatchObject({ name: names[i], job: { status: 'done', bornDone: true, contentId: content, url: url(names[i]!) }, artifacts: [content] });
+        expect({ name: names[i], job, artifacts: artifacts?.map((x) => x.contentId) }).toMatchObject({
+          name: names[i],
+          job: { status: 'done', bornDone: true, contentId: content, url: url(names[i]!) },
+          artifacts: [content],
+        });
       } else {
-        expect({ name: names[i], status: job.status, bornDone: job.bornDone }).toEqual({ name: names[i], status: 'queued', bornDone: false });
+        expect({ name: names[i], status: job.status, bornDone: job.bornDone }).toEqual({
+          name: names[i],
+          status: 'queued',
+          bornDone: false,
+        });
       }
     });
     expect(new Set(submitted.map(({ job }) => job.id)).size).toBe(names.length);
@@ -161,10 +187,36 @@ describe('born_done_jobs() on postgres', () => {
     const b = await fx.addArtifact(1000, 2000, url('b'));
     // The alias of "moved" now points to b: a job asked for on a is not made.
     await setAlias(fx.database, 'url', url('moved'), b, 2500);
-    const job = (id: string, name: string, contentId: string, at: number) => ({ id, url: url(name), urlKey: url(name), contentId, at, requestId: `req-${id}`, apiKeyId: `key-${id}` });
-    const made = await insertBornDoneJobsLocked(fx.database, [job('j1', 'b', b, 5000), job('j2', 'a', a, 5000), job('j3', 'moved', a, 5000), job('j4', 'a', a, 6000)]);
+    const job = (id: string, name: string, contentId: string, at: number) => ({
+      id,
+      url: url(name),
+      urlKey: url(name),
+      contentId,
+      at,
+      requestId: `req-${id}`,
+      apiKeyId: `key-${id}`,
+    });
+    const made = await insertBornDoneJobsLocked(fx.database, [
+      job('j1', 'b', b, 5000),
+      job('j2', 'a', a, 5000),
+      job('j3', 'moved', a, 5000),
+      job('j4', 'a', a, 6000),
+    ]);
     expect([...made.keys()].sort()).toEqual(['j1', 'j2', 'j4']);
-    expect(made.get('j4')).toMatchObject({ id: 'j4', url: url('a'), urlKey: url('a'), status: 'done', bornDone: true, contentId: a, createdAt: 6000, startedAt: 6000, finishedAt: 6000, requestId: 'req-j4', apiKeyId: 'key-j4', followsJobId: null });
+    expect(made.get('j4')).toMatchObject({
+      id: 'j4',
+      url: url('a'),
+      urlKey: url('a'),
+      status: 'done',
+      bornDone: true,
+      contentId: a,
+      createdAt: 6000,
+      startedAt: 6000,
+      finishedAt: 6000,
+      requestId: 'req-j4',
+      apiKeyId: 'key-j4',
+      followsJobId: null,
+    });
     const lastUse = async (cid: string) => (await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME))?.lastUsedAt;
     // Two contents used together: each written, at its latest use.
     expect([await lastUse(a), await lastUse(b)]).toEqual([6000, 5000]);
@@ -182,10 +234,20 @@ describe('born_done_jobs() on postgres', () => {
     const fx = await createStoreFixture('postgres');
     const url = (name: string) => `https://media.example/${name}`;
     const a = await fx.addArtifact(1000, 1000, url('a'));
-    const job = (id: string) => ({ id, url: url('a'), urlKey: url('a'), contentId: a, at: 5000, requestId: null, apiKeyId: 'key' });
+    const job = (id: string) => ({
+      id,
+      url: url('a'),
+      urlKey: url('a'),
+      contentId: a,
+      at: 5000,
+      requestId: null,
+      apiKeyId: 'key',
+    });
     // The second 'j2' breaks the primary key: the statement fails for all four.
     await expect(insertBornDoneJobsLocked(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')])).rejects.toThrow();
-    const outcomes = await Promise.allSettled(await insertBornDoneJobsOrEachAlone(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')]));
+    const outcomes = await Promise.allSettled(
+      await insertBornDoneJobsOrEachAlone(fx.database, [job('j1'), job('j2'), job('j2'), job('j3')]),
+    );
     // The two j2 go at once: either may be the one made.
     const ids = outcomes.map((outcome) => (outcome.status === 'fulfilled' ? outcome.value?.id : 'failed'));
     expect([ids[0], [ids[1], ids[2]].sort(), ids[3]]).toEqual(['j1', ['failed', 'j2'], 'j3']);

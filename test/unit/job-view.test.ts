@@ -53,7 +53,20 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
     await database.transaction(async (q) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
-      await recordCacheEntry(q, { contentId: 'cid-a', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+      await recordCacheEntry(
+        q,
+        {
+          contentId: 'cid-a',
+          name: 'audio.wav',
+          kind: 'source_wav',
+          bytes: 100,
+          contentType: 'audio/wav',
+          sampleRate: 44100,
+          channels: 2,
+          durationS: 1,
+        },
+        3000,
+      );
     });
     // The torn read the view has to mend: the row says queued, its leader is done.
     expect(stale.status).toBe('queued');
@@ -65,20 +78,40 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
   });
 
   it('find(id) reads by id what view() makes of the row: queued, followed, done with artifacts and a callback, or nothing', async () => {
-    const same = async (id: string) => expect(await service.find(id)).toEqual(await service.view((await getJobRow(database, id))!));
-    const { job: leader } = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
+    const same = async (id: string) =>
+      expect(await service.find(id)).toEqual(await service.view((await getJobRow(database, id))!));
+    const { job: leader } = await service.submit(
+      { url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' },
+      'req-1',
+    );
     const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
     await same(leader.id);
     await same(follower.id);
     expect((await service.find(follower.id))!.leader?.id).toBe(leader.id);
-    expect((await service.find(leader.id))!.callback).toMatchObject({ jobId: leader.id, url: 'https://hooks.example/done' });
+    expect((await service.find(leader.id))!.callback).toMatchObject({
+      jobId: leader.id,
+      url: 'https://hooks.example/done',
+    });
 
     await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
     await database.transaction(async (q) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
       // Two artifacts of one content, written out of order: one joined row each, in name order.
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(q, { contentId: 'cid-a', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+        await recordCacheEntry(
+          q,
+          {
+            contentId: 'cid-a',
+            name,
+            kind: 'source_wav',
+            bytes: 100,
+            contentType: 'audio/wav',
+            sampleRate: 44100,
+            channels: 2,
+            durationS: 1,
+          },
+          3000,
+        );
       }
     });
     await same(leader.id);
@@ -91,11 +124,27 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
   });
 
   it('find(id) of many jobs at once answers each its own view (on PostgreSQL read together), and nothing for no such job', async () => {
-    const { job: leader } = await service.submit({ url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' }, 'req-1');
+    const { job: leader } = await service.submit(
+      { url: 'https://m.example/a', callbackUrl: 'https://hooks.example/done' },
+      'req-1',
+    );
     const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
     await database.transaction(async (q) => {
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(q, { contentId: 'cid-s', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 500);
+        await recordCacheEntry(
+          q,
+          {
+            contentId: 'cid-s',
+            name,
+            kind: 'source_wav',
+            bytes: 100,
+            contentType: 'audio/wav',
+            sampleRate: 44100,
+            channels: 2,
+            durationS: 1,
+          },
+          500,
+        );
       }
       await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
     });
@@ -131,11 +180,25 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
   it("submit() of a stored URL answers the born-done view its transaction read: find()'s but for the use it recorded", async () => {
     await database.transaction(async (q) => {
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(q, { contentId: 'cid-s', name, kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 500);
+        await recordCacheEntry(
+          q,
+          {
+            contentId: 'cid-s',
+            name,
+            kind: 'source_wav',
+            bytes: 100,
+            contentType: 'audio/wav',
+            sampleRate: 44100,
+            channels: 2,
+            durationS: 1,
+          },
+          500,
+        );
       }
       await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
     });
-    const withoutUse = (view: JobView | undefined) => view && { ...view, artifacts: view.artifacts.map(({ lastUsedAt: _, ...artifact }) => artifact) };
+    const withoutUse = (view: JobView | undefined) =>
+      view && { ...view, artifacts: view.artifacts.map(({ lastUsedAt: _, ...artifact }) => artifact) };
     for (const callbackUrl of [undefined, 'https://hooks.example/done']) {
       const submitted = await service.submit({ url: 'https://m.example/stored', callbackUrl }, 'req-1');
       expect(submitted.job).toMatchObject({ status: 'done', bornDone: true, contentId: 'cid-s' });
@@ -178,7 +241,20 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     // A committed transaction, writing to the job and to the artifacts joined to it.
     await database.transaction(async (q) => {
       await markDone(q, job.id, 'node-a', 'cid-a', 3000);
-      await recordCacheEntry(q, { contentId: 'cid-a', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, 3000);
+      await recordCacheEntry(
+        q,
+        {
+          contentId: 'cid-a',
+          name: 'audio.wav',
+          kind: 'source_wav',
+          bytes: 100,
+          contentType: 'audio/wav',
+          sampleRate: 44100,
+          channels: 2,
+          durationS: 1,
+        },
+        3000,
+      );
     });
     const done = (await service.find(job.id))!;
     expect(done.job.status).toBe('done');

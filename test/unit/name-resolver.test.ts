@@ -4,7 +4,12 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/errors.js';
 import { checkDestination } from '../../src/policy/destination.js';
-import { createNameResolver, isNameServer, parseHostsFile, type NameResolverOptions } from '../../src/policy/name-resolver.js';
+import {
+  createNameResolver,
+  isNameServer,
+  parseHostsFile,
+  type NameResolverOptions,
+} from '../../src/policy/name-resolver.js';
 import { startNameServer, type TestNameServer } from '../support/dns-server.js';
 
 /**
@@ -45,7 +50,11 @@ async function failure(work: Promise<unknown>): Promise<{ code: string; afterMs:
 describe('name resolver', () => {
   it('asks A and AAAA of the configured server and gives both; no such name is ENOTFOUND', async () => {
     const names = resolverWith();
-    expect((await names.resolve('Media.Example.test.')).sort()).toEqual(['2606:2800:220:1::1', '93.184.216.34', '93.184.216.35']);
+    expect((await names.resolve('Media.Example.test.')).sort()).toEqual([
+      '2606:2800:220:1::1',
+      '93.184.216.34',
+      '93.184.216.35',
+    ]);
     expect(await names.resolve('v4.test')).toEqual(['93.184.216.34']);
     expect((await failure(names.resolve('gone.missing.test'))).code).toBe('ENOTFOUND');
     const asked = dns.queries.filter((q) => q.name === 'media.example.test').map((q) => q.type);
@@ -54,7 +63,10 @@ describe('name resolver', () => {
 
   it('reads the hosts file first, and again when it changes; a name it lists is never asked of a server', async () => {
     const hostsFile = path.join(dir, 'hosts');
-    await writeFile(hostsFile, '# a comment\n127.0.0.1 localhost\n203.0.113.7  listed.test Alias.Test # trailing comment\n2001:db8::7 listed.test\n');
+    await writeFile(
+      hostsFile,
+      '# a comment\n127.0.0.1 localhost\n203.0.113.7  listed.test Alias.Test # trailing comment\n2001:db8::7 listed.test\n',
+    );
     const names = resolverWith({ hostsFile, hostsRecheckMs: 0 });
     expect(await names.resolve('listed.test')).toEqual(['203.0.113.7', '2001:db8::7']);
     expect(await names.resolve('alias.test.')).toEqual(['203.0.113.7']);
@@ -81,7 +93,10 @@ describe('name resolver', () => {
     };
     expect(await refusal('localhost')).toBe('host_localhost');
     expect(await refusal('box.test')).toBe('address_loopback');
-    await expect(checkDestination('v4.test', 80, { resolve, allowHosts: [] })).resolves.toEqual({ addresses: ['93.184.216.34'], allowListed: false });
+    await expect(checkDestination('v4.test', 80, { resolve, allowHosts: [] })).resolves.toEqual({
+      addresses: ['93.184.216.34'],
+      allowListed: false,
+    });
   });
 
   it('gives up a name that is never answered within its time, ETIMEOUT, and its place goes to the next look-up at once', async () => {
@@ -127,7 +142,9 @@ describe('name resolver', () => {
     // Control: the honest client's time with nobody else asking.
     const before = await timed('before.test');
 
-    const attack = Array.from({ length: 20 }, (_, i) => failure(names.resolve(`n${i}.silent.test`, { client: 'attacker' })));
+    const attack = Array.from({ length: 20 }, (_, i) =>
+      failure(names.resolve(`n${i}.silent.test`, { client: 'attacker' })),
+    );
     const attackers = (q: { name: string }) => /^n\d+\.silent\.test$/.test(q.name);
     await dns.waitForQueries(2, (q) => attackers(q) && q.type === 'A');
     expect(names.load('attacker')).toEqual({ inFlight: 2, waiting: 18 });
@@ -143,13 +160,17 @@ describe('name resolver', () => {
   });
 
   it('parses hosts files and name server entries', () => {
-    expect(parseHostsFile('10.0.0.1 a.test b.test.\n\n# 10.0.0.9 c.test\nbad line\n::1 a.test\n10.0.0.1 A.TEST\n')).toEqual(
+    expect(
+      parseHostsFile('10.0.0.1 a.test b.test.\n\n# 10.0.0.9 c.test\nbad line\n::1 a.test\n10.0.0.1 A.TEST\n'),
+    ).toEqual(
       new Map([
         ['a.test', ['10.0.0.1', '::1']],
         ['b.test', ['10.0.0.1']],
       ]),
     );
-    for (const good of ['10.0.0.1', '10.0.0.1:5353', '::1', '[::1]:53', '[2001:db8::1]:5353']) expect(isNameServer(good), good).toBe(true);
-    for (const bad of ['', 'dns.example', '10.0.0.1:0', '10.0.0.1:70000', '[10.0.0.1]:53', '::1:53x', '[::1]']) expect(isNameServer(bad), bad).toBe(false);
+    for (const good of ['10.0.0.1', '10.0.0.1:5353', '::1', '[::1]:53', '[2001:db8::1]:5353'])
+      expect(isNameServer(good), good).toBe(true);
+    for (const bad of ['', 'dns.example', '10.0.0.1:0', '10.0.0.1:70000', '[10.0.0.1]:53', '::1:53x', '[::1]'])
+      expect(isNameServer(bad), bad).toBe(false);
   });
 });

@@ -39,7 +39,9 @@ async function promtool(...args: string[]): Promise<{ ok: boolean; output: strin
 
 /** One recording rule per query, so that `promtool check rules` parses each. */
 async function checkQueries(queries: string[], file: string) {
-  const rules = { groups: [{ name: 'docs', rules: queries.map((expr, i) => ({ record: `docs_query_${i + 1}`, expr })) }] };
+  const rules = {
+    groups: [{ name: 'docs', rules: queries.map((expr, i) => ({ record: `docs_query_${i + 1}`, expr })) }],
+  };
   await writeFile(path.join(dir, file), stringify(rules));
   return promtool('check', 'rules', path.join(dir, file));
 }
@@ -65,7 +67,10 @@ describe("docs/observability.md's Prometheus examples", () => {
     for (const query of queries) expect(query).toMatch(/\b(source_fetch|process|nodejs)_/);
     expect(await checkQueries(queries, 'queries.yml')).toMatchObject({ ok: true });
 
-    const broken = await checkQueries([...queries, 'sum by (code) (rate(source_fetch_job_failures_total[15m])'], 'broken.yml');
+    const broken = await checkQueries(
+      [...queries, 'sum by (code) (rate(source_fetch_job_failures_total[15m])'],
+      'broken.yml',
+    );
     expect(broken.ok).toBe(false);
     expect(broken.output).toContain('docs_query_');
   });

@@ -4,7 +4,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OPENAPI_JSON_FILE, OPENAPI_TYPES_FILE, renderOpenApiJson, renderOpenApiTypes } from '../../scripts/openapi-artifacts.js';
+import {
+  OPENAPI_JSON_FILE,
+  OPENAPI_TYPES_FILE,
+  renderOpenApiJson,
+  renderOpenApiTypes,
+} from '../../scripts/openapi-artifacts.js';
 import type { operations } from '../../src/client/openapi-types.js';
 import { ROOT } from '../support/service.js';
 
@@ -61,7 +66,10 @@ describe('openapi.json', () => {
   });
 
   it('control: without servers and with an operation that declares no security, the lint fails', async () => {
-    const document = JSON.parse(committedJson) as { servers?: unknown; paths: Record<string, { get?: { security?: unknown } }> };
+    const document = JSON.parse(committedJson) as {
+      servers?: unknown;
+      paths: Record<string, { get?: { security?: unknown } }>;
+    };
     delete document.servers;
     delete document.paths['/healthz']!.get!.security;
     await writeFile(path.join(dir, 'openapi.json'), JSON.stringify(document));
@@ -77,9 +85,22 @@ describe('src/client/openapi-types.ts', () => {
   });
 
   it('types every operation of the document (the type check fails for an id it lacks)', () => {
-    const operationIds: Array<keyof operations> = ['getHealth', 'getArtifact', 'getMetrics', 'submitSource', 'submitSourceBatch', 'getJob', 'cancelJob', 'getJobEvents', 'scrubStore', 'getStoreScrub'];
+    const operationIds: Array<keyof operations> = [
+      'getHealth',
+      'getArtifact',
+      'getMetrics',
+      'submitSource',
+      'submitSourceBatch',
+      'getJob',
+      'cancelJob',
+      'getJobEvents',
+      'scrubStore',
+      'getStoreScrub',
+    ];
     const document = JSON.parse(committedJson) as { paths: Record<string, Record<string, { operationId: string }>> };
-    const documented = Object.values(document.paths).flatMap((item) => Object.values(item).map((operation) => operation.operationId));
+    const documented = Object.values(document.paths).flatMap((item) =>
+      Object.values(item).map((operation) => operation.operationId),
+    );
     expect(documented.sort()).toEqual([...operationIds].sort());
   });
 });

@@ -80,9 +80,13 @@ describe('checkDestination', () => {
       addresses: ['2606:4700::1111'],
       allowListed: false,
     });
-    expect((await refusal(checkDestination('0x7f.1', 80, { resolve, allowHosts: none }))).code).toBe('address_loopback');
+    expect((await refusal(checkDestination('0x7f.1', 80, { resolve, allowHosts: none }))).code).toBe(
+      'address_loopback',
+    );
     expect((await refusal(checkDestination('[::1]', 80, { resolve, allowHosts: none }))).code).toBe('address_loopback');
-    expect((await refusal(checkDestination('10.0.0.1.', 80, { resolve, allowHosts: none }))).code).toBe('address_private');
+    expect((await refusal(checkDestination('10.0.0.1.', 80, { resolve, allowHosts: none }))).code).toBe(
+      'address_private',
+    );
     expect(resolve.asked).toEqual([]);
   });
 
@@ -118,14 +122,18 @@ describe('checkDestination', () => {
 
   it('gives up on a lookup that never answers', async () => {
     const resolve: Resolver = () => new Promise(() => {});
-    const err = await refusal(checkDestination('slow.example', 80, { resolve, allowHosts: none, resolveTimeoutMs: 20 }));
+    const err = await refusal(
+      checkDestination('slow.example', 80, { resolve, allowHosts: none, resolveTimeoutMs: 20 }),
+    );
     expect(err.code).toBe('host_unresolvable');
     expect(err.extra.fields).toMatchObject({ reason: 'ETIMEOUT' });
   });
 
   it('refuses a resolver answer that is not an IP address, even for an allow-listed host', async () => {
     const resolve = scripted({ 'odd.example': [['not-an-ip']], 'trusted.example': [['127.0.0.1 ']] });
-    expect((await refusal(checkDestination('odd.example', 80, { resolve, allowHosts: none }))).code).toBe('address_invalid');
+    expect((await refusal(checkDestination('odd.example', 80, { resolve, allowHosts: none }))).code).toBe(
+      'address_invalid',
+    );
     const allowHosts = parseAllowHosts(['trusted.example']);
     expect((await refusal(checkDestination('trusted.example', 80, { resolve, allowHosts }))).code).toBe(
       'address_invalid',
@@ -149,7 +157,14 @@ describe('checkDestination', () => {
 });
 
 describe('allow list', () => {
-  const allowHosts = parseAllowHosts(['media.internal', 'cache.internal:8080', ' 127.0.0.1:9000 ', '', '[::1]:9001', 'localhost:7000']);
+  const allowHosts = parseAllowHosts([
+    'media.internal',
+    'cache.internal:8080',
+    ' 127.0.0.1:9000 ',
+    '',
+    '[::1]:9001',
+    'localhost:7000',
+  ]);
 
   it('parses host, host:port and [v6]:port entries, skipping blanks', () => {
     expect(allowHosts).toEqual([
@@ -165,12 +180,21 @@ describe('allow list', () => {
     ]);
   });
 
-  it.each(['::1:8080', 'host:0', 'host:65536', 'host:port', 'a@127.0.0.1', 'http://x', 'host/path', '[127.0.0.1]:80', 'a b', ':80', '[::1]x'])(
-    'rejects the malformed entry %j',
-    (entry) => {
-      expect(() => parseAllowHosts([entry])).toThrow(/FETCH_ALLOW_HOSTS/);
-    },
-  );
+  it.each([
+    '::1:8080',
+    'host:0',
+    'host:65536',
+    'host:port',
+    'a@127.0.0.1',
+    'http://x',
+    'host/path',
+    '[127.0.0.1]:80',
+    'a b',
+    ':80',
+    '[::1]x',
+  ])('rejects the malformed entry %j', (entry) => {
+    expect(() => parseAllowHosts([entry])).toThrow(/FETCH_ALLOW_HOSTS/);
+  });
 
   it('matches exactly: host-only any port, host:port only that port, after case and trailing-dot folding', () => {
     expect(isAllowListed(allowHosts, 'media.internal', 1)).toBe(true);

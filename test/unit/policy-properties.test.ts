@@ -95,10 +95,14 @@ describe('address properties', () => {
 
   it('refuses every IPv6 in a refused block', () => {
     fc.assert(
-      fc.property(fc.constantFrom(...REFUSED_V6), fc.array(u16, { minLength: 8, maxLength: 8 }), ([cidr, range], parts) => {
-        const addr = inV6(cidr, parts);
-        expect(classifyAddress(addr), addr).toEqual({ allowed: false, range });
-      }),
+      fc.property(
+        fc.constantFrom(...REFUSED_V6),
+        fc.array(u16, { minLength: 8, maxLength: 8 }),
+        ([cidr, range], parts) => {
+          const addr = inV6(cidr, parts);
+          expect(classifyAddress(addr), addr).toEqual({ allowed: false, range });
+        },
+      ),
       { numRuns: 2000 },
     );
   });
@@ -106,16 +110,21 @@ describe('address properties', () => {
   it('refuses everything ipaddr.js itself considers special, and allows IPv6 only inside 2000::/3', () => {
     const global = ipaddr.IPv6.parseCIDR('2000::/3');
     fc.assert(
-      fc.property(u32, fc.array(u16, { minLength: 8, maxLength: 8 }), fc.constantFrom(0, 0x2001, 0x2002, 0xfe80, 0x64, 0x2620), (n, parts, lead) => {
-        const v4 = v4FromInt(n);
-        if (ipaddr.IPv4.parse(v4).range() !== 'unicast') expect(classifyAddress(v4).allowed, v4).toBe(false);
+      fc.property(
+        u32,
+        fc.array(u16, { minLength: 8, maxLength: 8 }),
+        fc.constantFrom(0, 0x2001, 0x2002, 0xfe80, 0x64, 0x2620),
+        (n, parts, lead) => {
+          const v4 = v4FromInt(n);
+          if (ipaddr.IPv4.parse(v4).range() !== 'unicast') expect(classifyAddress(v4).allowed, v4).toBe(false);
 
-        const v6 = new ipaddr.IPv6(lead === 0 ? parts : [lead, ...parts.slice(1)]);
-        const verdict = classifyAddress(v6.toString());
-        const embedsV4 = v6.range() === 'ipv4Mapped' || v6.match(ipaddr.IPv6.parseCIDR('64:ff9b::/96'));
-        if (!embedsV4 && v6.range() !== 'unicast') expect(verdict.allowed, v6.toString()).toBe(false);
-        if (verdict.allowed && !embedsV4) expect(v6.match(global)).toBe(true);
-      }),
+          const v6 = new ipaddr.IPv6(lead === 0 ? parts : [lead, ...parts.slice(1)]);
+          const verdict = classifyAddress(v6.toString());
+          const embedsV4 = v6.range() === 'ipv4Mapped' || v6.match(ipaddr.IPv6.parseCIDR('64:ff9b::/96'));
+          if (!embedsV4 && v6.range() !== 'unicast') expect(verdict.allowed, v6.toString()).toBe(false);
+          if (verdict.allowed && !embedsV4) expect(v6.match(global)).toBe(true);
+        },
+      ),
       { numRuns: 5000 },
     );
   });
@@ -140,7 +149,16 @@ const urlish = fc
     fc.array(
       fc.oneof(
         fc.constantFrom('@', '\\', '#', '?', ':', '.', '[', ']', '%', '%2e', '%40', '\t', ' ', '１', '。', 'ß', 'xn--'),
-        fc.constantFrom('127.0.0.1', '0x7f.1', '2130706433', 'localhost', 'evil.com', '[::1]', '::ffff:7f00:1', '169.254.169.254'),
+        fc.constantFrom(
+          '127.0.0.1',
+          '0x7f.1',
+          '2130706433',
+          'localhost',
+          'evil.com',
+          '[::1]',
+          '::ffff:7f00:1',
+          '169.254.169.254',
+        ),
         fc.string({ maxLength: 6 }),
         fc.webSegment(),
       ),

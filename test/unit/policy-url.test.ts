@@ -45,7 +45,10 @@ describe('parseSourceUrl', () => {
     ['http://evil.com@127.0.0.1/', 'url_credentials_not_allowed'],
     ['http://media.example@evil.com/', 'url_credentials_not_allowed'],
     ['https://token%40x@media.example/', 'url_credentials_not_allowed'],
-    ['https://media.example/a.m3u8#__youtubedl_smuggle={"http_headers":{"Ytdl-request-proxy":"__noproxy__"}}', 'url_smuggled_data'],
+    [
+      'https://media.example/a.m3u8#__youtubedl_smuggle={"http_headers":{"Ytdl-request-proxy":"__noproxy__"}}',
+      'url_smuggled_data',
+    ],
     ['https://media.example/a.m3u8#__youtubedl_smuggle=%7B%7D', 'url_smuggled_data'],
     ['https://media.example/__youtubedl_smuggle/a.mp3', 'url_smuggled_data'],
     ['https://media.example/a?x=__YouTubeDL_Smuggle', 'url_smuggled_data'],

@@ -44,7 +44,8 @@ async function promtool(cwd: string, ...args: string[]): Promise<{ ok: boolean; 
   }
 }
 
-const alertsIn = (rules: RuleFile) => rules.groups.flatMap((group) => group.rules.flatMap((rule) => (rule.alert ? [rule.alert] : [])));
+const alertsIn = (rules: RuleFile) =>
+  rules.groups.flatMap((group) => group.rules.flatMap((rule) => (rule.alert ? [rule.alert] : [])));
 
 describe('the alert rules (ops/prometheus)', () => {
   it('pass promtool check rules', async () => {
@@ -61,13 +62,20 @@ describe('the alert rules (ops/prometheus)', () => {
     const rules = parse(await readFile(path.join(DIR, RULES), 'utf8')) as RuleFile;
     const tests = parse(await readFile(path.join(DIR, TESTS), 'utf8')) as RuleTests;
     expect(tests.rule_files).toEqual([RULES]);
-    const fired = new Set(tests.tests.flatMap((test) => (test.alert_rule_test ?? []).filter((t) => t.exp_alerts.length > 0).map((t) => t.alertname)));
+    const fired = new Set(
+      tests.tests.flatMap((test) =>
+        (test.alert_rule_test ?? []).filter((t) => t.exp_alerts.length > 0).map((t) => t.alertname),
+      ),
+    );
     expect([...fired].sort()).toEqual(alertsIn(rules).sort());
   });
 
   it('fail their unit tests when a threshold changes (control: the tests can fail)', async () => {
     const rules = await readFile(path.join(DIR, RULES), 'utf8');
-    const loosened = rules.replace('nodejs_eventloop_lag_p99_seconds{job="source-fetch"} > 0.25', 'nodejs_eventloop_lag_p99_seconds{job="source-fetch"} > 1');
+    const loosened = rules.replace(
+      'nodejs_eventloop_lag_p99_seconds{job="source-fetch"} > 0.25',
+      'nodejs_eventloop_lag_p99_seconds{job="source-fetch"} > 1',
+    );
     expect(loosened).not.toBe(rules);
     await writeFile(path.join(scratch, RULES), loosened);
     await copyFile(path.join(DIR, TESTS), path.join(scratch, TESTS));
@@ -95,17 +103,31 @@ describe('the alert rules (ops/prometheus)', () => {
 
 describe('metricNamesIn, which the e2e test compares with /metrics', () => {
   it.each([
-    ['histogram_quantile(0.99, sum by (route, le) (rate(source_fetch_http_request_duration_seconds_bucket{route!~"/a/.+|b"}[5m]))) > 1', ['source_fetch_http_request_duration_seconds_bucket']],
+    [
+      'histogram_quantile(0.99, sum by (route, le) (rate(source_fetch_http_request_duration_seconds_bucket{route!~"/a/.+|b"}[5m]))) > 1',
+      ['source_fetch_http_request_duration_seconds_bucket'],
+    ],
     ['up{job="x"} == 0 and on (job) (count by (job) (up{job="x"} == 1) > 0)', ['up']],
-    ['time() - source_fetch_downloader_release_timestamp_seconds > 90 * 86400', ['source_fetch_downloader_release_timestamp_seconds']],
-    ['rate(process_cpu_seconds_total{job="$job", instance=~"$instance"}[$__rate_interval]) offset 1h', ['process_cpu_seconds_total']],
-    ['max_over_time(count by (job) (up)[1h:1m]) / ignoring (code) group_left sum without (code) (a_total)', ['up', 'a_total']],
+    [
+      'time() - source_fetch_downloader_release_timestamp_seconds > 90 * 86400',
+      ['source_fetch_downloader_release_timestamp_seconds'],
+    ],
+    [
+      'rate(process_cpu_seconds_total{job="$job", instance=~"$instance"}[$__rate_interval]) offset 1h',
+      ['process_cpu_seconds_total'],
+    ],
+    [
+      'max_over_time(count by (job) (up)[1h:1m]) / ignoring (code) group_left sum without (code) (a_total)',
+      ['up', 'a_total'],
+    ],
     ['1e3 * foo:bar_ratio unless bool_metric', ['foo:bar_ratio', 'bool_metric']],
   ])('%s', (expr, names) => {
     expect(metricNamesIn(expr)).toEqual(names);
   });
 
   it("reads a Grafana variable's label_values selector, not its label", () => {
-    expect(metricNamesIn(grafanaVariableSelector('label_values(source_fetch_workers_busy{job="$job"}, instance)'))).toEqual(['source_fetch_workers_busy']);
+    expect(
+      metricNamesIn(grafanaVariableSelector('label_values(source_fetch_workers_busy{job="$job"}, instance)')),
+    ).toEqual(['source_fetch_workers_busy']);
   });
 });

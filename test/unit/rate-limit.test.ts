@@ -132,7 +132,8 @@ describe('key admission', () => {
 
   it('refuses a missing or wrong key as unauthorized without counting it, where a valid key is counted', () => {
     const { admit, seen } = admission(1);
-    for (const key of [undefined, '', 'not-a-configured-key-000']) expect(refusal(() => admit.admit(withKey(key)))).toMatchObject({ kind: 'unauthorized' });
+    for (const key of [undefined, '', 'not-a-configured-key-000'])
+      expect(refusal(() => admit.admit(withKey(key)))).toMatchObject({ kind: 'unauthorized' });
     expect(seen).toEqual([]);
     admit.admit(withKey(KEYS[0]));
     expect(seen).toHaveLength(1);

@@ -96,7 +96,9 @@ afterAll(async () => {
 
 describe("the sandbox's bridge to the guard", () => {
   it('keeps forwarding after an accept() that failed and a connection it could not serve', async () => {
-    const { stdout } = await run('python3', ['-I', '-S', '-c', SCRIPT, CONFINE_SCRIPT, path.join(dir, 'guard.sock')], { timeout: 20_000 });
+    const { stdout } = await run('python3', ['-I', '-S', '-c', SCRIPT, CONFINE_SCRIPT, path.join(dir, 'guard.sock')], {
+      timeout: 20_000,
+    });
     // The first connection comes after the failed accept() and gets no thread: closed at once,
     // not left waiting. The others are forwarded both ways.
     expect(JSON.parse(stdout)).toEqual(['closed', 'pong two\n', 'pong three\n']);

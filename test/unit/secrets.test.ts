@@ -76,7 +76,11 @@ describe('loadOrCreateSecret', () => {
     const file = path.join(dir, 'api-key');
     await writeFile(file, '  operator-chosen-key-0123456789 \n\n', { mode: 0o640 });
     await chmod(file, 0o640);
-    expect(loadOrCreateSecret(dir, 'api-key')).toEqual({ value: 'operator-chosen-key-0123456789', file, created: false });
+    expect(loadOrCreateSecret(dir, 'api-key')).toEqual({
+      value: 'operator-chosen-key-0123456789',
+      file,
+      created: false,
+    });
     expect(await readFile(file, 'utf8')).toBe('  operator-chosen-key-0123456789 \n\n');
     expect((await stat(file)).mode & 0o777).toBe(0o640);
   });
@@ -111,21 +115,31 @@ describe('loadOrCreateServiceSecret', () => {
   it('on SQLite, keeps the secret in the data dir', async () => {
     const database = await openTestDatabase('sqlite');
     try {
-      const made = await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'webhook-secret', now: 1, mirror: true });
+      const made = await loadOrCreateServiceSecret({
+        database,
+        dataDir: dir,
+        name: 'webhook-secret',
+        now: 1,
+        mirror: true,
+      });
       expect(made).toMatchObject({ created: true, file: path.join(dir, 'webhook-secret') });
       expect((await readFile(path.join(dir, 'webhook-secret'), 'utf8')).trim()).toBe(made.value);
-      expect(await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'webhook-secret', now: 2, mirror: true })).toEqual({ ...made, created: false });
+      expect(
+        await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'webhook-secret', now: 2, mirror: true }),
+      ).toEqual({ ...made, created: false });
     } finally {
       await database.close();
     }
   });
 
-  it('on PostgreSQL, makes one secret for every node and copies it to each node\'s data dir when it must be read', async () => {
+  it("on PostgreSQL, makes one secret for every node and copies it to each node's data dir when it must be read", async () => {
     const database = await openTestDatabase('postgres');
     const otherDir = await mkdtemp(path.join(tmpdir(), 'secrets-unit-'));
     try {
       const [one, two] = await Promise.all(
-        [dir, otherDir].map((dataDir) => loadOrCreateServiceSecret({ database, dataDir, name: 'webhook-secret', now: 1, mirror: true })),
+        [dir, otherDir].map((dataDir) =>
+          loadOrCreateServiceSecret({ database, dataDir, name: 'webhook-secret', now: 1, mirror: true }),
+        ),
       );
       expect(one!.value).toBe(two!.value);
       expect([one!.created, two!.created].sort()).toEqual([false, true]);
@@ -135,7 +149,13 @@ describe('loadOrCreateServiceSecret', () => {
         expect((await stat(file)).mode & 0o777).toBe(0o600);
       }
       // Not mirrored: nothing in the data dir.
-      const unmirrored = await loadOrCreateServiceSecret({ database, dataDir: dir, name: 'url-signing-secret', now: 1, mirror: false });
+      const unmirrored = await loadOrCreateServiceSecret({
+        database,
+        dataDir: dir,
+        name: 'url-signing-secret',
+        now: 1,
+        mirror: false,
+      });
       expect(unmirrored.file).toBeUndefined();
       await expect(stat(path.join(dir, 'url-signing-secret'))).rejects.toMatchObject({ code: 'ENOENT' });
     } finally {
@@ -144,17 +164,33 @@ describe('loadOrCreateServiceSecret', () => {
     }
   });
 
-  it.each(['sqlite', 'postgres'] as const)('on %s, writes a secret with a form of its own in that form (the whsec_ of callbacks), base64url otherwise', async (kind) => {
-    const database = await openTestDatabase(kind);
-    try {
-      const made = await loadOrCreateServiceSecret({ database, dataDir: dir, name: `webhook-secret-${kind}`, now: 1, mirror: true, encode: whsecOf });
-      expect(made.value).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
-      expect(webhookSecretProblem(made.value)).toBeNull();
-      expect((await readFile(made.file!, 'utf8')).trim()).toBe(made.value);
-      const plain = await loadOrCreateServiceSecret({ database, dataDir: dir, name: `api-key-${kind}`, now: 1, mirror: true });
-      expect(plain.value).toMatch(BASE64URL);
-    } finally {
-      await database.close();
-    }
-  });
+  it.each(['sqlite', 'postgres'] as const)(
+    'on %s, writes a secret with a form of its own in that form (the whsec_ of callbacks), base64url otherwise',
+    async (kind) => {
+      const database = await openTestDatabase(kind);
+      try {
+        const made = await loadOrCreateServiceSecret({
+          database,
+          dataDir: dir,
+          name: `webhook-secret-${kind}`,
+          now: 1,
+          mirror: true,
+          encode: whsecOf,
+        });
+        expect(made.value).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+        expect(webhookSecretProblem(made.value)).toBeNull();
+        expect((await readFile(made.file!, 'utf8')).trim()).toBe(made.value);
+        const plain = await loadOrCreateServiceSecret({
+          database,
+          dataDir: dir,
+          name: `api-key-${kind}`,
+          now: 1,
+          mirror: true,
+        });
+        expect(plain.value).toMatch(BASE64URL);
+      } finally {
+        await database.close();
+      }
+    },
+  );
 });

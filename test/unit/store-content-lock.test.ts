@@ -38,7 +38,9 @@ describe('the content lock on postgres', () => {
   }
 
   const waitingLockers = async () => {
-    const rows = (await database.db.execute(sql`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted`)) as unknown as Array<{ n: number }>;
+    const rows = (await database.db.execute(
+      sql`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted`,
+    )) as unknown as Array<{ n: number }>;
     return rows[0]!.n;
   };
 

@@ -34,7 +34,10 @@ function serviceOn(fx: StoreFixture, now: () => number): JobService {
   });
 }
 
-const render = createJobRenderer(() => ({ query: 'sig', expiresAt: 0 }), () => 0);
+const render = createJobRenderer(
+  () => ({ query: 'sig', expiresAt: 0 }),
+  () => 0,
+);
 
 describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
   it('says when its content was evicted and that a new submission fetches it again; a job whose content stays says nothing', async () => {
@@ -59,7 +62,10 @@ describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
       expect(record.result).toEqual({
         content_id: x,
         artifacts: [],
-        evicted: { at: new Date(EVICTED_AT).toISOString(), message: expect.stringContaining('Submitting the URL again fetches it again.') },
+        evicted: {
+          at: new Date(EVICTED_AT).toISOString(),
+          message: expect.stringContaining('Submitting the URL again fetches it again.'),
+        },
       });
     }
     // The control: the other job's content is still stored, and its record says nothing of eviction.
@@ -70,7 +76,16 @@ describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
     // Stored again (as a new submission's job would): the artifacts are back and the note goes.
     await recordCacheEntry(
       fx.database,
-      { contentId: x, name: AUDIO_ARTIFACT_NAME, kind: 'source_wav', bytes: 1000, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 },
+      {
+        contentId: x,
+        name: AUDIO_ARTIFACT_NAME,
+        kind: 'source_wav',
+        bytes: 1000,
+        contentType: 'audio/wav',
+        sampleRate: 44100,
+        channels: 2,
+        durationS: 1,
+      },
       8_000,
     );
     const again = render((await service.find(jobX.id))!);
@@ -85,7 +100,12 @@ describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
     const x = await fx.addArtifact(1000, 1000, URL_X);
     const { job } = await service.submit({ url: URL_X }, 'req-x');
     fx.store.removeSync(x);
-    expect((await reconcileStore({ database: fx.database, store: fx.store, now: () => EVICTED_AT })).rowsDropped).toBe(1);
-    expect(render((await service.find(job.id))!).result).toMatchObject({ artifacts: [], evicted: { at: new Date(EVICTED_AT).toISOString() } });
+    expect((await reconcileStore({ database: fx.database, store: fx.store, now: () => EVICTED_AT })).rowsDropped).toBe(
+      1,
+    );
+    expect(render((await service.find(job.id))!).result).toMatchObject({
+      artifacts: [],
+      evicted: { at: new Date(EVICTED_AT).toISOString() },
+    });
   });
 });

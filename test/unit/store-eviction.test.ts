@@ -12,15 +12,22 @@ import { createUsageRecorder } from '../../src/store/usage.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 import { BACKENDS } from '../support/test-database.js';
 
-const evict = (fx: StoreFixture, capBytes: number, batchSize?: number) => evictToCap({ database: fx.database, store: fx.store, capBytes, now: Date.now, batchSize });
+const evict = (fx: StoreFixture, capBytes: number, batchSize?: number) =>
+  evictToCap({ database: fx.database, store: fx.store, capBytes, now: Date.now, batchSize });
 
 /** The plan each database makes for one eviction batch, as text lines. */
-async function batchPlan(fx: StoreFixture, kind: DatabaseKind, cursor: Parameters<typeof evictionBatchQuery>[1]): Promise<string[]> {
+async function batchPlan(
+  fx: StoreFixture,
+  kind: DatabaseKind,
+  cursor: Parameters<typeof evictionBatchQuery>[1],
+): Promise<string[]> {
   const query = evictionBatchQuery(fx.database, cursor, 200).toSQL();
   if (kind === 'sqlite') {
     const client = new BetterSqlite3(fx.database.location, { readonly: true });
     try {
-      return (client.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).all(...query.params) as Array<{ detail: string }>).map((row) => row.detail);
+      return (client.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).all(...query.params) as Array<{ detail: string }>).map(
+        (row) => row.detail,
+      );
     } finally {
       client.close();
     }
@@ -96,7 +103,9 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     if (kind === 'sqlite') {
       expect(first).toEqual(['SCAN cache_entries USING INDEX cache_entries_lru_idx']);
       // The cursor is a range on the index, not a filter over a scan.
-      expect(after).toEqual(['SEARCH cache_entries USING INDEX cache_entries_lru_idx ((last_used_at,content_id,name)>(?,?,?))']);
+      expect(after).toEqual([
+        'SEARCH cache_entries USING INDEX cache_entries_lru_idx ((last_used_at,content_id,name)>(?,?,?))',
+      ]);
       expect([...first, ...after].join('\n')).not.toMatch(/TEMP B-TREE/);
     } else {
       for (const plan of [first, after]) {
@@ -151,7 +160,15 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     await fx.addArtifact(1000, 1000);
     await fx.addArtifact(1000, 2000);
     const make = (nodeId: string) =>
-      createSizeCap({ database: fx.database, store: fx.store, capBytes: 1000, log: createLogger('silent'), nodeId, now: Date.now, flushUsage: async () => {} });
+      createSizeCap({
+        database: fx.database,
+        store: fx.store,
+        capBytes: 1000,
+        log: createLogger('silent'),
+        nodeId,
+        now: Date.now,
+        flushUsage: async () => {},
+      });
     const { takeLease } = await import('../../src/db/leases.js');
     expect(await takeLease(fx.database, 'evictor', 'n1', Date.now(), 60_000)).toBe(true);
     expect((await make('n2').run()).evictedArtifacts).toBe(0);
@@ -197,8 +214,12 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     const copy = path.join(fx.dir, 'copy');
     await copyFile(fx.store.pathOf(id, 'audio.wav'), copy);
     await fx.store.put(copy, 'audio.wav'); // never released: its node died
-    expect((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: () => clock })).evictedArtifacts).toBe(0);
+    expect(
+      (await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: () => clock })).evictedArtifacts,
+    ).toBe(0);
     clock += 2 * 60 * 60 * 1000;
-    expect((await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: () => clock })).evictedContentIds).toEqual([id]);
+    expect(
+      (await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: () => clock })).evictedContentIds,
+    ).toEqual([id]);
   });
 });

@@ -15,7 +15,9 @@ import { BACKENDS } from '../support/test-database.js';
  * STORE_MIN_FREE_BYTES free whatever the cap, a node short of it takes no job and says degraded.
  * test/e2e/store-free-space.test.ts does the same with the real service on a real small volume.
  */
-const statfsOf = (free: () => number): StatFs => () => ({ bavail: free() / 4096, bsize: 4096 });
+const statfsOf =
+  (free: () => number): StatFs =>
+  () => ({ bavail: free() / 4096, bsize: 4096 });
 
 describe('the free space of the store', () => {
   it('reads statfs as an unprivileged writer sees it, and says unknown when it cannot', () => {
@@ -40,7 +42,14 @@ describe('the free space of the store', () => {
     let free = 4096;
     let clock = 0;
     let shorts = 0;
-    const space = createStoreSpace({ root: '/store', minFreeBytes: 8192, statfs: statfsOf(() => free), now: () => clock, onShort: () => shorts++, shortNoticeMs: 5000 });
+    const space = createStoreSpace({
+      root: '/store',
+      minFreeBytes: 8192,
+      statfs: statfsOf(() => free),
+      now: () => clock,
+      onShort: () => shorts++,
+      shortNoticeMs: 5000,
+    });
     expect(space.canStoreJob()).toBe(false);
     clock = 4999;
     expect(space.canStoreJob()).toBe(false);
@@ -59,10 +68,10 @@ describe('the free space of the store', () => {
     let free = 1000;
     const check = createHealthCheck({
       tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
-      checkConfinement: async () => ({ mode: 'netns', ok: true }),
-      locate: async (name) => `/usr/bin/${name}`,
-      version: async (found) => (found.endsWith('yt-dlp') ? '2026.10.01' : `${found} version 5.1`),
-      pingDatabase: async () => true,
+      checkConfinement: () => Promise.resolve({ mode: 'netns', ok: true }),
+      locate: (name) => Promise.resolve(`/usr/bin/${name}`),
+      version: (found) => Promise.resolve(found.endsWith('yt-dlp') ? '2026.10.01' : `${found} version 5.1`),
+      pingDatabase: () => Promise.resolve(true),
       databaseKind: 'sqlite',
       nodeId: 'node-1',
       artifactRoot: '/',
@@ -70,8 +79,14 @@ describe('the free space of the store', () => {
       now: () => Date.UTC(2026, 10, 1),
     });
     const short = await check();
-    expect(short).toMatchObject({ status: 'degraded', can_fetch: true, artifact_root: { free_bytes: 1000, min_free_bytes: 8192, can_store: false } });
-    expect(short.warnings).toEqual([{ code: 'store_low_on_space', message: expect.stringContaining('STORE_MIN_FREE_BYTES, 8192') }]);
+    expect(short).toMatchObject({
+      status: 'degraded',
+      can_fetch: true,
+      artifact_root: { free_bytes: 1000, min_free_bytes: 8192, can_store: false },
+    });
+    expect(short.warnings).toEqual([
+      { code: 'store_low_on_space', message: expect.stringContaining('STORE_MIN_FREE_BYTES, 8192') },
+    ]);
     free = 8192;
     const room = await check();
     expect(room).toMatchObject({ status: 'ok', artifact_root: { free_bytes: 8192, can_store: true }, warnings: [] });
@@ -79,8 +94,19 @@ describe('the free space of the store', () => {
 });
 
 /** A volume of `volumeBytes` holding the store's files (and `otherBytes` of something else). */
-function volume(fx: StoreFixture, ids: string[], sizes: Map<string, number>, volumeBytes: number, otherBytes = () => 0) {
-  return () => volumeBytes - otherBytes() - ids.filter((id) => existsSync(fx.store.pathOf(id, AUDIO_ARTIFACT_NAME))).reduce((sum, id) => sum + sizes.get(id)!, 0);
+function volume(
+  fx: StoreFixture,
+  ids: string[],
+  sizes: Map<string, number>,
+  volumeBytes: number,
+  otherBytes = () => 0,
+) {
+  return () =>
+    volumeBytes -
+    otherBytes() -
+    ids
+      .filter((id) => existsSync(fx.store.pathOf(id, AUDIO_ARTIFACT_NAME)))
+      .reduce((sum, id) => sum + sizes.get(id)!, 0);
 }
 
 describe.each(BACKENDS)('eviction for free space on %s', (kind) => {
@@ -96,7 +122,13 @@ describe.each(BACKENDS)('eviction for free space on %s', (kind) => {
     const free = volume(fx, ids, sizes, 12_000);
     expect(free()).toBe(2000);
     const evict = (minFreeBytes: number) =>
-      evictToCap({ database: fx.database, store: fx.store, capBytes: 1_000_000, now: Date.now, space: { minFreeBytes, freeBytes: free } });
+      evictToCap({
+        database: fx.database,
+        store: fx.store,
+        capBytes: 1_000_000,
+        now: Date.now,
+        space: { minFreeBytes, freeBytes: free },
+      });
 
     // The control: with the free space it keeps, nothing goes, though the volume is nearly full.
     expect((await evict(2000)).evictedArtifacts).toBe(0);
@@ -115,11 +147,30 @@ describe.each(BACKENDS)('eviction for free space on %s', (kind) => {
     const file = path.join(fx.dir, 'staged.wav');
     await writeFile(file, 'pinned bytes');
     const pinned = await fx.store.put(file, AUDIO_ARTIFACT_NAME);
-    await recordCacheEntry(fx.database, { contentId: pinned.contentId, name: AUDIO_ARTIFACT_NAME, kind: SOURCE_WAV_KIND, bytes: 12, contentType: 'audio/wav', sampleRate: 44100, channels: 1, durationS: 0 }, 0);
+    await recordCacheEntry(
+      fx.database,
+      {
+        contentId: pinned.contentId,
+        name: AUDIO_ARTIFACT_NAME,
+        kind: SOURCE_WAV_KIND,
+        bytes: 12,
+        contentType: 'audio/wav',
+        sampleRate: 44100,
+        channels: 1,
+        durationS: 0,
+      },
+      0,
+    );
     // Something else fills the volume: the store cannot make the room alone.
     const free = volume(fx, ids, sizes, 10_000, () => 9000);
     try {
-      const result = await evictToCap({ database: fx.database, store: fx.store, capBytes: 1_000_000, now: Date.now, space: { minFreeBytes: 5000, freeBytes: free } });
+      const result = await evictToCap({
+        database: fx.database,
+        store: fx.store,
+        capBytes: 1_000_000,
+        now: Date.now,
+        space: { minFreeBytes: 5000, freeBytes: free },
+      });
       expect(result.evictedContentIds.sort()).toEqual([...ids].sort());
       expect(fx.store.hasSync(pinned.contentId, AUDIO_ARTIFACT_NAME)).toBe(true);
       expect(free()).toBe(1000);

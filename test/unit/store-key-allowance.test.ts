@@ -11,7 +11,12 @@ import { createLogger } from '../../src/logger.js';
 import type { WavHeader } from '../../src/tools/wav.js';
 import { cacheEntryFor } from '../../src/store/cache-entries.js';
 import { readStoreTotals } from '../../src/store/eviction.js';
-import { KEY_ALLOWANCE_WINDOW_MS, lockKeyStorage, storedBytesSince, type KeyAllowance } from '../../src/store/key-allowance.js';
+import {
+  KEY_ALLOWANCE_WINDOW_MS,
+  lockKeyStorage,
+  storedBytesSince,
+  type KeyAllowance,
+} from '../../src/store/key-allowance.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 import { BACKENDS } from '../support/test-database.js';
@@ -26,14 +31,27 @@ const KEY_A = jobKeyIdentity('key-a-0123456789abcdef');
 const KEY_B = jobKeyIdentity('key-b-0123456789abcdef');
 const ALLOWANCE: KeyAllowance = { bytes: 2500, windowMs: KEY_ALLOWANCE_WINDOW_MS };
 /** What the commit reads of a WAV's header: the cache row's fields. */
-const HEADER = { audioFormat: 1, channels: 1, sampleRate: 44100, bitsPerSample: 16, dataBytes: 0, durationS: 1 } as WavHeader;
+const HEADER = {
+  audioFormat: 1,
+  channels: 1,
+  sampleRate: 44100,
+  bitsPerSample: 16,
+  dataBytes: 0,
+  durationS: 1,
+} as WavHeader;
 
 let jobs = 0;
 
 /** A new job of `apiKeyId`, claimed, with its WAV of `bytes` (random, or given) in its work folder; `commit()` runs its commit step. */
 async function claimedJob(fx: StoreFixture, opts: { apiKeyId: string; bytes?: number; data?: Buffer; now: number }) {
   const id = `job-${++jobs}`;
-  await enqueueJob(fx.database, { id, url: `https://media.example/${id}`, urlKey: `https://media.example/${id}`, createdAt: opts.now, apiKeyId: opts.apiKeyId });
+  await enqueueJob(fx.database, {
+    id,
+    url: `https://media.example/${id}`,
+    urlKey: `https://media.example/${id}`,
+    createdAt: opts.now,
+    apiKeyId: opts.apiKeyId,
+  });
   const job = (await claimNextJob(fx.database, { owner: 'node', now: opts.now, leaseMs: 60_000 }))!;
   expect(job.id).toBe(id);
   const work = path.join(fx.dir, 'work', id);
@@ -52,7 +70,8 @@ async function claimedJob(fx: StoreFixture, opts: { apiKeyId: string; bytes?: nu
   };
 }
 
-const commitJob = async (fx: StoreFixture, opts: Parameters<typeof claimedJob>[1]) => (await claimedJob(fx, opts)).commit();
+const commitJob = async (fx: StoreFixture, opts: Parameters<typeof claimedJob>[1]) =>
+  (await claimedJob(fx, opts)).commit();
 
 describe.each(BACKENDS)("the store's allowance per key on %s", (kind) => {
   it("refuses a job that would take its key past the allowance, storing nothing; the other key's job goes on", async () => {
@@ -65,7 +84,10 @@ describe.each(BACKENDS)("the store's allowance per key on %s", (kind) => {
     const totalsBefore = await readStoreTotals(fx.database);
     const onDiskBefore = await fx.contentIdsOnDisk();
     const over = await commitJob(fx, { apiKeyId: KEY_A, bytes: 1001, now: 11_000 });
-    expect(over.outcome).toEqual({ ok: false, error: { code: 'key_storage_quota_exceeded', message: expect.stringContaining('1500 of 2500 bytes') } });
+    expect(over.outcome).toEqual({
+      ok: false,
+      error: { code: 'key_storage_quota_exceeded', message: expect.stringContaining('1500 of 2500 bytes') },
+    });
     // Nothing recorded, nothing left in the store or half-written in it.
     expect(over.row).toMatchObject({ status: 'running', storedBytes: null, contentId: null });
     expect(await readStoreTotals(fx.database)).toEqual(totalsBefore);
@@ -74,7 +96,10 @@ describe.each(BACKENDS)("the store's allowance per key on %s", (kind) => {
     expect(await storedBytesSince(fx.database, KEY_A, 0)).toBe(1500);
 
     // Control: exactly up to the allowance is allowed, and another key's job of the same size is not affected.
-    expect((await commitJob(fx, { apiKeyId: KEY_A, bytes: 1000, now: 12_000 })).row).toMatchObject({ status: 'done', storedBytes: 1000 });
+    expect((await commitJob(fx, { apiKeyId: KEY_A, bytes: 1000, now: 12_000 })).row).toMatchObject({
+      status: 'done',
+      storedBytes: 1000,
+    });
     const other = await commitJob(fx, { apiKeyId: KEY_B, bytes: 2000, now: 12_000 });
     expect(other.row).toMatchObject({ status: 'done', apiKeyId: KEY_B, storedBytes: 2000 });
     expect(fx.store.hasSync(other.row.contentId!, AUDIO_ARTIFACT_NAME)).toBe(true);
@@ -107,7 +132,9 @@ describe.each(BACKENDS)("the store's allowance per key on %s", (kind) => {
     const outcomes = await Promise.all(claimed.map((job) => job.commit()));
     const done = outcomes.filter((o) => o.row.status === 'done');
     expect(done).toHaveLength(1);
-    expect(outcomes.filter((o) => !o.outcome.ok && o.outcome.error.code === 'key_storage_quota_exceeded')).toHaveLength(3);
+    expect(outcomes.filter((o) => !o.outcome.ok && o.outcome.error.code === 'key_storage_quota_exceeded')).toHaveLength(
+      3,
+    );
     expect(await storedBytesSince(fx.database, KEY_A, 0)).toBe(1300);
     expect(await fx.contentIdsOnDisk()).toEqual([done[0]!.row.contentId]);
   });
@@ -119,7 +146,10 @@ describe("the store's allowance per key on postgres, under the key's lock", () =
     const client = postgres(fx.database.location, { max: 1, onnotice: () => {} });
     onTestFinished(() => client.end());
     const advisoryLocks = async (granted: boolean) =>
-      Number((await client`select count(*)::int as n from pg_locks where locktype = 'advisory' and granted = ${granted}`)[0]!.n);
+      Number(
+        (await client`select count(*)::int as n from pg_locks where locktype = 'advisory' and granted = ${granted}`)[0]!
+          .n,
+      );
     const waitUntil = async (check: () => Promise<boolean>) => {
       const deadline = Date.now() + 10_000;
       while (!(await check())) if (Date.now() > deadline) throw new Error('timed out');
@@ -131,7 +161,16 @@ describe("the store's allowance per key on postgres, under the key's lock", () =
     // Another job of the key, recording 2000 bytes under the key's lock, not committed yet.
     const holder = fx.database.transaction(async (q) => {
       await lockKeyStorage(q, KEY_A);
-      await insertJob(q, { id: 'other', url: 'https://media.example/other', urlKey: 'https://media.example/other', status: 'done', createdAt: 5_000, finishedAt: 5_000, apiKeyId: KEY_A, storedBytes: 2000 });
+      await insertJob(q, {
+        id: 'other',
+        url: 'https://media.example/other',
+        urlKey: 'https://media.example/other',
+        status: 'done',
+        createdAt: 5_000,
+        finishedAt: 5_000,
+        apiKeyId: KEY_A,
+        storedBytes: 2000,
+      });
       await gate;
     });
     await waitUntil(async () => (await advisoryLocks(true)) === 1);
@@ -147,6 +186,9 @@ describe("the store's allowance per key on postgres, under the key's lock", () =
     expect(await storedBytesSince(fx.database, KEY_A, 0)).toBe(2000);
 
     // Control: with nothing held, the same size for the other key is done at once.
-    expect((await commitJob(fx, { apiKeyId: KEY_B, bytes: 1000, now: 5_000 })).row).toMatchObject({ status: 'done', storedBytes: 1000 });
+    expect((await commitJob(fx, { apiKeyId: KEY_B, bytes: 1000, now: 5_000 })).row).toMatchObject({
+      status: 'done',
+      storedBytes: 1000,
+    });
   });
 });

@@ -12,10 +12,11 @@ function fakeTime() {
     now: () => now,
     advance: (ms: number) => void (now += ms),
     sleeps,
-    sleep: async (ms: number, signal?: AbortSignal) => {
-      signal?.throwIfAborted();
+    sleep: (ms: number, signal?: AbortSignal) => {
+      if (signal?.aborted) return Promise.reject(signal.reason as Error);
       sleeps.push(ms);
       now += ms;
+      return Promise.resolve();
     },
   };
 }
@@ -104,6 +105,8 @@ describe('read pacer', () => {
 
   it('refuses a rate that is not positive', () => {
     const time = fakeTime();
-    expect(() => createReadPacer({ bytesPerSecond: 0, burstBytes: 1, now: time.now, sleep: time.sleep })).toThrow(RangeError);
+    expect(() => createReadPacer({ bytesPerSecond: 0, burstBytes: 1, now: time.now, sleep: time.sleep })).toThrow(
+      RangeError,
+    );
   });
 });

@@ -25,7 +25,22 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
 
     // A real WAV with no row at its right address (a crash between store and commit): adopted.
     const wav = path.join(fx.dir, 'tone.wav');
-    const made = spawnSync('ffmpeg', ['-v', 'error', '-f', 'lavfi', '-i', 'sine=duration=0.5', '-ar', '44100', '-c:a', 'pcm_s16le', '-bitexact', '-map_metadata', '-1', wav]);
+    const made = spawnSync('ffmpeg', [
+      '-v',
+      'error',
+      '-f',
+      'lavfi',
+      '-i',
+      'sine=duration=0.5',
+      '-ar',
+      '44100',
+      '-c:a',
+      'pcm_s16le',
+      '-bitexact',
+      '-map_metadata',
+      '-1',
+      wav,
+    ]);
     expect(made.status).toBe(0);
     const wavBytes = readFileSync(wav);
     const adoptedId = createHash('sha256').update(wavBytes).digest('hex');
@@ -42,7 +57,9 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
     ]);
     expect(await readStoreTotals(fx.database)).toEqual({ bytes: 500 + wavBytes.length, artifacts: 2 });
     expect(await fx.bytesOnDisk()).toBe(500 + wavBytes.length);
-    expect((await fx.database.db.select().from(fx.database.t.aliases)).map((row) => row.key)).toEqual(['https://media.example/kept']);
+    expect((await fx.database.db.select().from(fx.database.t.aliases)).map((row) => row.key)).toEqual([
+      'https://media.example/kept',
+    ]);
   });
 
   it('leaves alone content a put on some node holds: its row is on its way', async () => {

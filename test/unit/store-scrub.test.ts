@@ -65,11 +65,20 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     for (let i = 0; i < 5; i++) ids.push(await fx.addArtifact(FILE_BYTES, i, `https://media.example/${i}`));
     let checked = 0;
     const { progress, quarantineDir } = await pass(fx, { onChecked: () => checked++ });
-    expect(progress).toEqual({ checked: 5, bytesRead: 5 * FILE_BYTES, corrupt: 0, moved: 0, missing: 0, unreadable: 0, findings: [] });
+    expect(progress).toEqual({
+      checked: 5,
+      bytesRead: 5 * FILE_BYTES,
+      corrupt: 0,
+      moved: 0,
+      missing: 0,
+      unreadable: 0,
+      findings: [],
+    });
     expect(checked).toBe(5);
     expect(await fx.contentIdsOnDisk()).toEqual([...ids].sort());
     expect(existsSync(quarantineDir)).toBe(false);
-    for (const [i, id] of ids.entries()) expect(await resolveAlias(fx.database, 'url', `https://media.example/${i}`)).toBe(id);
+    for (const [i, id] of ids.entries())
+      expect(await resolveAlias(fx.database, 'url', `https://media.example/${i}`)).toBe(id);
   });
 
   it('a file with one byte flipped leaves for the quarantine folder, with its row and aliases; the others stay', async () => {
@@ -81,10 +90,23 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     const flipped = await readFile(file);
 
     const { progress, findings, quarantineDir } = await pass(fx);
-    expect(progress).toMatchObject({ checked: 2, bytesRead: 2 * FILE_BYTES, corrupt: 1, moved: 1, missing: 0, unreadable: 0 });
+    expect(progress).toMatchObject({
+      checked: 2,
+      bytesRead: 2 * FILE_BYTES,
+      corrupt: 1,
+      moved: 1,
+      missing: 0,
+      unreadable: 0,
+    });
     const finding = findings[0]!;
     expect(progress.findings).toEqual([finding]);
-    expect(finding).toMatchObject({ contentId: bad, name: AUDIO_ARTIFACT_NAME, problem: 'corrupt', action: 'quarantined', error: null });
+    expect(finding).toMatchObject({
+      contentId: bad,
+      name: AUDIO_ARTIFACT_NAME,
+      problem: 'corrupt',
+      action: 'quarantined',
+      error: null,
+    });
     expect(finding.sha256).toBe(createHash('sha256').update(flipped).digest('hex'));
     expect(finding.quarantinedAs).toMatch(new RegExp(`^${bad}\\.\\d+/audio\\.wav$`));
 
@@ -129,11 +151,20 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     const fx = await createStoreFixture(kind);
     const bad = await fx.addArtifact(FILE_BYTES, 1, 'https://media.example/bad');
     flipByte(fx.store.pathOf(bad, AUDIO_ARTIFACT_NAME));
-    const unpin = await createDatabasePins({ database: fx.database, holder: () => 'other-node:put', now: Date.now }).pin(bad);
+    const unpin = await createDatabasePins({
+      database: fx.database,
+      holder: () => 'other-node:put',
+      now: Date.now,
+    }).pin(bad);
 
     const first = await pass(fx);
     expect(first.progress).toMatchObject({ checked: 1, corrupt: 1, moved: 0 });
-    expect(first.findings[0]).toMatchObject({ contentId: bad, problem: 'corrupt', action: 'deferred', quarantinedAs: null });
+    expect(first.findings[0]).toMatchObject({
+      contentId: bad,
+      problem: 'corrupt',
+      action: 'deferred',
+      quarantinedAs: null,
+    });
     expect(fx.store.hasSync(bad, AUDIO_ARTIFACT_NAME)).toBe(true);
     expect(await resolveAlias(fx.database, 'url', 'https://media.example/bad')).toBe(bad);
 
@@ -150,7 +181,8 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     // Eviction's rows and file go between two reads (the pacer waits for it): the read goes on, on the unlinked file.
     let eviction: Promise<unknown> | undefined;
     const { progress, findings, quarantineDir } = await pass(fx, {
-      onRead: () => void (eviction ??= evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })),
+      onRead: () =>
+        void (eviction ??= evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })),
       pacer: { take: async () => void (await eviction) },
     });
     expect(await eviction).toMatchObject({ evictedContentIds: [bad] });

@@ -79,7 +79,11 @@ describe.each(BACKENDS)('store scrubber on %s', (kind) => {
     const { scrubber } = scrubberOf(fx, 'node-a');
     const refusal = await scrubber.request().catch((err: unknown) => err);
     expect(refusal).toBeInstanceOf(ServiceError);
-    expect(refusal).toMatchObject({ kind: 'conflict', code: 'scrub_running_elsewhere', extra: { fields: { node_id: 'node-b' } } });
+    expect(refusal).toMatchObject({
+      kind: 'conflict',
+      code: 'scrub_running_elsewhere',
+      extra: { fields: { node_id: 'node-b' } },
+    });
     expect(scrubber.latest()).toBeUndefined();
   });
 
@@ -89,7 +93,11 @@ describe.each(BACKENDS)('store scrubber on %s', (kind) => {
     const pacing = gated();
     const a = scrubberOf(fx, 'node-a', { clock: pacing.clock, sleep: pacing.sleep }).scrubber;
     // The second node's own store handle on the same root, as another process would have.
-    const storeB = createContentStore(fx.store.root, createDatabasePins({ database: fx.database, holder: () => 'b', now: Date.now }), 'node-b');
+    const storeB = createContentStore(
+      fx.store.root,
+      createDatabasePins({ database: fx.database, holder: () => 'b', now: Date.now }),
+      'node-b',
+    );
     const b = scrubberOf(fx, 'node-b', { store: storeB }).scrubber;
     const outcomes = await Promise.allSettled([a.request(), b.request()]);
     const started = outcomes.filter((o) => o.status === 'fulfilled');
@@ -107,7 +115,8 @@ describe.each(BACKENDS)('store scrubber on %s', (kind) => {
     // A sleep that only an abort ends.
     const { scrubber } = scrubberOf(fx, 'node-a', {
       clock: () => 0,
-      sleep: (_ms, signal) => new Promise((_resolve, reject) => signal?.addEventListener('abort', () => reject(signal.reason as Error))),
+      sleep: (_ms, signal) =>
+        new Promise((_resolve, reject) => signal?.addEventListener('abort', () => reject(signal.reason as Error))),
     });
     const pass = await scrubber.request();
     await sleep(50);
@@ -164,7 +173,8 @@ describe.each(BACKENDS)('store scrubber on %s', (kind) => {
     expect(passes.length).toBeGreaterThanOrEqual(2);
     // One per interval at most (each begins an interval after the last ended), not one per node.
     expect(passes.length).toBeLessThanOrEqual(Math.ceil(elapsed / 300));
-    for (let i = 1; i < passes.length; i++) expect(passes[i]!.startedAt).toBeGreaterThanOrEqual(passes[i - 1]!.finishedAt! + 300);
+    for (let i = 1; i < passes.length; i++)
+      expect(passes[i]!.startedAt).toBeGreaterThanOrEqual(passes[i - 1]!.finishedAt! + 300);
     for (const pass of passes) expect(pass).toMatchObject({ status: 'done', checked: 5, bytesRead: 200 * KiB });
   });
 });

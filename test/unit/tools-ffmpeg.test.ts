@@ -10,7 +10,9 @@ import { generateMediaFixtures, type MediaFixtureName, type MediaFixture } from 
 
 describe('buildConvertArgs', () => {
   it('makes a bit-exact 44.1 kHz s16le WAV of the first audio stream, mono or stereo, from and to local files only, no allocation over a quarter of its memory', () => {
-    expect(buildConvertArgs({ input: '/w/in.m4a', output: '/w/out.wav', maxDurationS: 600, maxAllocBytes: 1024 ** 3 })).toEqual([
+    expect(
+      buildConvertArgs({ input: '/w/in.m4a', output: '/w/out.wav', maxDurationS: 600, maxAllocBytes: 1024 ** 3 }),
+    ).toEqual([
       '-nostdin',
       '-hide_banner',
       '-loglevel',
@@ -61,7 +63,10 @@ describe('with the real ffmpeg', () => {
 
   async function convert(input: string, name: string, maxDurationS = 600) {
     const output = join(dir, name);
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS, maxAllocBytes: 1024 ** 3 }) });
+    const result = await runProcess({
+      command: 'ffmpeg',
+      args: buildConvertArgs({ input, output, maxDurationS, maxAllocBytes: 1024 ** 3 }),
+    });
     expect(result.stderrTail).toBe('');
     expect(result.exitCode).toBe(0);
     return output;
@@ -70,12 +75,24 @@ describe('with the real ffmpeg', () => {
   /** A conversion that fails, and whether it left an output file (ffmpeg opens it only for an input with audio). */
   async function refused(input: string, name: string) {
     const output = join(dir, name);
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }) });
+    const result = await runProcess({
+      command: 'ffmpeg',
+      args: buildConvertArgs({ input, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }),
+    });
     expect(result.exitCode).not.toBe(0);
-    return { stderr: result.stderrTail, output: await stat(output).then(() => true, () => false) };
+    return {
+      stderr: result.stderrTail,
+      output: await stat(output).then(
+        () => true,
+        () => false,
+      ),
+    };
   }
 
-  const sha = async (p: string) => createHash('sha256').update(await readFile(p)).digest('hex');
+  const sha = async (p: string) =>
+    createHash('sha256')
+      .update(await readFile(p))
+      .digest('hex');
 
   it('converts byte-for-byte the same twice (no encoder tag, no metadata)', async () => {
     const a = await convert(fixtures.aac_m4a.path, 'a.wav');
@@ -93,20 +110,31 @@ describe('with the real ffmpeg', () => {
     ['opus_webm', 2],
     ['aac_m4a', 2],
     ['flac_51', 2],
-  ] as const)('%s: the same bytes as -ac %i chosen from its channel count (content ids do not change)', async (name, channels) => {
-    const ours = await convert(fixtures[name].path, `${name}-ours.wav`);
-    const args = buildConvertArgs({ input: fixtures[name].path, output: join(dir, `${name}-ac.wav`), maxDurationS: 600, maxAllocBytes: 1024 ** 3 });
-    const af = args.indexOf('-af');
-    args.splice(af, 2, '-ac', String(channels));
-    expect((await runProcess({ command: 'ffmpeg', args })).exitCode).toBe(0);
-    expect(await sha(ours)).toBe(await sha(join(dir, `${name}-ac.wav`)));
-    expect(parseWavHeader(await readFile(ours)).channels).toBe(channels);
-  });
+  ] as const)(
+    '%s: the same bytes as -ac %i chosen from its channel count (content ids do not change)',
+    async (name, channels) => {
+      const ours = await convert(fixtures[name].path, `${name}-ours.wav`);
+      const args = buildConvertArgs({
+        input: fixtures[name].path,
+        output: join(dir, `${name}-ac.wav`),
+        maxDurationS: 600,
+        maxAllocBytes: 1024 ** 3,
+      });
+      const af = args.indexOf('-af');
+      args.splice(af, 2, '-ac', String(channels));
+      expect((await runProcess({ command: 'ffmpeg', args })).exitCode).toBe(0);
+      expect(await sha(ours)).toBe(await sha(join(dir, `${name}-ac.wav`)));
+      expect(parseWavHeader(await readFile(ours)).channels).toBe(channels);
+    },
+  );
 
   it('never overwrites an existing output', async () => {
     const output = join(dir, 'exists.wav');
     await writeFile(output, 'keep me');
-    const result = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: fixtures.flac_mono.path, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }) });
+    const result = await runProcess({
+      command: 'ffmpeg',
+      args: buildConvertArgs({ input: fixtures.flac_mono.path, output, maxDurationS: 10, maxAllocBytes: 1024 ** 3 }),
+    });
     expect(result.exitCode).not.toBe(0);
     expect(await readFile(output, 'utf8')).toBe('keep me');
   });
@@ -125,17 +153,37 @@ describe('with the real ffmpeg', () => {
     const videoOnly = join(dir, 'video-only.mp4');
     const made = await runProcess({
       command: 'ffmpeg',
-      args: ['-nostdin', '-loglevel', 'error', '-f', 'lavfi', '-i', 'color=c=blue:s=32x32:d=1', '-c:v', 'mpeg4', videoOnly],
+      args: [
+        '-nostdin',
+        '-loglevel',
+        'error',
+        '-f',
+        'lavfi',
+        '-i',
+        'color=c=blue:s=32x32:d=1',
+        '-c:v',
+        'mpeg4',
+        videoOnly,
+      ],
     });
     expect(made.exitCode).toBe(0);
-    expect(await refused(videoOnly, 'video-only.wav')).toEqual({ stderr: expect.stringMatching(/matches no streams/), output: false });
+    expect(await refused(videoOnly, 'video-only.wav')).toEqual({
+      stderr: expect.stringMatching(/matches no streams/),
+      output: false,
+    });
   });
 
   it('refuses a "media" file that is really a playlist pointing at other local files, before opening its output', async () => {
     // Without the demuxer whitelist the hls demuxer would read the neighbouring file it lists.
     const playlist = join(dir, 'evil.m4a');
-    await writeFile(playlist, '#EXTM3U\n#EXT-X-TARGETDURATION:3\n#EXTINF:3,\nfixtures/tone-3s-1ch-44100hz.flac\n#EXT-X-ENDLIST\n');
-    expect(await refused(playlist, 'evil.wav')).toEqual({ stderr: expect.stringMatching(/not on whitelist/), output: false });
+    await writeFile(
+      playlist,
+      '#EXTM3U\n#EXT-X-TARGETDURATION:3\n#EXTINF:3,\nfixtures/tone-3s-1ch-44100hz.flac\n#EXT-X-ENDLIST\n',
+    );
+    expect(await refused(playlist, 'evil.wav')).toEqual({
+      stderr: expect.stringMatching(/not on whitelist/),
+      output: false,
+    });
   });
 
   it('refuses a file that is not media at all (an HTML page), before opening its output', async () => {

@@ -40,10 +40,23 @@ async function serveHls(server: MediaServer, input: string, hlsDir: string): Pro
 async function streamOf(file: string): Promise<{ format: string; channels: number; sampleRate: number }> {
   const probe = await runProcess({
     command: 'ffprobe',
-    args: ['-v', 'error', '-select_streams', 'a:0', '-show_entries', 'format=format_name:stream=channels,sample_rate', '-of', 'json', file],
+    args: [
+      '-v',
+      'error',
+      '-select_streams',
+      'a:0',
+      '-show_entries',
+      'format=format_name:stream=channels,sample_rate',
+      '-of',
+      'json',
+      file,
+    ],
     stdoutCaptureBytes: 1 << 20,
   });
-  const { format, streams } = JSON.parse(probe.stdout) as { format: { format_name: string }; streams: Array<{ channels: number; sample_rate: string }> };
+  const { format, streams } = JSON.parse(probe.stdout) as {
+    format: { format_name: string };
+    streams: Array<{ channels: number; sample_rate: string }>;
+  };
   return { format: format.format_name, channels: streams[0]!.channels, sampleRate: Number(streams[0]!.sample_rate) };
 }
 
@@ -99,13 +112,26 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     const jobDir = await newJobDir();
     const url = server.url('/a.m4a');
 
-    const probe = await runProcess({ command: YTDLP, args: buildProbeArgs({ url, socketTimeoutS: 10 }), env, stdoutCaptureBytes: 16 << 20 });
+    const probe = await runProcess({
+      command: YTDLP,
+      args: buildProbeArgs({ url, socketTimeoutS: 10 }),
+      env,
+      stdoutCaptureBytes: 16 << 20,
+    });
     expect(probe.exitCode).toBe(0);
     // The generic extractor on a direct link: id and title from the file name, no duration.
     const raw = JSON.parse(probe.stdout) as Record<string, unknown>;
     expect(raw).toMatchObject({ direct: true, webpage_url: url, protocol: 'http', ext: 'm4a' });
     expect(raw.duration).toBeUndefined();
-    expect(parseInfoJson(probe.stdout)).toEqual({ extractor: 'generic', extractorKey: 'Generic', mediaId: 'a', title: 'a', webpageUrl: url, isPlaylist: false, protocols: ['http'] });
+    expect(parseInfoJson(probe.stdout)).toEqual({
+      extractor: 'generic',
+      extractorKey: 'Generic',
+      mediaId: 'a',
+      title: 'a',
+      webpageUrl: url,
+      isPlaylist: false,
+      protocols: ['http'],
+    });
     const probeRequests = server.requestsFor('/a.m4a').length;
     expect(probeRequests).toBeGreaterThan(0);
 
@@ -114,7 +140,13 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     const outputDir = join(jobDir, 'download');
     // A bogus URL proves the URL is not used when the info JSON is given.
     const { result, progress, other } = await download(
-      buildDownloadArgs({ infoJsonPath, url: server.url('/never-requested'), outputDir, maxBytes: 10_000_000, socketTimeoutS: 10 }),
+      buildDownloadArgs({
+        infoJsonPath,
+        url: server.url('/never-requested'),
+        outputDir,
+        maxBytes: 10_000_000,
+        socketTimeoutS: 10,
+      }),
     );
     expect(result.exitCode).toBe(0);
     expect(server.requestsFor('/never-requested')).toHaveLength(0);
@@ -130,7 +162,10 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(await streamOf(other[0]!)).toEqual({ format: 'mov,mp4,m4a,3gp,3g2,mj2', channels: 2, sampleRate: 48000 });
 
     const wavPath = join(jobDir, 'out.wav');
-    const convert = await runProcess({ command: 'ffmpeg', args: buildConvertArgs({ input: other[0]!, output: wavPath, maxDurationS: 600, maxAllocBytes: 1024 ** 3 }) });
+    const convert = await runProcess({
+      command: 'ffmpeg',
+      args: buildConvertArgs({ input: other[0]!, output: wavPath, maxDurationS: 600, maxAllocBytes: 1024 ** 3 }),
+    });
     expect(convert.exitCode).toBe(0);
     const header = parseWavHeader(await readFile(wavPath));
     expect(header).toMatchObject({ audioFormat: 1, sampleRate: 44100, bitsPerSample: 16, channels: 2 });
@@ -159,7 +194,9 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
 
   it('refuses an announced size over --max-filesize silently: exit 0, no path, no file', async () => {
     const outputDir = join(await newJobDir(), 'download');
-    const { result, progress, other } = await download(buildDownloadArgs({ url: server.url('/a.m4a'), outputDir, maxBytes: 1000 }));
+    const { result, progress, other } = await download(
+      buildDownloadArgs({ url: server.url('/a.m4a'), outputDir, maxBytes: 1000 }),
+    );
     expect(result.exitCode).toBe(0);
     expect(other).toEqual([]);
     expect(progress).toEqual([]);
@@ -168,7 +205,9 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
 
   it('does not enforce --max-filesize when the size is not announced: the worker must, from progress', async () => {
     const outputDir = join(await newJobDir(), 'download');
-    const { result, progress, other } = await download(buildDownloadArgs({ url: server.url('/chunked.mp3'), outputDir, maxBytes: 1000 }));
+    const { result, progress, other } = await download(
+      buildDownloadArgs({ url: server.url('/chunked.mp3'), outputDir, maxBytes: 1000 }),
+    );
     expect(result.exitCode).toBe(0);
     expect(other).toEqual([join(outputDir, 'source.mp3')]);
     expect(progress.at(-1)!.downloadedBytes).toBeGreaterThan(1000);
@@ -181,7 +220,11 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(page.exitCode).not.toBe(0);
     expect(classifyYtDlpFailure(page.stderrTail)).toBe('unsupported_url');
 
-    const missing = await runProcess({ command: YTDLP, args: buildProbeArgs({ url: server.url('/missing.mp3') }), env });
+    const missing = await runProcess({
+      command: YTDLP,
+      args: buildProbeArgs({ url: server.url('/missing.mp3') }),
+      env,
+    });
     expect(missing.exitCode).not.toBe(0);
     expect(classifyYtDlpFailure(missing.stderrTail)).toBe('http_error');
     const message = cleanToolMessage(missing.stderrTail, [jobDir, dirname(jobDir)]);

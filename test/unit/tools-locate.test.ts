@@ -20,7 +20,9 @@ describe('locateTool', () => {
   });
 
   it('finds a bare name on PATH, first match wins', async () => {
-    expect(await locateTool('mytool', ['/nonexistent', join(dir, 'bin'), '/usr/bin'].join(':'))).toBe(join(dir, 'bin', 'mytool'));
+    expect(await locateTool('mytool', ['/nonexistent', join(dir, 'bin'), '/usr/bin'].join(':'))).toBe(
+      join(dir, 'bin', 'mytool'),
+    );
     expect(await locateTool('yt-dlp', '/usr/local/bin:/usr/bin')).toBe('/usr/bin/yt-dlp');
   });
 

@@ -47,7 +47,11 @@ describe('runProcess', () => {
   });
 
   it('passes arguments verbatim, never through a shell', async () => {
-    const result = await runProcess({ command: 'printf', args: ['%s|', '$HOME', '; echo hi', '*'], stdoutCaptureBytes: 1024 });
+    const result = await runProcess({
+      command: 'printf',
+      args: ['%s|', '$HOME', '; echo hi', '*'],
+      stdoutCaptureBytes: 1024,
+    });
     expect(result.stdout).toBe('$HOME|; echo hi|*|');
   });
 
@@ -96,7 +100,12 @@ describe('runProcess', () => {
 
   it('does not start anything when the signal is already aborted', async () => {
     const spy = vi.fn(spawn);
-    const result = await runProcess({ command: 'sh', args: [], signal: AbortSignal.abort(), spawn: spy as unknown as typeof spawn });
+    const result = await runProcess({
+      command: 'sh',
+      args: [],
+      signal: AbortSignal.abort(),
+      spawn: spy as unknown as typeof spawn,
+    });
     expect(spy).not.toHaveBeenCalled();
     expect(result.aborted).toBe(true);
   });
@@ -232,7 +241,14 @@ describe('runProcess environment', () => {
     );
 
   it('a tool started with an explicit env gets what it needs of it, without proxy variables', async () => {
-    const seen = await printEnv({ PATH: process.env.PATH ?? '/usr/bin:/bin', NO_PROXY: '*', no_proxy: '127.0.0.1', HTTPS_PROXY: 'http://x:1', TZ: 'UTC', SECRET: 'x' });
+    const seen = await printEnv({
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      NO_PROXY: '*',
+      no_proxy: '127.0.0.1',
+      HTTPS_PROXY: 'http://x:1',
+      TZ: 'UTC',
+      SECRET: 'x',
+    });
     expect(seen.TZ).toBe('UTC');
     expect(seen.SECRET).toBeUndefined();
     expect(Object.keys(seen).filter((name) => /_proxy$/i.test(name))).toEqual([]);

@@ -47,7 +47,9 @@ describe('parseWavHeader', () => {
   it('tells a complete file from one cut off, or one whose header claims more than it holds', () => {
     const wav = riff(chunk('fmt ', fmtBody()), chunk('data', Buffer.alloc(4000)));
     expect(incompleteWav(parseWavHeader(wav), wav.length)).toBeNull();
-    expect(incompleteWav(parseWavHeader(wav), wav.length - 100)).toMatch(/RIFF header declares 4044 bytes, the file has 3944/);
+    expect(incompleteWav(parseWavHeader(wav), wav.length - 100)).toMatch(
+      /RIFF header declares 4044 bytes, the file has 3944/,
+    );
     // A converter cut off before its trailer: the sizes are placeholders (0xFFFFFFFF).
     const unfinished = Buffer.from(wav);
     unfinished.writeUInt32LE(0xffffffff, 4);
@@ -56,7 +58,9 @@ describe('parseWavHeader', () => {
     // RIFF size right, data size wrong.
     const lying = Buffer.from(wav);
     lying.writeUInt32LE(8000, 40);
-    expect(incompleteWav(parseWavHeader(lying), lying.length)).toMatch(/data chunk declares 8000 bytes, the file has 4000/);
+    expect(incompleteWav(parseWavHeader(lying), lying.length)).toMatch(
+      /data chunk declares 8000 bytes, the file has 4000/,
+    );
   });
 
   it('walks past LIST and odd-sized chunks (with their pad byte)', () => {
@@ -85,7 +89,9 @@ describe('parseWavHeader', () => {
 
   it('throws on malformed files', () => {
     expect(() => parseWavHeader(Buffer.from('not a wav file at all'))).toThrow(/RIFF/);
-    expect(() => parseWavHeader(riff(chunk('data', Buffer.alloc(4)), chunk('fmt ', fmtBody())))).toThrow(/before the fmt/);
+    expect(() => parseWavHeader(riff(chunk('data', Buffer.alloc(4)), chunk('fmt ', fmtBody())))).toThrow(
+      /before the fmt/,
+    );
     expect(() => parseWavHeader(riff(chunk('fmt ', fmtBody())))).toThrow(/no data chunk/);
     expect(() => parseWavHeader(riff(chunk('LIST', Buffer.alloc(4))))).toThrow(/no fmt chunk/);
     expect(() => parseWavHeader(riff(chunk('fmt ', Buffer.alloc(8))))).toThrow(/truncated/);

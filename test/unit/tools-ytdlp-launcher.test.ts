@@ -21,11 +21,17 @@ describe('inspectYtDlpLauncher: whether yt-dlp can be imported once and kept war
   });
 
   it("takes Debian's yt-dlp, with its interpreter", async () => {
-    expect(await inspectYtDlpLauncher('/usr/bin/yt-dlp')).toEqual({ importable: true, interpreter: ['/usr/bin/python3'] });
+    expect(await inspectYtDlpLauncher('/usr/bin/yt-dlp')).toEqual({
+      importable: true,
+      interpreter: ['/usr/bin/python3'],
+    });
   });
 
   it("takes pip's launcher and one run through env, the interpreter as the kernel would run it", async () => {
-    const pip = await file('pip-yt-dlp', "#!/opt/venv/bin/python3.11\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom yt_dlp import main\nif __name__ == '__main__':\n    sys.exit(main())\n");
+    const pip = await file(
+      'pip-yt-dlp',
+      "#!/opt/venv/bin/python3.11\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom yt_dlp import main\nif __name__ == '__main__':\n    sys.exit(main())\n",
+    );
     expect(await inspectYtDlpLauncher(pip)).toEqual({ importable: true, interpreter: ['/opt/venv/bin/python3.11'] });
     const env = await file('env-yt-dlp', '#!/usr/bin/env python3\nfrom yt_dlp import main\nmain()\n');
     expect(await inspectYtDlpLauncher(env)).toEqual({ importable: true, interpreter: ['/usr/bin/env', 'python3'] });
@@ -41,12 +47,21 @@ describe('inspectYtDlpLauncher: whether yt-dlp can be imported once and kept war
   });
 
   it('runs a standalone build per run (a binary; a zipapp, larger than any launcher)', async () => {
-    expect(await inspectYtDlpLauncher('/bin/true')).toEqual({ importable: false, reason: expect.stringMatching(/standalone/) });
-    const zipapp = await file('zipapp', Buffer.concat([Buffer.from('#!/usr/bin/env python3\n'), Buffer.alloc(64 * 1024, 0x50)]));
+    expect(await inspectYtDlpLauncher('/bin/true')).toEqual({
+      importable: false,
+      reason: expect.stringMatching(/standalone/),
+    });
+    const zipapp = await file(
+      'zipapp',
+      Buffer.concat([Buffer.from('#!/usr/bin/env python3\n'), Buffer.alloc(64 * 1024, 0x50)]),
+    );
     expect(await inspectYtDlpLauncher(zipapp)).toMatchObject({ importable: false });
   });
 
   it('says when the file cannot be read', async () => {
-    expect(await inspectYtDlpLauncher(join(dir, 'absent'))).toEqual({ importable: false, reason: 'cannot read it (ENOENT)' });
+    expect(await inspectYtDlpLauncher(join(dir, 'absent'))).toEqual({
+      importable: false,
+      reason: 'cannot read it (ENOENT)',
+    });
   });
 });

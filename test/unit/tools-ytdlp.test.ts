@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { cleanToolMessage } from '../../src/tools/tool-message.js';
-import { buildDownloadArgs, buildProbeArgs, configFileText, GUARDED_FORMAT, isGuardedProtocol, netscapeCookiesProblem } from '../../src/tools/ytdlp-args.js';
+import {
+  buildDownloadArgs,
+  buildProbeArgs,
+  configFileText,
+  GUARDED_FORMAT,
+  isGuardedProtocol,
+  netscapeCookiesProblem,
+} from '../../src/tools/ytdlp-args.js';
 import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
 import { parseInfoJson, parseProgressLine, withoutReplayedHeaders } from '../../src/tools/ytdlp-output.js';
 
@@ -27,34 +34,52 @@ describe('buildProbeArgs', () => {
 
 describe('configFileText', () => {
   it('sets the proxy in a line yt-dlp splits like a shell', () => {
-    expect(configFileText({ proxyUrl: 'http://3f0c-1:tok_en-9@127.0.0.1:8899' })).toBe('--proxy "http://3f0c-1:tok_en-9@127.0.0.1:8899"\n');
+    expect(configFileText({ proxyUrl: 'http://3f0c-1:tok_en-9@127.0.0.1:8899' })).toBe(
+      '--proxy "http://3f0c-1:tok_en-9@127.0.0.1:8899"\n',
+    );
     expect(configFileText({ proxyUrl: 'http://job:t@[::1]:8899' })).toBe('--proxy "http://job:t@[::1]:8899"\n');
   });
 
   it("names the job's copy of the cookies by a path relative to the job's folder", () => {
-    expect(configFileText({ proxyUrl: 'http://j:t@127.0.0.1:1', cookies: true })).toBe('--proxy "http://j:t@127.0.0.1:1"\n--cookies cookies.txt\n');
+    expect(configFileText({ proxyUrl: 'http://j:t@127.0.0.1:1', cookies: true })).toBe(
+      '--proxy "http://j:t@127.0.0.1:1"\n--cookies cookies.txt\n',
+    );
     expect(configFileText({ cookies: true })).toBe('--cookies cookies.txt\n');
   });
 
-  it.each(['http://a:b c@127.0.0.1:1', 'http://a:b"c@127.0.0.1:1', "http://a:b'c@127.0.0.1:1", 'http://a:b#c@127.0.0.1:1', 'http://a:b\\c@127.0.0.1:1', 'http://a:b\nc@127.0.0.1:1'])(
-    'refuses %j rather than write a line that splits differently',
-    (url) => {
-      expect(() => configFileText({ proxyUrl: url })).toThrow(/config file/);
-    },
-  );
+  it.each([
+    'http://a:b c@127.0.0.1:1',
+    'http://a:b"c@127.0.0.1:1',
+    "http://a:b'c@127.0.0.1:1",
+    'http://a:b#c@127.0.0.1:1',
+    'http://a:b\\c@127.0.0.1:1',
+    'http://a:b\nc@127.0.0.1:1',
+  ])('refuses %j rather than write a line that splits differently', (url) => {
+    expect(() => configFileText({ proxyUrl: url })).toThrow(/config file/);
+  });
 });
 
 describe('netscapeCookiesProblem', () => {
   const header = '# Netscape HTTP Cookie File\n';
   it('takes the format yt-dlp reads: header, comments, blank lines, #HttpOnly_ lines, 7 tab-separated fields', () => {
-    expect(netscapeCookiesProblem(`${header}# a comment\n\n.example.com\tTRUE\t/\tTRUE\t1999999999\tsid\tabc\n#HttpOnly_example.com\tFALSE\t/\tFALSE\t0\tx\ty\n`)).toBeNull();
+    expect(
+      netscapeCookiesProblem(
+        `${header}# a comment\n\n.example.com\tTRUE\t/\tTRUE\t1999999999\tsid\tabc\n#HttpOnly_example.com\tFALSE\t/\tFALSE\t0\tx\ty\n`,
+      ),
+    ).toBeNull();
     expect(netscapeCookiesProblem('# HTTP Cookie File\r\n127.0.0.1\tFALSE\t/\tFALSE\t\tsession\tv\r\n')).toBeNull();
   });
 
   it('names what is wrong by line number, never by content', () => {
-    expect(netscapeCookiesProblem('.example.com\tTRUE\t/\tTRUE\t0\tsid\tsecret-value\n')).toBe('its first line is not "# Netscape HTTP Cookie File"');
-    expect(netscapeCookiesProblem(`${header}.example.com TRUE / TRUE 0 sid secret-value\n`)).toBe('line 2 does not have 7 tab-separated fields');
-    expect(netscapeCookiesProblem(`${header}\n.example.com\tTRUE\t/\tTRUE\tsoon\tsid\tsecret-value\n`)).toBe('line 3 has an expiry that is not a number');
+    expect(netscapeCookiesProblem('.example.com\tTRUE\t/\tTRUE\t0\tsid\tsecret-value\n')).toBe(
+      'its first line is not "# Netscape HTTP Cookie File"',
+    );
+    expect(netscapeCookiesProblem(`${header}.example.com TRUE / TRUE 0 sid secret-value\n`)).toBe(
+      'line 2 does not have 7 tab-separated fields',
+    );
+    expect(netscapeCookiesProblem(`${header}\n.example.com\tTRUE\t/\tTRUE\tsoon\tsid\tsecret-value\n`)).toBe(
+      'line 3 has an expiry that is not a number',
+    );
     expect(netscapeCookiesProblem('[{"name": "sid", "value": "secret-value"}]')).not.toContain('secret');
   });
 });
@@ -167,18 +192,29 @@ describe('parseInfoJson', () => {
       'm3u8_native',
       'rtmp',
     ]);
-    expect(parseInfoJson(JSON.stringify({ id: 'v', extractor: 'x', extractor_key: 'X', protocol: 'rtsp' })).protocols).toEqual(['rtsp']);
+    expect(
+      parseInfoJson(JSON.stringify({ id: 'v', extractor: 'x', extractor_key: 'X', protocol: 'rtsp' })).protocols,
+    ).toEqual(['rtsp']);
   });
 
   it('reads duration and live state', () => {
     const info = parseInfoJson(
-      JSON.stringify({ id: 123, extractor: 'youtube', extractor_key: 'Youtube', duration: 212.5, is_live: false, live_status: 'is_live' }),
+      JSON.stringify({
+        id: 123,
+        extractor: 'youtube',
+        extractor_key: 'Youtube',
+        duration: 212.5,
+        is_live: false,
+        live_status: 'is_live',
+      }),
     );
     expect(info).toMatchObject({ mediaId: '123', durationS: 212.5, isLive: true });
   });
 
   it('flags playlists', () => {
-    expect(parseInfoJson(JSON.stringify({ id: 'p', extractor: 'x', extractor_key: 'X', _type: 'playlist' })).isPlaylist).toBe(true);
+    expect(
+      parseInfoJson(JSON.stringify({ id: 'p', extractor: 'x', extractor_key: 'X', _type: 'playlist' })).isPlaylist,
+    ).toBe(true);
   });
 
   it('throws on malformed input', () => {
@@ -211,14 +247,14 @@ describe('guarded protocols', () => {
   it('asks yt-dlp for bestaudio, then best, only among formats fetched over HTTP(S) or HLS from http(s) URLs', () => {
     expect(GUARDED_FORMAT).toBe(
       [
-      'bestaudio[protocol^=http][url^="https://"]',
-      'bestaudio[protocol^=http][url^="http://"]',
-      'bestaudio[protocol^=m3u8][url^="https://"]',
-      'bestaudio[protocol^=m3u8][url^="http://"]',
-      'best[protocol^=http][url^="https://"]',
-      'best[protocol^=http][url^="http://"]',
-      'best[protocol^=m3u8][url^="https://"]',
-      'best[protocol^=m3u8][url^="http://"]',
+        'bestaudio[protocol^=http][url^="https://"]',
+        'bestaudio[protocol^=http][url^="http://"]',
+        'bestaudio[protocol^=m3u8][url^="https://"]',
+        'bestaudio[protocol^=m3u8][url^="http://"]',
+        'best[protocol^=http][url^="https://"]',
+        'best[protocol^=http][url^="http://"]',
+        'best[protocol^=m3u8][url^="https://"]',
+        'best[protocol^=m3u8][url^="http://"]',
       ].join('/'),
     );
   });
@@ -230,7 +266,10 @@ describe('withoutReplayedHeaders', () => {
       id: 'x',
       http_headers: { 'Ytdl-request-proxy': '__noproxy__', 'User-Agent': 'a', Cookie: 'sid=1' },
       formats: [
-        { url: 'http://h/a', http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r', cookie: 'sid=1' } },
+        {
+          url: 'http://h/a',
+          http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r', cookie: 'sid=1' },
+        },
         { url: 'http://h/b', fragments: [{ path: 'x', http_headers: { 'Ytdl-Request-Proxy': '__noproxy__' } }] },
       ],
     };
@@ -254,7 +293,7 @@ describe('cleanToolMessage', () => {
     const tail = [
       '[generic] Extracting URL: http://example.com/a.mp3',
       'WARNING: something at /usr/lib/python3/dist-packages/yt_dlp/x.py',
-      '\x1b[0;31mERROR:\x1b[0m unable to open for writing: [Errno 13] Permission denied: \'/tmp/job-1/download/source.m4a\'',
+      "\x1b[0;31mERROR:\x1b[0m unable to open for writing: [Errno 13] Permission denied: '/tmp/job-1/download/source.m4a'",
       'ERROR: Unable to download webpage: <urlopen error Tunnel connection failed: 403 via http://us%3Aer:s3cr%40t@127.0.0.1:8899>',
       'ERROR: ffmpeg failed on file:/work/main/data/x.wav; please report this issue on  https://github.com/yt-dlp/yt-dlp/issues?q= , filling out the template',
     ].join('\n');
@@ -269,7 +308,9 @@ describe('cleanToolMessage', () => {
   });
 
   it('redacts the proxy user and password even when printed apart from the URL', () => {
-    const message = cleanToolMessage('ERROR: proxy auth for us:er with s3cr@t failed', ['http://us%3Aer:s3cr%40t@127.0.0.1:8899']);
+    const message = cleanToolMessage('ERROR: proxy auth for us:er with s3cr@t failed', [
+      'http://us%3Aer:s3cr%40t@127.0.0.1:8899',
+    ]);
     expect(message).toBe('ERROR: proxy auth for [redacted] with [redacted] failed');
   });
 
@@ -303,7 +344,10 @@ describe('classifyYtDlpFailure', () => {
       "ERROR: [generic] None: Unable to download webpage: <urlopen error Tunnel connection failed: 403 Forbidden> (caused by URLError(OSError('Tunnel connection failed: 403 Forbidden')))",
       'destination_refused',
     ],
-    ['ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused>', 'network_error'],
+    [
+      'ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused>',
+      'network_error',
+    ],
     ['ERROR: The read operation timed out', 'network_error'],
     ['ERROR: [generic] rtmp: Requested format is not available', 'unsupported_protocol'],
     ['ERROR: something new', 'download_failed'],

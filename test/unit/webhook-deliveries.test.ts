@@ -1,11 +1,27 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
-import { claimNextJob, getJobRow, markCanceled, markDone, markFailed, reclaimExpiredLeases, releaseJob } from '../../src/jobs/queue.js';
+import {
+  claimNextJob,
+  getJobRow,
+  markCanceled,
+  markDone,
+  markFailed,
+  reclaimExpiredLeases,
+  releaseJob,
+} from '../../src/jobs/queue.js';
 import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
-import { ATTEMPT_LOG_SIZE, attemptsOf, callbackRecorder, claimDueDelivery, deliveryForJob, recordAttempt, releaseDelivery } from '../../src/webhooks/deliveries.js';
+import {
+  ATTEMPT_LOG_SIZE,
+  attemptsOf,
+  callbackRecorder,
+  claimDueDelivery,
+  deliveryForJob,
+  recordAttempt,
+  releaseDelivery,
+} from '../../src/webhooks/deliveries.js';
 import { createDeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
 import { webhookSignature } from '../../src/webhooks/signature.js';
@@ -42,7 +58,10 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
   });
   /** Each submission a millisecond after the one before, so the claim order is the submission order. */
   const submit = async (url: string, callbackUrl: string | null = CALLBACK, contentPresent = false) => {
-    const { job } = await submitSource({ deps: submitDeps(contentPresent), input: { url, callbackUrl: callbackUrl ?? undefined } });
+    const { job } = await submitSource({
+      deps: submitDeps(contentPresent),
+      input: { url, callbackUrl: callbackUrl ?? undefined },
+    });
     clock += 1;
     return job;
   };
@@ -73,7 +92,12 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     const withoutCallback = await submit('https://m.example/none', null);
     expect(follower.followsJobId).toBe(leader.id);
     expect(await deliveryForJob(database, withoutCallback.id)).toBeUndefined();
-    expect(await deliveryForJob(database, done.id)).toMatchObject({ jobId: done.id, url: CALLBACK, status: 'pending', attemptCount: 0 });
+    expect(await deliveryForJob(database, done.id)).toMatchObject({
+      jobId: done.id,
+      url: CALLBACK,
+      status: 'pending',
+      attemptCount: 0,
+    });
     // Queued jobs: nothing is due.
     expect(await dueJobs()).toEqual([]);
 
@@ -97,11 +121,26 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     const swept = await reclaimExpiredLeases(database, 1, clock);
     expect(swept.failed.map((ended) => ended.job.id)).toEqual([exhausted.id]);
 
-    expect(await dueJobs()).toEqual([done.id, failed.id, canceledQueued.id, canceledRunning.id, exhausted.id, thrown.id, follower.id].sort());
+    expect(await dueJobs()).toEqual(
+      [done.id, failed.id, canceledQueued.id, canceledRunning.id, exhausted.id, thrown.id, follower.id].sort(),
+    );
   });
 
   it('makes a born-done job’s delivery due at once', async () => {
-    await recordCacheEntry(database, { contentId: 'cid-stored', name: 'audio.wav', kind: 'source_wav', bytes: 100, contentType: 'audio/wav', sampleRate: 44100, channels: 2, durationS: 1 }, clock);
+    await recordCacheEntry(
+      database,
+      {
+        contentId: 'cid-stored',
+        name: 'audio.wav',
+        kind: 'source_wav',
+        bytes: 100,
+        contentType: 'audio/wav',
+        sampleRate: 44100,
+        channels: 2,
+        durationS: 1,
+      },
+      clock,
+    );
     await setAlias(database, 'url', 'https://m.example/stored', 'cid-stored', clock);
     const job = await submit('https://m.example/stored', CALLBACK, true);
     expect(job).toMatchObject({ status: 'done', bornDone: true });
@@ -119,8 +158,24 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     const second = await claimDueDelivery(database, lease('n2'));
     expect(second).toMatchObject({ id: first!.id, lockOwner: 'n2' });
     // n1 comes back from the dead with its outcome: it no longer holds the lease, nothing is written.
-    expect(await recordAttempt(database, first!, 'n1', { at: clock, status: 200, error: null }, { status: 'delivered', now: clock })).toBe(false);
-    expect(await recordAttempt(database, second!, 'n2', { at: clock, status: 200, error: null }, { status: 'delivered', now: clock })).toBe(true);
+    expect(
+      await recordAttempt(
+        database,
+        first!,
+        'n1',
+        { at: clock, status: 200, error: null },
+        { status: 'delivered', now: clock },
+      ),
+    ).toBe(false);
+    expect(
+      await recordAttempt(
+        database,
+        second!,
+        'n2',
+        { at: clock, status: 200, error: null },
+        { status: 'delivered', now: clock },
+      ),
+    ).toBe(true);
     const row = (await deliveryForJob(database, job.id))!;
     expect(row).toMatchObject({ status: 'delivered', attemptCount: 1, lockOwner: null, finishedAt: clock });
     expect(attemptsOf(row)).toEqual([{ at: clock, status: 200, error: null }]);
@@ -195,8 +250,12 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
         const timestamp = Number(request.headers['webhook-timestamp']);
         expect(request.headers['webhook-signature']).toBe(webhookSignature(SECRET, row.id, timestamp, request.body));
         // Another secret, id or body would not match.
-        expect(request.headers['webhook-signature']).not.toBe(webhookSignature(`${SECRET}x`, row.id, timestamp, request.body));
-        expect(request.headers['webhook-signature']).not.toBe(webhookSignature(SECRET, 'another-id', timestamp, request.body));
+        expect(request.headers['webhook-signature']).not.toBe(
+          webhookSignature(`${SECRET}x`, row.id, timestamp, request.body),
+        );
+        expect(request.headers['webhook-signature']).not.toBe(
+          webhookSignature(SECRET, 'another-id', timestamp, request.body),
+        );
       }
       await w.stop();
     });
@@ -248,7 +307,12 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
       await inFlight;
       expect(await deliveryForJob(database, job.id)).toMatchObject({ lockOwner: 'n1' });
       await hanging.stop();
-      expect(await deliveryForJob(database, job.id)).toMatchObject({ status: 'pending', attemptCount: 0, lockOwner: null, leaseExpiresAt: null });
+      expect(await deliveryForJob(database, job.id)).toMatchObject({
+        status: 'pending',
+        attemptCount: 0,
+        lockOwner: null,
+        leaseExpiresAt: null,
+      });
 
       // At once, not after a lease: the next node takes it.
       const next = worker({ nodeId: 'n2' });

@@ -4,7 +4,11 @@ import { markCanceled } from '../../src/jobs/queue.js';
 import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
 import { callbackRecorder, deliveryForJob } from '../../src/webhooks/deliveries.js';
-import { createDeliveryWorker, type DeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
+import {
+  createDeliveryWorker,
+  type DeliveryWorker,
+  type DeliveryWorkerDeps,
+} from '../../src/webhooks/delivery-worker.js';
 import { createReceiverBackoff } from '../../src/webhooks/receiver-backoff.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
 import { BACKENDS, openTestDatabase } from '../support/test-database.js';
@@ -50,7 +54,10 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
 
   /** A job of `apiKeyId` with a callback to `callbackUrl`, ended (canceled) a millisecond after the one before. */
   async function endedWithCallback(apiKeyId: string, callbackUrl: string): Promise<string> {
-    const { job } = await submitSource({ deps: submitDeps(), input: { url: `https://m.example/${ids}`, callbackUrl, apiKeyId } });
+    const { job } = await submitSource({
+      deps: submitDeps(),
+      input: { url: `https://m.example/${ids}`, callbackUrl, apiKeyId },
+    });
     await markCanceled(database, job.id, clock);
     clock += 1;
     return job.id;
@@ -96,7 +103,10 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
   }
 
   /** Resolves once `count` sends match. */
-  async function sends(count: number, where: (request: CallbackRequest) => boolean = () => true): Promise<CallbackRequest[]> {
+  async function sends(
+    count: number,
+    where: (request: CallbackRequest) => boolean = () => true,
+  ): Promise<CallbackRequest[]> {
     while (sent.filter(where).length < count) await new Promise<void>((wake) => onSend.push(wake));
     return sent.filter(where);
   }
@@ -156,7 +166,8 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
     const silentJobs: string[] = [];
     for (let i = 0; i < 5; i++) silentJobs.push(await endedWithCallback('key-a', 'https://silent.example/hook'));
     const w = worker({ total: 4, perKey: 10, perReceiver: 2 });
-    const pendingUntil = async () => new Set(await Promise.all(silentJobs.map(async (id) => (await deliveryForJob(database, id))!.nextAttemptAt)));
+    const pendingUntil = async () =>
+      new Set(await Promise.all(silentJobs.map(async (id) => (await deliveryForJob(database, id))!.nextAttemptAt)));
     const runDue = async () => {
       w.wake();
       await w.settle();

@@ -43,7 +43,8 @@ function senderDeps(overrides: Partial<CallbackSenderDeps> = {}): CallbackSender
   const dial: Dialer = async (address, port) => {
     dials.push({ address, port });
     const bridged = bridges.get(address);
-    if (bridged === undefined) throw Object.assign(new Error(`connect ECONNREFUSED ${address}:${port}`), { code: 'ECONNREFUSED' });
+    if (bridged === undefined)
+      throw Object.assign(new Error(`connect ECONNREFUSED ${address}:${port}`), { code: 'ECONNREFUSED' });
     const socket = net.connect(bridged, '127.0.0.1');
     await once(socket, 'connect');
     return socket;
@@ -73,7 +74,11 @@ describe('a callback attempt', () => {
     expect(dials).toEqual([{ address: PUBLIC_A, port: 80 }]);
     const [received] = receiver.requests;
     expect(received).toMatchObject({ method: 'POST', path: '/hook?x=1', body: '{"job_id":"j1","status":"done"}' });
-    expect(received!.headers).toMatchObject({ host: 'hooks.example', 'content-type': 'application/json', 'webhook-id': 'd1' });
+    expect(received!.headers).toMatchObject({
+      host: 'hooks.example',
+      'content-type': 'application/json',
+      'webhook-id': 'd1',
+    });
   });
 
   it('reports the status of an answer that is not 2xx, and does not follow a redirect to a refused address', async () => {
@@ -106,11 +111,20 @@ describe('a callback attempt', () => {
     dns.set('hooks.example', ['10.0.0.7']);
     expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'address_private' });
     dns.set('hooks.example', [PUBLIC_A, '169.254.169.254']);
-    expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'address_link_local' });
+    expect(await send(request('http://hooks.example/hook'), never)).toEqual({
+      status: null,
+      error: 'address_link_local',
+    });
     dns.set('hooks.example', ['::ffff:127.0.0.1']);
-    expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'address_loopback' });
+    expect(await send(request('http://hooks.example/hook'), never)).toEqual({
+      status: null,
+      error: 'address_loopback',
+    });
     expect(await send(request('http://localhost:8080/hook'), never)).toEqual({ status: null, error: 'host_localhost' });
-    expect(await send(request('http://gone.example/hook'), never)).toEqual({ status: null, error: 'host_unresolvable' });
+    expect(await send(request('http://gone.example/hook'), never)).toEqual({
+      status: null,
+      error: 'host_unresolvable',
+    });
     // Nothing was dialed after the control.
     expect(dials).toHaveLength(1);
     expect(receiver.requests).toHaveLength(1);
@@ -126,7 +140,10 @@ describe('a callback attempt', () => {
       { address: PUBLIC_A, port: 8443 },
     ]);
     bridges.clear();
-    expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'connect_failed' });
+    expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({
+      status: null,
+      error: 'connect_failed',
+    });
   });
 
   it('reaches an allow-listed loopback receiver (FETCH_ALLOW_HOSTS) and nothing else on loopback', async () => {
@@ -135,7 +152,9 @@ describe('a callback attempt', () => {
       await once(socket, 'connect');
       return socket;
     };
-    const allowed = createCallbackSender(senderDeps({ dial: direct, allowHosts: parseAllowHosts([receiver.hostPort]) }));
+    const allowed = createCallbackSender(
+      senderDeps({ dial: direct, allowHosts: parseAllowHosts([receiver.hostPort]) }),
+    );
     expect(await allowed(request(receiver.url('/hook')), never)).toEqual({ status: 200, error: null });
     const otherPort = `http://127.0.0.1:${receiver.port === 65535 ? 1 : receiver.port + 1}/hook`;
     expect(await allowed(request(otherPort), never)).toEqual({ status: null, error: 'address_loopback' });
@@ -150,7 +169,7 @@ describe('a callback attempt', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
-  it('gives a connect its own short time limit (connect_timeout), apart from the attempt\'s', async () => {
+  it("gives a connect its own short time limit (connect_timeout), apart from the attempt's", async () => {
     // An address that never completes a connect (it drops SYNs): the dial waits until aborted.
     const silentDial: Dialer = (address, port, signal) =>
       new Promise((_, reject) => {
@@ -166,7 +185,10 @@ describe('a callback attempt', () => {
     expect(took).toBeLessThan(5_000);
     expect(dials).toEqual([{ address: PUBLIC_A, port: 80 }]);
     // Control: the same sender connects to an address that answers.
-    expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({ status: 200, error: null });
+    expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({
+      status: 200,
+      error: null,
+    });
   });
 
   it('says aborted when stopped mid-attempt', async () => {
@@ -200,9 +222,14 @@ describe('a callback attempt', () => {
       expect(await send(request('https://hooks.example/hook'), never)).toEqual({ status: 204, error: null });
       expect(bodies).toEqual(['hooks.example {"job_id":"j1"}']);
       // The same server under another name: its certificate does not name it.
-      expect(await send(request('https://impostor.example/hook'), never)).toEqual({ status: null, error: 'tls_failed' });
+      expect(await send(request('https://impostor.example/hook'), never)).toEqual({
+        status: null,
+        error: 'tls_failed',
+      });
       // Without the test CA, the system's roots do not trust it either.
-      expect(await createCallbackSender({ ...deps, tlsCa: undefined })(request('https://hooks.example/hook'), never)).toEqual({ status: null, error: 'tls_failed' });
+      expect(
+        await createCallbackSender({ ...deps, tlsCa: undefined })(request('https://hooks.example/hook'), never),
+      ).toEqual({ status: null, error: 'tls_failed' });
       expect(bodies).toHaveLength(1);
     } finally {
       server.close();
@@ -216,7 +243,9 @@ async function startRedirector(location: string) {
   const server = net.createServer((socket) => {
     socket.once('data', () => {
       requests++;
-      socket.end(`HTTP/1.1 307 Temporary Redirect\r\nLocation: ${location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+      socket.end(
+        `HTTP/1.1 307 Temporary Redirect\r\nLocation: ${location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+      );
     });
   });
   server.listen(0, '127.0.0.1');

@@ -11,9 +11,12 @@ describe('yt-dlp versions', () => {
     expect(parseYtDlpVersion(text)).toEqual(parsed);
   });
 
-  it.each([null, '', 'yt-dlp 2023.03.04', '2023.03', 'v2023.03.04', '2023.03.04-1', 'stable@2023.03.04'])('reads nothing from %j', (text) => {
-    expect(parseYtDlpVersion(text)).toBeNull();
-  });
+  it.each([null, '', 'yt-dlp 2023.03.04', '2023.03', 'v2023.03.04', '2023.03.04-1', 'stable@2023.03.04'])(
+    'reads nothing from %j',
+    (text) => {
+      expect(parseYtDlpVersion(text)).toBeNull();
+    },
+  );
 
   it.each([
     ['2023.07.06', true],
@@ -35,17 +38,24 @@ describe('yt-dlp versions', () => {
 describe('cookies only for a yt-dlp that keeps them to their own domains', () => {
   it('are allowed from 2023.07.06 (CVE-2023-35934 fixed), nightlies included', () => {
     expect(COOKIES_SAFE_SINCE).toBe('2023.07.06');
-    for (const version of ['2023.07.06', '2025.04.30', '2026.10.26', '2024.08.06.232710']) expect(cookiesRefusal('/usr/bin/yt-dlp', version)).toBeNull();
+    for (const version of ['2023.07.06', '2025.04.30', '2026.10.26', '2024.08.06.232710'])
+      expect(cookiesRefusal('/usr/bin/yt-dlp', version)).toBeNull();
   });
 
-  it("are refused to an older one, naming its version, path, the CVE and what to do", () => {
+  it('are refused to an older one, naming its version, path, the CVE and what to do', () => {
     const reason = cookiesRefusal('/usr/bin/yt-dlp', '2023.03.04');
-    expect(reason).toMatch(/^yt-dlp 2023\.03\.04 \(\/usr\/bin\/yt-dlp\) is older than 2023\.07\.06: it sends a cookies file's cookies to other hosts than theirs, on redirects and to fragments \(CVE-2023-35934\)/);
+    expect(reason).toMatch(
+      /^yt-dlp 2023\.03\.04 \(\/usr\/bin\/yt-dlp\) is older than 2023\.07\.06: it sends a cookies file's cookies to other hosts than theirs, on redirects and to fragments \(CVE-2023-35934\)/,
+    );
     expect(reason).toMatch(/install a current yt-dlp \(docs\/yt-dlp\.md\), or unset YTDLP_COOKIES_FILE$/);
   });
 
   it('are refused when the version cannot be read, or is not a release date', () => {
-    expect(cookiesRefusal('yt-dlp, not found', null)).toMatch(/^the version of yt-dlp \(yt-dlp, not found\) cannot be read, and yt-dlp before 2023\.07\.06 sends .*CVE-2023-35934/);
-    expect(cookiesRefusal('/opt/custom/yt-dlp', 'custom build')).toMatch(/^yt-dlp \(\/opt\/custom\/yt-dlp\) names no release date as its version \("custom build"\)/);
+    expect(cookiesRefusal('yt-dlp, not found', null)).toMatch(
+      /^the version of yt-dlp \(yt-dlp, not found\) cannot be read, and yt-dlp before 2023\.07\.06 sends .*CVE-2023-35934/,
+    );
+    expect(cookiesRefusal('/opt/custom/yt-dlp', 'custom build')).toMatch(
+      /^yt-dlp \(\/opt\/custom\/yt-dlp\) names no release date as its version \("custom build"\)/,
+    );
   });
 });

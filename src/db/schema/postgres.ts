@@ -1,5 +1,15 @@
 import { sql } from 'drizzle-orm';
-import { bigint, boolean, doublePrecision, index, integer, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core';
+import {
+  bigint,
+  boolean,
+  doublePrecision,
+  index,
+  integer,
+  pgTable,
+  primaryKey,
+  text,
+  uniqueIndex,
+} from 'drizzle-orm/pg-core';
 import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
 
 /**
@@ -38,14 +48,28 @@ export const jobs = pgTable(
     storedBytes: int64('stored_bytes'),
   },
   (t) => [
-    index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
-    index('jobs_claim_key_idx').on(t.apiKeyId, t.createdAt).where(sql`status = 'queued'`),
-    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt).where(sql`status = 'running'`),
+    index('jobs_claim_idx')
+      .on(t.status, t.createdAt)
+      .where(sql`status = 'queued'`),
+    index('jobs_claim_key_idx')
+      .on(t.apiKeyId, t.createdAt)
+      .where(sql`status = 'queued'`),
+    index('jobs_lease_idx')
+      .on(t.status, t.leaseExpiresAt)
+      .where(sql`status = 'running'`),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
-    index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
-    uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
-    uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
-    index('jobs_key_stored_idx').on(t.apiKeyId, t.finishedAt).where(sql`stored_bytes is not null`),
+    index('jobs_follows_idx')
+      .on(t.followsJobId)
+      .where(sql`follows_job_id is not null`),
+    uniqueIndex('jobs_one_leader_per_url')
+      .on(t.urlKey)
+      .where(sql`status in ('queued', 'running') and follows_job_id is null`),
+    uniqueIndex('jobs_one_download_per_media')
+      .on(t.mediaKey)
+      .where(sql`status = 'running' and media_key is not null`),
+    index('jobs_key_stored_idx')
+      .on(t.apiKeyId, t.finishedAt)
+      .where(sql`stored_bytes is not null`),
   ],
 );
 
@@ -63,7 +87,10 @@ export const cacheEntries = pgTable(
     createdAt: int64('created_at').notNull(),
     lastUsedAt: int64('last_used_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.contentId, t.name] }), index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name)],
+  (t) => [
+    primaryKey({ columns: [t.contentId, t.name] }),
+    index('cache_entries_lru_idx').on(t.lastUsedAt, t.contentId, t.name),
+  ],
 );
 
 export const aliases = pgTable(
@@ -132,6 +159,8 @@ export const callbackDeliveries = pgTable(
   },
   (t) => [
     uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
-    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+    index('callback_deliveries_due_idx')
+      .on(t.nextAttemptAt)
+      .where(sql`status = 'pending'`),
   ],
 );

@@ -49,17 +49,31 @@ export const jobs = sqliteTable(
   (t) => [
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job
     // writes three index pages fewer (5.9 pages to the WAL instead of 8.9 on SQLite).
-    index('jobs_claim_idx').on(t.status, t.createdAt).where(sql`status = 'queued'`),
+    index('jobs_claim_idx')
+      .on(t.status, t.createdAt)
+      .where(sql`status = 'queued'`),
     // claimNextJob: each key's queued jobs in their order, so that a key's turn finds its oldest at once.
-    index('jobs_claim_key_idx').on(t.apiKeyId, t.createdAt).where(sql`status = 'queued'`),
-    index('jobs_lease_idx').on(t.status, t.leaseExpiresAt).where(sql`status = 'running'`),
+    index('jobs_claim_key_idx')
+      .on(t.apiKeyId, t.createdAt)
+      .where(sql`status = 'queued'`),
+    index('jobs_lease_idx')
+      .on(t.status, t.leaseExpiresAt)
+      .where(sql`status = 'running'`),
     index('jobs_url_key_idx').on(t.urlKey, t.status),
-    index('jobs_follows_idx').on(t.followsJobId).where(sql`follows_job_id is not null`),
+    index('jobs_follows_idx')
+      .on(t.followsJobId)
+      .where(sql`follows_job_id is not null`),
     // Single flight across nodes: one leader per URL, one download per media at a time.
-    uniqueIndex('jobs_one_leader_per_url').on(t.urlKey).where(sql`status in ('queued', 'running') and follows_job_id is null`),
-    uniqueIndex('jobs_one_download_per_media').on(t.mediaKey).where(sql`status = 'running' and media_key is not null`),
+    uniqueIndex('jobs_one_leader_per_url')
+      .on(t.urlKey)
+      .where(sql`status in ('queued', 'running') and follows_job_id is null`),
+    uniqueIndex('jobs_one_download_per_media')
+      .on(t.mediaKey)
+      .where(sql`status = 'running' and media_key is not null`),
     // A key's stored bytes over the allowance's window: only the jobs that stored new content.
-    index('jobs_key_stored_idx').on(t.apiKeyId, t.finishedAt).where(sql`stored_bytes is not null`),
+    index('jobs_key_stored_idx')
+      .on(t.apiKeyId, t.finishedAt)
+      .where(sql`stored_bytes is not null`),
   ],
 );
 
@@ -189,6 +203,8 @@ export const callbackDeliveries = sqliteTable(
   },
   (t) => [
     uniqueIndex('callback_deliveries_job_idx').on(t.jobId),
-    index('callback_deliveries_due_idx').on(t.nextAttemptAt).where(sql`status = 'pending'`),
+    index('callback_deliveries_due_idx')
+      .on(t.nextAttemptAt)
+      .where(sql`status = 'pending'`),
   ],
 );

@@ -17,7 +17,8 @@ import { routeTemplate } from '../route-template.js';
 export function requestContext(options: { log: Logger }): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const bindings = c.env as Partial<HttpBindings> | undefined;
-    const facts = requestFacts(bindings?.incoming) ?? newRequestFacts(acceptedRequestId(c.req.header('x-request-id')), options.log);
+    const facts =
+      requestFacts(bindings?.incoming) ?? newRequestFacts(acceptedRequestId(c.req.header('x-request-id')), options.log);
     facts.route = routeTemplate(c);
     c.set('facts', facts);
     const outgoing = bindings?.outgoing;

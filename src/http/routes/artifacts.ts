@@ -70,7 +70,8 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
       return grant;
     }
     if (verdict === 'expired') throw new ServiceError('forbidden', 'signature_expired', 'This signed URL has expired.');
-    if (verdict === 'invalid') throw new ServiceError('forbidden', 'signature_invalid', 'This signed URL is not valid.');
+    if (verdict === 'invalid')
+      throw new ServiceError('forbidden', 'signature_invalid', 'This signed URL is not valid.');
     throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
   }
 
@@ -99,7 +100,9 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
         return { status: 200, headers: { ...headers, ...forProxy(caching) } };
       }
 
-      const range = ifRangeAllows(request.header('if-range') ?? null, validators) ? parseRange(request.header('range'), file.size) : ({ kind: 'none' } as const);
+      const range = ifRangeAllows(request.header('if-range') ?? null, validators)
+        ? parseRange(request.header('range'), file.size)
+        : ({ kind: 'none' } as const);
       if (range.kind === 'unsatisfiable') {
         return problemAnswer(416, 'range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
           requestId: request.facts.id,
@@ -137,13 +140,21 @@ function encodePath(relativePath: string): string {
 }
 
 const ArtifactParams = z.object({
-  cid: z.string().openapi({ param: { name: 'cid', in: 'path' }, description: 'Content id: lowercase hex SHA-256 of the file.' }),
+  cid: z
+    .string()
+    .openapi({ param: { name: 'cid', in: 'path' }, description: 'Content id: lowercase hex SHA-256 of the file.' }),
   name: z.string().openapi({ param: { name: 'name', in: 'path' }, example: 'audio.wav' }),
 });
 
 const SignatureQuery = z.object({
-  expires: z.string().optional().openapi({ param: { name: 'expires', in: 'query' }, description: 'Expiry of a signed URL (Unix seconds).' }),
-  sig: z.string().optional().openapi({ param: { name: 'sig', in: 'query' }, description: 'Signature of a signed URL.' }),
+  expires: z
+    .string()
+    .optional()
+    .openapi({ param: { name: 'expires', in: 'query' }, description: 'Expiry of a signed URL (Unix seconds).' }),
+  sig: z
+    .string()
+    .optional()
+    .openapi({ param: { name: 'sig', in: 'query' }, description: 'Signature of a signed URL.' }),
 });
 
 /**

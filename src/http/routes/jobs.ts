@@ -34,7 +34,10 @@ export const cancelJobRoute = createRoute({
   security,
   request: { params: JobIdParam },
   responses: {
-    200: { description: 'The canceled job (also when it was canceled before).', content: { 'application/json': { schema: JobSchema } } },
+    200: {
+      description: 'The canceled job (also when it was canceled before).',
+      content: { 'application/json': { schema: JobSchema } },
+    },
     404: problemResponseSpec('No such job.'),
     409: problemResponseSpec('The job is already done or failed.'),
     ...commonErrorResponses,
@@ -57,7 +60,11 @@ export const getJobEventsRoute = createRoute({
   request: {
     params: JobIdParam,
     headers: z.object({
-      'last-event-id': z.string().max(200).optional().openapi({ description: 'The `id` of the last event received, to resume from.' }),
+      'last-event-id': z
+        .string()
+        .max(200)
+        .optional()
+        .openapi({ description: 'The `id` of the last event received, to resume from.' }),
     }),
   },
   responses: {
@@ -66,12 +73,16 @@ export const getJobEventsRoute = createRoute({
       content: {
         'text/event-stream': {
           schema: z.string().openapi({
-            example: 'retry: 1000\n\nid: 0xH1FRz6Xb1ysz5LR2QCaA\nevent: job\ndata: {"job_id":"c5b2b0d4-…","status":"running",…}\n\n',
+            example:
+              'retry: 1000\n\nid: 0xH1FRz6Xb1ysz5LR2QCaA\nevent: job\ndata: {"job_id":"c5b2b0d4-…","status":"running",…}\n\n',
           }),
         },
       },
     },
-    204: { description: 'The client has the final state already (its Last-Event-ID is the last event): nothing more will come.' },
+    204: {
+      description:
+        'The client has the final state already (its Last-Event-ID is the last event): nothing more will come.',
+    },
     404: problemResponseSpec('No such job.'),
     ...commonErrorResponses,
     429: problemResponseSpec(
@@ -134,7 +145,10 @@ export function jobOperations(deps: {
 }
 
 /** getJobEvents: a stream, answered by the app alone. */
-export function registerJobEventsRoute(app: OpenAPIHono<AppEnv>, deps: { admission: KeyAdmission; get: (id: string) => Promise<JobRow>; events: JobEventStreams }): void {
+export function registerJobEventsRoute(
+  app: OpenAPIHono<AppEnv>,
+  deps: { admission: KeyAdmission; get: (id: string) => Promise<JobRow>; events: JobEventStreams },
+): void {
   app.use(honoPath(getJobEventsRoute.path), admitted(deps.admission));
   app.openapi(getJobEventsRoute, async (c) => {
     const job = await deps.get(c.req.valid('param').id);

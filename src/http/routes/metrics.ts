@@ -19,7 +19,10 @@ export const getMetricsRoute = createRoute({
   },
 });
 
-export function registerMetricsRoute(app: OpenAPIHono<AppEnv>, deps: { metrics: Metrics; admit: MiddlewareHandler<AppEnv> }): void {
+export function registerMetricsRoute(
+  app: OpenAPIHono<AppEnv>,
+  deps: { metrics: Metrics; admit: MiddlewareHandler<AppEnv> },
+): void {
   app.use('/metrics', deps.admit);
   app.openapi(getMetricsRoute, async (c) => {
     return c.text(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType });

@@ -8,7 +8,15 @@ import { jsonRequestBody } from '../json-request-body.js';
 import { jsonAnswer, type OperationBinding } from '../operation.js';
 import { problemDocument, statusOf } from '../problem.js';
 import { honoPath, SOURCES_ROUTE } from '../route-template.js';
-import { BatchResultSchema, JobSchema, MAX_BATCH_URLS, SubmitSourceBatchBody, SubmitSourceBody, type BatchResult, type JobRecord } from '../schemas.js';
+import {
+  BatchResultSchema,
+  JobSchema,
+  MAX_BATCH_URLS,
+  SubmitSourceBatchBody,
+  SubmitSourceBody,
+  type BatchResult,
+  type JobRecord,
+} from '../schemas.js';
 
 export const MAX_BODY_BYTES = 8 * 1024;
 /** Room for MAX_BATCH_URLS URLs of the longest length, and a callback_url. */
@@ -60,7 +68,10 @@ export const submitSourceBatchRoute = createRoute({
 export interface SourceOperationsDeps {
   admission: KeyAdmission;
   submit: (input: Submission, requestId: string) => Promise<JobView>;
-  submitBatch: (input: { urls: string[]; callbackUrl?: string; apiKeyId?: string }, requestId: string) => Promise<BatchItem[]>;
+  submitBatch: (
+    input: { urls: string[]; callbackUrl?: string; apiKeyId?: string },
+    requestId: string,
+  ) => Promise<BatchItem[]>;
   render: (job: JobRow) => Promise<JobRecord>;
   renderView: (view: JobView) => JobRecord;
 }
@@ -93,7 +104,11 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
         route: submitSourceBatchRoute.path,
         async answer(request) {
           const key = deps.admission.admit(request);
-          const { urls, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BATCH_BODY_BYTES, SubmitSourceBatchBody);
+          const { urls, callback_url: callbackUrl } = await jsonRequestBody(
+            request,
+            MAX_BATCH_BODY_BYTES,
+            SubmitSourceBatchBody,
+          );
           const { facts } = request;
           const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
           const results: BatchResult['results'] = [];
@@ -104,14 +119,23 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
               const { refusal } = item;
               // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
               const retryAfter = refusal.extra.retryAfterSeconds;
-              const fields = { ...refusal.extra.fields, ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}) };
-              const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, { fieldErrors: refusal.extra.fieldErrors, fields });
+              const fields = {
+                ...refusal.extra.fields,
+                ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}),
+              };
+              const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, {
+                fieldErrors: refusal.extra.fieldErrors,
+                fields,
+              });
               results.push({ outcome: 'refused', url: item.url, problem });
             }
           }
           const accepted = results.filter((result) => result.outcome === 'accepted').length;
           const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
-          facts.log.info({ accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined }, 'source batch submitted');
+          facts.log.info(
+            { accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined },
+            'source batch submitted',
+          );
           return jsonAnswer(200, JSON.stringify({ accepted, refused: results.length - accepted, results }));
         },
       },

@@ -16,16 +16,23 @@ const WaitQuery = z.object({
     .min(0)
     .max(MAX_SCRUB_WAIT_S)
     .default(25)
-    .openapi({ description: `Seconds to wait for the pass to end before answering 202 with the report so far (0 to ${MAX_SCRUB_WAIT_S}).`, example: 25 }),
+    .openapi({
+      description: `Seconds to wait for the pass to end before answering 202 with the report so far (0 to ${MAX_SCRUB_WAIT_S}).`,
+      example: 25,
+    }),
 });
 
-const report = (description: string) => ({ description, content: { 'application/json': { schema: ScrubReportSchema } } });
+const report = (description: string) => ({
+  description,
+  content: { 'application/json': { schema: ScrubReportSchema } },
+});
 
 export const scrubStoreRoute = createRoute({
   operationId: 'scrubStore',
   method: 'post',
   path: '/store/scrub',
-  summary: 'Check every stored artifact against its content id now; corrupt ones leave the store for the quarantine folder.',
+  summary:
+    'Check every stored artifact against its content id now; corrupt ones leave the store for the quarantine folder.',
   description: [
     'Starts a scrub pass on this node, or joins the one running here, and answers its report once it ends, or after `wait_s` with',
     'the report so far (202; follow it with getStoreScrub on the same node). Every stored file is read (at SCRUB_BYTES_PER_S) and',
@@ -57,7 +64,10 @@ export const getStoreScrubRoute = createRoute({
   },
 });
 
-export function registerStoreRoutes(app: OpenAPIHono<AppEnv>, deps: { scrubber: Pick<Scrubber, 'request' | 'latest'>; requireKey: MiddlewareHandler<AppEnv> }): void {
+export function registerStoreRoutes(
+  app: OpenAPIHono<AppEnv>,
+  deps: { scrubber: Pick<Scrubber, 'request' | 'latest'>; requireKey: MiddlewareHandler<AppEnv> },
+): void {
   app.use('/store/*', deps.requireKey);
   app.openapi(scrubStoreRoute, async (c) => {
     const pass = await deps.scrubber.request();
@@ -66,7 +76,8 @@ export function registerStoreRoutes(app: OpenAPIHono<AppEnv>, deps: { scrubber: 
   });
   app.openapi(getStoreScrubRoute, async (c) => {
     const pass = deps.scrubber.latest();
-    if (!pass) throw new ServiceError('not_found', 'scrub_not_found', 'No scrub pass has run on this node since it started.');
+    if (!pass)
+      throw new ServiceError('not_found', 'scrub_not_found', 'No scrub pass has run on this node since it started.');
     const answer = await reportWithin(pass, c.req.valid('query').wait_s);
     return c.json(renderScrubReport(answer), answer.status === 'running' ? 202 : 200);
   });

@@ -34,23 +34,36 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
     const run = await ctx.runTool(
       'ffmpeg',
-      ffmpeg.buildConvertArgs({ input: downloaded.path, output: wavPath, maxDurationS: ctx.limits.maxDurationS, maxAllocBytes: ctx.limits.tool.memoryBytes }),
+      ffmpeg.buildConvertArgs({
+        input: downloaded.path,
+        output: wavPath,
+        maxDurationS: ctx.limits.maxDurationS,
+        maxAllocBytes: ctx.limits.tool.memoryBytes,
+      }),
       { maxFileBytes: ctx.limits.maxOutputBytes },
     );
     if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
     if (run.exitCode !== 0) {
       // ffmpeg opens its output only after its input, once an audio stream is found in it; and it
       // names an input it could not open at the start of its line.
-      const inputRefused = NO_AUDIO_STREAM.test(run.stderrTail) || run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
+      const inputRefused =
+        NO_AUDIO_STREAM.test(run.stderrTail) ||
+        run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
       if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
-      throw new JobFailure({ code: 'conversion_failed', message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.' });
+      throw new JobFailure({
+        code: 'conversion_failed',
+        message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.',
+      });
     }
     // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
     // audio must not be stored as the URL's content.
     if (CORRUPT_INPUT.test(run.stderrTail)) {
       throw new JobFailure({
         code: 'media_corrupt',
-        message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(0, 500),
+        message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(
+          0,
+          500,
+        ),
       });
     }
     const header = await readWavHeader(wavPath);
@@ -71,7 +84,8 @@ async function nearlyFull(dir: string): Promise<boolean> {
 
 /** Not media at all, media without audio, or media too damaged to open (a truncated MP4 without its index, say). */
 function notAudio(stderrTail: string, hide: string[]): JobFailure {
-  if (NO_AUDIO_STREAM.test(stderrTail)) return new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
+  if (NO_AUDIO_STREAM.test(stderrTail))
+    return new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
   const reason = cleanToolMessage(stderrTail, hide)
     .split('\n')
     .pop()

@@ -65,43 +65,49 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
     const downloadDir = path.join(ctx.workDir, 'download');
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
-    const tooLarge = () => new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.` });
+    const tooLarge = () =>
+      new JobFailure({
+        code: 'file_too_large',
+        message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.`,
+      });
     let downloadedPath: string | undefined;
     let lastProgress = 0;
     const stall = watchForStall(ctx.limits.downloadStall);
-    const run = await ctx.runTool(
-      'ytdlp',
-      buildDownloadArgs({
-        infoJsonPath,
-        url: ctx.job.url,
-        outputDir: downloadDir,
-        ...ctx.ytdlpOptions,
-        maxBytes,
-        // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
-        format: GUARDED_FORMAT,
-      }),
-      {
-        // Room for the last chunk past the byte limit: the progress check below stops it first.
-        maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
-        stop: stall.signal,
-        onStdoutLine: (line) => {
-          const progress = parseProgressLine(line);
-          if (progress) {
-            stall.progress(progress.downloadedBytes);
-            // Enforced while downloading, whatever the origin announced (chunked responses have no
-            // size for --max-filesize to check): throwing here kills yt-dlp's process group.
-            if (progress.downloadedBytes > maxBytes) throw tooLarge();
-            const now = Date.now();
-            if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
-              lastProgress = now;
-              deps.onProgress(progress.downloadedBytes, progress.totalBytes);
+    const run = await ctx
+      .runTool(
+        'ytdlp',
+        buildDownloadArgs({
+          infoJsonPath,
+          url: ctx.job.url,
+          outputDir: downloadDir,
+          ...ctx.ytdlpOptions,
+          maxBytes,
+          // Only formats fetched over HTTP(S) by yt-dlp itself, through the guard.
+          format: GUARDED_FORMAT,
+        }),
+        {
+          // Room for the last chunk past the byte limit: the progress check below stops it first.
+          maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
+          stop: stall.signal,
+          onStdoutLine: (line) => {
+            const progress = parseProgressLine(line);
+            if (progress) {
+              stall.progress(progress.downloadedBytes);
+              // Enforced while downloading, whatever the origin announced (chunked responses have no
+              // size for --max-filesize to check): throwing here kills yt-dlp's process group.
+              if (progress.downloadedBytes > maxBytes) throw tooLarge();
+              const now = Date.now();
+              if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
+                lastProgress = now;
+                deps.onProgress(progress.downloadedBytes, progress.totalBytes);
+              }
+            } else if (path.isAbsolute(line.trim())) {
+              downloadedPath = line.trim();
             }
-          } else if (path.isAbsolute(line.trim())) {
-            downloadedPath = line.trim();
-          }
+          },
         },
-      },
-    ).finally(stall.stop);
+      )
+      .finally(stall.stop);
     if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
     // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
     // carried on without it; the task reports the refusal itself.
@@ -114,7 +120,10 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
     }
     const downloaded = await fs.stat(downloadedPath).catch(() => null);
     if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
-      throw new JobFailure({ code: 'download_failed', message: 'The downloader reported success but produced no file.' });
+      throw new JobFailure({
+        code: 'download_failed',
+        message: 'The downloader reported success but produced no file.',
+      });
     }
     if (downloaded.size > maxBytes) throw tooLarge();
     deps.onProgress(downloaded.size, downloaded.size);

@@ -39,14 +39,20 @@ export function resolveMedia(ctx: FetchContext, deps: MediaAliasDeps, probed: Pr
       const reused = await reuseStored(deps, job.id, owner, mediaKey);
       if (reused === 'lost') return { kind: 'lost' };
       if (reused !== 'absent') {
-        ctx.log.info({ content_id: reused.job.contentId, media: mediaKey }, 'media already stored under another URL: job done');
+        ctx.log.info(
+          { content_id: reused.job.contentId, media: mediaKey },
+          'media already stored under another URL: job done',
+        );
         return { kind: 'reused', ended: reused };
       }
       const claim = await claimMediaDownload(deps.database, job.id, owner, mediaKey);
       if (claim === 'claimed') return { kind: 'download' };
       if (claim === 'lost') return { kind: 'lost' };
       if (await followMediaDownload(deps.database, job.id, owner, claim.followId)) {
-        ctx.log.info({ leader_id: claim.followId, media: mediaKey }, 'the same media is being downloaded by another job: following it');
+        ctx.log.info(
+          { leader_id: claim.followId, media: mediaKey },
+          'the same media is being downloaded by another job: following it',
+        );
         return { kind: 'following', leaderId: claim.followId };
       }
     }
@@ -58,12 +64,18 @@ export function resolveMedia(ctx: FetchContext, deps: MediaAliasDeps, probed: Pr
  * Ends the job with the content its media alias points to, in one transaction under the
  * content's lock (no node's eviction can remove it in between), making it hot: it is in use.
  */
-async function reuseStored(deps: MediaAliasDeps, jobId: string, owner: string, mediaKey: string): Promise<Ended | 'absent' | 'lost'> {
+async function reuseStored(
+  deps: MediaAliasDeps,
+  jobId: string,
+  owner: string,
+  mediaKey: string,
+): Promise<Ended | 'absent' | 'lost'> {
   return deps.database.transaction(async (q) => {
     const known = await resolveAlias(q, 'media', mediaKey);
     if (known === undefined) return 'absent';
     await lockContent(q, [known], 'use');
-    if ((await resolveAlias(q, 'media', mediaKey)) !== known || !deps.store.hasSync(known, AUDIO_ARTIFACT_NAME)) return 'absent';
+    if ((await resolveAlias(q, 'media', mediaKey)) !== known || !deps.store.hasSync(known, AUDIO_ARTIFACT_NAME))
+      return 'absent';
     const now = deps.now();
     const ended = await markDone(q, jobId, owner, known, now);
     if (!ended) return 'lost';

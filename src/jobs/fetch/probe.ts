@@ -27,7 +27,10 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
       stdoutCaptureBytes: MAX_INFO_JSON_BYTES,
       // The info JSON goes to stdout: the metadata run writes no file of any size.
       maxFileBytes: MAX_PROBE_FILE_BYTES,
-      stop: abortAfter(ctx.limits.metadataTimeoutMs, { code: 'metadata_timeout', message: `Reading the media's metadata took longer than ${seconds} s and was stopped.` }),
+      stop: abortAfter(ctx.limits.metadataTimeoutMs, {
+        code: 'metadata_timeout',
+        message: `Reading the media's metadata took longer than ${seconds} s and was stopped.`,
+      }),
     });
     if (probe.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(probe.stderrTail, ctx.hide));
     let info: MediaInfo;
@@ -36,10 +39,16 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
       info = parseInfoJson(probe.stdout);
       infoText = withoutReplayedHeaders(probe.stdout);
     } catch {
-      throw new JobFailure({ code: 'metadata_invalid', message: 'The downloader returned metadata that could not be read.' });
+      throw new JobFailure({
+        code: 'metadata_invalid',
+        message: 'The downloader returned metadata that could not be read.',
+      });
     }
     if (info.isPlaylist) {
-      throw new JobFailure({ code: 'playlist_not_supported', message: 'The URL is a playlist; submit the URL of one item.' });
+      throw new JobFailure({
+        code: 'playlist_not_supported',
+        message: 'The URL is a playlist; submit the URL of one item.',
+      });
     }
     if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
     // Formats fetched by an external program (rtmpdump, mpv...) would connect around the guard.
@@ -49,7 +58,8 @@ export function probeMedia(ctx: FetchContext): Promise<Outcome<Probed>> {
         message: `The media is only offered over ${[...new Set(info.protocols)].slice(0, 5).join(', ')}; only HTTP(S), HLS and DASH are fetched.`,
       });
     }
-    if (info.durationS !== undefined && info.durationS > ctx.limits.maxDurationS) throw durationExceeded(info.durationS, ctx.limits.maxDurationS);
+    if (info.durationS !== undefined && info.durationS > ctx.limits.maxDurationS)
+      throw durationExceeded(info.durationS, ctx.limits.maxDurationS);
     return { info, infoText, mediaKey: trustedMediaKey(info, ctx.hostsContacted()) };
   });
 }
@@ -68,7 +78,11 @@ export function trustedMediaKey(info: MediaInfo, hostsContacted: string[]): stri
     return undefined;
   }
   if (page.protocol !== 'http:' && page.protocol !== 'https:') return undefined;
-  const bare = (host: string) => host.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
+  const bare = (host: string) =>
+    host
+      .replace(/^\[|\]$/g, '')
+      .replace(/\.$/, '')
+      .toLowerCase();
   if (!hostsContacted.map(bare).includes(bare(page.hostname))) return undefined;
   const site = page.port === '' ? bare(page.hostname) : `${bare(page.hostname)}:${page.port}`;
   return mediaAliasKey(info.extractorKey, site, info.mediaId);

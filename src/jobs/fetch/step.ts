@@ -82,7 +82,10 @@ export function abortAfter(ms: number, error: JobError): AbortSignal {
   return controller.signal;
 }
 
-export const STORAGE_FULL: JobError = { code: 'storage_full', message: 'The service has no storage space left for this file.' };
+export const STORAGE_FULL: JobError = {
+  code: 'storage_full',
+  message: 'The service has no storage space left for this file.',
+};
 
 export function durationExceeded(durationS: number, maxDurationS: number): JobFailure {
   return new JobFailure({

@@ -53,7 +53,10 @@ export interface FetchTaskDeps {
   cookiesFile?: string;
 }
 
-const COOKIES_UNUSABLE: JobError = { code: 'internal_error', message: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used." };
+const COOKIES_UNUSABLE: JobError = {
+  code: 'internal_error',
+  message: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used.",
+};
 
 export function createFetchTask(deps: FetchTaskDeps) {
   return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
@@ -77,7 +80,13 @@ export function createFetchTask(deps: FetchTaskDeps) {
       log,
       signal,
       workDir,
-      hide: [workDir, deps.workDir, deps.store.root, ...(proxyUrl ? [proxyUrl] : []), ...(deps.cookiesFile ? [deps.cookiesFile] : [])],
+      hide: [
+        workDir,
+        deps.workDir,
+        deps.store.root,
+        ...(proxyUrl ? [proxyUrl] : []),
+        ...(deps.cookiesFile ? [deps.cookiesFile] : []),
+      ],
       ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
@@ -90,7 +99,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
           cwd: workDir,
           signal: stop ? AbortSignal.any([signal, stop]) : signal,
           network,
-          limits: { dataBytes: deps.limits.tool.memoryBytes, cpuSeconds: deps.limits.tool.cpuSeconds, processes: deps.limits.tool.processes, fileBytes: maxFileBytes },
+          limits: {
+            dataBytes: deps.limits.tool.memoryBytes,
+            cpuSeconds: deps.limits.tool.cpuSeconds,
+            processes: deps.limits.tool.processes,
+            fileBytes: maxFileBytes,
+          },
           // The job's folder is the only folder of the host's data a tool sees.
           mountView: deps.sandbox.mode === 'netns' && deps.mountView,
           ...output,
@@ -98,7 +112,10 @@ export function createFetchTask(deps: FetchTaskDeps) {
         });
         if (result.confinementFailure !== null) {
           log.error({ reason: result.confinementFailure }, 'tool confinement failed');
-          throw new JobFailure({ code: 'confinement_unavailable', message: 'The tools could not be confined to the egress guard, so nothing was fetched.' });
+          throw new JobFailure({
+            code: 'confinement_unavailable',
+            message: 'The tools could not be confined to the egress guard, so nothing was fetched.',
+          });
         }
         if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
         if (result.notFound) {
@@ -140,7 +157,10 @@ export function createFetchTask(deps: FetchTaskDeps) {
       await fs.mkdir(noFfmpegDir);
       if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, COOKIES_FILE_NAME));
       if (proxyUrl || deps.cookiesFile) {
-        await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), { mode: 0o600, flag: 'wx' });
+        await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), {
+          mode: 0o600,
+          flag: 'wx',
+        });
       }
       const outcome = await pipeline();
       if (outcome.ok) {
@@ -171,7 +191,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
           ctx,
           {
             onProgress: (bytes, total) =>
-              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) => log.warn({ err }, 'recording progress failed')),
+              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) =>
+                log.warn({ err }, 'recording progress failed'),
+              ),
             refusals: () => egress?.refusals() ?? [],
           },
           probed.value,
@@ -184,7 +206,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (!audio.ok) return audio;
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, probed.value.mediaKey, cleanUp));
+      const committed = await timed('commit', () =>
+        commitContent(ctx, deps, audio.value, probed.value.mediaKey, cleanUp),
+      );
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
       return committed;
     }
@@ -227,7 +251,10 @@ export function createFetchTask(deps: FetchTaskDeps) {
               message: `The downloader tried to connect around the egress guard and the sandbox refused it (${directAttempt}).`,
             }
           : deadline.aborted
-            ? { code: 'fetch_timeout', message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.` }
+            ? {
+                code: 'fetch_timeout',
+                message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.`,
+              }
             : error;
       if (jobCtx.signal.aborted) {
         log.info({ reason: jobCtx.signal.reason }, 'job aborted');
@@ -242,7 +269,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const errno = (err as NodeJS.ErrnoException).code;
       if (errno === 'ENOSPC' || errno === 'EDQUOT') return STORAGE_FULL;
       // An abort, a time-out or a refusal stopped the tools; fail() reports what it was.
-      const explained = jobCtx.signal.aborted || deadline.aborted || directAttempt !== null || (egress?.refusals().length ?? 0) > 0;
+      const explained =
+        jobCtx.signal.aborted || deadline.aborted || directAttempt !== null || (egress?.refusals().length ?? 0) > 0;
       if (!explained) log.error({ err }, 'unexpected error in fetch task');
       return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
     }
@@ -253,18 +281,35 @@ const TOOL_WORDS: Record<ToolName, string> = { ytdlp: 'The downloader', ffmpeg: 
 const MIB = 1024 * 1024;
 
 /** The job's error for a tool run that reached one of the ceilings the sandbox set. */
-export function limitFailure(tool: ToolName, exceeded: ExceededLimit, limits: FetchLimits, maxFileBytes: number): JobError {
+export function limitFailure(
+  tool: ToolName,
+  exceeded: ExceededLimit,
+  limits: FetchLimits,
+  maxFileBytes: number,
+): JobError {
   const who = TOOL_WORDS[tool];
   switch (exceeded) {
     case 'memory':
-      return { code: 'memory_exceeded', message: `${who} needed more than its memory limit of ${Math.round(limits.tool.memoryBytes / MIB)} MiB and was stopped.` };
+      return {
+        code: 'memory_exceeded',
+        message: `${who} needed more than its memory limit of ${Math.round(limits.tool.memoryBytes / MIB)} MiB and was stopped.`,
+      };
     case 'cpu':
-      return { code: 'cpu_time_exceeded', message: `${who} used more than its CPU time limit of ${limits.tool.cpuSeconds} s and was stopped.` };
+      return {
+        code: 'cpu_time_exceeded',
+        message: `${who} used more than its CPU time limit of ${limits.tool.cpuSeconds} s and was stopped.`,
+      };
     case 'processes':
-      return { code: 'process_limit_exceeded', message: `${who} started more than its limit of ${limits.tool.processes} processes and threads and was stopped.` };
+      return {
+        code: 'process_limit_exceeded',
+        message: `${who} started more than its limit of ${limits.tool.processes} processes and threads and was stopped.`,
+      };
     case 'file_size':
       return tool === 'ffmpeg'
         ? { code: 'output_too_large', message: `The WAV would be larger than the limit of ${maxFileBytes} bytes.` }
-        : { code: 'file_too_large', message: `The download exceeds the limit of ${limits.maxDownloadBytes} bytes and was stopped.` };
+        : {
+            code: 'file_too_large',
+            message: `The download exceeds the limit of ${limits.maxDownloadBytes} bytes and was stopped.`,
+          };
   }
 }

@@ -9,9 +9,13 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Outcome<Converted>> {
   return step(() => {
     const { header } = converted;
-    if (header.dataBytes === 0) throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
+    if (header.dataBytes === 0)
+      throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
     if (header.durationS > ctx.limits.maxDurationS) {
-      throw new JobFailure({ code: 'duration_exceeded', message: `The media lasts more than the limit of ${ctx.limits.maxDurationS} s.` });
+      throw new JobFailure({
+        code: 'duration_exceeded',
+        message: `The media lasts more than the limit of ${ctx.limits.maxDurationS} s.`,
+      });
     }
     return converted;
   });
