@@ -82,12 +82,38 @@ function nodeApiRequest(
   return {
     method: req.method ?? 'GET',
     params,
-    header: (name) => req.headersDistinct[name]?.join(', '),
+    header: (name) => headerOf(req, name),
     query: (name) => (query ??= new URLSearchParams(search)).get(name) ?? undefined,
     text: (maxBytes) => readBodyText(req, maxBytes),
     facts,
   };
 }
+
+/**
+ * A header as fetch's Headers reads it: repeated ones joined with ', '. Node's own `headers` keeps
+ * only the first of a repeated Authorization, Content-Type and some others, so the raw headers are
+ * read for those; `headersDistinct` would build every header's array on each request.
+ */
+function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  if (value === undefined || !FIRST_KEPT.has(name)) return Array.isArray(value) ? value.join(', ') : value;
+  let joined: string | undefined;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    if (req.rawHeaders[i]!.length === name.length && req.rawHeaders[i]!.toLowerCase() === name) {
+      joined = joined === undefined ? req.rawHeaders[i + 1] : `${joined}, ${req.rawHeaders[i + 1]}`;
+    }
+  }
+  return joined;
+}
+
+/** The headers whose repeats node drops (node:_http_incoming matchKnownFields), among those operations read. */
+const FIRST_KEPT = new Set([
+  'authorization',
+  'content-type',
+  'content-length',
+  'if-modified-since',
+  'if-unmodified-since',
+]);
 
 async function send(
   req: IncomingMessage,

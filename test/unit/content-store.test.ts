@@ -176,7 +176,7 @@ describe('content store', () => {
     console.info(
       `content store crash test: ${killedInPut} of ${ROUNDS * 2} kills inside a put, ${leftovers} leftovers cleared`,
     );
-  }, 40_000);
+  }, 120_000);
 
   it('a put whose copy from another file system fails (a full volume) leaves no partial file in .incoming, and its source in place', async () => {
     const { store, write, pins } = await setup();

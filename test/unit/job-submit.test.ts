@@ -112,6 +112,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     expect(await lastUse(other)).toBe(6000);
   });
 
+  // A sweep over every point of a submission, each on a fresh store: it takes its own time on a loaded machine.
   it('never makes a job born done on content that eviction removes meanwhile', async () => {
     const outcomes = new Set<string>();
     // Eviction starts at every point of the submission, from well before the alias look-up
@@ -141,7 +142,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     }
     // Both orders happened: eviction first (a queued job), submission first (born done).
     expect([...outcomes].sort()).toEqual(['done', 'queued']);
-  });
+  }, 120_000);
 
   it('submissions made at once are each born done on their own content, or queued (PostgreSQL: made together), and every content used is written', async () => {
     const fx = await createStoreFixture(kind);
