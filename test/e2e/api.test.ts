@@ -217,6 +217,8 @@ describe('the interface description', () => {
       'getJob',
       'getJobEvents',
       'getMetrics',
+      'getStoreScrub',
+      'scrubStore',
       'submitSource',
       'submitSourceBatch',
     ]);
