@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
 import { startService, type ServiceHandle } from '../support/service.js';
@@ -72,6 +72,7 @@ afterAll(async () => {
 
 describe('the database out of reach', () => {
   it('answers 503 database_unavailable with Retry-After while it is, and serves again once it is back', async () => {
+    onTestFailed(() => console.error(`service output:\n${svc.output().slice(-30_000)}`));
     // Control: with the database there, a submission is stored and read back.
     const before = await svc.request('/sources', {
       method: 'POST',
