@@ -132,7 +132,7 @@ async function main(): Promise<void> {
       ? ([
           ['svc signed', serviceNginx.url(accelService.signedPath), { apiKey: false }],
           ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
-        ] as const)
+        ] as Array<[string, string, { apiKey: boolean }]>)
       : []),
     ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: false }],
   ];
