@@ -168,7 +168,7 @@ describe('nginx JSON access log', () => {
     expect(parsed.general.total_requests).toBe(lines.length);
     expect(parsed.general.failed_requests).toBe(0);
     const routes = Object.fromEntries(parsed.vhosts.data.map((entry) => [entry.data, entry.hits.count]));
-    expect(routes['/artifacts/{cid}/{name}']).toBe(4);
+    expect(routes['/artifacts/{cid}/{name}']).toBe(6);
     expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
   });
 });
