@@ -275,7 +275,7 @@ export const envSchema = z
         'When set (e.g. `/_artifacts/`), artifacts are answered with `X-Accel-Redirect` for nginx to stream ([delivery](delivery.md)); unset, the app streams them.',
       ),
     NGINX_USAGE_LOG: optionalString.describe(
-      "nginx's log of the artifacts it served on signed URLs without the app (its `NGINX_USAGE_LOG`, on storage both share), read so that such content counts as used for eviction.",
+      "nginx's log of the artifacts it served without the app, on signed URLs or keys whose yes from the app it remembers (its `NGINX_USAGE_LOG`, on storage both share), read so that such content counts as used for eviction.",
     ),
     URL_SIGNING_SECRET: optionalString
       .refine((value) => value === undefined || value.length >= 32, {

@@ -4,16 +4,21 @@
  *   npm run build && npx tsx bench/delivery/run.ts [seconds per case, default 5] [rounds, default 3]
  *
  * One 10 MB WAV, servers on loopback, wrk as the load (Debian package wrk), each case for the
- * whole file and for random 64 KiB ranges, the cases interleaved round after round; the table is
- * the median of the rounds (the machine is shared: single runs vary by ±20%). Cases:
+ * whole file, for random 64 KiB ranges (a wrk Lua script writes each request) and for one fixed
+ * 64 KiB range (a plain `Range` header: no Lua on the client, whose CPU the server shares on a
+ * small machine), the cases interleaved round after round; the table is the median of the rounds
+ * (the machine is shared: single runs vary by ±20%). Cases:
  *   nginx static    nginx serving the artifact root directly, plain `location` + `alias`: the
  *                   ceiling everything is measured against
  *   static+ofc      the same with the open_file_cache the signed location uses: what that cache
  *                   alone is worth, so that the signed case is not flattered by it
  *   nginx signed    nginx/templates in front of the delivery handler in a bare Hono app, asked
  *                   with a signed URL: nginx checks it (Lua) and answers alone
- *   nginx keyed     the same with the API key: the app answers each request with X-Accel-Redirect
+ *   nginx keyed     the same with the API key: nginx answers alone while it remembers the app's
+ *                   yes to the key (nginx/lua/source_fetch_keyed.lua), else the app answers with
+ *                   X-Accel-Redirect
  *   app fallback    that bare app streaming the file itself, signed URL
+ *   app keyed       the same with the API key
  *   svc signed      nginx in front of the whole service (dist/main.js: request id, access log,
  *                   metrics, rate limit, usage log), which fetched the WAV itself; the job's
  *                   signed URL, as a browser asks
@@ -21,8 +26,8 @@
  *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor of the fallback
  * Prints requests/s, MB/s, p99 latency, each as a ratio to nginx static, and the fallbacks' rates
  * as a ratio to node plain. BENCH_CASES (a pattern on the case names; nginx static and node plain
- * always run, as the ratios need them) and BENCH_SIZES (on "whole file", "64 KiB ranges") pick
- * what runs. Every nginx writes the same JSON access log line per request; the
+ * always run, as the ratios need them) and BENCH_SIZES (on "whole file", "64 KiB ranges",
+ * "64 KiB fixed range") pick what runs; the services (svc cases) start only when picked. Every nginx writes the same JSON access log line per request; the
  * services write theirs to a file; the services run with their default rate limit, which does not
  * count signed URLs (they carry no API key).
  */
@@ -48,6 +53,8 @@ const CONNECTIONS = 32;
 const RANGE_BYTES = 64 * 1024;
 const CASES = process.env.BENCH_CASES ? new RegExp(process.env.BENCH_CASES) : undefined;
 const SIZES = process.env.BENCH_SIZES ? new RegExp(process.env.BENCH_SIZES) : undefined;
+// Not on a page boundary, like most of the random ranges.
+const FIXED_RANGE = `bytes=1000-${1000 + RANGE_BYTES - 1}`;
 const WAV_SECONDS = 57; // 44.1 kHz 16-bit stereo: 57 s ≈ 10 MB
 
 interface Result {
@@ -69,8 +76,9 @@ async function main(): Promise<void> {
   const scripts = await mkdtemp(path.join(tmpdir(), 'sf-bench-'));
   // The service behind nginx reads nginx's usage log, as in compose.
   const usageLog = path.join(scripts, 'usage.log');
+  const withServices = !CASES || CASES.test('svc signed') || CASES.test('svc fallback');
   const services = await Promise.all(
-    (['/_artifacts/', null] as const).map((accelRedirectPrefix) =>
+    (withServices ? (['/_artifacts/', null] as const) : []).map((accelRedirectPrefix) =>
       startBenchService({
         sourceUrl: media.url('/bench.wav'),
         allowHost: media.hostPort,
@@ -82,13 +90,15 @@ async function main(): Promise<void> {
       }),
     ),
   );
-  const [accelService, fallbackService] = services as [(typeof services)[0], (typeof services)[0]];
-  const serviceNginx = await startNginx({
-    appPort: accelService.port,
-    artifactRoot: accelService.artifactRoot,
-    usageLogPath: usageLog,
-    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
-  });
+  const [accelService, fallbackService] = services;
+  const serviceNginx =
+    accelService &&
+    (await startNginx({
+      appPort: accelService.port,
+      artifactRoot: accelService.artifactRoot,
+      usageLogPath: usageLog,
+      urlSigningSecret: SHARED_URL_SIGNING_SECRET,
+    }));
   const staticPort = await freePort();
   // The ceilings write the same JSON access log line per request as the artifact locations do.
   const nginx = await startNginx({
@@ -117,8 +127,13 @@ async function main(): Promise<void> {
     ['nginx signed', nginx.url(signed), { apiKey: false }],
     ['nginx keyed', nginx.url(artifact), { apiKey: true }],
     ['app fallback', `http://127.0.0.1:${fallbackApp.port}${signed}`, { apiKey: false }],
-    ['svc signed', serviceNginx.url(accelService.signedPath), { apiKey: false }],
-    ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
+    ['app keyed', `http://127.0.0.1:${fallbackApp.port}${artifact}`, { apiKey: true }],
+    ...(serviceNginx && accelService && fallbackService
+      ? ([
+          ['svc signed', serviceNginx.url(accelService.signedPath), { apiKey: false }],
+          ['svc fallback', `http://127.0.0.1:${fallbackService.port}${fallbackService.signedPath}`, { apiKey: false }],
+        ] as Array<[string, string, { apiKey: boolean }]>)
+      : []),
     ['node plain', `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`, { apiKey: false }],
   ];
   const targets = allTargets.filter(
@@ -130,14 +145,15 @@ async function main(): Promise<void> {
       `${ROUNDS} rounds interleaved, medians; loopback`,
   );
   try {
-    for (const [label, script] of [
-      ['whole file', undefined],
-      ['64 KiB ranges', rangeScript],
+    for (const [label, request] of [
+      ['whole file', {}],
+      ['64 KiB ranges', { script: rangeScript }],
+      ['64 KiB fixed range', { range: FIXED_RANGE }],
     ] as const) {
       if (SIZES && !SIZES.test(label)) continue;
       const rounds = new Map<string, Result[]>(targets.map(([name]) => [name, []]));
       for (let round = 0; round < ROUNDS; round++) {
-        for (const [name, url, { apiKey }] of targets) rounds.get(name)!.push(await wrk(url, script, apiKey));
+        for (const [name, url, { apiKey }] of targets) rounds.get(name)!.push(await wrk(url, request, apiKey));
       }
       const results = new Map([...rounds].map(([name, list]) => [name, medianOf(list)]));
       const ceiling = results.get('nginx static')!;
@@ -165,7 +181,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await nginx.stop();
-    await serviceNginx.stop();
+    await serviceNginx?.stop();
     await Promise.all(services.map((service) => service.stop()));
     await media.close();
     await accelApp.close();
@@ -227,14 +243,15 @@ end
 `;
 }
 
-async function wrk(url: string, script: string | undefined, apiKey: boolean): Promise<Result> {
+async function wrk(url: string, request: { script?: string; range?: string }, apiKey: boolean): Promise<Result> {
   const args = [
     `-t${THREADS}`,
     `-c${CONNECTIONS}`,
     `-d${SECONDS}s`,
     '--latency',
     ...(apiKey ? ['-H', `X-API-Key: ${API_KEY}`] : []),
-    ...(script ? ['-s', script] : []),
+    ...(request.range ? ['-H', `Range: ${request.range}`] : []),
+    ...(request.script ? ['-s', request.script] : []),
     url,
   ];
   const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });

@@ -16,7 +16,7 @@ import { createServer, type RequestListener, type ServerOptions } from 'node:htt
 import { createArtifactOperation } from '../../src/http/routes/artifacts.js';
 import { createFileBodies } from '../../src/delivery/file-body.js';
 import { createUrlSigner, type UrlSigner } from '../../src/delivery/signed-url.js';
-import { createKeyChecker } from '../../src/http/api-key.js';
+import { createKeyChecker, type KeyChecker } from '../../src/http/api-key.js';
 import type { AppEnv } from '../../src/http/env.js';
 import { honoOperation } from '../../src/http/hono-operation.js';
 import { createKeyAdmission } from '../../src/http/key-admission.js';
@@ -98,6 +98,8 @@ export async function startDeliveryApp(options: {
   record?: boolean;
   /** Node's router in front of the app (default true, as the service has it). */
   nodeRouter?: boolean;
+  /** The app's key check (default: API_KEY alone); a test revokes a key through it, as a restart with other API_KEYS would. */
+  checkKey?: KeyChecker;
 }): Promise<DeliveryApp> {
   const record = options.record ?? true;
   const signer = createUrlSigner(SIGNING_SECRET, { now: options.now });
@@ -116,7 +118,7 @@ export async function startDeliveryApp(options: {
   const binding = createArtifactOperation({
     artifactRoot: options.root,
     accelRedirectPrefix: options.accelRedirectPrefix,
-    admission: createKeyAdmission({ checkKey: createKeyChecker([API_KEY]) }),
+    admission: createKeyAdmission({ checkKey: options.checkKey ?? createKeyChecker([API_KEY]) }),
     signer,
     onServed: record ? (cid) => served.push(cid) : undefined,
   });

@@ -29,8 +29,12 @@ export function ifRangeAllows(ifRange: string | null, v: Validators): boolean {
   return !Number.isNaN(date) && date === Math.floor(v.mtimeMs / 1000) * 1000;
 }
 
+// The last date formatted: the requests for one file ask for its modification time again and again.
+let lastDate = { ms: NaN, text: '' };
+
 export function httpDate(ms: number): string {
-  return new Date(ms).toUTCString();
+  if (ms !== lastDate.ms) lastDate = { ms, text: new Date(ms).toUTCString() };
+  return lastDate.text;
 }
 
 /** The entity tags of a list header; malformed members are dropped. */

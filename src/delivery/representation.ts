@@ -40,8 +40,22 @@ export function etagOf(cid: string): string {
   return `"${cid}"`;
 }
 
+// Names seen, with their Content-Disposition: few names recur (every audio artifact is audio.wav).
+const MAX_DISPOSITIONS = 256;
+const dispositions = new Map<string, string>();
+
 /** RFC 6266: an ASCII `filename` fallback and the exact name as RFC 8187 `filename*`. */
 export function contentDisposition(name: string): string {
+  let disposition = dispositions.get(name);
+  if (disposition === undefined) {
+    disposition = formatContentDisposition(name);
+    if (dispositions.size >= MAX_DISPOSITIONS) dispositions.clear();
+    dispositions.set(name, disposition);
+  }
+  return disposition;
+}
+
+function formatContentDisposition(name: string): string {
   const fallback = name.replace(/[^\x20-\x7e]|["\\%]/g, '_');
   const exact = encodeURIComponent(name).replace(/['()*]/g, (ch) => `%${ch.charCodeAt(0).toString(16).toUpperCase()}`);
   return `inline; filename="${fallback}"; filename*=UTF-8''${exact}`;

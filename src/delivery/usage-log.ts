@@ -1,10 +1,10 @@
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync } from 'node:fs';
 
 /**
- * The uses nginx makes of content without the app: it answers signed URLs alone and writes one
- * line per artifact it served to a usage log (`<unix seconds with ms> <content id>`, see
- * nginx/templates/default.conf.template), which this reads so that content served that way stays
- * hot for least-recently-used eviction.
+ * The uses nginx makes of content without the app: it answers signed URLs, and keys whose yes from
+ * the app it remembers, alone, and writes one line per artifact it served to a usage log (`<unix
+ * seconds with ms> <content id>`, see nginx/templates/default.conf.template), which this reads so
+ * that content served that way stays hot for least-recently-used eviction.
  *
  * Each drain reads what was appended since the last one and, when it owns the file, empties it
  * (nginx appends with O_APPEND, so it carries on at the new end): the log stays a few seconds
@@ -63,7 +63,7 @@ export function createUsageLogReader(deps: {
     try {
       return openSync(deps.file, constants.O_RDONLY | constants.O_NOFOLLOW);
     } catch (err) {
-      // Not there (yet): nginx has served nothing on a signed URL since it started.
+      // Not there (yet): nginx has served nothing alone since it started.
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') report(err as NodeJS.ErrnoException, 'read');
       return undefined;
     }

@@ -20,14 +20,28 @@ export interface KeyedRequest {
   header(name: string): string | undefined;
 }
 
+// Rate-limit identities of the keys counted, so that a key's every request does not pay a SHA-256
+// for it; only valid keys are counted, so this holds the configured keys (bounded all the same).
+const MAX_IDENTITIES = 1024;
+
 export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: RateLimiter }): KeyAdmission {
+  const identities = new Map<string, string>();
+  const identityOf = (key: string): string => {
+    let identity = identities.get(key);
+    if (identity === undefined) {
+      identity = keyIdentity(key);
+      if (identities.size >= MAX_IDENTITIES) identities.clear();
+      identities.set(key, identity);
+    }
+    return identity;
+  };
   const validKey = (request: KeyedRequest): string | undefined => {
     const key = presentedKey({ get: (name) => request.header(name) });
     return key !== undefined && deps.checkKey(key) ? key : undefined;
   };
   const count = (key: string): void => {
     if (!deps.rateLimiter) return;
-    const decision = deps.rateLimiter.take(keyIdentity(key));
+    const decision = deps.rateLimiter.take(identityOf(key));
     if (!decision.allowed) {
       throw new ServiceError(
         'rate_limited',

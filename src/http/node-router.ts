@@ -60,7 +60,8 @@ export function createNodeRouter(
       facts.route = operation.route;
       for (const [name, value] of Object.entries(proxyLogHeaders(operation.route, params))) res.setHeader(name, value);
       const request = nodeApiRequest(req, params, queryAt < 0 ? '' : url.slice(queryAt + 1), facts);
-      answerOf(operation, request, facts.log)
+      // The request's logger (a child logger) is made only if an error is logged.
+      answerOf(operation, request, { error: (obj, msg) => facts.log.error(obj, msg) })
         .then((answer) => send(req, res, answer, facts, deps.bodies))
         .catch((err: unknown) => {
           deps.log.error({ err }, 'answering a request failed');

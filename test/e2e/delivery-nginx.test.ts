@@ -508,6 +508,95 @@ describe('signed URLs behind nginx', () => {
   });
 });
 
+describe('keyed requests behind nginx', () => {
+  it("are answered by nginx alone after the app's yes to the key; another key still goes to the app", async () => {
+    const cid = await store.add(Buffer.from('read with a key'.repeat(1000)));
+    const target = artifactUrlPath(cid, 'audio.wav');
+    // An nginx of its own, which has remembered no key yet.
+    const own = await startNginx({
+      appPort: accelApp.port,
+      artifactRoot: store.root,
+      urlSigningSecret: SIGNING_SECRET,
+    });
+    const usage = () => readFileSync(own.usageLogPath, 'utf8').split(` ${cid}\n`).length - 1;
+    try {
+      accelApp.seen.length = 0;
+      // A key nginx has not seen the app accept: the app decides (the control: it can be reached).
+      const first = await fetch(own.url(target), { headers: { 'x-api-key': API_KEY } });
+      expect(first.status).toBe(200);
+      await first.arrayBuffer();
+      expect(accelApp.seen.map((seen) => seen.path)).toEqual([target]);
+      accelApp.seen.length = 0;
+      const whole = await fetch(own.url(target), { headers: { 'x-api-key': API_KEY } });
+      expect(whole.status).toBe(200);
+      expect(await whole.text()).toBe('read with a key'.repeat(1000));
+      expect(whole.headers.get('cache-control')).toBe('private, max-age=31536000, immutable');
+      expect(whole.headers.get('expires')).toBeNull();
+      expect(whole.headers.get('etag')).toBe(`"${cid}"`);
+      const range = await fetch(own.url(target), { headers: { 'x-api-key': API_KEY, range: 'bytes=15-29' } });
+      expect(range.status).toBe(206);
+      expect(await range.text()).toBe('read with a key');
+      const head = await fetch(own.url(target), { method: 'HEAD', headers: { 'x-api-key': API_KEY } });
+      expect(head.status).toBe(200);
+      expect(accelApp.seen).toEqual([]);
+      // nginx counts what it served for eviction, as for signed URLs.
+      expect(await eventually(() => usage() >= 2, 3000)).toBe(true);
+      // The yes is to these key headers only: a wrong key, the key under another header, no key.
+      for (const headers of <Array<Record<string, string>>>[
+        { 'x-api-key': 'not-the-key-at-all' },
+        { authorization: `Bearer not-the-key-at-all` },
+        { 'x-api-key': `${API_KEY}x` },
+        {},
+      ]) {
+        const refused = await fetch(own.url(target), { headers });
+        expect(refused.status, JSON.stringify(headers)).toBe(401);
+        expect(((await refused.json()) as { code: string }).code).toBe('unauthorized');
+      }
+      expect(accelApp.seen.length).toBe(4);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it('stop being served within 2 s of the app no longer accepting the key', async () => {
+    const keys = new Set([API_KEY]);
+    const app = await startDeliveryApp({
+      root: store.root,
+      accelRedirectPrefix: '/_artifacts/',
+      checkKey: (key) => key !== undefined && keys.has(key),
+    });
+    const alone = await startNginx({ appPort: app.port, artifactRoot: store.root, urlSigningSecret: SIGNING_SECRET });
+    try {
+      const target = alone.url(artifactUrlPath(wav.cid, 'audio.wav'));
+      const read = () => fetch(target, { headers: { authorization: `Bearer ${API_KEY}`, range: 'bytes=0-3' } });
+      const yes = await read();
+      const yesAt = Date.now();
+      expect(yes.status).toBe(206);
+      await yes.arrayBuffer();
+      keys.delete(API_KEY);
+      // Right after the revocation nginx still answers from the remembered yes (the control)...
+      app.seen.length = 0;
+      const remembered = await read();
+      expect(remembered.status).toBe(206);
+      await remembered.arrayBuffer();
+      expect(app.seen).toEqual([]);
+      // ...and then hands the key to the app, which refuses it.
+      let last: Response | undefined;
+      const refused = await eventually(async () => {
+        last = await read();
+        await last.arrayBuffer();
+        return last.status === 401;
+      }, 4000);
+      expect(refused).toBe(true);
+      // The yes lasts 2 s from the app's answer; the rest is the polling's own pace.
+      expect(Date.now() - yesAt).toBeLessThan(3500);
+    } finally {
+      await alone.stop();
+      await app.close();
+    }
+  });
+});
+
 describe('nginx in front', () => {
   it('answers 404 for /_artifacts/ asked for directly, in any spelling', async () => {
     const rel = artifactRelativePath(wav.cid, 'audio.wav');

@@ -88,12 +88,19 @@ describe('nginx JSON access log', () => {
       expect(res.status).toBe(206);
       await res.arrayBuffer();
     }
+    // With the key: the first read goes to the app; the next, nginx answers alone (it remembers
+    // the app's yes to the key for 2 s).
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(nginx.url(`/artifacts/${cid}/audio.wav`), { headers: { ...auth, range: 'bytes=0-7' } });
+      expect(res.status).toBe(206);
+      await res.arrayBuffer();
+    }
 
-    // Every answer above has been logged: the four artifacts and the last poll.
+    // Every answer above has been logged: the six artifacts and the last poll.
     const lines = await nginx.accessLines(
       () => true,
       (all) =>
-        all.filter((line) => line.route === '/artifacts/{cid}/{name}').length >= 4 &&
+        all.filter((line) => line.route === '/artifacts/{cid}/{name}').length >= 6 &&
         all.some((line) => line.uri === '/jobs/nope'),
     );
     const text = nginx.accessLog();
@@ -101,7 +108,15 @@ describe('nginx JSON access log', () => {
     expect(text).not.toContain(signature);
     expect(text).not.toContain(svc.apiKey);
 
-    const artifactLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}');
+    const keyedLines = lines.filter((line) => line.route === '/artifacts/{cid}/{name}' && line.range === 'bytes=0-7');
+    expect(keyedLines.map((line) => [line.cid, line.uri, line.status])).toEqual([
+      [cid, `/artifacts/${cid}/audio.wav`, '206'],
+      [cid, `/artifacts/${cid}/audio.wav`, '206'],
+    ]);
+    expect(keyedLines.map((line) => /^\d+\.\d{3}$/.test(line.upstream_time!))).toEqual([true, false]);
+    const artifactLines = lines.filter(
+      (line) => line.route === '/artifacts/{cid}/{name}' && line.range !== 'bytes=0-7',
+    );
     expect(artifactLines.length).toBe(4);
     for (const line of artifactLines) {
       expect(line).toMatchObject({ cid, method: 'GET', uri: `/artifacts/${cid}/audio.wav?redacted` });
@@ -111,13 +126,13 @@ describe('nginx JSON access log', () => {
       expect(Number(line.bytes_sent)).toBeGreaterThan(0);
     }
     expect(artifactLines.map((line) => line.status).sort()).toEqual(['200', '206', '206', '206']);
-    // The app saw the two requests in other forms than the one it issues, and no other; its log
-    // of them carries no signature either.
+    // The app saw the two requests in other forms than the one it issues and the first keyed one,
+    // and no other; its log of them carries no signature either.
     // The app logs a request once its answer has ended, which nginx may have seen first.
     const appArtifactLines = () =>
       svc.logs.filter((line) => line.msg === 'request' && line.route === '/artifacts/{cid}/{name}');
-    await expectEventually(() => appArtifactLines().length >= 2);
-    expect(appArtifactLines().length).toBe(2);
+    await expectEventually(() => appArtifactLines().length >= 3);
+    expect(appArtifactLines().length).toBe(3);
     expect(svc.output()).not.toContain(signature);
     expect(lines.find((line) => line.uri === `/jobs/${job.job_id}`)).toMatchObject({
       route: '/jobs/{id}',
@@ -153,7 +168,7 @@ describe('nginx JSON access log', () => {
     expect(parsed.general.total_requests).toBe(lines.length);
     expect(parsed.general.failed_requests).toBe(0);
     const routes = Object.fromEntries(parsed.vhosts.data.map((entry) => [entry.data, entry.hits.count]));
-    expect(routes['/artifacts/{cid}/{name}']).toBe(4);
+    expect(routes['/artifacts/{cid}/{name}']).toBe(6);
     expect(routes['/jobs/{id}']).toBeGreaterThanOrEqual(2);
   });
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ifRangeAllows, isNotModified } from '../../src/delivery/conditional.js';
 import { parseRange } from '../../src/delivery/range.js';
+import { httpDate } from '../../src/delivery/conditional.js';
 import { contentDisposition, contentTypeOf } from '../../src/delivery/representation.js';
 
 describe('Range', () => {
@@ -74,5 +75,19 @@ describe('representation headers', () => {
     expect(contentDisposition(`my "song" é's (1).wav`)).toBe(
       `inline; filename="my _song_ _'s (1).wav"; filename*=UTF-8''my%20%22song%22%20%C3%A9%27s%20%281%29.wav`,
     );
+  });
+
+  it('Content-Disposition and HTTP dates stay right when names and times alternate (they are remembered)', () => {
+    const names = Array.from({ length: 300 }, (_, i) => `track ${i}.wav`);
+    for (const round of [0, 1]) {
+      for (const name of names) {
+        expect(contentDisposition(name), `${name} in round ${round}`).toBe(
+          `inline; filename="${name}"; filename*=UTF-8''${encodeURIComponent(name)}`,
+        );
+      }
+    }
+    for (const ms of [0, 1_700_000_000_000, 0, 1_700_000_000_000, 1_700_000_001_000]) {
+      expect(httpDate(ms)).toBe(new Date(ms).toUTCString());
+    }
   });
 });

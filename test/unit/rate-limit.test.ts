@@ -140,3 +140,43 @@ describe('key admission', () => {
     expect(seen[0]).not.toContain(KEYS[0]);
   });
 });
+
+describe('key checker', () => {
+  const KEYS = ['key-a-0123456789abcdef', 'key-b-0123456789abcdef'];
+
+  it('accepts the configured keys again and again, and never a near miss, before or after accepting them', () => {
+    const check = createKeyChecker(KEYS);
+    const nearMisses = [undefined, '', KEYS[0]!.slice(0, -1), `${KEYS[0]}x`, ` ${KEYS[0]}`, KEYS[0]!.toUpperCase()];
+    for (const key of nearMisses) expect(check(key), String(key)).toBe(false);
+    for (let round = 0; round < 3; round++) {
+      for (const key of KEYS) expect(check(key)).toBe(true);
+      for (const key of nearMisses) expect(check(key), String(key)).toBe(false);
+    }
+  });
+
+  it('keeps each checker to its own keys', () => {
+    const first = createKeyChecker([KEYS[0]!]);
+    const second = createKeyChecker([KEYS[1]!]);
+    expect(first(KEYS[0])).toBe(true);
+    expect(second(KEYS[0])).toBe(false);
+    expect(second(KEYS[1])).toBe(true);
+    expect(first(KEYS[1])).toBe(false);
+  });
+});
+
+describe('key admission identities', () => {
+  it('counts a key under the same identity on every request, never the key itself', () => {
+    const seen: string[] = [];
+    const admit = createKeyAdmission({
+      checkKey: createKeyChecker(['key-c-0123456789abcdef', 'key-d-0123456789abcdef']),
+      rateLimiter: { take: (id) => (seen.push(id), { allowed: true, remaining: 1, retryAfterSeconds: 0 }) },
+    });
+    const withKey = (key: string) => ({ header: (name: string) => (name === 'x-api-key' ? key : undefined) });
+    for (let i = 0; i < 3; i++) admit.admit(withKey('key-c-0123456789abcdef'));
+    admit.admit(withKey('key-d-0123456789abcdef'));
+    expect(new Set(seen.slice(0, 3)).size).toBe(1);
+    expect(seen[0]).toBe(keyIdentity('key-c-0123456789abcdef'));
+    expect(seen[3]).toBe(keyIdentity('key-d-0123456789abcdef'));
+    expect(seen.join()).not.toContain('key-c');
+  });
+});
