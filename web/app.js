@@ -501,6 +501,12 @@ function showResult(job, record) {
   const create = (extra) => {
     if (!job.element.isConnected) return;
     job.player = WaveSurfer.create({ ...options, ...extra });
+    // Drawn and seekable: said for people (aria-busy) and for tests.
+    waveform.setAttribute('aria-busy', 'true');
+    job.player.on('ready', () => {
+      waveform.removeAttribute('aria-busy');
+      waveform.dataset.ready = 'true';
+    });
   };
   if (peaksArtifact) {
     // The service's own peaks: the WAV is not read for the waveform.

@@ -201,6 +201,7 @@ describe('a person using the page through nginx', () => {
   it('plays a finished job, and seeks by clicking its waveform and with the keyboard', async () => {
     const url = media.url('/first.m4a');
     const item = jobFor(url);
+    await item.locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     await item.locator('audio').evaluate((audio) => (audio as unknown as { play(): Promise<void> }).play());
     const played = await waitForTime(url, (t) => t > 0.5, 'playback did not advance');
     expect(played).toBeGreaterThan(0.5);
@@ -208,9 +209,8 @@ describe('a person using the page through nginx', () => {
 
     // A click at three quarters of the waveform's width seeks to about 15 s of 20.
     const waveform = item.getByRole('slider', { name: 'Waveform: position in the audio' });
-    await item.locator('.waveform canvas').first().waitFor({ state: 'attached' });
     const box = (await waveform.boundingBox())!;
-    await page.mouse.click(box.x + box.width * 0.75, box.y + box.height / 2);
+    await waveform.click({ position: { x: box.width * 0.75, y: box.height / 2 } });
     const clicked = await waitForTime(url, (t) => t > 13 && t < 17, 'a click on the waveform did not seek');
     expect(clicked).toBeGreaterThan(13);
 
@@ -276,7 +276,7 @@ describe('a person using the page through nginx', () => {
   });
 
   it('meets the WCAG 2.2 AA rules axe-core checks, with finished, failed and canceled jobs shown', async () => {
-    await jobFor(media.url('/first.m4a')).locator('.waveform canvas').first().waitFor({ state: 'attached' });
+    await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     // Evaluated by the browser's debugging protocol, which the page's CSP does not govern.
     const axe = await readFile(AXE_SCRIPT, 'utf8');
     const violations = await page.evaluate<Array<{ id: string; nodes: string[] }>>(
@@ -323,7 +323,7 @@ describe('a person using the page through nginx', () => {
     try {
       await page.reload();
       const item = jobFor(media.url('/first.m4a'));
-      await item.locator('.waveform canvas').first().waitFor({ state: 'attached' });
+      await item.locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
       await expect.poll(() => peaksFetched.length).toBe(2);
       expect(wavFetched).toEqual([]);
       expect(await item.locator('.facts').textContent()).toContain('-23.0 LUFS, range 4.2 LU, true peak -1.5 dBTP');
@@ -332,7 +332,7 @@ describe('a person using the page through nginx', () => {
     }
     // The control: without peaks.json the page fetches the WAV to decode it.
     await page.reload();
-    await jobFor(media.url('/first.m4a')).locator('.waveform canvas').first().waitFor({ state: 'attached' });
+    await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     await expect.poll(() => wavFetched.length).toBeGreaterThanOrEqual(2);
     expect(await jobFor(media.url('/first.m4a')).locator('.facts').textContent()).toContain('Loudnessnot measured');
   });
