@@ -248,6 +248,9 @@ describe('a person using the page through nginx', () => {
     expect(error.message.length).toBeGreaterThan(0);
     expect(await item.locator('.problem').textContent()).toBe(`${error.message} (${error.code})`);
     expect(await item.locator('audio').count()).toBe(0);
+    // Said in the live region too, for screen readers.
+    await expect.poll(() => page.locator('#status').textContent()).toBe(`${url}: failed: ${error.message}`);
+    expect(await page.locator('#status').getAttribute('role')).toBe('status');
   });
 
   it('cancels a slow job while it runs', async () => {
@@ -335,6 +338,21 @@ describe('a person using the page through nginx', () => {
     await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     await expect.poll(() => wavFetched.length).toBeGreaterThanOrEqual(2);
     expect(await jobFor(media.url('/first.m4a')).locator('.facts').textContent()).toContain('Loudnessnot measured');
+  });
+
+  it('fits a phone’s screen without scrolling sideways', async () => {
+    await page.setViewportSize({ width: 375, height: 812 });
+    try {
+      await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
+      const widths = await page.evaluate<{ scroll: number; client: number }>(
+        '({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })',
+      );
+      expect(widths.client).toBe(375);
+      expect(widths.scroll).toBeLessThanOrEqual(widths.client);
+      await page.screenshot({ path: SCREENSHOT.replace(/\.png$/, '-phone.png') });
+    } finally {
+      await page.setViewportSize({ width: 1000, height: 900 });
+    }
   });
 
   it('ran without a Content-Security-Policy violation or an uncaught error', () => {
