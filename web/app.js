@@ -9,7 +9,7 @@ const JOBS_STORAGE = 'source-fetch.jobs';
 const MAX_REMEMBERED = 50;
 const FINAL = new Set(['done', 'failed', 'canceled']);
 /** Without peaks.json the WAV is decoded in the browser for its waveform only up to this size. */
-const MAX_DECODED_BYTES = 64 * 1024 * 1024;
+const MAX_DECODED_BYTES = 16 * 1024 * 1024;
 /** A stream that ended early, or could not open, is opened again after this long. */
 const RECONNECT_MS = 2000;
 const SEEK_STEP_S = 5;

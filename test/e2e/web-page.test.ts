@@ -355,6 +355,20 @@ describe('a person using the page through nginx', () => {
     }
   });
 
+  it('forgets the key when asked, and asks for it again, keeping the list of jobs', async () => {
+    const before = await ids();
+    await page.getByRole('button', { name: 'Forget API key' }).click();
+    await page.locator('#key-section').waitFor({ state: 'visible' });
+    expect(await page.locator('#submit-section').isHidden()).toBe(true);
+    expect(await page.evaluate<string>('JSON.stringify({ ...sessionStorage })')).not.toContain(svc.apiKey);
+    // Focus moves to the key's field, for a keyboard user.
+    expect(await page.evaluate<string>('document.activeElement.id')).toBe('key-input');
+    await page.keyboard.type(svc.apiKey);
+    await page.keyboard.press('Enter');
+    await page.locator('#submit-section').waitFor({ state: 'visible' });
+    await expect.poll(ids).toEqual(before);
+  });
+
   it('ran without a Content-Security-Policy violation or an uncaught error', () => {
     expect(pageProblems).toEqual([]);
   });
