@@ -41,6 +41,9 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY drizzle ./drizzle
+# The web page at / (src/http/web-page.ts reads it beside dist/; its waveform module comes from
+# node_modules/wavesurfer.js, a production dependency).
+COPY web ./web
 # Run inside the tools' network namespaces (src/sandbox): confine.py for each tool started on its
 # own, resident.py for the resident sandbox that imports yt-dlp once. Python 3 comes with yt-dlp.
 COPY src/sandbox/confine.py src/sandbox/resident.py ./src/sandbox/

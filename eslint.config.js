@@ -46,5 +46,10 @@ export default defineConfig(
     extends: [tseslint.configs.disableTypeChecked],
     languageOptions: { globals: globals.node },
   },
+  // The web page's modules (web/), run by browsers.
+  {
+    files: ['web/**/*.js'],
+    languageOptions: { globals: globals.browser, sourceType: 'module' },
+  },
   prettier,
 );

@@ -30,6 +30,8 @@ export function renderOpenApiJson(): string {
     getJob: unused,
     jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
     checkHealth: unused,
+    // Static files are not part of the API's description.
+    webFiles: new Map(),
     metrics: createMetrics({
       queueDepth: unused,
       busyWorkers: unused,

@@ -16,6 +16,7 @@ import { cancelJobRoute, getJobRoute, registerJobEventsRoute } from './http/rout
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
 import { registerStoreRoutes } from './http/routes/store.js';
+import { registerWebPage, type WebFiles } from './http/web-page.js';
 import type { HealthReport } from './http/schemas.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -24,7 +25,7 @@ import type { Scrubber } from './store/scrubber.js';
 /**
  * The HTTP application: the OpenAPI contract, the request context, the error handler, the API's
  * operations (the same ones node's router dispatches to: src/http/operation.ts) and the routes
- * only the app answers (health, the contract itself, metrics, event streams). It does no I/O of
+ * only the app answers (health, the contract itself, metrics, event streams, the web page). It does no I/O of
  * its own at construction; everything it touches arrives in `deps`.
  */
 export interface AppDeps {
@@ -41,6 +42,8 @@ export interface AppDeps {
   metrics: Metrics;
   /** The store's scrub, asked for by POST /store/scrub. */
   scrubber: Pick<Scrubber, 'request' | 'latest'>;
+  /** The web page's files (src/http/web-page.ts), open like the health check: they hold no data. */
+  webFiles: WebFiles;
 }
 
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
@@ -66,6 +69,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // Open: the health check (for probes) and the interface description.
   registerHealthRoute(app, { check: deps.checkHealth });
   app.doc31('/openapi.json', OPENAPI_DOCUMENT);
+  registerWebPage(app, deps.webFiles);
 
   registerArtifactContract(app);
   registerMetricsRoute(app, { metrics: deps.metrics, admit: admitted(deps.admission) });

@@ -3,6 +3,7 @@ import { statfsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import type { Database, JobRow } from './db/database.js';
@@ -27,6 +28,7 @@ import { jobOperations } from './http/routes/jobs.js';
 import { MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES, sourceOperations } from './http/routes/sources.js';
 import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
+import { loadWebFiles } from './http/web-page.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createJobService } from './jobs/job-service.js';
@@ -252,6 +254,11 @@ async function main(): Promise<void> {
     }),
   ];
   const bodies = createFileBodies();
+  // The page's folder sits beside src/ and dist/; the waveform module in its installed package.
+  const webFiles = await loadWebFiles(
+    fileURLToPath(new URL('../web', import.meta.url)),
+    path.dirname(path.dirname(fileURLToPath(import.meta.resolve('wavesurfer.js')))),
+  );
   const app = createApp({
     log,
     admission,
@@ -262,6 +269,7 @@ async function main(): Promise<void> {
     checkHealth,
     metrics,
     scrubber,
+    webFiles,
   });
   // The operations straight from node's server; the app answers everything else and, while shutting down, everything (503).
   const nodeRouter = createNodeRouter(operations, { bodies, log });
