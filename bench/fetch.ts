@@ -1,34 +1,41 @@
 /**
- * Fetch speed, run by hand: npm run build && npx tsx bench/fetch.ts [runs per case, default 5]
+ * Fetch speed, run by hand: npm run build && npx tsx bench/fetch.ts [runs per case, default 5] [--no-throughput] [--hour]
  *
  * Media served by a loopback origin in this process. In one run:
- *   1. latency, for a 3-minute and a 10-second 48 kHz stereo AAC file: the service's submit →
- *      done (probe, media alias, download, verify, convert, commit; its tools confined as in
- *      production) against the same download and conversion run by hand: `yt-dlp -f
- *      bestaudio/best` then `ffmpeg ... -ar 44100 -c:a pcm_s16le`, as plain processes, unconfined,
- *      one after the other. The two alternate, run by run, so that the machine's load drifts over
- *      both alike; medians, their ratio, and CPU seconds per job (user + system, the service's
- *      whole process tree: Node, the sandboxes and every tool) beside them;
- *   2. where the service's time goes: the median duration of each step (the task's 'fetch
- *      steps' log line), and the queue and status-poll time around them;
- *   3. throughput: 50 distinct 10-second clips submitted at once to the service at
- *      WORKER_CONCURRENCY=2, against the hand-run pair over the same 50 clips in a loop; jobs a
- *      minute and CPU seconds per job.
+ *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
+ *      stereo AAC (m4a): the service's submit → done (probe, media alias, download, convert,
+ *      verify, commit; its tools confined as in production) against the same download and
+ *      conversion run by hand: `yt-dlp -f bestaudio/best` then `ffmpeg ... -ar 44100 -c:a
+ *      pcm_s16le`, as plain processes, unconfined, one after the other; and against ffmpeg's
+ *      conversion alone of the same file (the floor). They alternate, run by run, so that the
+ *      machine's load drifts over all alike; medians, their ratios, and CPU seconds per job (user
+ *      + system, the service's whole process tree: Node, the sandboxes and every tool) beside them;
+ *   2. where the service's time goes, every millisecond from the POST to done: the POST's answer,
+ *      the queue (created → claimed), each step (the task's 'fetch steps' log line), the time
+ *      between steps, the end recorded → logged, and the read back; medians;
+ *   3. throughput (unless --no-throughput): 50 distinct 10-second clips submitted at once to the
+ *      service at WORKER_CONCURRENCY=2, against the hand-run pair over the same 50 clips in a
+ *      loop; jobs a minute and CPU seconds per job;
+ *   4. with --hour: one job of a one-hour mp3, its time against by hand, and the service's peak
+ *      resident memory (VmHWM of its Node process; the tools' peaks beside it, sampled).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
  * so that no client poll interval is measured.
  */
 import { execFile } from 'node:child_process';
-import { readdir, readFile, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile, mkdtemp, rename, rm } from 'node:fs/promises';
+import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { makeTone } from '../test/support/media.js';
 import { startMediaServer, type MediaServer } from '../test/support/media-server.js';
-import { startService, type JobBody, type ServiceHandle } from '../test/support/service.js';
+import { startService, type JobBody, type LogLine, type ServiceHandle } from '../test/support/service.js';
+import { sha256File } from '../src/store/content-store.js';
 import { runProcess } from '../src/tools/process.js';
 
-const RUNS = Number(process.argv[2] ?? 5);
+const RUNS = Number(process.argv.slice(2).find((arg) => /^\d+$/.test(arg)) ?? 5);
+const THROUGHPUT = !process.argv.includes('--no-throughput');
+const HOUR = process.argv.includes('--hour');
 const CLIPS = 50;
 /** How often this process looks at the service's log lines it has read. */
 const WATCH_MS = 2;
@@ -73,11 +80,13 @@ async function reapedChildrenCpuSeconds(): Promise<number> {
  * Waits for the job's 'fetch steps' line (logged as its task ends, after the job's end is recorded),
  * then reads the job: no client poll interval is measured, and no polling costs the service CPU.
  */
-async function waitDone(svc: ServiceHandle, id: string): Promise<JobBody> {
-  while (!svc.logs.some((line) => line.msg === 'fetch steps' && line.job_id === id)) await sleep(WATCH_MS);
+async function waitDone(svc: ServiceHandle, id: string): Promise<{ job: JobBody; line: LogLine; seenAt: number }> {
+  let line: LogLine | undefined;
+  while (!(line = svc.logs.find((l) => l.msg === 'fetch steps' && l.job_id === id))) await sleep(WATCH_MS);
+  const seenAt = Date.now();
   const job = await svc.getJob(id);
   if (job.status !== 'done') throw new Error(`job ${job.status}: ${JSON.stringify(job.error)}`);
-  return job;
+  return { job, line, seenAt };
 }
 
 interface Sample {
@@ -85,27 +94,58 @@ interface Sample {
   cpuS: number;
 }
 
-async function serviceOnce(svc: ServiceHandle, url: string): Promise<Sample & { job: JobBody }> {
+interface ServiceSample extends Sample {
+  job: JobBody;
+  /** The 'fetch steps' line: each step's milliseconds, and when it was logged. */
+  line: LogLine;
+  /** Wall-clock milliseconds (Date.now()), comparable with the job's timestamps on this machine. */
+  postedAt: number;
+  answeredAt: number;
+  seenAt: number;
+  endAt: number;
+}
+
+async function serviceOnce(svc: ServiceHandle, url: string): Promise<ServiceSample> {
   const cpu = await treeCpuSeconds(svc.process.pid!);
+  const postedAt = Date.now();
   const started = performance.now();
   const submitted = await svc.submit(url);
-  const job = await waitDone(svc, submitted.job_id);
+  const answeredAt = Date.now();
+  const { job, line, seenAt } = await waitDone(svc, submitted.job_id);
   const wallMs = performance.now() - started;
-  return { wallMs, cpuS: (await treeCpuSeconds(svc.process.pid!)) - cpu, job };
+  const endAt = Date.now();
+  const cpuS = (await treeCpuSeconds(svc.process.pid!)) - cpu;
+  return { wallMs, cpuS, job, line, postedAt, answeredAt, seenAt, endAt };
 }
 
 /** What a user would type: yt-dlp's best audio, then the same conversion, as plain processes. */
-async function byHandOnce(url: string): Promise<Sample> {
+async function byHandOnce(url: string): Promise<Sample & { downloadMs: number }> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-fetch-'));
   const cpu = await reapedChildrenCpuSeconds();
   const started = performance.now();
   await run('yt-dlp', ['-q', '-f', 'bestaudio/best', '-o', `${dir}/source.%(ext)s`, url]);
+  const downloadMs = performance.now() - started;
   const [source] = (await readdir(dir)).filter((name) => name.startsWith('source.'));
   await run('ffmpeg', ['-v', 'error', '-i', `${dir}/${source}`, '-ar', '44100', '-c:a', 'pcm_s16le', `${dir}/out.wav`]);
   const wallMs = performance.now() - started;
   const cpuS = (await reapedChildrenCpuSeconds()) - cpu;
   await rm(dir, { recursive: true, force: true });
-  return { wallMs, cpuS };
+  return { wallMs, cpuS, downloadMs };
+}
+
+/** The floor: ffmpeg's conversion alone of the file on disk, then Node hashing the WAV it wrote (timed apart). */
+async function ffmpegAloneOnce(file: string): Promise<Sample & { hashMs: number }> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-ffmpeg-'));
+  const cpu = await reapedChildrenCpuSeconds();
+  const started = performance.now();
+  await run('ffmpeg', ['-v', 'error', '-i', file, '-ar', '44100', '-c:a', 'pcm_s16le', `${dir}/out.wav`]);
+  const wallMs = performance.now() - started;
+  const cpuS = (await reapedChildrenCpuSeconds()) - cpu;
+  const hashStarted = performance.now();
+  await sha256File(`${dir}/out.wav`);
+  const hashMs = performance.now() - hashStarted;
+  await rm(dir, { recursive: true, force: true });
+  return { wallMs, cpuS, hashMs };
 }
 
 /** A 10-second clip of its own pitch, so that no two clips have the same bytes. */
@@ -138,45 +178,75 @@ async function clip(n: number): Promise<string> {
 }
 
 const seconds = (ms: number) => (ms / 1000).toFixed(2);
+const loadAverage = () =>
+  loadavg()
+    .map((value) => value.toFixed(2))
+    .join(' ');
 
-async function latency(media: MediaServer, svc: ServiceHandle, name: string, route: string) {
-  const service: Array<Sample & { job: JobBody }> = [];
-  const byHand: Sample[] = [];
+async function latency(media: MediaServer, svc: ServiceHandle, name: string, route: string, file: string) {
+  const service: ServiceSample[] = [];
+  const byHand: Array<Sample & { downloadMs: number }> = [];
+  const alone: Array<Sample & { hashMs: number }> = [];
   // One warm-up of each (fixture in the page cache, service's first job), not counted.
   await serviceOnce(svc, media.url(`${route}?warm`));
   await byHandOnce(media.url(`${route}?hand-warm`));
+  await ffmpegAloneOnce(file);
   for (let i = 0; i < RUNS; i++) {
     // A distinct query string per run: the same URL would be born done.
     service.push(await serviceOnce(svc, media.url(`${route}?run=${i}`)));
     byHand.push(await byHandOnce(media.url(`${route}?hand=${i}`)));
+    alone.push(await ffmpegAloneOnce(file));
   }
   const s = median(service.map((r) => r.wallMs));
   const h = median(byHand.map((r) => r.wallMs));
+  const f = median(alone.map((r) => r.wallMs));
   const sCpu = median(service.map((r) => r.cpuS));
   const hCpu = median(byHand.map((r) => r.cpuS));
+  const fCpu = median(alone.map((r) => r.cpuS));
   const list = (samples: Sample[]) => samples.map((r) => seconds(r.wallMs)).join(', ');
   process.stdout.write(
-    `${name}, median of ${RUNS}:\n` +
+    `${name}, median of ${RUNS} (load average ${loadAverage()}):\n` +
       `  service, submit → done:               ${seconds(s)} s   cpu ${sCpu.toFixed(2)} s/job   (runs: ${list(service)})\n` +
-      `  by hand, yt-dlp + ffmpeg, unconfined: ${seconds(h)} s   cpu ${hCpu.toFixed(2)} s/job   (runs: ${list(byHand)})\n` +
-      `  ratio service / by hand:              ${(s / h).toFixed(2)} (wall)   ${(sCpu / hCpu).toFixed(2)} (cpu)\n`,
+      `  by hand, yt-dlp + ffmpeg, unconfined: ${seconds(h)} s   cpu ${hCpu.toFixed(2)} s/job   (runs: ${list(byHand)}; yt-dlp ${seconds(median(byHand.map((r) => r.downloadMs)))} s)\n` +
+      `  ffmpeg's conversion alone:            ${seconds(f)} s   cpu ${fCpu.toFixed(2)} s/job   (runs: ${list(alone)}; Node's sha256 of its WAV ${seconds(median(alone.map((r) => r.hashMs)))} s)\n` +
+      `  ratio service / by hand:              ${(s / h).toFixed(2)} (wall)   ${(sCpu / hCpu).toFixed(2)} (cpu)\n` +
+      `  ratio service / ffmpeg alone:         ${(s / f).toFixed(2)} (wall)   ${(sCpu / fCpu).toFixed(2)} (cpu)\n`,
   );
-  profile(svc, service);
+  profile(service);
 }
 
-/** Median of each step, from the service's 'fetch steps' lines, and the time around the steps. */
-function profile(svc: ServiceHandle, runs: Array<Sample & { job: JobBody }>) {
-  const ids = new Set(runs.map((r) => r.job.job_id));
-  const lines = svc.logs.filter((line) => line.msg === 'fetch steps' && ids.has(line.job_id as string));
-  if (lines.length === 0) return;
-  const names = Object.keys(lines[0]!).filter((key) => key.endsWith('_ms'));
-  const parts = names.map((key) => `${key.replace(/_ms$/, '')} ${median(lines.map((l) => Number(l[key])))}`);
+/**
+ * Every millisecond from the POST to done, means over the runs (means add up, medians do not), in order: the POST until the
+ * job's row exists, the queue until a worker claimed it, each step of the task, the task's time
+ * outside its steps (until its 'fetch steps' line, logged last), that line until this process saw
+ * it, and the read back of the done job. The parts of one run add up to its wall time.
+ */
+function profile(runs: ServiceSample[]) {
   const ms = (iso: unknown) => Date.parse(iso as string);
-  const queued = median(runs.map((r) => ms(r.job.started_at) - ms(r.job.created_at)));
-  const total = median(runs.map((r) => ms(r.job.finished_at) - ms(r.job.started_at)));
-  const outside = median(runs.map((r) => r.wallMs - (ms(r.job.finished_at) - ms(r.job.created_at))));
+  const stepNames = Object.keys(runs[0]!.line).filter((key) => key.endsWith('_ms'));
+  const parts: Array<[string, (r: ServiceSample) => number]> = [
+    ['POST → job created', (r) => ms(r.job.created_at) - r.postedAt],
+    ['created → claimed', (r) => ms(r.job.started_at) - ms(r.job.created_at)],
+    ...stepNames.map((key): [string, (r: ServiceSample) => number] => [
+      `step ${key.replace(/_ms$/, '')}`,
+      (r) => Number(r.line[key]),
+    ]),
+    [
+      'task, outside its steps',
+      (r) => ms(r.line.time) - ms(r.job.started_at) - stepNames.reduce((sum, key) => sum + Number(r.line[key]), 0),
+    ],
+    ['steps line → seen here', (r) => r.seenAt - ms(r.line.time)],
+    ['read back (GET)', (r) => r.endAt - r.seenAt],
+  ];
+  const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
+  const rows = parts.map(([label, of]) => [label, mean(runs.map(of))] as const);
+  const width = Math.max(...rows.map(([label]) => label.length));
+  const answered = Math.round(mean(runs.map((r) => r.answeredAt - r.postedAt)));
+  const recorded = Math.round(mean(runs.map((r) => ms(r.job.finished_at) - r.postedAt)));
   process.stdout.write(
-    `  service steps, median ms: ${parts.join(', ')}; started → finished ${total}; queued ${queued}; submit and read back ${Math.round(outside)}\n`,
+    `  service, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +
+      rows.map(([label, value]) => `    ${label.padEnd(width)} ${String(Math.round(value)).padStart(5)}\n`).join('') +
+      `    ${'sum'.padEnd(width)} ${String(Math.round(rows.reduce((sum, [, v]) => sum + v, 0))).padStart(5)}   (mean wall ${Math.round(mean(runs.map((r) => r.endAt - r.postedAt)))})\n`,
   );
 }
 
@@ -204,13 +274,86 @@ async function throughput(media: MediaServer, svc: ServiceHandle, clips: string[
   );
 }
 
-const long = await makeTone(fixtureDir, { seconds: 180, channels: 2, sampleRate: 48000, format: 'm4a' });
-const short = await makeTone(fixtureDir, { seconds: 10, channels: 2, sampleRate: 48000, format: 'm4a' });
+/** Resident kilobytes ('VmRSS' now, or 'VmHWM', the peak) of one process; 0 once it is gone. */
+async function residentKb(pid: number, field: 'VmRSS' | 'VmHWM'): Promise<number> {
+  const text = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  return Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? 0);
+}
+
+/** Resident kilobytes of a process's live descendants, summed (the sandboxes and their tools). */
+async function descendantsRssKb(rootPid: number): Promise<number> {
+  const parents = new Map<number, number>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const text = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    parents.set(Number(entry), Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]));
+  }
+  let total = 0;
+  for (const pid of parents.keys()) {
+    for (let p = parents.get(pid); p !== undefined && p > 1; p = parents.get(p)) {
+      if (p === rootPid) {
+        total += await residentKb(pid, 'VmRSS');
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+/** A one-hour 44.1 kHz stereo mp3 (the fixtures' tone generator would take longer than its time limit). */
+async function hourMp3(): Promise<string> {
+  const file = path.join(fixtureDir, 'bench-hour.mp3');
+  if ((await readdir(fixtureDir)).includes(path.basename(file))) return file;
+  const lavfi = 'sine=frequency=440:duration=3600:sample_rate=44100';
+  const args = ['-nostdin', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', lavfi, '-ac', '2'];
+  const result = await runProcess({
+    command: 'ffmpeg',
+    args: [...args, '-c:a', 'libmp3lame', '-b:a', '128k', `${file}.tmp.mp3`],
+    timeoutMs: 900_000,
+  });
+  if (result.exitCode !== 0) throw new Error(result.stderrTail);
+  await rename(`${file}.tmp.mp3`, file);
+  return file;
+}
+
+/** One job of a one-hour file against by hand, and the memory the service and its tools held. */
+async function hour(media: MediaServer, svc: ServiceHandle, file: string) {
+  const pid = svc.process.pid!;
+  const before = await residentKb(pid, 'VmHWM');
+  let toolsPeak = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      toolsPeak = Math.max(toolsPeak, await descendantsRssKb(pid));
+      await sleep(50);
+    }
+  })();
+  const service = await serviceOnce(svc, media.url('/tone-3600s.mp3?hour'));
+  sampling = false;
+  await sampler;
+  const peak = await residentKb(pid, 'VmHWM');
+  const byHand = await byHandOnce(media.url('/tone-3600s.mp3?hand-hour'));
+  const alone = await ffmpegAloneOnce(file);
+  const mib = (kb: number) => (kb / 1024).toFixed(0);
+  process.stdout.write(
+    `one-hour mp3 (44.1 kHz stereo, ${((service.job.result?.artifacts[0]?.bytes ?? 0) / 1e6).toFixed(0)} MB WAV), one run (load average ${loadAverage()}):\n` +
+      `  service ${seconds(service.wallMs)} s   cpu ${service.cpuS.toFixed(2)} s; by hand ${seconds(byHand.wallMs)} s; ffmpeg alone ${seconds(alone.wallMs)} s\n` +
+      `  ratio service / by hand ${(service.wallMs / byHand.wallMs).toFixed(2)}; service / ffmpeg alone ${(service.wallMs / alone.wallMs).toFixed(2)}\n` +
+      `  service's Node process: peak resident ${mib(peak)} MiB (peak before the job ${mib(before)} MiB); its sandboxes and tools, sampled every 50 ms: at most ${mib(toolsPeak)} MiB\n`,
+  );
+  profile([service]);
+}
+
+// The two cases of issue 27: a 3-minute mp3 (31.7 MB of WAV) and a 3.5-second AAC clip.
+const long = await makeTone(fixtureDir, { seconds: 180, channels: 2, sampleRate: 44100, format: 'mp3' });
+const short = await makeTone(fixtureDir, { seconds: 3.5, channels: 2, sampleRate: 48000, format: 'm4a' });
+const oneHour = HOUR ? { path: await hourMp3() } : undefined;
 const clips: string[] = [];
-for (let n = 0; n < CLIPS; n++) clips.push(await clip(n));
+if (THROUGHPUT) for (let n = 0; n < CLIPS; n++) clips.push(await clip(n));
 const media = await startMediaServer();
-media.serveFile('/tone-180s.m4a', long.path, { contentType: 'audio/mp4' });
-media.serveFile('/tone-10s.m4a', short.path, { contentType: 'audio/mp4' });
+media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg' });
+media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4' });
+if (oneHour) media.serveFile('/tone-3600s.mp3', oneHour.path, { contentType: 'audio/mpeg' });
 const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2' } });
 try {
   // The tools run in the resident sandbox once it is ready (a service that has one says so).
@@ -221,9 +364,10 @@ try {
     process.stdout.write(
       `service's tool runs: ${JSON.stringify({ runs: toolRuns.runs, ytdlp: toolRuns.ytdlp, reason: toolRuns.reason })}\n`,
     );
-  await latency(media, svc, '3-minute AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-180s.m4a');
-  await latency(media, svc, '10-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-10s.m4a');
-  await throughput(media, svc, clips);
+  if (oneHour) await hour(media, svc, oneHour.path);
+  await latency(media, svc, '3-minute mp3 (44.1 kHz stereo) → 44.1 kHz WAV', '/tone-180s.mp3', long.path);
+  await latency(media, svc, '3.5-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-3.5s.m4a', short.path);
+  if (THROUGHPUT) await throughput(media, svc, clips);
 } finally {
   await svc.stop();
   await media.close();

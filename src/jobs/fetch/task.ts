@@ -150,18 +150,20 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const stepMs: Record<string, number> = {};
     let error: JobError;
     try {
-      await fs.rm(workDir, { recursive: true, force: true });
-      // Only the service's user may look inside: the job's credentials and cookies are in there.
-      await fs.mkdir(deps.workDir, { recursive: true });
-      await fs.mkdir(workDir, { mode: 0o700 });
-      await fs.mkdir(noFfmpegDir);
-      if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, COOKIES_FILE_NAME));
-      if (proxyUrl || deps.cookiesFile) {
-        await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), {
-          mode: 0o600,
-          flag: 'wx',
-        });
-      }
+      await timed('setup', async () => {
+        await fs.rm(workDir, { recursive: true, force: true });
+        // Only the service's user may look inside: the job's credentials and cookies are in there.
+        await fs.mkdir(deps.workDir, { recursive: true });
+        await fs.mkdir(workDir, { mode: 0o700 });
+        await fs.mkdir(noFfmpegDir);
+        if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, COOKIES_FILE_NAME));
+        if (proxyUrl || deps.cookiesFile) {
+          await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), {
+            mode: 0o600,
+            flag: 'wx',
+          });
+        }
+      });
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
