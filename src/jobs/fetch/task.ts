@@ -49,6 +49,8 @@ export interface FetchTaskDeps {
   /** What each API key may store (STORE_BYTES_PER_KEY_PER_DAY); absent: no bound per key. */
   keyAllowance?: KeyAllowance;
   onDownloaded?: (bytes: number) => void;
+  /** AUDIO_ANALYSIS: loudness measured in the conversion, waveform peaks stored with the WAV. Default true. */
+  audioAnalysis?: boolean;
   /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
   cookiesFile?: string;
 }
@@ -90,6 +92,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
+      audioAnalysis: deps.audioAnalysis ?? true,
       async runTool(name, args, { maxFileBytes, stop, ...output }) {
         // Only the downloader talks to the network (through the guard); the conversion reads a file.
         const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';
