@@ -55,8 +55,6 @@ export interface ContentStore {
    * so that callers check "nothing refers to it" and remove with nothing in between.
    */
   removeSync(contentId: string): void;
-  /** Removes one file of a content id; synchronous like removeSync. */
-  removeArtifactSync(contentId: string, name: string): void;
   pathOf(contentId: string, name: string): string;
   /**
    * Removes leftovers of interrupted writes: those staged by a writer that `isGone` says is dead,
@@ -196,10 +194,6 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
 
     removeSync(contentId) {
       rmSync(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
-    },
-
-    removeArtifactSync(contentId, name) {
-      rmSync(pathOf(contentId, name), { force: true });
     },
 
     async clearIncoming(now, isGone) {

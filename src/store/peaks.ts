@@ -23,6 +23,8 @@ import { parseWavHeader, type WavHeader } from '../tools/wav.js';
 export const PEAKS_BITS = 8;
 export const MAX_PIXELS = 10_000;
 export const MIN_SAMPLES_PER_PIXEL = 32;
+/** More than the largest peaks.json: MAX_PIXELS pixels of two channels, each value at most "-128,". */
+export const MAX_PEAKS_JSON_BYTES = MAX_PIXELS * 2 * 2 * 5 + 1024;
 /** A header that has not reached its data chunk within this many bytes is not the converter's. */
 const MAX_HEADER_BYTES = 64 * 1024;
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
