@@ -14,6 +14,8 @@
  *   3. throughput: 50 distinct 10-second clips submitted at once to the service at
  *      WORKER_CONCURRENCY=2, against the hand-run pair over the same 50 clips in a loop; jobs a
  *      minute and CPU seconds per job.
+ * AUDIO_ANALYSIS=off in this script's environment runs the service without loudness and peaks
+ * (bench/audio-analysis.ts compares the two in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
  * so that no client poll interval is measured.
  */
@@ -211,7 +213,13 @@ for (let n = 0; n < CLIPS; n++) clips.push(await clip(n));
 const media = await startMediaServer();
 media.serveFile('/tone-180s.m4a', long.path, { contentType: 'audio/mp4' });
 media.serveFile('/tone-10s.m4a', short.path, { contentType: 'audio/mp4' });
-const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2' } });
+const svc = await startService({
+  env: {
+    FETCH_ALLOW_HOSTS: media.hostPort,
+    WORKER_CONCURRENCY: '2',
+    ...(process.env.AUDIO_ANALYSIS ? { AUDIO_ANALYSIS: process.env.AUDIO_ANALYSIS } : {}),
+  },
+});
 try {
   // The tools run in the resident sandbox once it is ready (a service that has one says so).
   for (let i = 0; i < 300 && !svc.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++)

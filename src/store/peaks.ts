@@ -98,6 +98,86 @@ export function createPeaksAccumulator(): PeaksAccumulator {
     }
   }
 
+  /**
+   * Whole pixels in a loop of their own per channel count, the extremes in local variables: it runs
+   * once per sample of the file. Samples before the first frame boundary and after the last one
+   * go one by one.
+   */
+  function frames(values: Int16Array): void {
+    let i = 0;
+    const n = values.length;
+    while (i < n && channel !== 0) sample(values[i++]!);
+    const end = i + Math.floor((n - i) / channels) * channels;
+    if (channels === 1) i = monoFrames(values, i, end);
+    else if (channels === 2) i = stereoFrames(values, i, end);
+    while (i < n) sample(values[i++]!);
+  }
+
+  function monoFrames(values: Int16Array, from: number, end: number): number {
+    let i = from;
+    while (i < end) {
+      const stop = Math.min(end, i + (samplesPerPixel - frameInPixel));
+      let min = mins[0]!;
+      let max = maxs[0]!;
+      for (let j = i; j < stop; j++) {
+        const value = values[j]!;
+        if (value < min) min = value;
+        if (value > max) max = value;
+      }
+      mins[0] = min;
+      maxs[0] = max;
+      frameInPixel += stop - i;
+      i = stop;
+      if (frameInPixel === samplesPerPixel) emitPixel();
+    }
+    return i;
+  }
+
+  function stereoFrames(values: Int16Array, from: number, end: number): number {
+    // A frame is one 32-bit word when it starts on a 4-byte address (the usual case: the data
+    // chunk and the store's reads start on one): one read per frame instead of two.
+    const words =
+      (values.byteOffset + from * 2) % 4 === 0
+        ? new Int32Array(values.buffer, values.byteOffset + from * 2, (end - from) / 2)
+        : null;
+    let i = from;
+    while (i < end) {
+      const stop = Math.min(end, i + 2 * (samplesPerPixel - frameInPixel));
+      let leftMin = mins[0]!;
+      let leftMax = maxs[0]!;
+      let rightMin = mins[1]!;
+      let rightMax = maxs[1]!;
+      if (words) {
+        for (let j = (i - from) / 2, last = (stop - from) / 2; j < last; j++) {
+          const frame = words[j]!;
+          const left = (frame << 16) >> 16;
+          const right = frame >> 16;
+          if (left < leftMin) leftMin = left;
+          if (left > leftMax) leftMax = left;
+          if (right < rightMin) rightMin = right;
+          if (right > rightMax) rightMax = right;
+        }
+      } else {
+        for (let j = i; j < stop; j += 2) {
+          const left = values[j]!;
+          const right = values[j + 1]!;
+          if (left < leftMin) leftMin = left;
+          if (left > leftMax) leftMax = left;
+          if (right < rightMin) rightMin = right;
+          if (right > rightMax) rightMax = right;
+        }
+      }
+      mins[0] = leftMin;
+      maxs[0] = leftMax;
+      mins[1] = rightMin;
+      maxs[1] = rightMax;
+      frameInPixel += (stop - i) / 2;
+      i = stop;
+      if (frameInPixel === samplesPerPixel) emitPixel();
+    }
+    return i;
+  }
+
   function samples(bytes: Buffer): void {
     let start = 0;
     if (carry !== null && bytes.length > 0) {
@@ -116,25 +196,7 @@ export function createPeaksAccumulator(): PeaksAccumulator {
           view.copy(aligned, 0, 0, whole);
           view = aligned.subarray(0, whole);
         }
-        const values = new Int16Array(view.buffer, view.byteOffset, whole / 2);
-        // The loop of sample(), inlined: it runs once per sample of the file.
-        let ch = channel;
-        let frames = frameInPixel;
-        for (let i = 0; i < values.length; i++) {
-          const value = values[i]!;
-          if (value < mins[ch]!) mins[ch] = value;
-          if (value > maxs[ch]!) maxs[ch] = value;
-          if (++ch === channels) {
-            ch = 0;
-            if (++frames === samplesPerPixel) {
-              frameInPixel = frames;
-              emitPixel();
-              frames = 0;
-            }
-          }
-        }
-        channel = ch;
-        frameInPixel = frames;
+        frames(new Int16Array(view.buffer, view.byteOffset, whole / 2));
       }
     }
     if (start + whole < bytes.length) carry = bytes[bytes.length - 1]!;
