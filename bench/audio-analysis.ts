@@ -1,6 +1,6 @@
 /**
  * The cost of loudness and waveform peaks, run by hand:
- *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800]
+ *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long]
  *
  * In one run:
  *   1. a 3-minute 48 kHz stereo AAC fetched by two services side by side, one with
@@ -153,5 +153,6 @@ async function threeHours(): Promise<void> {
   );
 }
 
-await threeMinutes();
-await threeHours();
+const PARTS = process.argv[4] ?? 'both';
+if (PARTS !== 'long') await threeMinutes();
+if (PARTS !== 'short') await threeHours();
