@@ -3,10 +3,10 @@
  *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long]
  *
  * In one run:
- *   1. a 3-minute 48 kHz stereo AAC fetched by two services side by side, one with
- *      AUDIO_ANALYSIS=on (loudness in the conversion, peaks in the store's hash pass), one with it
- *      off; the two alternate, run by run, so that the machine's load drifts over both alike.
- *      Medians of submit → done, and of the convert and commit steps (the 'fetch steps' log line);
+ *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness (in the
+ *      conversion) and peaks (in the store's hash pass), with peaks alone, and with neither; they
+ *      take turns, run by run, so that the machine's load drifts over all alike. Medians of submit
+ *      → done, and of the convert and commit steps (the 'fetch steps' log line);
  *   2. a 3-hour 48 kHz stereo AAC through the two passes the analysis rides on, as plain
  *      processes and calls: the conversion (ffmpeg with the service's arguments) without and with
  *      the loudness branch, and the store's hash pass over the WAV (sha256File) without and with
@@ -43,44 +43,45 @@ async function fetchOnce(svc: ServiceHandle, url: string): Promise<{ wallMs: num
   return { wallMs, steps: line as unknown as Record<string, number> };
 }
 
+const SETTINGS = {
+  'LOUDNESS=on  WAVEFORM_PEAKS=on ': { LOUDNESS: 'on', WAVEFORM_PEAKS: 'on' },
+  'LOUDNESS=off WAVEFORM_PEAKS=on ': { LOUDNESS: 'off', WAVEFORM_PEAKS: 'on' },
+  'LOUDNESS=off WAVEFORM_PEAKS=off': { LOUDNESS: 'off', WAVEFORM_PEAKS: 'off' },
+};
+
 async function threeMinutes(): Promise<void> {
   const tone = await makeTone(fixtureDir, { seconds: 180, channels: 2, sampleRate: 48000, format: 'm4a' });
   const media = await startMediaServer();
   media.serveFile('/tone-180s.m4a', tone.path, { contentType: 'audio/mp4' });
-  const on = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, AUDIO_ANALYSIS: 'on' } });
-  const off = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, AUDIO_ANALYSIS: 'off' } });
+  const services = await Promise.all(
+    Object.values(SETTINGS).map((env) => startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, ...env } })),
+  );
   try {
-    const samples = {
-      on: [] as Awaited<ReturnType<typeof fetchOnce>>[],
-      off: [] as Awaited<ReturnType<typeof fetchOnce>>[],
-    };
+    const samples = services.map(() => [] as Array<Awaited<ReturnType<typeof fetchOnce>>>);
     // One warm-up each, not counted.
-    await fetchOnce(on, media.url('/tone-180s.m4a?warm-on'));
-    await fetchOnce(off, media.url('/tone-180s.m4a?warm-off'));
+    for (const [n, svc] of services.entries()) await fetchOnce(svc, media.url(`/tone-180s.m4a?warm-${n}`));
     for (let i = 0; i < RUNS; i++) {
       // Distinct query strings: the same URL would be born done.
-      samples.on.push(await fetchOnce(on, media.url(`/tone-180s.m4a?on=${i}`)));
-      samples.off.push(await fetchOnce(off, media.url(`/tone-180s.m4a?off=${i}`)));
+      for (const [n, svc] of services.entries())
+        samples[n]!.push(await fetchOnce(svc, media.url(`/tone-180s.m4a?service=${n}&run=${i}`)));
     }
-    const row = (name: 'on' | 'off') => {
-      const runs = samples[name];
-      const wall = median(runs.map((r) => r.wallMs));
-      const convert = median(runs.map((r) => r.steps.convert_ms!));
-      const commit = median(runs.map((r) => r.steps.commit_ms!));
-      return { wall, convert, commit, list: runs.map((r) => seconds(r.wallMs)).join(', ') };
-    };
-    const a = row('on');
-    const b = row('off');
-    process.stdout.write(
-      `3-minute AAC (48 kHz stereo), median of ${RUNS}, the two services alternating:\n` +
-        `  AUDIO_ANALYSIS=on:  submit → done ${seconds(a.wall)} s (convert ${a.convert} ms, commit ${a.commit} ms)   runs: ${a.list}\n` +
-        `  AUDIO_ANALYSIS=off: submit → done ${seconds(b.wall)} s (convert ${b.convert} ms, commit ${b.commit} ms)   runs: ${b.list}\n` +
-        `  cost of loudness and peaks: ${Math.round(a.wall - b.wall)} ms a job, ${percent(a.wall - b.wall, b.wall)} of the job without them ` +
-        `(convert +${a.convert - b.convert} ms, commit +${a.commit - b.commit} ms)\n`,
-    );
+    const rows = samples.map((runs) => ({
+      wall: median(runs.map((r) => r.wallMs)),
+      convert: median(runs.map((r) => r.steps.convert_ms!)),
+      commit: median(runs.map((r) => r.steps.commit_ms!)),
+      list: runs.map((r) => seconds(r.wallMs)).join(', '),
+    }));
+    const base = rows.at(-1)!;
+    process.stdout.write(`3-minute AAC (48 kHz stereo), median of ${RUNS}, the services taking turns:\n`);
+    Object.keys(SETTINGS).forEach((name, n) => {
+      const row = rows[n]!;
+      process.stdout.write(
+        `  ${name}: submit → done ${seconds(row.wall)} s (convert ${row.convert} ms, commit ${row.commit} ms), ` +
+          `${percent(row.wall - base.wall, base.wall)} over both off   runs: ${row.list}\n`,
+      );
+    });
   } finally {
-    await on.stop();
-    await off.stop();
+    await Promise.all(services.map((svc) => svc.stop()));
     await media.close();
   }
 }

@@ -14,8 +14,8 @@
  *   3. throughput: 50 distinct 10-second clips submitted at once to the service at
  *      WORKER_CONCURRENCY=2, against the hand-run pair over the same 50 clips in a loop; jobs a
  *      minute and CPU seconds per job.
- * AUDIO_ANALYSIS=off in this script's environment runs the service without loudness and peaks
- * (bench/audio-analysis.ts compares the two in one run).
+ * LOUDNESS and WAVEFORM_PEAKS in this script's environment are passed on to the service
+ * (bench/audio-analysis.ts compares them on and off in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
  * so that no client poll interval is measured.
  */
@@ -217,7 +217,8 @@ const svc = await startService({
   env: {
     FETCH_ALLOW_HOSTS: media.hostPort,
     WORKER_CONCURRENCY: '2',
-    ...(process.env.AUDIO_ANALYSIS ? { AUDIO_ANALYSIS: process.env.AUDIO_ANALYSIS } : {}),
+    ...(process.env.LOUDNESS ? { LOUDNESS: process.env.LOUDNESS } : {}),
+    ...(process.env.WAVEFORM_PEAKS ? { WAVEFORM_PEAKS: process.env.WAVEFORM_PEAKS } : {}),
   },
 });
 try {

@@ -137,15 +137,18 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
     return staged;
   }
 
-  /** Moves a staged file onto its address: fsynced first, its folders after. */
-  async function enter(staged: string, contentId: string, target: string): Promise<void> {
+  /**
+   * Moves a staged file onto its address: fsynced first, its folder after, and the shard folder
+   * that holds it unless the content's folder was there already (`folderKnown`).
+   */
+  async function enter(staged: string, contentId: string, target: string, folderKnown = false): Promise<void> {
     try {
       await fsyncPath(staged, 'r');
       const dir = path.join(root, contentDirRelative(contentId));
       await fs.mkdir(dir, { recursive: true });
       await fs.rename(staged, target);
       await fsyncPath(dir, 'r');
-      await fsyncPath(path.dirname(dir), 'r');
+      if (!folderKnown) await fsyncPath(path.dirname(dir), 'r');
     } catch (err) {
       await fs.rm(staged, { force: true });
       throw err;
@@ -184,7 +187,8 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
         await fs.rm(staged, { force: true });
         throw err;
       }
-      await enter(staged, contentId, target);
+      // The content's WAV is there (pinned): its folder's entry is durable already.
+      await enter(staged, contentId, target, true);
       return bytes.length;
     },
 

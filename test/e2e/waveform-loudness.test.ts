@@ -161,9 +161,11 @@ describe('loudness', () => {
   });
 });
 
-describe('with AUDIO_ANALYSIS=off (as content stored before peaks and loudness existed)', () => {
+describe('with LOUDNESS=off and WAVEFORM_PEAKS=off (as content stored before they existed)', () => {
   it('the job record lists the WAV alone and says null for loudness; peaks.json is not found', async () => {
-    const off = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, AUDIO_ANALYSIS: 'off' } });
+    const off = await startService({
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, LOUDNESS: 'off', WAVEFORM_PEAKS: 'off' },
+    });
     try {
       const job = await fetchDone(off, media.url('/left-only.flac'));
       expect(job.result!.artifacts.map((artifact) => artifact.name)).toEqual(['audio.wav']);

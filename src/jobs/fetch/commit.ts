@@ -16,7 +16,7 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
  * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
  * waveform peaks (peaks.json, computed from the bytes the store hashes: ../../store/peaks.ts) and
- * its loudness (from the conversion) when ctx.audioAnalysis is on; the
+ * its loudness (from the conversion) as ctx.audioAnalysis says; the
  * attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
  * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
  * longer this node's (canceled meanwhile) records nothing: undefined.
@@ -48,7 +48,7 @@ export function commitContent(
 ): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
     const { database, store } = deps;
-    const accumulator = ctx.audioAnalysis ? createPeaksAccumulator() : undefined;
+    const accumulator = ctx.audioAnalysis?.peaks ? createPeaksAccumulator() : undefined;
     const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, accumulator);
     try {
       const peaks = accumulator?.finish();

@@ -22,7 +22,7 @@ import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from 
  * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
  * size disagrees with its header.
  *
- * With ctx.audioAnalysis the same run measures the WAV's EBU R128 loudness (a branch of its filter
+ * With ctx.audioAnalysis.loudness the same run measures the WAV's EBU R128 loudness (a branch of its filter
  * graph), read from ffmpeg's report file in the working folder; a loudness it could not read is
  * null and fails nothing.
  */
@@ -51,11 +51,11 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
         output: wavPath,
         maxDurationS: ctx.limits.maxDurationS,
         maxAllocBytes: ctx.limits.tool.memoryBytes,
-        measureLoudness: ctx.audioAnalysis,
+        measureLoudness: ctx.audioAnalysis.loudness,
       }),
       {
         maxFileBytes: ctx.limits.maxOutputBytes,
-        ...(ctx.audioAnalysis ? { setEnv: loudnessReportEnv(LOUDNESS_REPORT_FILE) } : {}),
+        ...(ctx.audioAnalysis.loudness ? { setEnv: loudnessReportEnv(LOUDNESS_REPORT_FILE) } : {}),
       },
     );
     if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
@@ -89,8 +89,9 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
       if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
       throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
     }
-    const loudness = ctx.audioAnalysis ? await readLoudness(path.join(ctx.workDir, LOUDNESS_REPORT_FILE)) : null;
-    if (ctx.audioAnalysis && loudness === null) ctx.log.warn('the conversion reported no loudness');
+    const { loudness: measured } = ctx.audioAnalysis;
+    const loudness = measured ? await readLoudness(path.join(ctx.workDir, LOUDNESS_REPORT_FILE)) : null;
+    if (measured && loudness === null) ctx.log.warn('the conversion reported no loudness (silent, or no summary)');
     return { wavPath, header, loudness };
   });
 }

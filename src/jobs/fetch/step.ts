@@ -75,8 +75,14 @@ export interface FetchContext {
   /** Host names the downloader reached through the egress guard so far. */
   hostsContacted(): string[];
   limits: FetchLimits;
-  /** Whether the conversion measures loudness and the store computes waveform peaks (AUDIO_ANALYSIS). */
-  audioAnalysis: boolean;
+  /** Whether the conversion measures loudness and the store computes waveform peaks. */
+  audioAnalysis: AudioAnalysis;
+}
+
+/** LOUDNESS and WAVEFORM_PEAKS. */
+export interface AudioAnalysis {
+  loudness: boolean;
+  peaks: boolean;
 }
 
 /** A signal aborted after `ms` with `error` as its reason, for ToolRun.stop. */
