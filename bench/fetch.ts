@@ -18,6 +18,8 @@
  *      loop; jobs a minute and CPU seconds per job;
  *   4. with --hour: one job of a one-hour mp3, its time against by hand, and the service's peak
  *      resident memory (VmHWM of its Node process; the tools' peaks beside it, sampled).
+ * LOUDNESS and WAVEFORM_PEAKS in this script's environment are passed on to the service
+ * (bench/audio-analysis.ts compares them on and off in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
  * so that no client poll interval is measured.
  */
@@ -354,7 +356,14 @@ const media = await startMediaServer();
 media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg' });
 media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4' });
 if (oneHour) media.serveFile('/tone-3600s.mp3', oneHour.path, { contentType: 'audio/mpeg' });
-const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, WORKER_CONCURRENCY: '2' } });
+const svc = await startService({
+  env: {
+    FETCH_ALLOW_HOSTS: media.hostPort,
+    WORKER_CONCURRENCY: '2',
+    ...(process.env.LOUDNESS ? { LOUDNESS: process.env.LOUDNESS } : {}),
+    ...(process.env.WAVEFORM_PEAKS ? { WAVEFORM_PEAKS: process.env.WAVEFORM_PEAKS } : {}),
+  },
+});
 try {
   // The tools run in the resident sandbox once it is ready (a service that has one says so).
   for (let i = 0; i < 300 && !svc.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++)

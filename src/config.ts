@@ -110,6 +110,18 @@ export const envSchema = z
       .min(1)
       .default('ffmpeg')
       .meta({ description: 'The converter.', defaultText: '`ffmpeg` on `PATH`' }),
+    LOUDNESS: z
+      .enum(['on', 'off'])
+      .default('on')
+      .describe(
+        "`on`: the conversion measures each new WAV's EBU R128 loudness on its own decode (the job record's `result.loudness`); it costs CPU time in the conversion ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
+      ),
+    WAVEFORM_PEAKS: z
+      .enum(['on', 'off'])
+      .default('on')
+      .describe(
+        "`on`: the store keeps each new WAV's waveform peaks beside it (`peaks.json`, [delivery](delivery.md#waveform-peaks)), computed in the pass that hashes it. `off`: content stored from then on has none.",
+      ),
     TOOL_CONFINEMENT: z
       .enum(['netns', 'off'])
       .default('netns')
@@ -443,6 +455,8 @@ export interface Config {
   };
   /** Ceilings of every tool run, set by the sandbox (src/sandbox/limits.ts); file sizes are per run. */
   toolLimits: { memoryBytes: number; cpuSeconds: number; processes: number };
+  /** Loudness measured (LOUDNESS) and waveform peaks stored (WAVEFORM_PEAKS) with each new WAV. */
+  audioAnalysis: { loudness: boolean; peaks: boolean };
   workerConcurrency: number;
   fetchTimeoutMs: number;
   /** The metadata step's own time limit, within fetchTimeoutMs. */
@@ -544,6 +558,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       mountView: e.TOOL_MOUNT_VIEW === 'on',
     },
     toolLimits: { memoryBytes: e.TOOL_MEMORY_BYTES, cpuSeconds: e.TOOL_CPU_S, processes: e.TOOL_MAX_PROCESSES },
+    audioAnalysis: { loudness: e.LOUDNESS === 'on', peaks: e.WAVEFORM_PEAKS === 'on' },
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     metadataTimeoutMs: e.METADATA_TIMEOUT_S * 1000,

@@ -608,6 +608,7 @@ function createWorkers(
     },
     openEgressSession: (label) => egress.guard.openSession(label),
     cookiesFile: config.ytdlpCookiesFile,
+    audioAnalysis: config.audioAnalysis,
     onStored: () => upkeep.sizeCap.request(),
     keyAllowance:
       config.storeBytesPerKeyPerDay === null

@@ -242,6 +242,7 @@ async function fetchCommand(
     formatBytes(saved.bytes),
     artifact.duration !== null ? `${artifact.duration.toFixed(1)} s` : null,
     artifact.channels ? `${artifact.channels} ch` : null,
+    job.result.loudness ? formatLoudness(job.result.loudness) : null,
   ];
   out.write(`wrote ${target} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
   return EXIT.ok;
@@ -373,10 +374,16 @@ async function statusCommand(deps: CliDeps, api: ApiClient, jobId: string, json:
     ['started', job.started_at],
     ['finished', job.finished_at],
     ['content', job.result?.content_id ?? null],
+    ['loudness', job.result?.loudness ? formatLoudness(job.result.loudness) : null],
     ['error', job.error ? `${job.error.code}: ${job.error.message}` : null],
   ];
   for (const [label, value] of lines) if (value !== null) deps.stdout.write(`${label.padEnd(9)}${value}\n`);
   return EXIT.ok;
+}
+
+/** EBU R128 loudness as people read it: "-23.0 LUFS, LRA 4.2 LU, true peak -1.5 dBTP". */
+function formatLoudness(loudness: { integrated_lufs: number; range_lu: number; true_peak_dbtp: number }): string {
+  return `${loudness.integrated_lufs.toFixed(1)} LUFS, LRA ${loudness.range_lu.toFixed(1)} LU, true peak ${loudness.true_peak_dbtp.toFixed(1)} dBTP`;
 }
 
 async function cancelCommand(deps: CliDeps, api: ApiClient, jobId: string): Promise<ExitCode> {

@@ -307,6 +307,7 @@ export interface components {
             result: {
                 content_id: string;
                 artifacts: components["schemas"]["Artifact"][];
+                loudness: components["schemas"]["Loudness"] | null;
                 evicted: components["schemas"]["Evicted"] | null;
             } | null;
             error: {
@@ -315,7 +316,12 @@ export interface components {
             } | null;
             callback: components["schemas"]["Callback"] | null;
         };
+        /** @description One file of the content. `sample_rate`, `channels` and `duration` are those of the WAV, null for `peaks.json`. */
         Artifact: {
+            /**
+             * @description `audio.wav`: the PCM WAV. `peaks.json`: its waveform peaks in BBC audiowaveform's JSON format (version 2: `channels`, `sample_rate`, `samples_per_pixel`, `bits` 8, `length`, `data` as min,max per channel per pixel), which peaks.js, waveform-data and wavesurfer.js read as they are; absent for content stored before peaks were kept.
+             * @example audio.wav
+             */
             name: string;
             /** @description Path of getArtifact; needs the API key. */
             path: string;
@@ -328,6 +334,24 @@ export interface components {
             channels: number | null;
             /** @description Seconds. */
             duration: number | null;
+        };
+        /** @description The WAV's loudness per EBU R128 (ITU-R BS.1770), measured during its conversion. Null when unknown: content stored before loudness was measured, or silent (no true peak). */
+        Loudness: {
+            /**
+             * @description Integrated loudness, LUFS.
+             * @example -23
+             */
+            integrated_lufs: number;
+            /**
+             * @description Loudness range, LU.
+             * @example 4.2
+             */
+            range_lu: number;
+            /**
+             * @description True peak of the loudest channel, dBTP.
+             * @example -1.5
+             */
+            true_peak_dbtp: number;
         };
         /** @description Set on a done job whose content the store no longer holds: evicted (least recently used first, to keep the store within its bounds) or found gone at start-up. `artifacts` is then empty. Null while the content is stored (again). */
         Evicted: {
@@ -465,13 +489,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file. */
+            /** @description The file: `audio.wav` as audio/wav, `peaks.json` (its waveform peaks) as application/json. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "audio/wav": string;
+                    "application/json": Record<string, never>;
                 };
             };
             /** @description A byte range of the file. */

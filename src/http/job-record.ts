@@ -1,9 +1,9 @@
 import type { CacheEntryRow, JobRow } from '../db/database.js';
 import type { JobView } from '../jobs/job-service.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
-import { artifactUrlPath } from '../store/layout.js';
+import { artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../store/layout.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import type { CallbackRecord, EvictedRecord, JobRecord } from './schemas.js';
+import type { CallbackRecord, EvictedRecord, JobRecord, LoudnessRecord } from './schemas.js';
 
 /** Renders a job row as the API's job record (job_id first). */
 export interface SignArtifact {
@@ -84,6 +84,7 @@ export function toJobRecord(
               duration: artifact.durationS,
             };
           }),
+          loudness: loudnessOf(context.artifacts),
           // Said only while the content is gone: stored again, its artifacts are back.
           evicted:
             context.artifacts.length === 0 && context.evictedAt !== undefined ? evictedRecord(context.evictedAt) : null,
@@ -103,6 +104,18 @@ export function toJobRecord(
     result,
     error: job.status === 'failed' && job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
+  };
+}
+
+/** The loudness kept on the content's WAV row, or null when it was not measured. */
+function loudnessOf(artifacts: CacheEntryRow[]): LoudnessRecord | null {
+  const wav = artifacts.find((artifact) => artifact.name === AUDIO_ARTIFACT_NAME);
+  if (!wav || wav.loudnessIntegratedLufs === null || wav.loudnessRangeLu === null || wav.loudnessTruePeakDbtp === null)
+    return null;
+  return {
+    integrated_lufs: wav.loudnessIntegratedLufs,
+    range_lu: wav.loudnessRangeLu,
+    true_peak_dbtp: wav.loudnessTruePeakDbtp,
   };
 }
 

@@ -72,7 +72,11 @@ export const JobIdParam = z.object({
 
 export const ArtifactSchema = z
   .object({
-    name: z.string(),
+    name: z.string().openapi({
+      description:
+        "`audio.wav`: the PCM WAV. `peaks.json`: its waveform peaks in BBC audiowaveform's JSON format (version 2: `channels`, `sample_rate`, `samples_per_pixel`, `bits` 8, `length`, `data` as min,max per channel per pixel), which peaks.js, waveform-data and wavesurfer.js read as they are; absent for content stored before peaks were kept.",
+      example: 'audio.wav',
+    }),
     path: z.string().openapi({ description: 'Path of getArtifact; needs the API key.' }),
     signed_url: z
       .string()
@@ -84,7 +88,21 @@ export const ArtifactSchema = z
     channels: z.number().int().nullable(),
     duration: z.number().nullable().openapi({ description: 'Seconds.' }),
   })
-  .openapi('Artifact');
+  .openapi('Artifact', {
+    description:
+      'One file of the content. `sample_rate`, `channels` and `duration` are those of the WAV, null for `peaks.json`.',
+  });
+
+export const LoudnessSchema = z
+  .object({
+    integrated_lufs: z.number().openapi({ description: 'Integrated loudness, LUFS.', example: -23 }),
+    range_lu: z.number().openapi({ description: 'Loudness range, LU.', example: 4.2 }),
+    true_peak_dbtp: z.number().openapi({ description: 'True peak of the loudest channel, dBTP.', example: -1.5 }),
+  })
+  .openapi('Loudness', {
+    description:
+      "The WAV's loudness per EBU R128 (ITU-R BS.1770), measured during its conversion. Null when unknown: content stored before loudness was measured, or silent (no true peak).",
+  });
 
 export const EvictedSchema = z
   .object({
@@ -157,6 +175,7 @@ export const JobSchema = z
       .object({
         content_id: z.string(),
         artifacts: z.array(ArtifactSchema),
+        loudness: z.union([LoudnessSchema, z.null()]),
         evicted: z.union([EvictedSchema, z.null()]),
       })
       .nullable(),
@@ -245,6 +264,7 @@ export const HealthSchema = z
 export type JobRecord = z.infer<typeof JobSchema>;
 export type CallbackRecord = z.infer<typeof CallbackSchema>;
 export type EvictedRecord = z.infer<typeof EvictedSchema>;
+export type LoudnessRecord = z.infer<typeof LoudnessSchema>;
 export type BatchResult = z.infer<typeof BatchResultSchema>;
 export type HealthReport = z.infer<typeof HealthSchema>;
 

@@ -306,6 +306,7 @@ export function runInResident(
         network: opts.network,
         limits: opts.limits ? residentLimits(opts.limits) : {},
         view: opts.mountView ? { read_only: viewReadOnly } : null,
+        env: opts.setEnv ?? {},
       };
       socket.write(`${JSON.stringify(request)}\n`);
     });

@@ -41,7 +41,13 @@ export interface ContentStore {
    * Moves (or copies across file systems) `sourceFile` into the store under its content id.
    * When the same bytes are already stored, the source is left in place.
    */
-  put(sourceFile: string, name: string): Promise<StoredContent>;
+  put(sourceFile: string, name: string, observer?: ByteObserver): Promise<StoredContent>;
+  /**
+   * Stores `bytes` as the file `name` of a content id already stored (a file derived from it, such
+   * as its waveform peaks), atomically like put. Call while the content is pinned (between put
+   * and release). A file already there is left as it is. Returns the size of the file stored.
+   */
+  putDerived(contentId: string, name: string, bytes: Buffer): Promise<number>;
   /** Whether the file is stored; synchronous, for use inside a database transaction. */
   hasSync(contentId: string, name: string): boolean;
   /**
@@ -49,8 +55,6 @@ export interface ContentStore {
    * so that callers check "nothing refers to it" and remove with nothing in between.
    */
   removeSync(contentId: string): void;
-  /** Removes one file of a content id; synchronous like removeSync. */
-  removeArtifactSync(contentId: string, name: string): void;
   pathOf(contentId: string, name: string): string;
   /**
    * Removes leftovers of interrupted writes: those staged by a writer that `isGone` says is dead,
@@ -59,7 +63,12 @@ export interface ContentStore {
   clearIncoming(now: number, isGone: (writer: string) => boolean): Promise<number>;
 }
 
-export async function sha256File(file: string): Promise<{ hex: string; bytes: number }> {
+/** Sees a file's bytes in order as they are hashed (the one read of them), e.g. a peaks accumulator. */
+export interface ByteObserver {
+  update(chunk: Buffer): void;
+}
+
+export async function sha256File(file: string, observer?: ByteObserver): Promise<{ hex: string; bytes: number }> {
   const hash = createHash('sha256');
   // One buffer, read into again and again: a file of any size allocates nothing more.
   const buf = Buffer.allocUnsafe(1024 * 1024);
@@ -69,7 +78,9 @@ export async function sha256File(file: string): Promise<{ hex: string; bytes: nu
     for (;;) {
       const { bytesRead } = await handle.read(buf, 0, buf.length, null);
       if (bytesRead === 0) break;
-      hash.update(buf.subarray(0, bytesRead));
+      const chunk = buf.subarray(0, bytesRead);
+      hash.update(chunk);
+      observer?.update(chunk);
       bytes += bytesRead;
     }
   } finally {
@@ -126,35 +137,59 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
     return staged;
   }
 
+  /**
+   * Moves a staged file onto its address: fsynced first, its folder after, and the shard folder
+   * that holds it unless the content's folder was there already (`folderKnown`).
+   */
+  async function enter(staged: string, contentId: string, target: string, folderKnown = false): Promise<void> {
+    try {
+      await fsyncPath(staged, 'r');
+      const dir = path.join(root, contentDirRelative(contentId));
+      await fs.mkdir(dir, { recursive: true });
+      await fs.rename(staged, target);
+      await fsyncPath(dir, 'r');
+      if (!folderKnown) await fsyncPath(path.dirname(dir), 'r');
+    } catch (err) {
+      await fs.rm(staged, { force: true });
+      throw err;
+    }
+  }
+
   return {
     root,
     pathOf,
 
-    async put(sourceFile, name) {
-      const { hex: contentId, bytes } = await sha256File(sourceFile);
+    async put(sourceFile, name, observer) {
+      const { hex: contentId, bytes } = await sha256File(sourceFile, observer);
       const release = await pin(contentId);
       try {
         const target = pathOf(contentId, name);
         const existing = await fs.stat(target).catch(() => null);
         // Already stored: the source stays where it is (its owner removes it).
         if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true, release };
-        const staged = await stageFile(sourceFile);
-        try {
-          await fsyncPath(staged, 'r');
-          const dir = path.join(root, contentDirRelative(contentId));
-          await fs.mkdir(dir, { recursive: true });
-          await fs.rename(staged, target);
-          await fsyncPath(dir, 'r');
-          await fsyncPath(path.dirname(dir), 'r');
-        } catch (err) {
-          await fs.rm(staged, { force: true });
-          throw err;
-        }
+        await enter(await stageFile(sourceFile), contentId, target);
         return { contentId, bytes, reused: false, release };
       } catch (err) {
         await release();
         throw err;
       }
+    },
+
+    async putDerived(contentId, name, bytes) {
+      const target = pathOf(contentId, name);
+      const existing = await fs.stat(target).catch(() => null);
+      if (existing?.isFile()) return existing.size;
+      await fs.mkdir(incoming, { recursive: true });
+      const staged = path.join(incoming, `${writer}.${Date.now()}.${randomBytes(12).toString('hex')}`);
+      try {
+        await fs.writeFile(staged, bytes, { flag: 'wx' });
+      } catch (err) {
+        await fs.rm(staged, { force: true });
+        throw err;
+      }
+      // The content's WAV is there (pinned): its folder's entry is durable already.
+      await enter(staged, contentId, target, true);
+      return bytes.length;
     },
 
     hasSync(contentId, name) {
@@ -163,10 +198,6 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
 
     removeSync(contentId) {
       rmSync(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
-    },
-
-    removeArtifactSync(contentId, name) {
-      rmSync(pathOf(contentId, name), { force: true });
     },
 
     async clearIncoming(now, isGone) {

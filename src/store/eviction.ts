@@ -7,7 +7,8 @@ import { lockContent, pinnedAmong } from './pins.js';
 
 /**
  * Least-recently-used garbage collection: while the store holds more than its cap, the coldest
- * cache rows go, with their files and the aliases that pointed at them; the time each content
+ * cache rows go, each with the other rows of its content (a WAV and its peaks are one content,
+ * used together), with their files and the aliases that pointed at them; the time each content
  * went is kept (./evicted.ts) for the records of the jobs done with it. Rows are read in
  * last-use order through the index, a batch at a time, so the cost grows with what is evicted,
  * not with the size of the store. Rows first, files after, in one transaction: a crash in
@@ -32,6 +33,17 @@ export async function readStoreTotals(q: Queryable): Promise<StoreTotals> {
     .from(storeTotals)
     .where(eq(storeTotals.id, 1));
   return row ? { bytes: Number(row.bytes), artifacts: Number(row.artifacts) } : { bytes: 0, artifacts: 0 };
+}
+
+/** The bytes of each content's rows together. */
+async function bytesOfContents(q: Queryable, contentIds: string[]): Promise<Map<string, number>> {
+  const { cacheEntries } = q.t;
+  const rows = await q.db
+    .select({ contentId: cacheEntries.contentId, bytes: sql<number | string>`sum(${cacheEntries.bytes})` })
+    .from(cacheEntries)
+    .where(inArray(cacheEntries.contentId, contentIds))
+    .groupBy(cacheEntries.contentId);
+  return new Map(rows.map((row) => [row.contentId, Number(row.bytes)]));
 }
 
 export interface EvictionResult {
@@ -102,15 +114,21 @@ export async function evictToCap(deps: {
     const rows = await evictionBatchQuery(database, cursor, batchSize);
     if (rows.length === 0) break;
 
-    const pinned = await pinnedAmong(database, [...new Set(rows.map((row) => row.contentId))], deps.now());
+    const contentIds = [...new Set(rows.map((row) => row.contentId))];
+    const pinned = await pinnedAmong(database, contentIds, deps.now());
+    const contentBytes = await bytesOfContents(database, contentIds);
     let excess = await shortfall();
     const candidates: typeof rows = [];
+    const chosen = new Set<string>();
     for (const row of rows) {
       if (excess <= 0) break;
       cursor = row;
       if (pinned.has(row.contentId)) continue;
       candidates.push(row);
-      excess -= row.bytes;
+      // Its content goes whole: all of its rows' bytes count, once.
+      if (chosen.has(row.contentId)) continue;
+      chosen.add(row.contentId);
+      excess -= contentBytes.get(row.contentId) ?? row.bytes;
     }
     if (candidates.length === 0) {
       if (excess > 0) continue; // this batch was all pinned: look further
@@ -124,7 +142,7 @@ export async function evictToCap(deps: {
       // Pinned since the batch was read: a put on some node is storing it now.
       const pinnedNow = await pinnedAmong(q, touched, deps.now());
       const victims = candidates.filter((row) => !pinnedNow.has(row.contentId));
-      const deleted: typeof victims = [];
+      const deleted: Array<{ contentId: string; bytes: number }> = [];
       for (const victim of victims) {
         // Only if unused since the batch was read: a job (born done, or through the media alias)
         // may have taken it up, under the same lock, in between.
@@ -138,32 +156,24 @@ export async function evictToCap(deps: {
             ),
           )
           .returning({ bytes: cacheEntries.bytes });
-        if (gone.length > 0) deleted.push(victim);
+        if (gone.length === 0) continue;
+        // A content's files go together (its WAV and the peaks drawn from it): the others of its rows too.
+        const rest = await q.db
+          .delete(cacheEntries)
+          .where(eq(cacheEntries.contentId, victim.contentId))
+          .returning({ bytes: cacheEntries.bytes });
+        for (const row of [...gone, ...rest]) deleted.push({ contentId: victim.contentId, bytes: row.bytes });
       }
-      const deletedIds = [...new Set(deleted.map((victim) => victim.contentId))];
-      const stillThere =
-        deletedIds.length === 0
-          ? new Set<string>()
-          : new Set(
-              (
-                await q.db
-                  .select({ contentId: cacheEntries.contentId })
-                  .from(cacheEntries)
-                  .where(inArray(cacheEntries.contentId, deletedIds))
-              ).map((row) => row.contentId),
-            );
-      const goneIds = deletedIds.filter((contentId) => !stillThere.has(contentId));
+      const goneIds = [...new Set(deleted.map((row) => row.contentId))];
       if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
       await markEvicted(q, goneIds, deps.now());
       // Still under the content locks: no put can pin these until their files are gone. A reader
       // that has a file open keeps reading it: unlinking does not cut a download short.
       for (const contentId of goneIds) store.removeSync(contentId);
-      for (const victim of deleted)
-        if (stillThere.has(victim.contentId)) store.removeArtifactSync(victim.contentId, victim.name);
       return { deleted, goneIds };
     });
     // A candidate used meanwhile is hot now: the order changed, so the next batch starts over.
-    if (removed.deleted.length < candidates.length) cursor = undefined;
+    if (removed.goneIds.length < new Set(candidates.map((row) => row.contentId)).size) cursor = undefined;
     result.evictedArtifacts += removed.deleted.length;
     result.evictedBytes += removed.deleted.reduce((sum, victim) => sum + victim.bytes, 0);
     result.evictedContentIds.push(...removed.goneIds);

@@ -71,7 +71,7 @@ export async function allowanceRefusal(
   return {
     code: 'key_storage_quota_exceeded',
     message:
-      `The WAV (${adding} bytes) would take this API key past its storage allowance: ${used} of ${allowance.bytes} bytes ` +
+      `The new content (${adding} bytes: the WAV with its waveform peaks) would take this API key past its storage allowance: ${used} of ${allowance.bytes} bytes ` +
       `stored in the last ${Math.round(allowance.windowMs / 3600_000)} h. Nothing was stored and nothing evicted; submit it again later.`,
   };
 }

@@ -8,6 +8,8 @@ export const CONTENT_ID_PATTERN = /^[0-9a-f]{64}$/;
 
 /** The WAV every fetch produces. */
 export const AUDIO_ARTIFACT_NAME = 'audio.wav';
+/** The WAV's waveform peaks (./peaks.ts), beside it under the same content id. */
+export const PEAKS_ARTIFACT_NAME = 'peaks.json';
 
 export function isContentId(value: string): boolean {
   return CONTENT_ID_PATTERN.test(value);

@@ -1,25 +1,27 @@
 import { createHash } from 'node:crypto';
-import { constants, lstatSync, mkdirSync, renameSync, rmdirSync, type BigIntStats } from 'node:fs';
+import { constants, lstatSync, mkdirSync, renameSync, rmdirSync, rmSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { and, asc, eq, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
 import type { Logger } from '../logger.js';
-import { cacheEntriesFor, cacheEntryFor } from './cache-entries.js';
+import { cacheEntryFor } from './cache-entries.js';
 import type { ContentStore } from './content-store.js';
 import { markEvicted } from './evicted.js';
-import { contentDirRelative } from './layout.js';
+import { AUDIO_ARTIFACT_NAME, contentDirRelative } from './layout.js';
 import { lockContent, pinnedAmong } from './pins.js';
 import type { ReadPacer } from './read-pacer.js';
 
 /**
- * One scrub pass over the store: every artifact that has a cache row is read whole (paced by
- * `pacer`, through one buffer) and its SHA-256 compared with its content id.
+ * One scrub pass over the store: every WAV that has a cache row is read whole (paced by `pacer`,
+ * through one buffer) and its SHA-256 compared with its content id. Files derived from a WAV (its
+ * peaks.json) have no hash of their own to check: they go with their WAV.
  *
- *  - corrupt (the bytes hash to something else): its row goes, and with its content's last row
- *    its aliases (so the next submission of its URL downloads it again) and the content is
- *    marked evicted (its jobs' records say it is gone); its file moves out of its address into
- *    `quarantineDir`, kept for an operator to look at. Delivery then finds no file: 404.
+ *  - corrupt (the bytes hash to something else): its content's rows go, with its aliases (so the
+ *    next submission of its URL downloads it again), and the content is marked evicted (its jobs'
+ *    records say it is gone); the WAV moves out of its address into `quarantineDir`, kept for an
+ *    operator to look at, and the files derived from it are removed (drawn from corrupt bytes,
+ *    and made again with them). Delivery then finds no file: 404.
  *  - missing (a row whose file is gone) and unreadable (a read error of that file alone): only
  *    reported. A submission stores a missing file again; start-up reconciliation drops its row.
  *    A volume that is not mounted looks like every file missing, and must not empty the index.
@@ -126,9 +128,12 @@ function rowsAfter(q: Queryable, cursor: { contentId: string; name: string } | u
     .select({ contentId: cacheEntries.contentId, name: cacheEntries.name })
     .from(cacheEntries)
     .where(
-      cursor
-        ? sql`(${cacheEntries.contentId}, ${cacheEntries.name}) > (${cursor.contentId}, ${cursor.name})`
-        : undefined,
+      and(
+        eq(cacheEntries.name, AUDIO_ARTIFACT_NAME),
+        cursor
+          ? sql`(${cacheEntries.contentId}, ${cacheEntries.name}) > (${cursor.contentId}, ${cursor.name})`
+          : undefined,
+      ),
     )
     .orderBy(asc(cacheEntries.contentId), asc(cacheEntries.name))
     .limit(BATCH_ROWS);
@@ -252,18 +257,13 @@ function settle(
     if (pinned) return 'deferred';
 
     const { cacheEntries, aliases } = q.t;
-    await q.db.delete(cacheEntries).where(and(eq(cacheEntries.contentId, contentId), eq(cacheEntries.name, name)));
-    if ((await cacheEntriesFor(q, contentId)).length === 0) {
-      await q.db.delete(aliases).where(eq(aliases.contentId, contentId));
-      await markEvicted(q, [contentId], deps.now());
-    }
+    await q.db.delete(cacheEntries).where(eq(cacheEntries.contentId, contentId));
+    await q.db.delete(aliases).where(eq(aliases.contentId, contentId));
+    await markEvicted(q, [contentId], deps.now());
     // Last: a failure here takes the rows back with the transaction.
     const moved = moveAside(deps, contentId, name, file);
-    try {
-      rmdirSync(path.join(deps.store.root, contentDirRelative(contentId)));
-    } catch {
-      // Not empty (another name of the content), or gone.
-    }
+    // What is left in the folder was derived from the corrupt WAV.
+    rmSync(path.join(deps.store.root, contentDirRelative(contentId)), { recursive: true, force: true });
     return moved;
   });
 }

@@ -33,6 +33,8 @@ export interface RunProcessOptions {
    * it as is: `toolEnvironment` keeps only what a tool needs.
    */
   env?: NodeJS.ProcessEnv;
+  /** Variables this run sets on top of the tool environment (ffmpeg's FFREPORT, say). */
+  setEnv?: Record<string, string>;
   signal?: AbortSignal;
   timeoutMs?: number;
   /** Time between SIGTERM and SIGKILL to the group. Default 3000. */
@@ -166,7 +168,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
   try {
     child = spawn(opts.command, opts.args, {
       cwd: opts.cwd,
-      env: toolEnvironment(opts.env ?? process.env),
+      env: { ...toolEnvironment(opts.env ?? process.env), ...opts.setEnv },
       detached: true,
       shell: false,
       stdio: [opts.keepStdinOpen ? 'pipe' : 'ignore', opts.onStdoutLine || stdoutCapture ? 'pipe' : 'ignore', 'pipe'],

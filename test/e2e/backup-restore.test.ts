@@ -203,7 +203,11 @@ describe.each(BACKENDS)('a backup taken while jobs run, restored onto a new node
         const after = await readDb(restoredDir, restoredDatabase.DATABASE_URL);
         if (after.integrity !== null) expect(after.integrity).toBe('ok');
         expect(after.totalsConsistent).toBe(true);
-        expect(after.cacheEntries.length).toBe(DONE.length + RUNNING.length + QUEUED.length);
+        // Each job's content: its WAV and its peaks.
+        expect(new Set(after.cacheEntries.map((row) => row.content_id)).size).toBe(
+          DONE.length + RUNNING.length + QUEUED.length,
+        );
+        expect(after.cacheEntries.length).toBe(2 * (DONE.length + RUNNING.length + QUEUED.length));
       } finally {
         await svc.kill();
         await restored?.stop();

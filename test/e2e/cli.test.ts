@@ -124,7 +124,9 @@ describe('source-fetch fetch', () => {
     expect(percentages.some((p) => p > 0 && p < 100)).toBe(true);
     const converting = frames.findIndex((frame) => frame.startsWith('converting  [##########'));
     expect(converting).toBeGreaterThan(frames.findIndex((frame) => frame.startsWith('downloading [')));
-    expect(screen).toMatch(/wrote tty\.wav \([\d.]+ MiB, 6\.0 s, 2 ch\): SHA-256 matches the content id/);
+    expect(screen).toMatch(
+      /wrote tty\.wav \([\d.]+ MiB, 6\.0 s, 2 ch, -\d+\.\d LUFS, LRA \d+\.\d LU, true peak -\d+\.\d dBTP\): SHA-256 matches the content id/,
+    );
 
     const cid = contentIdIn(screen)!;
     expect(await sha256(path.join(work, 'tty.wav'))).toBe(cid);
@@ -273,6 +275,10 @@ describe('source-fetch status and cancel', () => {
     expect(status.code).toBe(EXIT.ok);
     expect(status.stdout).toMatch(new RegExp(`^job {6}${jobId}\\nstatus {3}done\\n`));
     expect(status.stdout).toContain(`content  ${contentIdIn(done.stdout)}`);
+    const { loudness } = (await svc.getJob(jobId)).result!;
+    expect(status.stdout).toContain(
+      `loudness ${loudness!.integrated_lufs.toFixed(1)} LUFS, LRA ${loudness!.range_lu.toFixed(1)} LU, true peak ${loudness!.true_peak_dbtp.toFixed(1)} dBTP\n`,
+    );
     const json = await cli(['status', jobId, '--json']);
     expect(json.code).toBe(EXIT.ok);
     expect(JSON.parse(json.stdout)).toMatchObject({

@@ -678,6 +678,26 @@ describe('nginx in front', () => {
     expect(counts.keyed, JSON.stringify(counts)).toBeLessThanOrEqual(4);
   });
 
+  it('serves peaks.json as application/json, with a key and with a signed URL (answered through the app, which redirects)', async () => {
+    const bytes = Buffer.from(
+      '{"version":2,"channels":1,"sample_rate":44100,"samples_per_pixel":32,"bits":8,"length":1,"data":[-1,1]}',
+    );
+    const cid = await store.add(bytes, 'peaks.json');
+    const keyed = await fetch(nginx.url(artifactUrlPath(cid, 'peaks.json')), { headers: { 'x-api-key': API_KEY } });
+    const signedPath = accelApp.signedPath(cid, 'peaks.json');
+    const signed = await fetch(nginx.url(signedPath));
+    for (const res of [keyed, signed]) {
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('application/json');
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(Buffer.from(await res.arrayBuffer()).equals(bytes)).toBe(true);
+    }
+    expect(signed.headers.get('cache-control')).toBe('public, immutable');
+    expect(signed.headers.get('expires')).toBe(expiresOf(signedPath));
+    // Control: the WAV's signed URL is nginx's own, with its own type.
+    expect((await fetch(nginx.url(accelApp.signedPath(wav.cid)))).headers.get('content-type')).toBe('audio/wav');
+  });
+
   it('percent-encodes the redirect so that nginx finds names with spaces and non-ASCII letters', async () => {
     const name = 'my song é #1.json';
     const bytes = Buffer.from('{"hello":"world"}');

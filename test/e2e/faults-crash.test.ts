@@ -1,4 +1,4 @@
-import { readdir, rm } from 'node:fs/promises';
+import { readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -73,7 +73,16 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
   /** No partial artifact at a content address, every cache row and done job has its file, the database sound. */
   async function expectConsistent(label: string) {
     const files = await storedFiles(artifactRoot);
-    for (const file of files) expect(file.sha256, `${label}: ${file.contentId}/${file.name}`).toBe(file.contentId);
+    // A WAV hashes to its address; its peaks beside it are whole JSON.
+    for (const file of files.filter((f) => f.name === 'audio.wav'))
+      expect(file.sha256, `${label}: ${file.contentId}/${file.name}`).toBe(file.contentId);
+    for (const file of files.filter((f) => f.name !== 'audio.wav')) {
+      expect(file.name, `${label}: ${file.contentId}/${file.name}`).toBe('peaks.json');
+      const peaks = JSON.parse(
+        await readFile(path.join(artifactRoot, file.contentId.slice(0, 2), file.contentId, file.name), 'utf8'),
+      ) as { version: number };
+      expect(peaks.version, `${label}: ${file.contentId}/${file.name}`).toBe(2);
+    }
     const db = await readDb(dataDir, databaseEnv.DATABASE_URL);
     if (db.integrity !== null) expect(db.integrity, label).toBe('ok');
     expect(db.totalsConsistent, `${label}: store totals`).toBe(true);

@@ -231,9 +231,16 @@ describe.each(BACKENDS)('kill -9 at a known moment of a job leaves nothing behin
         );
         expect(await readdir(incoming).catch(() => [])).toEqual([]);
         const files = await storedFiles(path.join(dataDir, 'artifacts'));
-        expect(files.map((file) => ({ contentId: file.contentId, name: file.name, sha256: file.sha256 }))).toEqual([
-          { contentId, name: 'audio.wav', sha256: contentId },
+        // The WAV, whole (it hashes to its address), and its peaks beside it.
+        expect(
+          files
+            .map((file) => ({ contentId: file.contentId, name: file.name }))
+            .sort((a, b) => a.name.localeCompare(b.name)),
+        ).toEqual([
+          { contentId, name: 'audio.wav' },
+          { contentId, name: 'peaks.json' },
         ]);
+        expect(files.find((file) => file.name === 'audio.wav')!.sha256).toBe(contentId);
       } finally {
         await first.kill();
         await second?.stop();

@@ -87,10 +87,11 @@ describe('artifact root full', () => {
     const other = await svc.waitForJob((await svc.submit(media.url('/big-again.mp3'))).job_id, ['done', 'failed']);
     expect(other.status).toBe('done');
     const files = await storedFiles(root);
-    expect(files).toHaveLength(1);
-    expect(files[0]!.sha256).toBe(retried.result!.content_id);
+    expect(files.map((file) => file.name).sort()).toEqual(['audio.wav', 'peaks.json']);
+    expect(files.find((file) => file.name === 'audio.wav')!.sha256).toBe(retried.result!.content_id);
     expect((await readDb(svc.dataDir)).cacheEntries).toEqual([
-      expect.objectContaining({ content_id: retried.result!.content_id }),
+      expect.objectContaining({ content_id: retried.result!.content_id, name: 'audio.wav' }),
+      expect.objectContaining({ content_id: retried.result!.content_id, name: 'peaks.json' }),
     ]);
   });
 });

@@ -138,11 +138,14 @@ describe.each(BACKENDS)('the store allowance per API key on %s', (kind) => {
     const first = await fetchAs(svc, KEY_BULK, 'bomb-1');
     expect(first.status).toBe('done');
     expect(first.result!.artifacts[0]!.bytes).toBe(BOMB_WAV_BYTES);
+    // The WAV and its peaks count.
+    const firstBytes = first.result!.artifacts.reduce((sum, artifact) => sum + artifact.bytes, 0);
+    expect(first.result!.artifacts.map((artifact) => artifact.name)).toEqual(['audio.wav', 'peaks.json']);
     const refused = await fetchAs(svc, KEY_BULK, 'bomb-2');
     expect(refused.status).toBe('failed');
     expect(refused.error).toEqual({
       code: 'key_storage_quota_exceeded',
-      message: expect.stringContaining(`${BOMB_WAV_BYTES} of ${CAP / 4} bytes`),
+      message: expect.stringContaining(`${firstBytes} of ${CAP / 4} bytes`),
     });
     // The job record names no key, nor any digest of one.
     expect(JSON.stringify(refused)).not.toContain(KEY_BULK);
@@ -150,14 +153,15 @@ describe.each(BACKENDS)('the store allowance per API key on %s', (kind) => {
 
     // The other key's content is still stored and served, by key and by signed URL; nothing was evicted.
     expect(await served(svc, other, signedUrl)).toEqual([200, 200]);
-    expect((await svc.getJob(other.job_id)).result!.artifacts).toHaveLength(1);
+    expect((await svc.getJob(other.job_id)).result!.artifacts).toHaveLength(2);
     expect(await metric(svc, 'source_fetch_store_evicted_artifacts_total')).toBe(0);
-    expect(await metric(svc, 'source_fetch_store_bytes')).toBe(other.result!.artifacts[0]!.bytes + BOMB_WAV_BYTES);
+    const otherBytes = other.result!.artifacts.reduce((sum, artifact) => sum + artifact.bytes, 0);
+    expect(await metric(svc, 'source_fetch_store_bytes')).toBe(otherBytes + firstBytes);
     expect(await metric(svc, 'source_fetch_job_failures_total{code="key_storage_quota_exceeded"}')).toBe(1);
 
     // Controls: the other key still stores, and the bulk key's earlier job still reads done.
     expect((await fetchAs(svc, KEY_OTHER, 'other-later')).status).toBe('done');
-    expect((await svc.getJob(first.job_id)).result!.artifacts).toHaveLength(1);
+    expect((await svc.getJob(first.job_id)).result!.artifacts).toHaveLength(2);
   });
 });
 
@@ -200,6 +204,7 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
     expect(evicted.result).toEqual({
       content_id: other.result!.content_id,
       artifacts: [],
+      loudness: null,
       evicted: {
         at: expect.any(String),
         message: expect.stringContaining('Submitting the URL again fetches it again.'),
@@ -218,6 +223,6 @@ describe('the control: no allowance per key (STORE_BYTES_PER_KEY_PER_DAY=0)', ()
       other.result!.content_id,
     ]);
     const restored = await svc.getJob(other.job_id);
-    expect([restored.result!.artifacts.length, evictedOf(restored)]).toEqual([1, null]);
+    expect([restored.result!.artifacts.length, evictedOf(restored)]).toEqual([2, null]);
   });
 });

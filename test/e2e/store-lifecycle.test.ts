@@ -19,7 +19,8 @@ import postgres from 'postgres';
  * reaches its reader whole. The cap and reconciliation run on both databases.
  */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
-// Each 2-second mono WAV at 44.1 kHz is 176,478 bytes; the cap holds two of them, not three.
+// Each 2-second mono WAV at 44.1 kHz is 176,478 bytes, its peaks.json about 10 kB; the cap holds
+// two such contents, not three.
 const CAP = 400_000;
 // 'big' (120 s stereo) is 21,168,044 bytes and fits alone; with 'small' (4 s stereo, 705,644) it does not.
 const BIG_CAP = 21_500_000;
@@ -54,19 +55,29 @@ function artifactFile(svc: ServiceHandle, cid: string): string {
   return path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav');
 }
 
+/** The bytes of each content folder that holds a WAV (its WAV and its peaks.json together). */
 async function filesOnDisk(svc: ServiceHandle): Promise<Map<string, number>> {
   const root = path.join(svc.dataDir, 'artifacts');
   const files = new Map<string, number>();
-  for (const shard of (await readdir(root)).filter((entry) => /^[0-9a-f]{2}$/.test(entry))) {
-    for (const cid of await readdir(path.join(root, shard))) {
-      const size = await stat(path.join(root, shard, cid, 'audio.wav')).then(
-        (s) => s.size,
-        () => undefined,
-      );
-      if (size !== undefined) files.set(cid, size);
-    }
+  for (const [cid, names] of await namesOnDisk(svc)) {
+    if (!names.includes('audio.wav')) continue;
+    let size = 0;
+    for (const name of names) size += (await stat(path.join(root, cid.slice(0, 2), cid, name))).size;
+    files.set(cid, size);
   }
   return files;
+}
+
+/** The file names of every content folder. */
+async function namesOnDisk(svc: ServiceHandle): Promise<Map<string, string[]>> {
+  const root = path.join(svc.dataDir, 'artifacts');
+  const contents = new Map<string, string[]>();
+  for (const shard of (await readdir(root)).filter((entry) => /^[0-9a-f]{2}$/.test(entry))) {
+    for (const cid of await readdir(path.join(root, shard))) {
+      contents.set(cid, (await readdir(path.join(root, shard, cid)).catch(() => [])).sort());
+    }
+  }
+  return contents;
 }
 
 async function cidsOnDisk(svc: ServiceHandle): Promise<string[]> {
@@ -125,13 +136,18 @@ describe.each(BACKENDS)('store size cap on %s', (kind) => {
     await waitFor('b to be evicted', async () => !(await filesOnDisk(svc)).has(b));
     const files = await filesOnDisk(svc);
     expect([...files.keys()].sort()).toEqual([a, c].sort());
+    // b went whole, its peaks with its WAV; a and c keep both.
+    expect(Object.fromEntries(await namesOnDisk(svc))).toEqual({
+      [a]: ['audio.wav', 'peaks.json'],
+      [c]: ['audio.wav', 'peaks.json'],
+    });
 
-    // The byte count is exact: the same as the files on disk, and within the cap.
+    // The byte count is exact: the same as the files on disk (WAVs and peaks), and within the cap.
     const onDisk = [...files.values()].reduce((sum, size) => sum + size, 0);
     expect(await metric(svc, 'source_fetch_store_bytes')).toBe(onDisk);
-    expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
+    expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(4);
     expect(onDisk).toBeLessThanOrEqual(CAP);
-    expect(await metric(svc, 'source_fetch_store_evicted_artifacts_total')).toBe(1);
+    expect(await metric(svc, 'source_fetch_store_evicted_artifacts_total')).toBe(2);
     for (const [cid] of files) expect(sha256(await readFile(artifactFile(svc, cid)))).toBe(cid);
 
     // b's alias no longer makes a job born done: it is downloaded again.
@@ -238,7 +254,7 @@ describe('eviction of an artifact while it is streamed', () => {
 });
 
 describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
-  it('removes stray files, adopts a stored WAV whose row is gone, drops rows whose file is gone with their aliases, and logs the counts', async () => {
+  it('removes stray files, adopts a stored WAV and its peaks whose rows are gone, drops rows whose WAV is gone with their peaks and aliases, and logs the counts', async () => {
     const dataDir = await mkdtemp(path.join(tmpdir(), 'sf-reconcile-'));
     const apiKey = 'reconcile-test-key-0123456789';
     const databaseEnv = await serviceEnv(kind);
@@ -250,7 +266,7 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
       const rowless = await fetchDone(svc, 'c');
       await svc.stop();
 
-      // While the service is down: b's file goes, c's row goes, a stray file appears at an address.
+      // While the service is down: b's WAV goes (its peaks stay), c's rows go, a stray file appears at an address.
       await rm(artifactFile(svc, lost));
       if (databaseEnv.DATABASE_URL) {
         const sql = postgres(databaseEnv.DATABASE_URL, { max: 1 });
@@ -267,17 +283,24 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
 
       svc = await startService({ dataDir, apiKey, env });
       expect(svc.logs.find((line) => line.msg === 'start-up recovery')).toMatchObject({
-        files_adopted: 1,
+        files_adopted: 2,
         files_removed: 1,
-        rows_dropped: 1,
+        rows_dropped: 2,
         aliases_cleared: 1,
       });
       expect(await cidsOnDisk(svc)).toEqual([kept, rowless].sort());
+      // b's peaks went with its WAV; c's WAV and peaks were both adopted.
+      expect(Object.fromEntries(await namesOnDisk(svc))).toEqual({
+        [kept]: ['audio.wav', 'peaks.json'],
+        [rowless]: ['audio.wav', 'peaks.json'],
+      });
       const files = await filesOnDisk(svc);
       expect(await metric(svc, 'source_fetch_store_bytes')).toBe(
         [...files.values()].reduce((sum, size) => sum + size, 0),
       );
-      expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(2);
+      expect(await metric(svc, 'source_fetch_store_artifacts')).toBe(4);
+      const adopted = await svc.submit(media.url('/c.flac'));
+      expect(adopted.result!.artifacts.map((artifact) => artifact.name)).toEqual(['audio.wav', 'peaks.json']);
 
       // a and the adopted c are still stored under their URLs; b's alias is gone, so b downloads again.
       for (const [name, cid] of [

@@ -69,6 +69,7 @@ export interface JobBody {
       channels: number | null;
       duration: number | null;
     }>;
+    loudness: { integrated_lufs: number; range_lu: number; true_peak_dbtp: number } | null;
   } | null;
   error: { code: string; message: string } | null;
   [key: string]: unknown;

@@ -12,9 +12,9 @@ import path from 'node:path';
 import { onTestFinished } from 'vitest';
 import type { DatabaseKind } from '../../src/db/database.js';
 import { setAlias } from '../../src/store/aliases.js';
-import { recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
+import { recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../src/store/cache-entries.js';
 import { createContentStore, type ContentStore } from '../../src/store/content-store.js';
-import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { createDatabasePins } from '../../src/store/pins.js';
 import { openTestDatabase, type TestDatabase } from './test-database.js';
 
@@ -24,6 +24,8 @@ export interface StoreFixture {
   store: ContentStore;
   /** Writes `bytes` random bytes as a stored artifact used at `usedAt`, with a URL alias. */
   addArtifact(bytes: number, usedAt: number, url?: string): Promise<string>;
+  /** Writes `bytes` bytes as the content's peaks.json, with its cache row used at `usedAt`. */
+  addPeaks(contentId: string, bytes: number, usedAt: number): Promise<void>;
   /** Sum of the sizes of the files under the artifact root's content folders. */
   bytesOnDisk(): Promise<number>;
   contentIdsOnDisk(): Promise<string[]>;
@@ -86,6 +88,23 @@ export async function createStoreFixture(
       );
       if (url) await setAlias(database, 'url', url, contentId, usedAt);
       return contentId;
+    },
+    async addPeaks(contentId, bytes, usedAt) {
+      await writeFile(store.pathOf(contentId, PEAKS_ARTIFACT_NAME), Buffer.alloc(bytes, 0x20));
+      await recordCacheEntry(
+        database,
+        {
+          contentId,
+          name: PEAKS_ARTIFACT_NAME,
+          kind: WAVEFORM_PEAKS_KIND,
+          bytes,
+          contentType: 'application/json',
+          sampleRate: null,
+          channels: null,
+          durationS: null,
+        },
+        usedAt,
+      );
     },
     async bytesOnDisk() {
       return (await walk()).reduce((sum, file) => sum + file.size, 0);

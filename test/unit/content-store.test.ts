@@ -87,6 +87,28 @@ describe('content store', () => {
     expect(await readdir(path.join(store.root, INCOMING_DIR))).toEqual([]);
   });
 
+  it('shows the observer every byte it hashes, in order, in the one read; stores a derived file beside the content, once', async () => {
+    const { store, write } = await setup();
+    const data = randomBytes(3 * 1024 * 1024 + 17);
+    const seen: Buffer[] = [];
+    const stored = await store.put(await write('a', data), 'audio.wav', {
+      update: (chunk) => seen.push(Buffer.from(chunk)),
+    });
+    expect(Buffer.concat(seen).equals(data)).toBe(true);
+    expect(seen.length).toBeGreaterThan(1);
+
+    const derived = Buffer.from('{"version":2}');
+    expect(await store.putDerived(stored.contentId, 'peaks.json', derived)).toBe(derived.length);
+    expect((await readFile(store.pathOf(stored.contentId, 'peaks.json'))).equals(derived)).toBe(true);
+    // Already there: left as it is, its size returned.
+    expect(await store.putDerived(stored.contentId, 'peaks.json', Buffer.from('{"version":2,"other":1}'))).toBe(
+      derived.length,
+    );
+    expect((await readFile(store.pathOf(stored.contentId, 'peaks.json'))).equals(derived)).toBe(true);
+    expect(await readdir(path.join(store.root, INCOMING_DIR))).toEqual([]);
+    await stored.release();
+  });
+
   it('stores identical bytes once and leaves the second source to its owner', async () => {
     const { store, write, pins } = await setup();
     const data = randomBytes(5000);

@@ -62,6 +62,7 @@ describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
       expect(record.result).toEqual({
         content_id: x,
         artifacts: [],
+        loudness: null,
         evicted: {
           at: new Date(EVICTED_AT).toISOString(),
           message: expect.stringContaining('Submitting the URL again fetches it again.'),

@@ -64,6 +64,26 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     expect(await resolveAlias(fx.database, 'url', 'https://media.example/9')).toBe(ids[9]);
   });
 
+  it("evicts a content's files together: a cold WAV takes its peaks with it, however recently they were used", async () => {
+    const fx = await createStoreFixture(kind);
+    const cold = await fx.addArtifact(1000, 1000, 'https://media.example/cold');
+    await fx.addPeaks(cold, 300, 3000);
+    const warm = await fx.addArtifact(1000, 2000, 'https://media.example/warm');
+    await fx.addPeaks(warm, 300, 2000);
+    expect(await readStoreTotals(fx.database)).toEqual({ bytes: 2600, artifacts: 4 });
+
+    const result = await evict(fx, 1500);
+    expect(result.evictedContentIds).toEqual([cold]);
+    expect(result.evictedArtifacts).toBe(2);
+    expect(result.evictedBytes).toBe(1300);
+    // Control: the other content, WAV and peaks, stays whole.
+    expect(await fx.contentIdsOnDisk()).toEqual([warm, warm]);
+    expect(await fx.bytesOnDisk()).toBe(1300);
+    expect(await readStoreTotals(fx.database)).toEqual({ bytes: 1300, artifacts: 2 });
+    expect(await resolveAlias(fx.database, 'url', 'https://media.example/cold')).toBeUndefined();
+    expect(await resolveAlias(fx.database, 'url', 'https://media.example/warm')).toBe(warm);
+  });
+
   it('orders by last use, so content served recently survives content stored recently', async () => {
     const fx = await createStoreFixture(kind);
     const old = await fx.addArtifact(1000, 1000);

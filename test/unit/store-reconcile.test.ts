@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { setAlias } from '../../src/store/aliases.js';
 import { cacheEntriesFor } from '../../src/store/cache-entries.js';
+import { evictedAt } from '../../src/store/evicted.js';
 import { readStoreTotals } from '../../src/store/eviction.js';
 import { reconcileStore } from '../../src/store/reconcile.js';
 import { createStoreFixture } from '../support/store-fixture.js';
@@ -60,6 +61,47 @@ describe.each(BACKENDS)('start-up reconciliation on %s', (kind) => {
     expect((await fx.database.db.select().from(fx.database.t.aliases)).map((row) => row.key)).toEqual([
       'https://media.example/kept',
     ]);
+  });
+
+  it('keeps a WAV and its peaks one content: adopts peaks beside a recorded WAV, drops peaks without their WAV', async () => {
+    const fx = await createStoreFixture(kind);
+    const peaks = JSON.stringify({
+      version: 2,
+      channels: 1,
+      sample_rate: 44100,
+      samples_per_pixel: 32,
+      bits: 8,
+      length: 1,
+      data: [0, 0],
+    });
+    // Peaks with no row beside a WAV that has one (a crash before the commit): adopted, with the WAV's last use.
+    const withPeaks = await fx.addArtifact(500, 7, 'https://media.example/with-peaks');
+    await writeFile(fx.store.pathOf(withPeaks, 'peaks.json'), peaks);
+    // Something else by that name beside a WAV: removed.
+    const junk = await fx.addArtifact(400, 8);
+    await writeFile(fx.store.pathOf(junk, 'peaks.json'), 'not peaks');
+    // A peaks row whose file is gone: that row dropped, its WAV kept and not marked evicted.
+    const peaksLost = await fx.addArtifact(300, 9);
+    await fx.addPeaks(peaksLost, 50, 9);
+    await rm(fx.store.pathOf(peaksLost, 'peaks.json'));
+    // A WAV whose file is gone: its peaks (row and file) go with it, and the content is marked evicted.
+    const wavLost = await fx.addArtifact(200, 10, 'https://media.example/wav-lost');
+    await fx.addPeaks(wavLost, 60, 10);
+    await rm(fx.store.pathOf(wavLost, 'audio.wav'));
+
+    const counts = await reconcileStore({ database: fx.database, store: fx.store, now: () => 20 });
+    expect(counts).toEqual({ adopted: 1, filesRemoved: 1, rowsDropped: 3, aliasesCleared: 1 });
+    expect(await cacheEntriesFor(fx.database, withPeaks)).toEqual([
+      expect.objectContaining({ name: 'audio.wav', lastUsedAt: 7 }),
+      expect.objectContaining({ name: 'peaks.json', kind: 'waveform_peaks', bytes: peaks.length, lastUsedAt: 7 }),
+    ]);
+    expect((await cacheEntriesFor(fx.database, junk)).map((row) => row.name)).toEqual(['audio.wav']);
+    expect((await cacheEntriesFor(fx.database, peaksLost)).map((row) => row.name)).toEqual(['audio.wav']);
+    expect(await cacheEntriesFor(fx.database, wavLost)).toEqual([]);
+    expect((await fx.contentIdsOnDisk()).sort()).toEqual([withPeaks, withPeaks, junk, peaksLost].sort());
+    expect([...(await evictedAt(fx.database, [peaksLost, wavLost])).keys()]).toEqual([wavLost]);
+    expect(await readStoreTotals(fx.database)).toEqual({ bytes: 500 + peaks.length + 400 + 300, artifacts: 4 });
+    expect(await fx.bytesOnDisk()).toBe(500 + peaks.length + 400 + 300);
   });
 
   it('leaves alone content a put on some node holds: its row is on its way', async () => {

@@ -8,7 +8,7 @@ import { resolveAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor } from '../../src/store/cache-entries.js';
 import { evictedAt } from '../../src/store/evicted.js';
 import { evictToCap, readStoreTotals } from '../../src/store/eviction.js';
-import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { createDatabasePins } from '../../src/store/pins.js';
 import { emptyProgress, scrubStore, type ScrubDeps, type ScrubFinding } from '../../src/store/scrub.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
@@ -123,6 +123,29 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
 
     // A second pass finds nothing more.
     expect((await pass(fx)).progress).toMatchObject({ checked: 1, corrupt: 0 });
+  });
+
+  it("a WAV's peaks are not hashed (control: intact WAVs with peaks report nothing); a corrupt WAV takes its peaks with it", async () => {
+    const fx = await createStoreFixture(kind);
+    const intact = await fx.addArtifact(FILE_BYTES, 1, 'https://media.example/intact');
+    await fx.addPeaks(intact, 300, 1);
+    const bad = await fx.addArtifact(FILE_BYTES, 2, 'https://media.example/bad');
+    await fx.addPeaks(bad, 300, 2);
+    expect((await pass(fx)).progress).toMatchObject({ checked: 2, bytesRead: 2 * FILE_BYTES, corrupt: 0, moved: 0 });
+
+    flipByte(fx.store.pathOf(bad, AUDIO_ARTIFACT_NAME));
+    const { progress, findings, quarantineDir } = await pass(fx);
+    expect(progress).toMatchObject({ checked: 2, corrupt: 1, moved: 1, missing: 0 });
+    expect(findings.map((finding) => [finding.contentId, finding.name])).toEqual([[bad, AUDIO_ARTIFACT_NAME]]);
+    // The WAV is quarantined; the peaks drawn from it are gone, row and file; the intact content keeps both.
+    expect(await readdir(path.join(quarantineDir, path.dirname(findings[0]!.quarantinedAs!)))).toEqual([
+      AUDIO_ARTIFACT_NAME,
+    ]);
+    expect(existsSync(path.dirname(fx.store.pathOf(bad, PEAKS_ARTIFACT_NAME)))).toBe(false);
+    expect(await cacheEntryFor(fx.database, bad, PEAKS_ARTIFACT_NAME)).toBeUndefined();
+    expect(await fx.contentIdsOnDisk()).toEqual([intact, intact]);
+    expect((await evictedAt(fx.database, [bad])).has(bad)).toBe(true);
+    expect(await readStoreTotals(fx.database)).toEqual({ bytes: FILE_BYTES + 300, artifacts: 2 });
   });
 
   it('a missing file and an unreadable one are reported, not acted on', async () => {

@@ -84,6 +84,10 @@ export const cacheEntries = pgTable(
     sampleRate: integer('sample_rate'),
     channels: integer('channels'),
     durationS: doublePrecision('duration_s'),
+    /** EBU R128 loudness of the content, on its audio.wav row (null: not measured, or silent). */
+    loudnessIntegratedLufs: doublePrecision('loudness_integrated_lufs'),
+    loudnessRangeLu: doublePrecision('loudness_range_lu'),
+    loudnessTruePeakDbtp: doublePrecision('loudness_true_peak_dbtp'),
     createdAt: int64('created_at').notNull(),
     lastUsedAt: int64('last_used_at').notNull(),
   },

@@ -93,6 +93,10 @@ export const cacheEntries = sqliteTable(
     sampleRate: integer('sample_rate'),
     channels: integer('channels'),
     durationS: real('duration_s'),
+    /** EBU R128 loudness of the content, on its audio.wav row (null: not measured, or silent). */
+    loudnessIntegratedLufs: real('loudness_integrated_lufs'),
+    loudnessRangeLu: real('loudness_range_lu'),
+    loudnessTruePeakDbtp: real('loudness_true_peak_dbtp'),
     createdAt: integer('created_at').notNull(),
     lastUsedAt: integer('last_used_at').notNull(),
   },

@@ -170,7 +170,15 @@ export function registerArtifactContract(app: OpenAPIHono<AppEnv>): void {
     security: [{ bearerAuth: [] }, { apiKeyHeader: [] }, {}],
     request: { params: ArtifactParams, query: SignatureQuery },
     responses: {
-      200: { description: 'The file.', content: { 'audio/wav': { schema: { type: 'string', format: 'binary' } } } },
+      200: {
+        description: 'The file: `audio.wav` as audio/wav, `peaks.json` (its waveform peaks) as application/json.',
+        content: {
+          'audio/wav': { schema: { type: 'string', format: 'binary' } },
+          'application/json': {
+            schema: { type: 'object', description: "BBC audiowaveform's JSON format, version 2." },
+          },
+        },
+      },
       206: { description: 'A byte range of the file.' },
       304: { description: 'Not modified.' },
       400: problemResponseSpec('Malformed content id or name.'),

@@ -1,8 +1,9 @@
 import type { Database } from '../../db/database.js';
 import { setAlias } from '../../store/aliases.js';
-import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../store/cache-entries.js';
+import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../store/cache-entries.js';
 import type { ContentStore } from '../../store/content-store.js';
-import { AUDIO_ARTIFACT_NAME } from '../../store/layout.js';
+import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../store/layout.js';
+import { createPeaksAccumulator, peaksJsonBytes } from '../../store/peaks.js';
 import { allowanceRefusal, lockKeyStorage, type KeyAllowance } from '../../store/key-allowance.js';
 import { lockContent, pinnedAmong } from '../../store/pins.js';
 import { NO_KEY_IDENTITY } from '../key-identity.js';
@@ -13,12 +14,18 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
- * recorded, so no node's eviction can remove it or an identical copy stored earlier), the
+ * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
+ * waveform peaks (peaks.json, computed from the bytes the store hashes: ../../store/peaks.ts) and
+ * its loudness (from the conversion) as ctx.audioAnalysis says; the
  * attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
  * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
  * longer this node's (canceled meanwhile) records nothing: undefined.
  *
- * New content counts against the submitting key's allowance (`keyAllowance`,
+ * The peaks are written while the content is pinned, before the transaction, which records them
+ * as a second row of the same content; a content stored before peaks existed gains them when a
+ * job stores its bytes again.
+ *
+ * New content (the WAV and its peaks) counts against the submitting key's allowance (`keyAllowance`,
  * src/store/key-allowance.ts), checked in that transaction under the key's lock: a job that would
  * take its key past it records nothing, its file goes again (unless the same bytes are recorded
  * or held by another put), and it fails with key_storage_quota_exceeded. Nothing was recorded, so
@@ -41,16 +48,22 @@ export function commitContent(
 ): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
     const { database, store } = deps;
-    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME);
+    const accumulator = ctx.audioAnalysis?.peaks ? createPeaksAccumulator() : undefined;
+    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, accumulator);
     try {
+      const peaks = accumulator?.finish();
+      const peaksBytes = peaks
+        ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
+        : null;
       await discardWork();
       const now = deps.now();
-      const { header } = converted;
+      const { header, loudness } = converted;
       const apiKeyId = ctx.job.apiKeyId;
-      const storedBytes = stored.reused ? null : stored.bytes;
+      const storedBytes = stored.reused ? null : stored.bytes + (peaksBytes ?? 0);
       const outcome = await database.transaction(async (q) => {
         // Never a row without its file, whoever removed it.
         if (!store.hasSync(stored.contentId, AUDIO_ARTIFACT_NAME)) return 'vanished' as const;
+        if (peaksBytes !== null && !store.hasSync(stored.contentId, PEAKS_ARTIFACT_NAME)) return 'vanished' as const;
         if (deps.keyAllowance && storedBytes !== null && apiKeyId !== NO_KEY_IDENTITY) {
           await lockKeyStorage(q, apiKeyId);
           const refusal = await allowanceRefusal(q, deps.keyAllowance, apiKeyId, storedBytes, now);
@@ -69,9 +82,28 @@ export function commitContent(
             sampleRate: header.sampleRate,
             channels: header.channels,
             durationS: header.durationS,
+            loudnessIntegratedLufs: loudness?.integratedLufs ?? null,
+            loudnessRangeLu: loudness?.rangeLu ?? null,
+            loudnessTruePeakDbtp: loudness?.truePeakDbtp ?? null,
           },
           now,
         );
+        if (peaksBytes !== null) {
+          await recordCacheEntry(
+            q,
+            {
+              contentId: stored.contentId,
+              name: PEAKS_ARTIFACT_NAME,
+              kind: WAVEFORM_PEAKS_KIND,
+              bytes: peaksBytes,
+              contentType: 'application/json',
+              sampleRate: null,
+              channels: null,
+              durationS: null,
+            },
+            now,
+          );
+        }
         await aliasUrlsOf(q, ended, stored.contentId, now);
         if (mediaKey) await setAlias(q, 'media', mediaKey, stored.contentId, now);
         return ended;

@@ -34,6 +34,8 @@ export interface ToolRun {
   maxFileBytes: number;
   onStdoutLine?: (line: string) => void;
   stdoutCaptureBytes?: number;
+  /** Variables the run sets on top of the tool environment. */
+  setEnv?: Record<string, string>;
   /** Aborted with a JobError as its reason: the run is stopped and the step fails with that error. */
   stop?: AbortSignal;
 }
@@ -73,6 +75,14 @@ export interface FetchContext {
   /** Host names the downloader reached through the egress guard so far. */
   hostsContacted(): string[];
   limits: FetchLimits;
+  /** Whether the conversion measures loudness and the store computes waveform peaks. */
+  audioAnalysis: AudioAnalysis;
+}
+
+/** LOUDNESS and WAVEFORM_PEAKS. */
+export interface AudioAnalysis {
+  loudness: boolean;
+  peaks: boolean;
 }
 
 /** A signal aborted after `ms` with `error` as its reason, for ToolRun.stop. */

@@ -13,7 +13,15 @@ import { convertToWav } from './convert.js';
 import { downloadMedia } from './download.js';
 import { resolveMedia } from './media-alias.js';
 import { probeMedia } from './probe.js';
-import { JobFailure, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome, type ToolName } from './step.js';
+import {
+  JobFailure,
+  STORAGE_FULL,
+  type AudioAnalysis,
+  type FetchContext,
+  type FetchLimits,
+  type Outcome,
+  type ToolName,
+} from './step.js';
 import { verifyAudio } from './verify.js';
 
 /**
@@ -49,6 +57,8 @@ export interface FetchTaskDeps {
   /** What each API key may store (STORE_BYTES_PER_KEY_PER_DAY); absent: no bound per key. */
   keyAllowance?: KeyAllowance;
   onDownloaded?: (bytes: number) => void;
+  /** LOUDNESS and WAVEFORM_PEAKS: loudness measured in the conversion, peaks stored with the WAV. Default both. */
+  audioAnalysis?: AudioAnalysis;
   /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
   cookiesFile?: string;
 }
@@ -90,6 +100,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       ytdlpOptions: { noFfmpegDir, ...(proxyUrl || deps.cookiesFile ? { configFile } : {}) },
       hostsContacted: () => egress?.hostsContacted() ?? [],
       limits: deps.limits,
+      audioAnalysis: deps.audioAnalysis ?? { loudness: true, peaks: true },
       async runTool(name, args, { maxFileBytes, stop, ...output }) {
         // Only the downloader talks to the network (through the guard); the conversion reads a file.
         const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';

@@ -1,0 +1,6 @@
+-- The EBU R128 loudness of a content (integrated LUFS, loudness range LU, true peak dBTP), measured
+-- by the conversion (src/tools/ebur128.ts) and kept on its audio.wav row; null for content stored
+-- before it was measured, or silent.
+ALTER TABLE "cache_entries" ADD COLUMN "loudness_integrated_lufs" double precision;--> statement-breakpoint
+ALTER TABLE "cache_entries" ADD COLUMN "loudness_range_lu" double precision;--> statement-breakpoint
+ALTER TABLE "cache_entries" ADD COLUMN "loudness_true_peak_dbtp" double precision;
