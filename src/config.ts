@@ -112,9 +112,9 @@ export const envSchema = z
       .meta({ description: 'The converter.', defaultText: '`ffmpeg` on `PATH`' }),
     LOUDNESS: z
       .enum(['on', 'off'])
-      .default('on')
+      .default('off')
       .describe(
-        "`on`: the conversion measures each new WAV's EBU R128 loudness on its own decode (the job record's `result.loudness`); it costs CPU time in the conversion ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
+        "`on`: the conversion measures each new WAV's EBU R128 loudness on its own decode (the job record's `result.loudness`). Off by default: ffmpeg runs the measurement in the conversion's one thread, and it costs several times the conversion itself ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
       ),
     WAVEFORM_PEAKS: z
       .enum(['on', 'off'])

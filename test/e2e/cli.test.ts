@@ -38,7 +38,7 @@ beforeAll(async () => {
   media.route('/hang.wav', () => {});
   // ffmpeg starts 2 s late: the conversion lasts long enough for "converting" to be seen.
   const ffmpeg = await writeSlowFfmpeg(path.join(work, 'tools'), 2);
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg } });
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg, LOUDNESS: 'on' } });
 });
 
 afterAll(async () => {

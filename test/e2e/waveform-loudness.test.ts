@@ -67,7 +67,7 @@ beforeAll(async () => {
   media = await startMediaServer();
   media.serveFile('/left-only.flac', leftOnly, { contentType: 'audio/flac' });
   media.serveFile('/reference.flac', reference, { contentType: 'audio/flac' });
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, LOUDNESS: 'on' } });
 });
 
 afterAll(async () => {
