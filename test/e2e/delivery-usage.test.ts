@@ -14,8 +14,9 @@ import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../sup
 import { startService, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
-// Each 2-second mono WAV at 44.1 kHz is about 176 kB; the cap holds two of them, not three.
-const CAP = 400_000;
+// Each content is a 2.1-second mono WAV at 44.1 kHz (about 187 kB) and its peaks.json (about
+// 20 kB): the cap holds two of them, not three.
+const CAP = 450_000;
 const TONES = { older: 2.11, newer: 2.12, third: 2.13 };
 
 let media: MediaServer;
