@@ -1,7 +1,8 @@
 /**
  * Whether an error means the database cannot serve the request now, rather than a bug: the
- * server unreachable, shutting down, starting or out of connections, a connection lost, SQLite
- * busy past its time-out; or a write refused for want of space. Such a request is worth trying
+ * server unreachable, shutting down, starting or out of connections, a connection lost, the
+ * server refusing this client (its password or database gone: an operator's fix, not the
+ * caller's), SQLite busy past its time-out; or a write refused for want of space. Such a request is worth trying
  * again, and is answered 503 with Retry-After (src/http/problem.ts). Drivers wrap their errors
  * (drizzle's query error holds the driver's as its cause), so the whole chain of causes is read.
  */
@@ -26,6 +27,10 @@ const UNREACHABLE = new Set([
   '57P02',
   '57P03',
   '53300',
+  // PostgreSQL: invalid_authorization_specification, invalid_password, invalid_catalog_name.
+  '28000',
+  '28P01',
+  '3D000',
   // SQLite: another writer held the file past the busy time-out.
   'SQLITE_BUSY',
   'SQLITE_LOCKED',
@@ -35,6 +40,7 @@ const FULL = new Set(['53100', 'SQLITE_FULL', 'ENOSPC', 'EDQUOT']);
 const MAX_CAUSES = 8;
 
 export function databaseOutage(err: unknown): DatabaseOutage | null {
+  if (isWriteToClosedConnection(err)) return 'unreachable';
   let current = err as { code?: unknown; cause?: unknown } | null | undefined;
   for (let depth = 0; depth < MAX_CAUSES && current; depth++) {
     const code = typeof current.code === 'string' ? current.code : undefined;
@@ -46,4 +52,18 @@ export function databaseOutage(err: unknown): DatabaseOutage | null {
     current = current.cause as typeof current;
   }
   return null;
+}
+
+/**
+ * postgres.js 3.4 writes a query's small messages on the next turn of the event loop; when the
+ * connection closes first, that write finds no socket and throws a TypeError from the timer, out
+ * of every caller's reach (porsager/postgres#1066, #1154, #1208). It is one more sign of a
+ * connection lost, not a bug of this service, and must not end the process.
+ */
+function isWriteToClosedConnection(err: unknown): boolean {
+  return (
+    err instanceof TypeError &&
+    /reading 'write'/.test(err.message) &&
+    /\bnextWrite \(.*[/\\]postgres[/\\](?:cjs[/\\])?src[/\\]connection\.js:/.test(err.stack ?? '')
+  );
 }

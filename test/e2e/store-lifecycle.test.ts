@@ -55,17 +55,30 @@ function artifactFile(svc: ServiceHandle, cid: string): string {
   return path.join(svc.dataDir, 'artifacts', cid.slice(0, 2), cid, 'audio.wav');
 }
 
-/** The bytes of each content folder that holds a WAV (its WAV and its peaks.json together). */
+/**
+ * The bytes of each content folder that holds a WAV (its WAV and its peaks.json together). A
+ * content evicted while it is being measured is left out, as it would be a moment later.
+ */
 async function filesOnDisk(svc: ServiceHandle): Promise<Map<string, number>> {
   const root = path.join(svc.dataDir, 'artifacts');
   const files = new Map<string, number>();
   for (const [cid, names] of await namesOnDisk(svc)) {
     if (!names.includes('audio.wav')) continue;
-    let size = 0;
-    for (const name of names) size += (await stat(path.join(root, cid.slice(0, 2), cid, name))).size;
-    files.set(cid, size);
+    const sizes = await Promise.all(
+      names.map((name) => stat(path.join(root, cid.slice(0, 2), cid, name)).then((found) => found.size, goneIsNull)),
+    );
+    if (sizes.includes(null)) continue;
+    files.set(
+      cid,
+      sizes.reduce<number>((sum, size) => sum + (size ?? 0), 0),
+    );
   }
   return files;
+}
+
+function goneIsNull(err: NodeJS.ErrnoException): null {
+  if (err.code === 'ENOENT') return null;
+  throw err;
 }
 
 /** The file names of every content folder. */

@@ -24,6 +24,7 @@ export const ROOT = path.resolve(import.meta.dirname, '../..');
  * its cores (seen at load average 24).
  */
 export const HEAVY_TEST_TIMEOUT_MS = 300_000;
+const START_TIMEOUT_MS = 60_000;
 
 export interface LogLine {
   level: number;
@@ -134,7 +135,8 @@ export async function startService(
   const exited = once(child, 'exit');
 
   const port = await new Promise<number>((resolve, reject) => {
-    const deadline = setTimeout(() => reject(new Error(`service did not start:\n${raw}`)), 15_000);
+    // Generous: on a loaded machine the start (migrations, the resident sandbox) takes many times its usual second.
+    const deadline = setTimeout(() => reject(new Error(`service did not start:\n${raw}`)), START_TIMEOUT_MS);
     const poll = setInterval(() => {
       const listening = logs.find((line) => line.msg === 'listening');
       if (listening) {

@@ -4,7 +4,7 @@ import { databaseOutage } from '../../src/db/outage.js';
 describe('databaseOutage', () => {
   const withCode = (code: string, message = 'x') => Object.assign(new Error(message), { code });
 
-  it('reads a lost or refused connection, a server shutting down or full of connections, and SQLite busy as unreachable', () => {
+  it('reads a lost or refused connection, a server shutting down, full of connections or refusing this client, and SQLite busy as unreachable', () => {
     for (const code of [
       'ECONNREFUSED',
       'ECONNRESET',
@@ -13,6 +13,8 @@ describe('databaseOutage', () => {
       '57P01',
       '57P03',
       '53300',
+      '28P01',
+      '3D000',
       '08006',
       '08001',
       'SQLITE_BUSY',
@@ -30,6 +32,22 @@ describe('databaseOutage', () => {
       cause: new Error('driver', { cause: withCode('ECONNREFUSED') }),
     });
     expect(databaseOutage(wrapped)).toBe('unreachable');
+  });
+
+  it("reads postgres.js's write to a connection it has just closed as unreachable, and only that TypeError", () => {
+    const written = (frame: string) =>
+      Object.assign(new TypeError("Cannot read properties of null (reading 'write')"), {
+        stack: `TypeError: Cannot read properties of null (reading 'write')\n    at ${frame}\n    at process.processImmediate (node:internal/timers:485:21)`,
+      });
+    expect(
+      databaseOutage(written('Immediate.nextWrite (file:///srv/node_modules/postgres/src/connection.js:255:22)')),
+    ).toBe('unreachable');
+    expect(databaseOutage(written('nextWrite (/srv/node_modules/postgres/cjs/src/connection.js:255:22)'))).toBe(
+      'unreachable',
+    );
+    // The same message from any other code is a bug.
+    expect(databaseOutage(written('nextWrite (file:///srv/dist/jobs/queue.js:10:5)'))).toBeNull();
+    expect(databaseOutage(new TypeError("Cannot read properties of null (reading 'write')"))).toBeNull();
   });
 
   it('leaves everything else alone: a constraint, a syntax error, a plain bug', () => {
