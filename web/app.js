@@ -474,7 +474,13 @@ function showResult(job, record) {
     else if (event.key === ' ' || event.key === 'Enter') void (audio.paused ? audio.play() : audio.pause());
     else return;
     event.preventDefault();
+    // The focus ring shows while keys steer the slider, also when a click gave it the focus:
+    // Firefox, unlike Chromium, keeps :focus-visible off for keys pressed after that click.
+    waveform.dataset.keyboard = 'true';
   });
+  const mouseSteers = () => delete waveform.dataset.keyboard;
+  waveform.addEventListener('pointerdown', mouseSteers);
+  waveform.addEventListener('blur', mouseSteers);
   audio.addEventListener('timeupdate', () => {
     waveform.setAttribute('aria-valuenow', String(Math.round(audio.currentTime)));
     waveform.setAttribute(
