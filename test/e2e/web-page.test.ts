@@ -254,6 +254,19 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     console.log(`web page screenshot: ${screenshot}`);
   });
 
+  it('shows each player at the height of its controls, with no empty box above them', async () => {
+    // Beside a bare <audio controls> on the same page: the height this browser gives its controls.
+    const heights = await page.evaluate<{ bare: number; players: number[] }>(`(() => {
+      const bare = document.body.appendChild(Object.assign(document.createElement('audio'), { controls: true }));
+      const height = bare.getBoundingClientRect().height;
+      bare.remove();
+      const players = [...document.querySelectorAll('#jobs audio')].map((audio) => audio.getBoundingClientRect().height);
+      return { bare: height, players };
+    })()`);
+    expect(heights.bare).toBeGreaterThan(0);
+    expect(heights.players).toEqual([heights.bare, heights.bare]);
+  });
+
   it('shows a failing URL’s error in words', async () => {
     const url = mediaUrl('/missing.m4a');
     await page.getByLabel('Media URLs, one per line').fill(url);
