@@ -481,13 +481,17 @@ function showResult(job, record) {
   const mouseSteers = () => delete waveform.dataset.keyboard;
   waveform.addEventListener('pointerdown', mouseSteers);
   waveform.addEventListener('blur', mouseSteers);
-  audio.addEventListener('timeupdate', () => {
+  const showPosition = () => {
     waveform.setAttribute('aria-valuenow', String(Math.round(audio.currentTime)));
     waveform.setAttribute(
       'aria-valuetext',
       `${formatTime(audio.currentTime)} of ${formatTime(Number.isFinite(audio.duration) ? audio.duration : duration)}`,
     );
-  });
+  };
+  audio.addEventListener('timeupdate', showPosition);
+  // At the start of a seek too: timeupdate comes only once the new position is decoded, which a
+  // busy machine can take seconds over, and a newer seek cancels.
+  audio.addEventListener('seeking', showPosition);
 
   const colour = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   const options = {

@@ -237,7 +237,7 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     await page.keyboard.press('ArrowRight');
     const stepped = await waitForTime(url, (t) => t > 4.9 && t < 5.1, 'ArrowRight did not seek 5 s on');
     expect(stepped).toBeCloseTo(5, 1);
-    await expect.poll(() => waveform.getAttribute('aria-valuenow')).toBe('5');
+    await expect.poll(() => waveform.getAttribute('aria-valuenow'), { timeout: 20_000 }).toBe('5');
     expect(await waveform.getAttribute('aria-valuetext')).toBe('0:05 of 0:20');
     // The focus ring is drawn (a visible outline) while the slider has the keyboard's focus.
     expect(await page.evaluate('getComputedStyle(document.activeElement).outlineStyle')).toBe('solid');

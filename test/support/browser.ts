@@ -23,12 +23,12 @@ export type BrowserName = keyof typeof BROWSERS;
  * Launches `name`. A browser that is not installed is an error that says which package to
  * install (.ci/run installs both), never a skipped test.
  */
-export function launchBrowser(name: BrowserName = 'chromium'): Promise<Browser> {
+export async function launchBrowser(name: BrowserName = 'chromium'): Promise<Browser> {
   const { path, debianPackage } = BROWSERS[name];
   if (!existsSync(path)) {
     throw new Error(`${name} is not installed at ${path}: apt-get install ${debianPackage} (bash .ci/run does)`);
   }
-  return name === 'chromium' ? launchChromium() : launchFirefox();
+  return await (name === 'chromium' ? launchChromium() : launchFirefox());
 }
 
 function launchChromium(): Promise<Browser> {
