@@ -474,14 +474,24 @@ function showResult(job, record) {
     else if (event.key === ' ' || event.key === 'Enter') void (audio.paused ? audio.play() : audio.pause());
     else return;
     event.preventDefault();
+    // The focus ring shows while keys steer the slider, also when a click gave it the focus:
+    // Firefox, unlike Chromium, keeps :focus-visible off for keys pressed after that click.
+    waveform.dataset.keyboard = 'true';
   });
-  audio.addEventListener('timeupdate', () => {
+  const mouseSteers = () => delete waveform.dataset.keyboard;
+  waveform.addEventListener('pointerdown', mouseSteers);
+  waveform.addEventListener('blur', mouseSteers);
+  const showPosition = () => {
     waveform.setAttribute('aria-valuenow', String(Math.round(audio.currentTime)));
     waveform.setAttribute(
       'aria-valuetext',
       `${formatTime(audio.currentTime)} of ${formatTime(Number.isFinite(audio.duration) ? audio.duration : duration)}`,
     );
-  });
+  };
+  audio.addEventListener('timeupdate', showPosition);
+  // At the start of a seek too: timeupdate comes only once the new position is decoded, which a
+  // busy machine can take seconds over, and a newer seek cancels.
+  audio.addEventListener('seeking', showPosition);
 
   const colour = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   const options = {

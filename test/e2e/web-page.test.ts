@@ -1,12 +1,14 @@
 /**
- * The web page at `/` as a person uses it, in a real Chromium (Debian's, driven by playwright-core)
- * against the built service with the real yt-dlp and ffmpeg, behind a real nginx rendering
+ * The web page at `/` as a person uses it, in each of Debian's Chromium and Firefox ESR (driven by
+ * playwright-core: test/support/browser.ts), one after the other, against the built service with the real yt-dlp and ffmpeg, behind a real nginx rendering
  * nginx/templates, fetching from a media server on loopback: the API key asked once and a wrong
  * one refused, two URLs pasted and followed live to done over the job event stream (through
  * nginx), one played and seeked by clicking its waveform and with the keyboard, a slow one
  * canceled, a failing one showing its error, the list kept across a reload, the peaks artifact
  * and loudness used when a job lists them, and an accessibility check (axe-core, WCAG 2.2 AA
  * rules) of the page with a finished job, whose screenshot is saved for people to look at.
+ * Both browsers use the same service, nginx and media server, each with URLs of its own, so that
+ * each follows its own jobs from queued to done.
  */
 import { mkdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,25 +16,23 @@ import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WEB_PAGE_CSP } from '../../src/http/web-page.js';
-import { launchBrowser } from '../support/browser.js';
+import { BROWSERS, launchBrowser, type BrowserName } from '../support/browser.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
-/** Saved by the run for people to look at (test-results/ is not committed). */
-const SCREENSHOT = path.join(ROOT, 'test-results', 'web-page.png');
+/** Saved by the run for people to look at (test-results/ is not committed), one per browser. */
+const screenshotPath = (browserName: BrowserName, view: '' | '-phone') =>
+  path.join(ROOT, 'test-results', `web-page${browserName === 'chromium' ? '' : `-${browserName}`}${view}.png`);
 const AXE_SCRIPT = path.join(ROOT, 'node_modules', 'axe-core', 'axe.min.js');
+
+const BROWSER_NAMES = Object.keys(BROWSERS) as BrowserName[];
 
 let media: MediaServer;
 let svc: ServiceHandle;
 let nginx: RunningNginx;
-let browser: Browser;
-let context: BrowserContext;
-let page: Page;
-/** What the page's console said about the Content-Security-Policy, and uncaught errors. */
-const pageProblems: string[] = [];
 
 beforeAll(async () => {
   media = await startMediaServer();
@@ -41,10 +41,12 @@ beforeAll(async () => {
     makeTone(FIXTURE_DIR, { seconds: 12, channels: 1, sampleRate: 44100, format: 'm4a' }),
     makeTone(FIXTURE_DIR, { seconds: 120, channels: 2, sampleRate: 48000, format: 'wav' }),
   ]);
-  media.serveFile('/first.m4a', first.path, { contentType: 'audio/mp4' });
-  media.serveFile('/second.m4a', second.path, { contentType: 'audio/mp4' });
-  // 23 MB at 64 KiB/s: running for minutes unless canceled.
-  media.serveFile('/slow.wav', slow.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
+  for (const name of BROWSER_NAMES) {
+    media.serveFile(`/${name}/first.m4a`, first.path, { contentType: 'audio/mp4' });
+    media.serveFile(`/${name}/second.m4a`, second.path, { contentType: 'audio/mp4' });
+    // 23 MB at 64 KiB/s: running for minutes unless canceled.
+    media.serveFile(`/${name}/slow.wav`, slow.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
+  }
   svc = await startService({
     env: {
       FETCH_ALLOW_HOSTS: media.hostPort,
@@ -57,43 +59,13 @@ beforeAll(async () => {
     artifactRoot: path.join(svc.dataDir, 'artifacts'),
     urlSigningSecret: SHARED_URL_SIGNING_SECRET,
   });
-  browser = await launchBrowser();
-  context = await browser.newContext({ viewport: { width: 1000, height: 900 } });
-  page = await context.newPage();
-  page.on('console', (message) => {
-    if (/Content.Security.Policy|Refused to/i.test(message.text())) pageProblems.push(message.text());
-  });
-  page.on('pageerror', (error) => pageProblems.push(String(error)));
 });
 
 afterAll(async () => {
-  await browser?.close();
   await nginx?.stop();
   await svc?.stop();
   await media?.close();
 });
-
-const jobItems = () => page.locator('#jobs > li');
-const jobFor = (url: string) => page.locator('#jobs > li', { has: page.locator('.job-url', { hasText: url }) });
-// The project's TypeScript has no DOM library: what runs in the page is typed by hand.
-const audioTime = (url: string) =>
-  jobFor(url)
-    .locator('audio')
-    .evaluate((audio) => (audio as unknown as { currentTime: number }).currentTime);
-const itemData = (name: 'jobId' | 'status') =>
-  jobItems().evaluateAll(
-    (items, field) =>
-      (items as unknown as Array<{ dataset: Record<string, string> }>).map((item) => item.dataset[field]!),
-    name,
-  );
-const ids = () => itemData('jobId');
-const states = () => itemData('status');
-
-/** currentTime of `url`'s <audio>, once `holds` is true of it. */
-async function waitForTime(url: string, holds: (time: number) => boolean, what: string): Promise<number> {
-  await expect.poll(() => audioTime(url), { timeout: 20_000, message: what }).toSatisfy(holds);
-  return audioTime(url);
-}
 
 describe('the page and its files', () => {
   it('are served without a key, with their content types, ETags, caching and a strict CSP, by the app and through nginx', async () => {
@@ -139,7 +111,51 @@ describe('the page and its files', () => {
   });
 });
 
-describe('a person using the page through nginx', () => {
+describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (browserName) => {
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  /** What the page's console said about the Content-Security-Policy, and uncaught errors. */
+  const pageProblems: string[] = [];
+  /** This browser's own copy of a media file, so that its jobs are fetched, not born done. */
+  const mediaUrl = (file: string) => media.url(`/${browserName}${file}`);
+
+  beforeAll(async () => {
+    browser = await launchBrowser(browserName);
+    context = await browser.newContext({ viewport: { width: 1000, height: 900 } });
+    page = await context.newPage();
+    page.on('console', (message) => {
+      if (/Content.Security.Policy|Refused to/i.test(message.text())) pageProblems.push(message.text());
+    });
+    page.on('pageerror', (error) => pageProblems.push(String(error)));
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  const jobItems = () => page.locator('#jobs > li');
+  const jobFor = (url: string) => page.locator('#jobs > li', { has: page.locator('.job-url', { hasText: url }) });
+  // The project's TypeScript has no DOM library: what runs in the page is typed by hand.
+  const audioTime = (url: string) =>
+    jobFor(url)
+      .locator('audio')
+      .evaluate((audio) => (audio as unknown as { currentTime: number }).currentTime);
+  const itemData = (name: 'jobId' | 'status') =>
+    jobItems().evaluateAll(
+      (items, field) =>
+        (items as unknown as Array<{ dataset: Record<string, string> }>).map((item) => item.dataset[field]!),
+      name,
+    );
+  const ids = () => itemData('jobId');
+  const states = () => itemData('status');
+
+  /** currentTime of `url`'s <audio>, once `holds` is true of it. */
+  async function waitForTime(url: string, holds: (time: number) => boolean, what: string): Promise<number> {
+    await expect.poll(() => audioTime(url), { timeout: 20_000, message: what }).toSatisfy(holds);
+    return audioTime(url);
+  }
+
   it('refuses a wrong API key, then takes the right one', async () => {
     await page.goto(nginx.url('/'));
     await page.getByLabel('API key of this service').fill('wrong-key-0123456789abcdef');
@@ -160,7 +176,7 @@ describe('a person using the page through nginx', () => {
   });
 
   it('takes two pasted URLs as a batch, and follows both jobs live to done', async () => {
-    const urls = [media.url('/first.m4a'), media.url('/second.m4a')];
+    const urls = [mediaUrl('/first.m4a'), mediaUrl('/second.m4a')];
     // Every state each job's item shows, as it shows it.
     await page.evaluate(`{
       const seen = (window.seenStates = {});
@@ -180,9 +196,10 @@ describe('a person using the page through nginx', () => {
     expect(Object.keys(seen)).toHaveLength(2);
     for (const states of Object.values(seen)) expect(states.at(-1)).toBe('done');
     // The page learnt each state from the event stream through nginx, not from one answer.
+    const jobIds = Object.keys(seen);
     const streams = await nginx.accessLines(
-      (line) => line.route === '/jobs/{id}/events',
-      (lines) => lines.length >= 2,
+      (line) => line.route === '/jobs/{id}/events' && jobIds.some((id) => line.uri!.includes(id)),
+      (lines) => jobIds.every((id) => lines.some((line) => line.uri!.includes(id))),
       10_000,
     );
     expect(streams.every((line) => line.status === '200')).toBe(true);
@@ -199,7 +216,7 @@ describe('a person using the page through nginx', () => {
   });
 
   it('plays a finished job, and seeks by clicking its waveform and with the keyboard', async () => {
-    const url = media.url('/first.m4a');
+    const url = mediaUrl('/first.m4a');
     const item = jobFor(url);
     await item.locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     await item.locator('audio').evaluate((audio) => (audio as unknown as { play(): Promise<void> }).play());
@@ -220,7 +237,7 @@ describe('a person using the page through nginx', () => {
     await page.keyboard.press('ArrowRight');
     const stepped = await waitForTime(url, (t) => t > 4.9 && t < 5.1, 'ArrowRight did not seek 5 s on');
     expect(stepped).toBeCloseTo(5, 1);
-    await expect.poll(() => waveform.getAttribute('aria-valuenow')).toBe('5');
+    await expect.poll(() => waveform.getAttribute('aria-valuenow'), { timeout: 20_000 }).toBe('5');
     expect(await waveform.getAttribute('aria-valuetext')).toBe('0:05 of 0:20');
     // The focus ring is drawn (a visible outline) while the slider has the keyboard's focus.
     expect(await page.evaluate('getComputedStyle(document.activeElement).outlineStyle')).toBe('solid');
@@ -231,13 +248,27 @@ describe('a person using the page through nginx', () => {
       ),
     ).toBe(true);
 
-    await mkdir(path.dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
-    console.log(`web page screenshot: ${SCREENSHOT}`);
+    const screenshot = screenshotPath(browserName, '');
+    await mkdir(path.dirname(screenshot), { recursive: true });
+    await page.screenshot({ path: screenshot, fullPage: true });
+    console.log(`web page screenshot: ${screenshot}`);
+  });
+
+  it('shows each player at the height of its controls, with no empty box above them', async () => {
+    // Beside a bare <audio controls> on the same page: the height this browser gives its controls.
+    const heights = await page.evaluate<{ bare: number; players: number[] }>(`(() => {
+      const bare = document.body.appendChild(Object.assign(document.createElement('audio'), { controls: true }));
+      const height = bare.getBoundingClientRect().height;
+      bare.remove();
+      const players = [...document.querySelectorAll('#jobs audio')].map((audio) => audio.getBoundingClientRect().height);
+      return { bare: height, players };
+    })()`);
+    expect(heights.bare).toBeGreaterThan(0);
+    expect(heights.players).toEqual([heights.bare, heights.bare]);
   });
 
   it('shows a failing URL’s error in words', async () => {
-    const url = media.url('/missing.m4a');
+    const url = mediaUrl('/missing.m4a');
     await page.getByLabel('Media URLs, one per line').fill(url);
     await page.getByRole('button', { name: 'Fetch' }).click();
     const item = jobFor(url);
@@ -254,7 +285,7 @@ describe('a person using the page through nginx', () => {
   });
 
   it('cancels a slow job while it runs', async () => {
-    const url = media.url('/slow.wav');
+    const url = mediaUrl('/slow.wav');
     await page.getByLabel('Media URLs, one per line').fill(url);
     await page.getByRole('button', { name: 'Fetch' }).click();
     const item = jobFor(url);
@@ -266,7 +297,7 @@ describe('a person using the page through nginx', () => {
     expect(await item.getByRole('button', { name: 'Cancel' }).isHidden()).toBe(true);
     const id = (await item.getAttribute('data-job-id'))!;
     expect((await svc.getJob(id)).status).toBe('canceled');
-    expect(media.downloadsOf('/slow.wav')).toBe(0);
+    expect(media.downloadsOf(`/${browserName}/slow.wav`)).toBe(0);
   });
 
   it('lists this browser’s jobs again after a reload, newest first', async () => {
@@ -279,7 +310,7 @@ describe('a person using the page through nginx', () => {
   });
 
   it('meets the WCAG 2.2 AA rules axe-core checks, with finished, failed and canceled jobs shown', async () => {
-    await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
+    await jobFor(mediaUrl('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
     // Evaluated by the browser's debugging protocol, which the page's CSP does not govern.
     const axe = await readFile(AXE_SCRIPT, 'utf8');
     const violations = await page.evaluate<Array<{ id: string; nodes: string[] }>>(
@@ -313,7 +344,7 @@ describe('a person using the page through nginx', () => {
     });
     try {
       await page.reload();
-      const item = jobFor(media.url('/first.m4a'));
+      const item = jobFor(mediaUrl('/first.m4a'));
       await item.locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
       // The two finished jobs' peaks.json, as the service stored and signed them.
       await expect.poll(() => peaksFetched.length).toBe(2);
@@ -328,9 +359,9 @@ describe('a person using the page through nginx', () => {
     });
     try {
       await page.reload();
-      await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
+      await jobFor(mediaUrl('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
       await expect.poll(() => wavFetched.length).toBeGreaterThanOrEqual(2);
-      expect(await jobFor(media.url('/first.m4a')).locator('.facts').textContent()).toContain('Loudnessnot measured');
+      expect(await jobFor(mediaUrl('/first.m4a')).locator('.facts').textContent()).toContain('Loudnessnot measured');
     } finally {
       await page.unrouteAll();
     }
@@ -339,13 +370,13 @@ describe('a person using the page through nginx', () => {
   it('fits a phone’s screen without scrolling sideways', async () => {
     await page.setViewportSize({ width: 375, height: 812 });
     try {
-      await jobFor(media.url('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
+      await jobFor(mediaUrl('/first.m4a')).locator('.waveform[data-ready="true"]').waitFor({ state: 'attached' });
       const widths = await page.evaluate<{ scroll: number; client: number }>(
         '({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })',
       );
       expect(widths.client).toBe(375);
       expect(widths.scroll).toBeLessThanOrEqual(widths.client);
-      await page.screenshot({ path: SCREENSHOT.replace(/\.png$/, '-phone.png') });
+      await page.screenshot({ path: screenshotPath(browserName, '-phone') });
     } finally {
       await page.setViewportSize({ width: 1000, height: 900 });
     }
@@ -365,7 +396,15 @@ describe('a person using the page through nginx', () => {
     await expect.poll(ids).toEqual(before);
   });
 
-  it('ran without a Content-Security-Policy violation or an uncaught error', () => {
+  it('ran without a Content-Security-Policy violation or an uncaught error', async () => {
     expect(pageProblems).toEqual([]);
+    // The controls, that this browser reports both: an image from another origin (the media
+    // server's, on loopback), which img-src 'self' refuses before any request; an uncaught error.
+    await page.evaluate(
+      `document.body.append(Object.assign(document.createElement('img'), { alt: '', src: ${JSON.stringify(media.url('/refused.png'))} }))`,
+    );
+    await expect.poll(() => pageProblems.join('\n')).toContain('img-src');
+    await page.evaluate(`setTimeout(() => { throw new Error('the control error') })`);
+    await expect.poll(() => pageProblems.join('\n')).toContain('the control error');
   });
 });

@@ -1,11 +1,37 @@
-/** Debian's chromium driven by playwright-core (never a downloaded browser), headless. */
+/**
+ * Debian's browsers driven by playwright-core (never a downloaded browser), headless: chromium
+ * over the Chrome DevTools Protocol, and stock Firefox ESR over WebDriver BiDi (playwright's
+ * `moz-firefox` channel, which needs no patched Firefox build).
+ */
+import { existsSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, firefox, type Browser, type Page } from 'playwright-core';
 
 export const CHROMIUM_PATH = '/usr/bin/chromium';
+export const FIREFOX_PATH = '/usr/bin/firefox-esr';
 
-export function launchBrowser(): Promise<Browser> {
+/** The browsers the page is tested in, each with the Debian package that installs it. */
+export const BROWSERS = {
+  chromium: { path: CHROMIUM_PATH, debianPackage: 'chromium' },
+  firefox: { path: FIREFOX_PATH, debianPackage: 'firefox-esr' },
+} as const;
+export type BrowserName = keyof typeof BROWSERS;
+
+/**
+ * Launches `name`. A browser that is not installed is an error that says which package to
+ * install (.ci/run installs both), never a skipped test.
+ */
+export async function launchBrowser(name: BrowserName = 'chromium'): Promise<Browser> {
+  const { path, debianPackage } = BROWSERS[name];
+  if (!existsSync(path)) {
+    throw new Error(`${name} is not installed at ${path}: apt-get install ${debianPackage} (bash .ci/run does)`);
+  }
+  return await (name === 'chromium' ? launchChromium() : launchFirefox());
+}
+
+function launchChromium(): Promise<Browser> {
   return chromium.launch({
     executablePath: CHROMIUM_PATH,
     headless: true,
@@ -21,6 +47,74 @@ export function launchBrowser(): Promise<Browser> {
       '--autoplay-policy=no-user-gesture-required',
     ],
   });
+}
+
+function launchFirefox(): Promise<Browser> {
+  answerUnsupportedBidiCommands();
+  return firefox.launch({
+    channel: 'moz-firefox',
+    executablePath: FIREFOX_PATH,
+    headless: true,
+    // Without it, Firefox ignores services.settings.server below and asks Mozilla's server.
+    env: { ...process.env, MOZ_REMOTE_SETTINGS_DEVTOOLS: '1' },
+    firefoxUserPrefs: {
+      // Tests talk only to loopback. playwright's profile turns off most of Firefox's own traffic;
+      // these turn off the rest it was seen to try (remote settings) or may try (captive portal
+      // check, push, DNS prefetch), and anything left goes to a proxy at 127.0.0.1:9 (the discard
+      // port, which nothing serves here), so it fails on this machine. Loopback addresses never
+      // go through a proxy.
+      'services.settings.server': 'data:,#remote-settings-dummy/v1',
+      'network.captive-portal-service.enabled': false,
+      'dom.push.connection.enabled': false,
+      'network.dns.disablePrefetch': true,
+      'network.proxy.type': 1,
+      'network.proxy.share_proxy_settings': true,
+      'network.proxy.http': '127.0.0.1',
+      'network.proxy.http_port': 9,
+      'network.proxy.ssl': '127.0.0.1',
+      'network.proxy.ssl_port': 9,
+      // Audio plays without a click on the page, as chromium's --autoplay-policy allows.
+      'media.autoplay.default': 0,
+      'media.autoplay.blocking_policy': 0,
+      // Scrollbars drawn over the page, taking none of its width, as in headless chromium and on
+      // a phone.
+      'ui.useOverlayScrollbars': 1,
+    },
+  });
+}
+
+/**
+ * WebDriver BiDi commands playwright-core sends on every new browser context that Firefox ESR
+ * does not implement yet. Each only overrides an emulated media feature the tests leave at its
+ * default, so it is answered as done without reaching Firefox, whose answer (`unknown command`)
+ * would fail `browser.newContext()`.
+ */
+const UNSUPPORTED_BIDI_COMMANDS = new Set(['emulation.setMediaFeaturesOverride']);
+
+interface BidiTransport {
+  onmessage?: (message: unknown) => void;
+  send: (this: BidiTransport, message: { id?: number; method?: string }) => void;
+}
+
+let bidiShimInstalled = false;
+
+function answerUnsupportedBidiCommands(): void {
+  if (bidiShimInstalled) return;
+  bidiShimInstalled = true;
+  // The same module instance `playwright-core` itself loads (its index.js requires it).
+  const core = createRequire(import.meta.url)('playwright-core/lib/coreBundle') as {
+    server: { WebSocketTransport: { prototype: BidiTransport } };
+  };
+  const transport = core.server.WebSocketTransport.prototype;
+  const send = transport.send;
+  transport.send = function (message) {
+    if (message.method && UNSUPPORTED_BIDI_COMMANDS.has(message.method)) {
+      // Answered on a later turn, as a reply from the browser would be.
+      setImmediate(() => this.onmessage?.({ type: 'success', id: message.id, result: {} }));
+      return;
+    }
+    send.call(this, message);
+  };
 }
 
 /** A page with one <audio preload="metadata"> on its own loopback origin: `${origin}/?src=<audio URL>`. */
