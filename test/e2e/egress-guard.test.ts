@@ -162,10 +162,10 @@ describe('egress guard, end to end', () => {
       const submitted = await own.submit(media.url(`/slow.m3u8?${slowHls()}`));
       let cmdline = '';
       const deadline = Date.now() + 20_000;
-      while (!cmdline.includes('--load-info-json') && Date.now() < deadline) {
+      while (!cmdline.includes('--hls-prefer-native') && Date.now() < deadline) {
         for (const pid of await processesMatching(submitted.job_id)) {
           const text = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-          if (text.includes('--load-info-json')) cmdline = text.join(' ');
+          if (text.includes('--hls-prefer-native')) cmdline = text.join(' ');
         }
         await sleep(50);
       }
