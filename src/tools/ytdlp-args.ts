@@ -11,7 +11,9 @@
  *   prints GATE_LINE and reads a line from the FIFO: yt-dlp waits for that command to end, so
  *   nothing is downloaded until the service has written to the FIFO (go on) or stopped the run.
  *   Every item of a playlist would pass through the same two points; the service stops the run
- *   at the first. --exec appends the file's path to a command without `{}`, hence `: {};`.
+ *   at the first. --exec appends the file's path to a command without a template field, which
+ *   would show it on the command line of the gate's shell: hence a field no info has, NO_FIELD,
+ *   empty, quoted with `q` (a current yt-dlp refuses `s` in --exec).
  * - Stdout also carries progress lines (PROGRESS_TEMPLATE, read by parseProgressLine) and, once
  *   the file is in place, its absolute path (--print after_move:filepath). A stdout line that is
  *   none of the others is that path; the worker must check it lies inside its outputDir.
@@ -72,6 +74,8 @@ export const INFO_PREFIX = 'INFO ';
 export const GATE_LINE = 'GATE';
 /** The FIFO yt-dlp's gate command makes in the run's cwd and reads one line from. */
 export const GATE_FIFO = 'gate';
+/** An output template field no info dict has. */
+const NO_FIELD = 'source_fetch_no_field';
 
 /** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
 export const DOWNLOAD_BASENAME = 'source';
@@ -170,7 +174,7 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     '--print',
     `pre_process:${INFO_PREFIX}%()j`,
     '--exec',
-    `before_dl:: {}; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
+    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
     '--print',
     'after_move:filepath',
     '--no-simulate',
