@@ -1,10 +1,13 @@
 /**
- * Fetch speed, run by hand: npm run build && npx tsx bench/fetch.ts [runs per case, default 5] [--no-throughput] [--hour]
+ * Fetch speed, run by hand:
+ *   npm run build && npx tsx bench/fetch.ts [runs per case, default 5] [--no-throughput] [--hour] [--baseline DIR]
  *
  * Media served by a loopback origin in this process. In one run:
  *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
- *      stereo AAC (m4a): the service's submit → done (probe, media alias, download, convert,
- *      verify, commit; its tools confined as in production) against the same download and
+ *      stereo AAC (m4a): the service's submit → done (download: extraction, checks and media alias
+ *      at the gate, download; convert, verify, commit; its tools confined as in production), with
+ *      --baseline the same for another checkout's build (DIR/dist/main.js, say main's) run beside
+ *      it in the same rounds, against the same download and
  *      conversion run by hand: `yt-dlp -f bestaudio/best` then `ffmpeg ... -ar 44100 -c:a
  *      pcm_s16le`, as plain processes, unconfined, one after the other; and against ffmpeg's
  *      conversion alone of the same file (the floor). They alternate, run by run, so that the
@@ -38,6 +41,8 @@ import { runProcess } from '../src/tools/process.js';
 const RUNS = Number(process.argv.slice(2).find((arg) => /^\d+$/.test(arg)) ?? 5);
 const THROUGHPUT = !process.argv.includes('--no-throughput');
 const HOUR = process.argv.includes('--hour');
+const baselineAt = process.argv.indexOf('--baseline');
+const BASELINE = baselineAt >= 0 ? path.resolve(process.argv[baselineAt + 1]!) : undefined;
 const CLIPS = 50;
 /** How often this process looks at the service's log lines it has read. */
 const WATCH_MS = 2;
@@ -185,17 +190,27 @@ const loadAverage = () =>
     .map((value) => value.toFixed(2))
     .join(' ');
 
-async function latency(media: MediaServer, svc: ServiceHandle, name: string, route: string, file: string) {
+async function latency(
+  media: MediaServer,
+  svc: ServiceHandle,
+  baseline: ServiceHandle | undefined,
+  name: string,
+  route: string,
+  file: string,
+) {
   const service: ServiceSample[] = [];
+  const base: ServiceSample[] = [];
   const byHand: Array<Sample & { downloadMs: number }> = [];
   const alone: Array<Sample & { hashMs: number }> = [];
   // One warm-up of each (fixture in the page cache, service's first job), not counted.
   await serviceOnce(svc, media.url(`${route}?warm`));
+  if (baseline) await serviceOnce(baseline, media.url(`${route}?base-warm`));
   await byHandOnce(media.url(`${route}?hand-warm`));
   await ffmpegAloneOnce(file);
   for (let i = 0; i < RUNS; i++) {
     // A distinct query string per run: the same URL would be born done.
     service.push(await serviceOnce(svc, media.url(`${route}?run=${i}`)));
+    if (baseline) base.push(await serviceOnce(baseline, media.url(`${route}?base=${i}`)));
     byHand.push(await byHandOnce(media.url(`${route}?hand=${i}`)));
     alone.push(await ffmpegAloneOnce(file));
   }
@@ -214,7 +229,18 @@ async function latency(media: MediaServer, svc: ServiceHandle, name: string, rou
       `  ratio service / by hand:              ${(s / h).toFixed(2)} (wall)   ${(sCpu / hCpu).toFixed(2)} (cpu)\n` +
       `  ratio service / ffmpeg alone:         ${(s / f).toFixed(2)} (wall)   ${(sCpu / fCpu).toFixed(2)} (cpu)\n`,
   );
+  if (baseline) {
+    const b = median(base.map((r) => r.wallMs));
+    const bCpu = median(base.map((r) => r.cpuS));
+    process.stdout.write(
+      `  baseline (${BASELINE}), submit → done: ${seconds(b)} s   cpu ${bCpu.toFixed(2)} s/job   (runs: ${list(base)})\n` +
+        `  ratio baseline / by hand:             ${(b / h).toFixed(2)} (wall)   ${(bCpu / hCpu).toFixed(2)} (cpu)\n` +
+        `  ratio baseline / ffmpeg alone:        ${(b / f).toFixed(2)} (wall)   ${(bCpu / fCpu).toFixed(2)} (cpu)\n` +
+        `  ratio service / baseline:             ${(s / b).toFixed(2)} (wall)   ${(sCpu / bCpu).toFixed(2)} (cpu)\n`,
+    );
+  }
   profile(service);
+  if (baseline) profile(base, 'baseline');
 }
 
 /**
@@ -223,7 +249,7 @@ async function latency(media: MediaServer, svc: ServiceHandle, name: string, rou
  * outside its steps (until its 'fetch steps' line, logged last), that line until this process saw
  * it, and the read back of the done job. The parts of one run add up to its wall time.
  */
-function profile(runs: ServiceSample[]) {
+function profile(runs: ServiceSample[], who = 'service') {
   const ms = (iso: unknown) => Date.parse(iso as string);
   const stepNames = Object.keys(runs[0]!.line).filter((key) => key.endsWith('_ms'));
   const parts: Array<[string, (r: ServiceSample) => number]> = [
@@ -245,9 +271,15 @@ function profile(runs: ServiceSample[]) {
   const width = Math.max(...rows.map(([label]) => label.length));
   const answered = Math.round(mean(runs.map((r) => r.answeredAt - r.postedAt)));
   const recorded = Math.round(mean(runs.map((r) => ms(r.job.finished_at) - r.postedAt)));
+  // Parts of a step that happen while it runs (the download's decision at its gate), not added up.
+  const within = Object.entries((runs[0]!.line.during_download ?? {}) as Record<string, unknown>).map(
+    ([key]) =>
+      `      of step download, ${key.replace(/_ms$/, '')}: ${Math.round(mean(runs.map((r) => Number((r.line.during_download as Record<string, number>)[key] ?? 0))))} ms\n`,
+  );
   process.stdout.write(
-    `  service, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +
+    `  ${who}, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +
       rows.map(([label, value]) => `    ${label.padEnd(width)} ${String(Math.round(value)).padStart(5)}\n`).join('') +
+      within.join('') +
       `    ${'sum'.padEnd(width)} ${String(Math.round(rows.reduce((sum, [, v]) => sum + v, 0))).padStart(5)}   (mean wall ${Math.round(mean(runs.map((r) => r.endAt - r.postedAt)))})\n`,
   );
 }
@@ -356,28 +388,35 @@ const media = await startMediaServer();
 media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg' });
 media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4' });
 if (oneHour) media.serveFile('/tone-3600s.mp3', oneHour.path, { contentType: 'audio/mpeg' });
-const svc = await startService({
-  env: {
-    FETCH_ALLOW_HOSTS: media.hostPort,
-    WORKER_CONCURRENCY: '2',
-    ...(process.env.LOUDNESS ? { LOUDNESS: process.env.LOUDNESS } : {}),
-    ...(process.env.WAVEFORM_PEAKS ? { WAVEFORM_PEAKS: process.env.WAVEFORM_PEAKS } : {}),
-  },
-});
-try {
-  // The tools run in the resident sandbox once it is ready (a service that has one says so).
-  for (let i = 0; i < 300 && !svc.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++)
+const serviceEnv = {
+  FETCH_ALLOW_HOSTS: media.hostPort,
+  WORKER_CONCURRENCY: '2',
+  ...(process.env.LOUDNESS ? { LOUDNESS: process.env.LOUDNESS } : {}),
+  ...(process.env.WAVEFORM_PEAKS ? { WAVEFORM_PEAKS: process.env.WAVEFORM_PEAKS } : {}),
+};
+const svc = await startService({ env: serviceEnv });
+const baseline = BASELINE ? await startService({ env: serviceEnv, root: BASELINE }) : undefined;
+
+/** Waits until a service's tools run in its resident sandbox (a service that has one says so), and says how they run. */
+async function toolRunsOf(who: string, handle: ServiceHandle): Promise<void> {
+  for (let i = 0; i < 300 && !handle.logs.some((line) => line.msg === 'tool runs' && line.runs === 'resident'); i++)
     await sleep(100);
-  const toolRuns = svc.logs.filter((line) => line.msg === 'tool runs').at(-1);
+  const toolRuns = handle.logs.filter((line) => line.msg === 'tool runs').at(-1);
   if (toolRuns)
     process.stdout.write(
-      `service's tool runs: ${JSON.stringify({ runs: toolRuns.runs, ytdlp: toolRuns.ytdlp, reason: toolRuns.reason })}\n`,
+      `${who}'s tool runs: ${JSON.stringify({ runs: toolRuns.runs, ytdlp: toolRuns.ytdlp, reason: toolRuns.reason })}\n`,
     );
+}
+
+try {
+  await toolRunsOf('service', svc);
+  if (baseline) await toolRunsOf('baseline', baseline);
   if (oneHour) await hour(media, svc, oneHour.path);
-  await latency(media, svc, '3-minute mp3 (44.1 kHz stereo) → 44.1 kHz WAV', '/tone-180s.mp3', long.path);
-  await latency(media, svc, '3.5-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-3.5s.m4a', short.path);
+  await latency(media, svc, baseline, '3-minute mp3 (44.1 kHz stereo) → 44.1 kHz WAV', '/tone-180s.mp3', long.path);
+  await latency(media, svc, baseline, '3.5-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-3.5s.m4a', short.path);
   if (THROUGHPUT) await throughput(media, svc, clips);
 } finally {
   await svc.stop();
+  await baseline?.stop();
   await media.close();
 }

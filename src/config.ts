@@ -166,7 +166,7 @@ export const envSchema = z
       'Wall-clock limit of one job; past it the tools are killed and the job fails with `fetch_timeout`.',
     ),
     METADATA_TIMEOUT_S: positiveInt(60).describe(
-      "The metadata step's own time limit, within `FETCH_TIMEOUT_S` (`metadata_timeout`).",
+      "The time limit of the downloader's extraction (until it has printed the media's metadata), within `FETCH_TIMEOUT_S` (`metadata_timeout`).",
     ),
     DOWNLOAD_STALL_S: positiveInt(30).describe(
       'A download that gains fewer than `DOWNLOAD_STALL_S` × `DOWNLOAD_MIN_BYTES_PER_S` bytes (at least one) over any `DOWNLOAD_STALL_S` seconds fails with `download_stalled`.',
@@ -459,7 +459,7 @@ export interface Config {
   audioAnalysis: { loudness: boolean; peaks: boolean };
   workerConcurrency: number;
   fetchTimeoutMs: number;
-  /** The metadata step's own time limit, within fetchTimeoutMs. */
+  /** The downloader's extraction's own time limit, within fetchTimeoutMs. */
   metadataTimeoutMs: number;
   /** A download that gains fewer than minBytes over any windowMs is stopped (download_stalled). */
   downloadStall: { windowMs: number; minBytes: number };

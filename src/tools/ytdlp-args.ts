@@ -4,19 +4,22 @@
  *
  * Written against Debian's yt-dlp 2023.03.04 (checked with the real binary, see
  * test/unit/tools-integration.test.ts):
- * - A job is two runs. The probe (`buildProbeArgs`) prints the info JSON on stdout as one line
- *   and downloads no media. The worker stores that text in a file and the download
- *   (`buildDownloadArgs`) replays it with --load-info-json, so the page is not extracted twice.
- *   With --load-info-json yt-dlp ignores any URL on the command line, so none is passed. If
- *   downloading from the loaded info fails, yt-dlp warns and tries once more by extracting
- *   `webpage_url` again; that goes through the same --proxy.
- * - Download stdout carries two kinds of lines: progress lines (PROGRESS_TEMPLATE, read by
- *   parseProgressLine) and, once the file is in place, its absolute path (--print
- *   after_move:filepath). Any stdout line that is not a progress line is that path; the worker
- *   must check it lies inside its outputDir.
- * - --print implies --quiet, and quiet turns progress off unless --progress is given. An
- *   after_move print does not imply --simulate; --no-simulate is passed anyway so that stays
- *   true whatever the print stage.
+ * - A job is one run (`buildDownloadArgs`) that extracts and downloads, with a stop between the
+ *   two where the service decides. Once extracted, before any format is chosen, the run prints
+ *   the media's info JSON as one line (INFO_PREFIX, then `%()j`: --print pre_process). Before
+ *   the download, its --exec before_dl command makes a FIFO (GATE_FIFO, in the run's cwd),
+ *   prints GATE_LINE and reads a line from the FIFO: yt-dlp waits for that command to end, so
+ *   nothing is downloaded until the service has written to the FIFO (go on) or stopped the run.
+ *   Every item of a playlist would pass through the same two points; the service stops the run
+ *   at the first. --exec appends the file's path to a command without a template field, which
+ *   would show it on the command line of the gate's shell: hence a field no info has, NO_FIELD,
+ *   empty, quoted with `q` (a current yt-dlp refuses `s` in --exec).
+ * - Stdout also carries progress lines (PROGRESS_TEMPLATE, read by parseProgressLine) and, once
+ *   the file is in place, its absolute path (--print after_move:filepath). A stdout line that is
+ *   none of the others is that path; the worker must check it lies inside its outputDir.
+ * - --print implies --quiet, and quiet turns progress off unless --progress is given. A
+ *   pre_process or after_move print does not imply --simulate; --no-simulate is passed anyway
+ *   so that stays true whatever the print stage.
  * - --max-filesize only works when the size is announced (Content-Length). A refusal is silent
  *   under --quiet: yt-dlp exits 0 and prints no path. So "exit 0 without a path while maxBytes
  *   was set" means file_too_large; and for unannounced sizes the worker must enforce its byte
@@ -64,6 +67,15 @@ export const GUARDED_FORMAT = ['bestaudio', 'best']
     ),
   )
   .join('/');
+
+/** Starts the stdout line that holds the media's info JSON, printed once extracted. */
+export const INFO_PREFIX = 'INFO ';
+/** The stdout line that says yt-dlp waits at the gate, before downloading. */
+export const GATE_LINE = 'GATE';
+/** The FIFO yt-dlp's gate command makes in the run's cwd and reads one line from. */
+export const GATE_FIFO = 'gate';
+/** An output template field no info dict has. */
+const NO_FIELD = 'source_fetch_no_field';
 
 /** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
 export const DOWNLOAD_BASENAME = 'source';
@@ -139,24 +151,7 @@ export function netscapeCookiesProblem(text: string): string | null {
   return null;
 }
 
-/** Metadata only: prints the info JSON on stdout, downloads no media. */
-export function buildProbeArgs(opts: { url: string } & YtDlpNetworkOptions): string[] {
-  return [
-    ...COMMON_ARGS,
-    '--skip-download',
-    '--dump-single-json',
-    // Warnings stay on: a confined yt-dlp that warns of a refused connection is caught by them.
-    '--no-progress',
-    ...networkArgs(opts),
-    // "--" so a URL starting with "-" cannot be read as an option.
-    '--',
-    opts.url,
-  ];
-}
-
 export interface DownloadArgsOptions extends YtDlpNetworkOptions {
-  /** Info JSON written from the probe's stdout; when given the URL is not used. */
-  infoJsonPath?: string;
   url: string;
   /** A folder the job owns; the file lands at <outputDir>/source.<ext>. */
   outputDir: string;
@@ -177,6 +172,10 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     '--progress-template',
     PROGRESS_TEMPLATE,
     '--print',
+    `pre_process:${INFO_PREFIX}%()j`,
+    '--exec',
+    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
+    '--print',
     'after_move:filepath',
     '--no-simulate',
     '-o',
@@ -195,7 +194,7 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     ...networkArgs(opts),
   ];
   if (opts.maxBytes !== undefined) args.push('--max-filesize', String(opts.maxBytes));
-  if (opts.infoJsonPath !== undefined) args.push('--load-info-json', opts.infoJsonPath);
-  else args.push('--', opts.url);
+  // "--" so a URL starting with "-" cannot be read as an option.
+  args.push('--', opts.url);
   return args;
 }

@@ -1,13 +1,14 @@
 /**
  * What yt-dlp prints, read: the download's progress lines (as ./ytdlp-args.ts's progress
- * template writes them) and the probe's info JSON, with the fields the service needs and the
- * request headers its replay must not carry. Nothing here runs a process.
+ * template writes them) and the media's info JSON (printed once extracted), with the fields the
+ * service needs. Nothing here runs a process.
  *
  * As Debian's yt-dlp 2023.03.04 prints them (test/unit/tools-integration.test.ts):
  * - For a direct media link the 'generic' extractor answers: extractor 'generic', extractor_key
  *   'Generic', id and title = the file name without extension, `direct: true`, no duration, one
  *   format whose protocol is 'http'. The id is not a stable media identity across sites.
- * - A failed probe prints "null" on stdout (parseInfoJson throws on it).
+ * - An item of a playlist carries the playlist's fields (playlist_index, playlist_autonumber);
+ *   a single video has them null or not at all.
  */
 
 /** One progress line of a download. */
@@ -38,8 +39,10 @@ export interface MediaInfo {
   title?: string;
   durationS?: number;
   isLive?: boolean;
-  /** A playlist (or multi-video) instead of one item; the worker refuses it. */
+  /** A playlist (or multi-video), or one of its items, instead of one item; the worker refuses it. */
   isPlaylist: boolean;
+  /** Some format's request headers would override the downloader's proxy; the worker refuses it. */
+  overridesProxy: boolean;
   /**
    * The protocol of each format (or of the item itself when it lists no formats), e.g. `https`,
    * `m3u8_native`, `rtmp`; [] when none is named.
@@ -47,37 +50,14 @@ export interface MediaInfo {
   protocols: string[];
 }
 
-/** Request headers the info JSON must not carry into the download (see withoutReplayedHeaders). */
-const NOT_REPLAYED_HEADERS = new Set(['ytdl-request-proxy', 'cookie']);
-
 /**
- * The info JSON the download step replays, without any `Ytdl-request-proxy` header: yt-dlp
- * honours that header (from an extractor, or from options smuggled into a URL) by dropping or
- * replacing its proxy for the request. Nor any `Cookie` header: the download takes cookies from
- * its own jar, for each request's host, instead of sending what the metadata run computed for
- * one URL wherever a request ends up. Throws on text that is not JSON.
+ * A request header yt-dlp honours by dropping or replacing its proxy for that request (an
+ * extractor's geo-verification proxy, or whatever extractor output names it): it would take the
+ * download around the egress guard.
  */
-export function withoutReplayedHeaders(text: string): string {
-  const strip = (value: unknown): void => {
-    if (Array.isArray(value)) {
-      value.forEach(strip);
-    } else if (typeof value === 'object' && value !== null) {
-      for (const [key, inner] of Object.entries(value as Record<string, unknown>)) {
-        if (key === 'http_headers' && typeof inner === 'object' && inner !== null) {
-          for (const header of Object.keys(inner)) {
-            if (NOT_REPLAYED_HEADERS.has(header.toLowerCase())) delete (inner as Record<string, unknown>)[header];
-          }
-        }
-        strip(inner);
-      }
-    }
-  };
-  const data: unknown = JSON.parse(text);
-  strip(data);
-  return JSON.stringify(data);
-}
+const PROXY_OVERRIDE_HEADER = 'ytdl-request-proxy';
 
-/** Reads the fields the service needs from --dump-single-json output; throws on anything malformed. */
+/** Reads the fields the service needs from the info JSON; throws on anything malformed. */
 export function parseInfoJson(text: string): MediaInfo {
   let data: unknown;
   try {
@@ -99,7 +79,12 @@ export function parseInfoJson(text: string): MediaInfo {
     extractor: requireString('extractor'),
     extractorKey: requireString('extractor_key'),
     mediaId: requireString('id'),
-    isPlaylist: info._type === 'playlist' || info._type === 'multi_video',
+    isPlaylist:
+      info._type === 'playlist' ||
+      info._type === 'multi_video' ||
+      typeof info.playlist_index === 'number' ||
+      typeof info.playlist_autonumber === 'number',
+    overridesProxy: overridesProxy(info),
     protocols: formatProtocols(info),
   };
   if (typeof info.title === 'string') result.title = info.title;
@@ -117,4 +102,18 @@ function formatProtocols(info: Record<string, unknown>): string[] {
   };
   const items = Array.isArray(info.formats) ? info.formats : [info];
   return items.map(protocolOf).filter((p): p is string => p !== undefined);
+}
+
+/** Whether any `http_headers` object, at any depth (formats, fragments...), names PROXY_OVERRIDE_HEADER. */
+function overridesProxy(value: unknown): boolean {
+  if (Array.isArray(value)) return value.some(overridesProxy);
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.entries(value as Record<string, unknown>).some(
+    ([key, inner]) =>
+      (key === 'http_headers' &&
+        typeof inner === 'object' &&
+        inner !== null &&
+        Object.keys(inner).some((name) => name.toLowerCase() === PROXY_OVERRIDE_HEADER)) ||
+      overridesProxy(inner),
+  );
 }

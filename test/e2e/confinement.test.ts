@@ -177,10 +177,10 @@ describe('confinement, through the API', () => {
   });
 });
 
-describe('confinement, against hostile extractor output (what --load-info-json replays)', () => {
-  it('a format whose headers turn the proxy off goes through the guard anyway, which refuses the trap', async () => {
-    const job = await expectFailed(media.url(`/hostile-info/noproxy/${trap.authority}`), 'destination_refused');
-    expect(job.error?.message).toContain('127.0.0.1');
+describe('confinement, against hostile extractor output (what the download run would act on)', () => {
+  it('a format whose headers turn the proxy off is refused before its download starts', async () => {
+    const job = await expectFailed(media.url(`/hostile-info/noproxy/${trap.authority}`), 'direct_connection_refused');
+    expect(job.error?.message).toMatch(/Ytdl-request-proxy/);
   });
 
   it('an ftp:// format that claims to be http is never chosen', async () => {

@@ -162,10 +162,10 @@ describe('egress guard, end to end', () => {
       const submitted = await own.submit(media.url(`/slow.m3u8?${slowHls()}`));
       let cmdline = '';
       const deadline = Date.now() + 20_000;
-      while (!cmdline.includes('--load-info-json') && Date.now() < deadline) {
+      while (!cmdline.includes('--hls-prefer-native') && Date.now() < deadline) {
         for (const pid of await processesMatching(submitted.job_id)) {
           const text = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-          if (text.includes('--load-info-json')) cmdline = text.join(' ');
+          if (text.includes('--hls-prefer-native')) cmdline = text.join(' ');
         }
         await sleep(50);
       }
@@ -193,8 +193,8 @@ describe('egress guard, end to end', () => {
     let configFile: string | undefined;
     let cmdlines: string[][] = [];
     const deadline = Date.now() + 20_000;
-    // The download runs once the info JSON is written; the processes then naming the job's folder
-    // are the run's leader ("sandbox", folder) and yt-dlp's ("yt-dlp", folder).
+    // Once the run has made its gate's FIFO, the processes naming the job's folder are the run's
+    // leader ("sandbox", folder) and yt-dlp's ("yt-dlp", folder); the gate's shell names none.
     while (configFile === undefined && Date.now() < deadline) {
       cmdlines = [];
       for (const pid of await processesMatching(submitted.job_id)) {
@@ -203,7 +203,7 @@ describe('egress guard, end to end', () => {
           .filter((arg) => arg !== '');
         cmdlines.push(argv);
         const folder = argv[0] === 'yt-dlp' ? argv[1] : undefined;
-        if (folder && (await stat(path.join(folder, 'info.json')).catch(() => null)))
+        if (folder && (await stat(path.join(folder, 'gate')).catch(() => null)))
           configFile = path.join(folder, 'yt-dlp.conf');
       }
       await sleep(50);

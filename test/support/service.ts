@@ -87,6 +87,8 @@ export async function startService(
     apiKey?: string | null;
     /** Its own process group, as a supervisor would run it, so that killGroup() can take it all down. */
     detached?: boolean;
+    /** The checkout whose built dist/main.js runs, in that folder (a bench's baseline); default this one. */
+    root?: string;
   } = {},
 ): Promise<ServiceHandle> {
   // A data dir made here is removed when the service stops; one passed in belongs to the caller.
@@ -94,8 +96,9 @@ export async function startService(
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'sf-data-')));
   const generatedKey = opts.apiKey === null;
   let apiKey = opts.apiKey ?? randomBytes(24).toString('base64url');
-  const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
-    cwd: ROOT,
+  const root = opts.root ?? ROOT;
+  const child = spawn(process.execPath, [path.join(root, 'dist/main.js')], {
+    cwd: root,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: process.env.HOME ?? '/root',

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { open, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
@@ -18,8 +19,8 @@ import { BACKENDS } from '../support/test-database.js';
 
 /**
  * The fetch task on a real database (each kind) and artifact root, with stand-ins for yt-dlp and
- * ffmpeg: the probe answers a fixed media identity, the download writes a small file, and the
- * conversion writes a fixed WAV.
+ * ffmpeg: yt-dlp prints a fixed media identity, waits at its gate (a FIFO, as the real one) and,
+ * let through, writes a small file; the conversion writes a fixed WAV.
  */
 const OK: RunProcessResult = {
   exitCode: 0,
@@ -64,8 +65,8 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
     expect(wrapped.command).toBe('prlimit');
     const separator = wrapped.args.indexOf('--');
     const opts = { ...wrapped, command: wrapped.args[separator + 1]!, args: wrapped.args.slice(separator + 2) };
-    if (opts.command === 'yt-dlp' && opts.args.includes('--dump-single-json')) {
-      calls.push('probe');
+    if (opts.command === 'yt-dlp') {
+      calls.push('ytdlp');
       const info = {
         extractor: media.extractorKey.toLowerCase(),
         extractor_key: media.extractorKey,
@@ -73,9 +74,25 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
         webpage_url: media.page,
         formats: [{ protocol: 'https' }],
       };
-      return { ...OK, stdout: JSON.stringify(info) };
-    }
-    if (opts.command === 'yt-dlp') {
+      opts.onStdoutLine?.(`INFO ${JSON.stringify(info)}`);
+      const fifo = path.join(opts.cwd!, 'gate');
+      execFileSync('mkfifo', [fifo]);
+      const gate = (async () => {
+        const handle = await open(fifo, 'r');
+        try {
+          await handle.read(Buffer.alloc(16));
+        } finally {
+          await handle.close();
+        }
+      })();
+      opts.onStdoutLine?.('GATE');
+      const stopped = new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
+      if ((await Promise.race([gate.then(() => 'go'), stopped])) !== 'go') {
+        // Stopped at the gate: a writer of its own lets its read end.
+        await (await open(fifo, 'r+')).close();
+        await gate;
+        return { ...OK, exitCode: null, signal: 'SIGTERM', aborted: true };
+      }
       calls.push('download');
       const file = opts.args[opts.args.indexOf('-o') + 1]!.replace('%(ext)s', 'm4a');
       await writeFile(file, 'media bytes');
@@ -160,7 +177,7 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
       hostsContacted: ['youtu.be', 'www.youtube.com'],
     });
     expect(job).toMatchObject({ status: 'done', contentId: known });
-    expect(tools.calls).toEqual(['probe']);
+    expect(tools.calls).toEqual(['ytdlp']);
     expect(await resolveAlias(fx.database, 'url', 'https://youtu.be/abc')).toBe(known);
     expect((await cacheEntryFor(fx.database, known, AUDIO_ARTIFACT_NAME))?.lastUsedAt).toBe(5000);
 
@@ -184,7 +201,7 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
       now: 5000,
       hostsContacted: ['attacker.example'],
     });
-    expect(tools.calls).toEqual(['probe', 'download', 'ffmpeg']);
+    expect(tools.calls).toEqual(['ytdlp', 'download', 'ffmpeg']);
     expect(job.status).toBe('done');
     expect(job.contentId).not.toBe(real);
     // The real media's alias still points at the real audio; nothing else was aliased as media.

@@ -3,7 +3,7 @@
  * from the loopback media server (127.0.0.1 needs no proxy). This is where the yt-dlp behaviour
  * documented in src/tools/ytdlp-args.ts, ytdlp-output.ts and ytdlp-failure.ts is pinned down.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, type FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +11,7 @@ import { buildConvertArgs } from '../../src/tools/ffmpeg.js';
 import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
 import { cleanToolMessage } from '../../src/tools/tool-message.js';
-import { buildDownloadArgs, buildProbeArgs } from '../../src/tools/ytdlp-args.js';
+import { buildDownloadArgs, GATE_FIFO, GATE_LINE, INFO_PREFIX } from '../../src/tools/ytdlp-args.js';
 import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
 import { parseInfoJson, parseProgressLine, type DownloadProgress } from '../../src/tools/ytdlp-output.js';
 import { generateMediaFixtures, makeNotAudio, type MediaFixture, type MediaFixtureName } from '../support/media.js';
@@ -91,66 +91,77 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     return jobDir;
   }
 
-  async function download(args: string[]) {
+  /**
+   * One run in the job's folder (its cwd, where the gate's FIFO is made): stdout's info line, the
+   * gate (opened at once unless `gateOpen` is false), progress lines and the other lines, apart.
+   */
+  async function download(args: string[], { cwd, gateOpen = true }: { cwd: string; gateOpen?: boolean }) {
     const progress: DownloadProgress[] = [];
     const other: string[] = [];
+    const info: string[] = [];
+    let gate: Promise<FileHandle> | undefined;
+    let requestsAtGate = -1;
+    const stopped = new AbortController();
     const result = await runProcess({
       command: YTDLP,
       args,
+      cwd,
       env,
       timeoutMs: 60_000,
+      signal: stopped.signal,
       onStdoutLine: (line) => {
-        const p = parseProgressLine(line);
-        if (p) progress.push(p);
-        else other.push(line);
+        if (line.startsWith(INFO_PREFIX)) info.push(line.slice(INFO_PREFIX.length));
+        else if (line === GATE_LINE) {
+          requestsAtGate = server.requests.length;
+          if (!gateOpen) stopped.abort();
+          else
+            gate = open(join(cwd, GATE_FIFO), 'r+').then(async (handle) => {
+              await handle.write('go\n');
+              return handle;
+            });
+        } else {
+          const p = parseProgressLine(line);
+          if (p) progress.push(p);
+          else other.push(line);
+        }
       },
     });
-    return { result, progress, other };
+    await (await gate)?.close();
+    return { result, progress, other, info, requestsAtGate };
   }
 
-  it('probes, downloads from the info JSON and converts the file to 44.1 kHz stereo PCM', async () => {
+  it('extracts, prints the info JSON, waits at the gate, then downloads and the file converts to 44.1 kHz stereo PCM', async () => {
     const jobDir = await newJobDir();
     const url = server.url('/a.m4a');
-
-    const probe = await runProcess({
-      command: YTDLP,
-      args: buildProbeArgs({ url, socketTimeoutS: 10 }),
-      env,
-      stdoutCaptureBytes: 16 << 20,
-    });
-    expect(probe.exitCode).toBe(0);
+    const outputDir = join(jobDir, 'download');
+    const { result, progress, other, info, requestsAtGate } = await download(
+      buildDownloadArgs({ url, outputDir, maxBytes: 10_000_000, socketTimeoutS: 10 }),
+      { cwd: jobDir },
+    );
+    expect(result.exitCode).toBe(0);
     // The generic extractor on a direct link: id and title from the file name, no duration.
-    const raw = JSON.parse(probe.stdout) as Record<string, unknown>;
-    expect(raw).toMatchObject({ direct: true, webpage_url: url, protocol: 'http', ext: 'm4a' });
+    expect(info).toHaveLength(1);
+    const raw = JSON.parse(info[0]!) as Record<string, unknown>;
+    // Printed before a format is chosen: every format, each with its own protocol and extension.
+    expect(raw).toMatchObject({
+      direct: true,
+      webpage_url: url,
+      formats: [expect.objectContaining({ ext: 'm4a', protocol: 'http' })],
+    });
     expect(raw.duration).toBeUndefined();
-    expect(parseInfoJson(probe.stdout)).toEqual({
+    expect(parseInfoJson(info[0]!)).toEqual({
       extractor: 'generic',
       extractorKey: 'Generic',
       mediaId: 'a',
       title: 'a',
       webpageUrl: url,
       isPlaylist: false,
+      overridesProxy: false,
       protocols: ['http'],
     });
-    const probeRequests = server.requestsFor('/a.m4a').length;
-    expect(probeRequests).toBeGreaterThan(0);
-
-    const infoJsonPath = join(jobDir, 'info.json');
-    await writeFile(infoJsonPath, probe.stdout);
-    const outputDir = join(jobDir, 'download');
-    // A bogus URL proves the URL is not used when the info JSON is given.
-    const { result, progress, other } = await download(
-      buildDownloadArgs({
-        infoJsonPath,
-        url: server.url('/never-requested'),
-        outputDir,
-        maxBytes: 10_000_000,
-        socketTimeoutS: 10,
-      }),
-    );
-    expect(result.exitCode).toBe(0);
-    expect(server.requestsFor('/never-requested')).toHaveLength(0);
-    expect(server.requestsFor('/a.m4a').length).toBeGreaterThan(probeRequests);
+    // The extraction reads the link; the download comes after the gate.
+    expect(requestsAtGate).toBeGreaterThan(0);
+    expect(server.requests.length).toBeGreaterThan(requestsAtGate);
 
     // stdout: progress lines, then exactly one line, the absolute path of the file.
     const size = (await stat(fixtures.aac_m4a.path)).size;
@@ -173,8 +184,11 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
   });
 
   it('downloads HLS with its own downloader (so through --proxy), without an ffmpeg fix-up', async () => {
-    const outputDir = join(await newJobDir(), 'download');
-    const { result, other } = await download(buildDownloadArgs({ url: server.url('/hls/index.m3u8'), outputDir }));
+    const jobDir = await newJobDir();
+    const outputDir = join(jobDir, 'download');
+    const { result, other } = await download(buildDownloadArgs({ url: server.url('/hls/index.m3u8'), outputDir }), {
+      cwd: jobDir,
+    });
     expect(result.exitCode).toBe(0);
     const segments = server.requests.filter((r) => r.path.startsWith('/hls/seg'));
     expect(segments.length).toBeGreaterThan(1);
@@ -185,17 +199,37 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(await streamOf(other[0]!)).toMatchObject({ format: 'mpegts' });
   });
 
-  it('downloads straight from the URL when there is no info JSON', async () => {
-    const outputDir = join(await newJobDir(), 'download');
-    const { result, other } = await download(buildDownloadArgs({ url: server.url('/b.webm'), outputDir }));
+  it('downloads nothing while the gate is closed: stopped there, no request after it and no file', async () => {
+    const jobDir = await newJobDir();
+    const outputDir = join(jobDir, 'download');
+    const { result, info, other, requestsAtGate } = await download(
+      buildDownloadArgs({ url: server.url('/b.webm?gate-closed'), outputDir }),
+      { cwd: jobDir, gateOpen: false },
+    );
+    expect(result.aborted).toBe(true);
+    expect(info).toHaveLength(1);
+    expect(requestsAtGate).toBeGreaterThan(0);
+    expect(server.requests.length).toBe(requestsAtGate);
+    expect(other).toEqual([]);
+    expect(await readdir(outputDir)).toEqual([]);
+  });
+
+  it('downloads a WebM straight from the URL', async () => {
+    const jobDir = await newJobDir();
+    const outputDir = join(jobDir, 'download');
+    const { result, other } = await download(buildDownloadArgs({ url: server.url('/b.webm'), outputDir }), {
+      cwd: jobDir,
+    });
     expect(result.exitCode).toBe(0);
     expect(other).toEqual([join(outputDir, 'source.webm')]);
   });
 
   it('refuses an announced size over --max-filesize silently: exit 0, no path, no file', async () => {
-    const outputDir = join(await newJobDir(), 'download');
+    const jobDir = await newJobDir();
+    const outputDir = join(jobDir, 'download');
     const { result, progress, other } = await download(
       buildDownloadArgs({ url: server.url('/a.m4a'), outputDir, maxBytes: 1000 }),
+      { cwd: jobDir },
     );
     expect(result.exitCode).toBe(0);
     expect(other).toEqual([]);
@@ -204,9 +238,11 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
   });
 
   it('does not enforce --max-filesize when the size is not announced: the worker must, from progress', async () => {
-    const outputDir = join(await newJobDir(), 'download');
+    const jobDir = await newJobDir();
+    const outputDir = join(jobDir, 'download');
     const { result, progress, other } = await download(
       buildDownloadArgs({ url: server.url('/chunked.mp3'), outputDir, maxBytes: 1000 }),
+      { cwd: jobDir },
     );
     expect(result.exitCode).toBe(0);
     expect(other).toEqual([join(outputDir, 'source.mp3')]);
@@ -216,16 +252,20 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
 
   it('classifies a page without media and a 404, with messages free of server paths', async () => {
     const jobDir = await newJobDir();
-    const page = await runProcess({ command: YTDLP, args: buildProbeArgs({ url: server.url('/page.html') }), env });
-    expect(page.exitCode).not.toBe(0);
-    expect(classifyYtDlpFailure(page.stderrTail)).toBe('unsupported_url');
+    const outputDir = join(jobDir, 'download');
+    const page = await download(buildDownloadArgs({ url: server.url('/page.html'), outputDir }), { cwd: jobDir });
+    expect(page.result.exitCode).not.toBe(0);
+    expect(page.info).toEqual([]);
+    expect(classifyYtDlpFailure(page.result.stderrTail)).toBe('unsupported_url');
 
-    const missing = await runProcess({
-      command: YTDLP,
-      args: buildProbeArgs({ url: server.url('/missing.mp3') }),
-      env,
-    });
+    const { result: missing, info } = await download(
+      buildDownloadArgs({ url: server.url('/missing.mp3'), outputDir }),
+      {
+        cwd: jobDir,
+      },
+    );
     expect(missing.exitCode).not.toBe(0);
+    expect(info).toEqual([]);
     expect(classifyYtDlpFailure(missing.stderrTail)).toBe('http_error');
     const message = cleanToolMessage(missing.stderrTail, [jobDir, dirname(jobDir)]);
     expect(message).toMatch(/^ERROR: .*HTTP Error 404/);

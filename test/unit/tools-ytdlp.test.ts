@@ -2,35 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { cleanToolMessage } from '../../src/tools/tool-message.js';
 import {
   buildDownloadArgs,
-  buildProbeArgs,
   configFileText,
   GUARDED_FORMAT,
   isGuardedProtocol,
   netscapeCookiesProblem,
 } from '../../src/tools/ytdlp-args.js';
 import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
-import { parseInfoJson, parseProgressLine, withoutReplayedHeaders } from '../../src/tools/ytdlp-output.js';
-
-describe('buildProbeArgs', () => {
-  it('asks for metadata only, with the URL last after --', () => {
-    expect(buildProbeArgs({ url: 'https://example.com/a.mp3' })).toEqual([
-      '--ignore-config',
-      '--no-playlist',
-      '--no-cache-dir',
-      '--no-colors',
-      '--skip-download',
-      '--dump-single-json',
-      '--no-progress',
-      '--',
-      'https://example.com/a.mp3',
-    ]);
-  });
-
-  it('names the configuration file and the socket timeout before the URL', () => {
-    const args = buildProbeArgs({ url: '-x', configFile: '/w/job/yt-dlp.conf', socketTimeoutS: 15 });
-    expect(args.slice(-6)).toEqual(['--config-locations', '/w/job/yt-dlp.conf', '--socket-timeout', '15', '--', '-x']);
-  });
-});
+import { parseInfoJson, parseProgressLine } from '../../src/tools/ytdlp-output.js';
 
 describe('configFileText', () => {
   it('sets the proxy in a line yt-dlp splits like a shell', () => {
@@ -85,9 +63,8 @@ describe('netscapeCookiesProblem', () => {
 });
 
 describe('buildDownloadArgs', () => {
-  it('downloads from the info JSON, without passing the URL', () => {
+  it('extracts, prints the info JSON, waits at the gate, then downloads; the URL last after --', () => {
     const args = buildDownloadArgs({
-      infoJsonPath: '/w/job/info.json',
       url: 'https://example.com/a.mp3',
       outputDir: '/w/job/download',
       configFile: '/w/job/yt-dlp.conf',
@@ -106,6 +83,10 @@ describe('buildDownloadArgs', () => {
       '--progress-template',
       'download:PROGRESS %(progress.downloaded_bytes)d %(progress.total_bytes)d %(progress.total_bytes_estimate)d',
       '--print',
+      'pre_process:INFO %()j',
+      '--exec',
+      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate && echo GATE && read -r go < gate',
+      '--print',
       'after_move:filepath',
       '--no-simulate',
       '-o',
@@ -123,16 +104,14 @@ describe('buildDownloadArgs', () => {
       '20',
       '--max-filesize',
       '1000',
-      '--load-info-json',
-      '/w/job/info.json',
+      '--',
+      'https://example.com/a.mp3',
     ]);
-    expect(args).not.toContain('https://example.com/a.mp3');
-    expect(args).not.toContain('--exec');
   });
 
-  it('passes the URL after -- when there is no info JSON', () => {
-    const args = buildDownloadArgs({ url: 'https://example.com/a.mp3', outputDir: '/w/d' });
-    expect(args.slice(-2)).toEqual(['--', 'https://example.com/a.mp3']);
+  it('passes a URL starting with "-" after --, and no byte limit or configuration unless given', () => {
+    const args = buildDownloadArgs({ url: '-x', outputDir: '/w/d' });
+    expect(args.slice(-2)).toEqual(['--', '-x']);
     expect(args).not.toContain('--max-filesize');
     expect(args).not.toContain('--config-locations');
   });
@@ -181,6 +160,7 @@ describe('parseInfoJson', () => {
       title: 'a',
       webpageUrl: 'http://127.0.0.1:8000/a.m4a',
       isPlaylist: false,
+      overridesProxy: false,
       protocols: [],
     });
   });
@@ -211,10 +191,32 @@ describe('parseInfoJson', () => {
     expect(info).toMatchObject({ mediaId: '123', durationS: 212.5, isLive: true });
   });
 
-  it('flags playlists', () => {
+  it('flags playlists, and the items of one', () => {
+    const base = { id: 'p', extractor: 'x', extractor_key: 'X' };
+    expect(parseInfoJson(JSON.stringify({ ...base, _type: 'playlist' })).isPlaylist).toBe(true);
+    expect(parseInfoJson(JSON.stringify({ ...base, playlist_autonumber: 1, playlist: 'p' })).isPlaylist).toBe(true);
+    expect(parseInfoJson(JSON.stringify({ ...base, playlist_index: 2 })).isPlaylist).toBe(true);
+    // A single video names no playlist.
+    expect(parseInfoJson(JSON.stringify({ ...base, playlist: null, playlist_index: null })).isPlaylist).toBe(false);
+  });
+
+  it('flags a Ytdl-request-proxy header, in any case and at any depth, and nothing else', () => {
+    const base = { id: 'x', extractor: 'x', extractor_key: 'X' };
+    const flagged = (extra: object) => parseInfoJson(JSON.stringify({ ...base, ...extra })).overridesProxy;
+    expect(flagged({ http_headers: { 'Ytdl-request-proxy': '__noproxy__' } })).toBe(true);
+    expect(flagged({ formats: [{ url: 'http://h/a', http_headers: { 'ytdl-REQUEST-proxy': 'http://e:1' } }] })).toBe(
+      true,
+    );
     expect(
-      parseInfoJson(JSON.stringify({ id: 'p', extractor: 'x', extractor_key: 'X', _type: 'playlist' })).isPlaylist,
+      flagged({
+        formats: [{ url: 'http://h/b', fragments: [{ path: 'x', http_headers: { 'Ytdl-Request-Proxy': 'a' } }] }],
+      }),
     ).toBe(true);
+    expect(flagged({ http_headers: { 'User-Agent': 'a', Cookie: 'sid=1' }, formats: [{ http_headers: {} }] })).toBe(
+      false,
+    );
+    // Only a header counts: the name elsewhere is data.
+    expect(flagged({ title: 'Ytdl-request-proxy', tags: { 'Ytdl-request-proxy': 'x' } })).toBe(false);
   });
 
   it('throws on malformed input', () => {
@@ -257,34 +259,6 @@ describe('guarded protocols', () => {
         'best[protocol^=m3u8][url^="http://"]',
       ].join('/'),
     );
-  });
-});
-
-describe('withoutReplayedHeaders', () => {
-  it('drops every Ytdl-request-proxy and Cookie header, in any case and at any depth, and keeps the rest', () => {
-    const info = {
-      id: 'x',
-      http_headers: { 'Ytdl-request-proxy': '__noproxy__', 'User-Agent': 'a', Cookie: 'sid=1' },
-      formats: [
-        {
-          url: 'http://h/a',
-          http_headers: { 'ytdl-REQUEST-proxy': 'http://elsewhere:1', Referer: 'r', cookie: 'sid=1' },
-        },
-        { url: 'http://h/b', fragments: [{ path: 'x', http_headers: { 'Ytdl-Request-Proxy': '__noproxy__' } }] },
-      ],
-    };
-    expect(JSON.parse(withoutReplayedHeaders(JSON.stringify(info)))).toEqual({
-      id: 'x',
-      http_headers: { 'User-Agent': 'a' },
-      formats: [
-        { url: 'http://h/a', http_headers: { Referer: 'r' } },
-        { url: 'http://h/b', fragments: [{ path: 'x', http_headers: {} }] },
-      ],
-    });
-  });
-
-  it('throws on text that is not JSON', () => {
-    expect(() => withoutReplayedHeaders('null x')).toThrow();
   });
 });
 

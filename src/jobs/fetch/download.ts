@@ -1,15 +1,18 @@
-import fs from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { buildDownloadArgs, GUARDED_FORMAT } from '../../tools/ytdlp-args.js';
+import type { JobError } from '../../db/database.js';
+import { buildDownloadArgs, GATE_FIFO, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
 import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
 import { parseProgressLine } from '../../tools/ytdlp-output.js';
-import type { Probed } from './probe.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 3, download: yt-dlp fetches the best audio through the egress guard, replaying the probe's
- * info JSON (no second extraction), with the byte limit enforced while it downloads and a
- * download that stalls (an origin that trickles, or sends nothing) stopped early.
+ * The download: one yt-dlp run through the egress guard that extracts the media's metadata, then
+ * waits at a gate (see ./ytdlp-args.ts) while the service decides from that metadata, then
+ * downloads the best audio, with the byte limit enforced while it downloads and a download that
+ * stalls (an origin that trickles, or sends nothing) stopped early. The metadata has its own
+ * time limit (METADATA_TIMEOUT_S); the stall watch starts once the gate opens.
  */
 export interface Downloaded {
   path: string;
@@ -21,7 +24,24 @@ export interface DownloadDeps {
   onProgress: (bytes: number, totalBytes: number | null) => void;
   /** Refusals of the egress guard so far, for this job. */
   refusals: () => unknown[];
+  /**
+   * Called once, with the info JSON's text, as soon as the run has printed it and before any
+   * media is downloaded: true lets the download go on; false stops the run (the caller has what it
+   * decided instead); a JobFailure it throws fails the step with its error, and stops the run.
+   */
+  decide: (infoText: string) => Promise<boolean>;
 }
+
+/** Where the run's time went, for the 'fetch steps' line. */
+export interface DownloadTimings {
+  /** yt-dlp started → its info JSON read (the extraction). */
+  extractMs?: number;
+  /** The gate reached → opened: how long yt-dlp waited on the service's decision. */
+  gateWaitMs?: number;
+}
+
+/** The run's reason for stopping once the decision said not to download: never a job's error. */
+const DECIDED: JobError = { code: 'internal_error', message: 'The download was not needed.' };
 
 const PROGRESS_INTERVAL_MS = 500;
 const FILE_SIZE_SLACK_BYTES = 1024 * 1024;
@@ -58,10 +78,33 @@ export function watchForStall({ windowMs, minBytes }: { windowMs: number; minByt
   };
 }
 
-export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Probed): Promise<Outcome<Downloaded>> {
+/**
+ * Opens the gate: writes a line into the FIFO yt-dlp's gate command reads. The handle stays open
+ * until the run ends, so the line waits in the FIFO whenever the command opens it. The run could
+ * have put anything at that path: no symbolic link is followed and nothing but a FIFO is written.
+ */
+async function openGate(file: string): Promise<FileHandle> {
+  const handle = await fs.open(file, fsConstants.O_RDWR | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  try {
+    if (!(await handle.stat()).isFIFO()) throw new Error('the gate is not a FIFO');
+    await handle.write('go\n');
+    return handle;
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+}
+
+/**
+ * Downloads the media; null when `deps.decide` said not to (nothing was downloaded). `timings` is
+ * filled as the run goes, whatever its end.
+ */
+export function downloadMedia(
+  ctx: FetchContext,
+  deps: DownloadDeps,
+  timings: DownloadTimings = {},
+): Promise<Outcome<Downloaded | null>> {
   return step(async () => {
-    const infoJsonPath = path.join(ctx.workDir, 'info.json');
-    await fs.writeFile(infoJsonPath, probed.infoText, { mode: 0o600 });
     const downloadDir = path.join(ctx.workDir, 'download');
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
@@ -70,14 +113,56 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
         code: 'file_too_large',
         message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.`,
       });
+    const started = performance.now();
+    const stopRun = new AbortController();
+    const stop = (reason: JobError) => {
+      if (!stopRun.signal.aborted) stopRun.abort(reason);
+    };
+    const seconds = ctx.limits.metadataTimeoutMs / 1000;
+    const metadataTimer = setTimeout(
+      () =>
+        stop({
+          code: 'metadata_timeout',
+          message: `Reading the media's metadata took longer than ${seconds} s and was stopped.`,
+        }),
+      ctx.limits.metadataTimeoutMs,
+    );
+    let decision: Promise<boolean> | undefined;
+    let go = false;
+    let gateReachedAt: number | undefined;
+    let gate: Promise<FileHandle> | undefined;
+    let stall: ReturnType<typeof watchForStall> | undefined;
     let downloadedPath: string | undefined;
     let lastProgress = 0;
-    const stall = watchForStall(ctx.limits.downloadStall);
-    const run = await ctx
-      .runTool(
+    const openGateWhenReady = () => {
+      if (!go || gateReachedAt === undefined || gate) return;
+      timings.gateWaitMs = Math.round(performance.now() - gateReachedAt);
+      stall = watchForStall(ctx.limits.downloadStall);
+      stall.signal.addEventListener('abort', () => stop(stall!.signal.reason as JobError), { once: true });
+      gate = openGate(path.join(ctx.workDir, GATE_FIFO));
+      gate.catch((err: unknown) => {
+        ctx.log.error({ err }, 'opening the download gate failed');
+        stop({ code: 'internal_error', message: 'The fetch failed for an internal reason.' });
+      });
+    };
+    const onInfo = (infoText: string) => {
+      clearTimeout(metadataTimer);
+      timings.extractMs = Math.round(performance.now() - started);
+      decision = deps.decide(infoText);
+      decision.then(
+        (download) => {
+          if (!download) return stop(DECIDED);
+          go = true;
+          openGateWhenReady();
+        },
+        () => stop(DECIDED),
+      );
+    };
+    let run;
+    try {
+      run = await ctx.runTool(
         'ytdlp',
         buildDownloadArgs({
-          infoJsonPath,
           url: ctx.job.url,
           outputDir: downloadDir,
           ...ctx.ytdlpOptions,
@@ -88,11 +173,23 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
         {
           // Room for the last chunk past the byte limit: the progress check below stops it first.
           maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
-          stop: stall.signal,
+          stop: stopRun.signal,
           onStdoutLine: (line) => {
+            if (line.startsWith(INFO_PREFIX)) {
+              // Each item of a playlist prints its own; the first decides (and refuses a playlist).
+              if (decision === undefined) onInfo(line.slice(INFO_PREFIX.length));
+              return;
+            }
+            if (line === GATE_LINE) {
+              gateReachedAt ??= performance.now();
+              openGateWhenReady();
+              return;
+            }
             const progress = parseProgressLine(line);
             if (progress) {
-              stall.progress(progress.downloadedBytes);
+              // Nothing is downloaded before the gate opens: a run that does anyway is stopped.
+              if (gate === undefined) throw new Error('the downloader started downloading before the gate opened');
+              stall?.progress(progress.downloadedBytes);
               // Enforced while downloading, whatever the origin announced (chunked responses have no
               // size for --max-filesize to check): throwing here kills yt-dlp's process group.
               if (progress.downloadedBytes > maxBytes) throw tooLarge();
@@ -106,8 +203,24 @@ export function downloadMedia(ctx: FetchContext, deps: DownloadDeps, probed: Pro
             }
           },
         },
-      )
-      .finally(stall.stop);
+      );
+    } catch (err) {
+      // What the service decided explains a stopped run better than the stop itself.
+      if (decision !== undefined && (!(err instanceof JobFailure) || err.error === DECIDED)) {
+        if (!(await decision)) return null;
+      }
+      throw err;
+    } finally {
+      clearTimeout(metadataTimer);
+      stall?.stop();
+      await gate?.then((handle) => handle.close()).catch(() => {});
+    }
+    if (decision === undefined) {
+      if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
+      throw new JobFailure({ code: 'download_failed', message: 'The downloader found no media at the URL.' });
+    }
+    // A refusal (the decision's JobFailure) comes first; so does media that is not to be downloaded.
+    if (!(await decision)) return null;
     if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
     // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
     // carried on without it; the task reports the refusal itself.

@@ -5,11 +5,11 @@ import { AUDIO_ARTIFACT_NAME } from '../../store/layout.js';
 import { lockContent } from '../../store/pins.js';
 import { recordUse } from '../../store/usage.js';
 import { claimMediaDownload, followMediaDownload, markDone, recordMediaIdentity, type Ended } from '../queue.js';
-import type { Probed } from './probe.js';
+import type { Extracted } from './media-info.js';
 import { step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 2, media alias: another URL of media that is already stored ends the job here, with that
+ * The media alias, decided while the download waits at its gate: another URL of media that is already stored ends the job here, with that
  * content; another job (on any node) downloading the same media right now makes this job its
  * follower; otherwise this job claims the media's download and goes on.
  */
@@ -29,11 +29,15 @@ export interface MediaAliasDeps {
 /** Rounds of "the job holding the media ended just now" before downloading anyway. */
 const MAX_ROUNDS = 3;
 
-export function resolveMedia(ctx: FetchContext, deps: MediaAliasDeps, probed: Probed): Promise<Outcome<MediaDecision>> {
+export function resolveMedia(
+  ctx: FetchContext,
+  deps: MediaAliasDeps,
+  extracted: Extracted,
+): Promise<Outcome<MediaDecision>> {
   return step(async () => {
     const { job, owner } = ctx;
-    await recordMediaIdentity(deps.database, job.id, probed.info.extractorKey, probed.info.mediaId);
-    const mediaKey = probed.mediaKey;
+    await recordMediaIdentity(deps.database, job.id, extracted.info.extractorKey, extracted.info.mediaId);
+    const mediaKey = extracted.mediaKey;
     if (mediaKey === undefined) return { kind: 'download' };
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const reused = await reuseStored(deps, job.id, owner, mediaKey);

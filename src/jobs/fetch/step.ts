@@ -43,7 +43,7 @@ export interface ToolRun {
 /** What a job may spend; FetchTaskDeps.limits, from the configuration. */
 export interface FetchLimits {
   timeoutMs: number;
-  /** The probe's own time limit, within timeoutMs. */
+  /** The extraction's own time limit (until yt-dlp prints the info JSON), within timeoutMs. */
   metadataTimeoutMs: number;
   /** A download that gains fewer than minBytes over any windowMs is stopped. */
   downloadStall: { windowMs: number; minBytes: number };

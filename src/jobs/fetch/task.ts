@@ -10,9 +10,9 @@ import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import { commitContent } from './commit.js';
 import { convertToWav } from './convert.js';
-import { downloadMedia } from './download.js';
-import { resolveMedia } from './media-alias.js';
-import { probeMedia } from './probe.js';
+import { downloadMedia, type DownloadTimings } from './download.js';
+import { resolveMedia, type MediaDecision } from './media-alias.js';
+import { checkExtracted, type Extracted } from './media-info.js';
 import {
   JobFailure,
   STORAGE_FULL,
@@ -26,7 +26,8 @@ import { verifyAudio } from './verify.js';
 
 /**
  * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
- *   probe → media alias → download → convert → verify → commit
+ *   download (extraction → media checks and media alias, decided at the gate → download)
+ *   → convert → verify → commit
  * Each step returns its value or a typed failure; the first failure ends the job (failed, with
  * its code and message). The database is touched by the media alias step and at the commit (and
  * for progress); everything else happens in a per-attempt folder under the work dir, removed at
@@ -158,7 +159,10 @@ export function createFetchTask(deps: FetchTaskDeps) {
       egress?.close();
       await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     };
+    /** Each step's ms, one after the other: they add up to the task's time. */
     const stepMs: Record<string, number> = {};
+    /** What the download's run waited for, within its own ms (download_ms). */
+    const decisionMs: Record<string, number> = {};
     let error: JobError;
     try {
       await timed('setup', async () => {
@@ -178,7 +182,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
-        log.debug(stepMs, 'fetch steps');
+        log.debug({ ...stepMs, during_download: decisionMs }, 'fetch steps');
         return outcome.value;
       }
       error = outcome.error;
@@ -188,41 +192,57 @@ export function createFetchTask(deps: FetchTaskDeps) {
     await cleanUp();
     const failed = await fail(error);
     // Once the job's end is recorded, as on success.
-    log.debug(stepMs, 'fetch steps');
+    log.debug({ ...stepMs, during_download: decisionMs }, 'fetch steps');
     return failed;
 
     async function pipeline(): Promise<Outcome<Ended | undefined>> {
-      const probed = await timed('probe', () => probeMedia(ctx));
-      if (!probed.ok) return probed;
-      const media = await timed('media_alias', () => resolveMedia(ctx, deps, probed.value));
-      if (!media.ok) return media;
-      if (media.value.kind === 'reused') return { ok: true, value: media.value.ended };
-      // Following another job's download, or no longer ours: nothing more to do here.
-      if (media.value.kind !== 'download') return { ok: true, value: undefined };
-      const downloaded = await timed('download', () =>
-        downloadMedia(
-          ctx,
-          {
-            onProgress: (bytes, total) =>
-              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) =>
-                log.warn({ err }, 'recording progress failed'),
-              ),
-            refusals: () => egress?.refusals() ?? [],
+      let extracted: Extracted | undefined;
+      let media: MediaDecision | undefined;
+      const timings: DownloadTimings = {};
+      const downloadStarted = performance.now();
+      const downloaded = await downloadMedia(
+        ctx,
+        {
+          onProgress: (bytes, total) =>
+            void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) =>
+              log.warn({ err }, 'recording progress failed'),
+            ),
+          refusals: () => egress?.refusals() ?? [],
+          // While yt-dlp waits at its gate: the media's checks, then its alias.
+          async decide(infoText) {
+            const decided = performance.now();
+            try {
+              extracted = checkExtracted(infoText, deps.limits, ctx.hostsContacted());
+              const resolved = await resolveMedia(ctx, deps, extracted);
+              if (!resolved.ok) throw new JobFailure(resolved.error);
+              media = resolved.value;
+              return media.kind === 'download';
+            } finally {
+              decisionMs.media_checks_and_alias_ms = Math.round(performance.now() - decided);
+            }
           },
-          probed.value,
-        ),
+        },
+        timings,
       );
+      // The run's two parts, one after the other: its extraction, then the rest (gate and download).
+      const runMs = Math.round(performance.now() - downloadStarted);
+      stepMs.extract_ms = timings.extractMs ?? runMs;
+      stepMs.download_ms = runMs - stepMs.extract_ms;
+      if (timings.gateWaitMs !== undefined) decisionMs.gate_wait_ms = timings.gateWaitMs;
       if (!downloaded.ok) return downloaded;
-      const converted = await timed('convert', () => convertToWav(ctx, downloaded.value));
+      if (media?.kind === 'reused') return { ok: true, value: media.ended };
+      // Following another job's download, or no longer ours: nothing more to do here.
+      if (downloaded.value === null || extracted === undefined) return { ok: true, value: undefined };
+      const file = downloaded.value;
+      const converted = await timed('convert', () => convertToWav(ctx, file));
       if (!converted.ok) return converted;
       const audio = await timed('verify', () => verifyAudio(ctx, converted.value));
       if (!audio.ok) return audio;
       if (signal.aborted) throw new Error('aborted');
-      deps.onDownloaded?.(downloaded.value.bytes);
-      const committed = await timed('commit', () =>
-        commitContent(ctx, deps, audio.value, probed.value.mediaKey, cleanUp),
-      );
-      if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, downloaded.value.bytes);
+      deps.onDownloaded?.(file.bytes);
+      const mediaKey = extracted.mediaKey;
+      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, mediaKey, cleanUp));
+      if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, file.bytes);
       return committed;
     }
 

@@ -1,7 +1,7 @@
 """
-A yt-dlp extractor plugin for tests only: hostile extractor output. The info JSON an extractor
-returns is what the service's download step replays with --load-info-json, so whatever a
-compromised or fooled extractor puts there must not get a tool around the egress guard.
+A yt-dlp extractor plugin for tests only: hostile extractor output. What an extractor returns is
+what the service's download run acts on, so whatever a compromised or fooled extractor puts there
+must not get a tool around the egress guard.
 Never matches a real site: only http://127.0.0.1:PORT/hostile-info/KIND/TARGET, where TARGET is
 a loopback host:port (the tests' trap) and KIND picks the lie:
 
