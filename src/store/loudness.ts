@@ -127,16 +127,8 @@ function oversamplingFor(sampleRate: number): Oversampling {
   return { phases, bound: Math.max(1, ...phases.map(absSum)) };
 }
 
-/** K-weighting's two biquads for a sample rate (libebur128's derivation). */
-function kWeighting(sampleRate: number): {
-  b0: number;
-  b1: number;
-  b2: number;
-  a1: number;
-  a2: number;
-  c1: number;
-  c2: number;
-} {
+/** K-weighting's two biquads for a sample rate (libebur128's derivation): b0 b1 b2 a1 a2 of the shelf, a1 a2 of the high-pass. */
+function kWeighting(sampleRate: number): Float64Array {
   let f0 = 1681.974450955533;
   const gain = 3.999843853973347;
   let q = 0.7071752369554196;
@@ -154,7 +146,7 @@ function kWeighting(sampleRate: number): {
   k = Math.tan((Math.PI * f0) / sampleRate);
   const r0 = 1 + k / q + k * k;
   // The second stage's numerator is 1, -2, 1.
-  return { b0, b1, b2, a1, a2, c1: (2 * (k * k - 1)) / r0, c2: (1 - k / q + k * k) / r0 };
+  return Float64Array.of(b0, b1, b2, a1, a2, (2 * (k * k - 1)) / r0, (1 - k / q + k * k) / r0);
 }
 
 /** A gate's histogram of block loudnesses, with the exact sum of the blocks' powers. */
@@ -254,66 +246,20 @@ export function createLoudnessMeter(): LoudnessMeter {
     }
   }
 
-  /**
-   * K-weighted sums of squares of `values` (interleaved), step by step: one loop over the frames
-   * between two step boundaries, every channel's filter state in local variables (channels are
-   * weighted 1, so one sum serves them all).
-   */
+  /** K-weighted sums of squares of `values` (interleaved), handed on step by step. */
   function weigh(values: Int16Array): void {
-    const { b0, b1, b2, a1, a2, c1, c2 } = coefficients;
-    const stereo = channels === 2;
     const frames = values.length / channels;
-    const state = filterState;
-    let [lx1, lx2, ly1, ly2, lz1, lz2] = [state[0]!, state[1]!, state[2]!, state[3]!, state[4]!, state[5]!];
-    let [rx1, rx2, ry1, ry2, rz1, rz2] = [state[6]!, state[7]!, state[8]!, state[9]!, state[10]!, state[11]!];
-    let sum = stepSum;
+    const weighFrames = channels === 2 ? weighStereo : weighMono;
     for (let f = 0; f < frames;) {
       const stop = Math.min(frames, f + stepLeft);
-      if (stereo) {
-        for (let i = 2 * f, end = 2 * stop; i < end; i += 2) {
-          const lx = values[i]! * SAMPLE_SCALE;
-          const rx = values[i + 1]! * SAMPLE_SCALE;
-          const ly = b0 * lx + b1 * lx1 + b2 * lx2 - a1 * ly1 - a2 * ly2;
-          const ry = b0 * rx + b1 * rx1 + b2 * rx2 - a1 * ry1 - a2 * ry2;
-          const lz = ly - 2 * ly1 + ly2 - c1 * lz1 - c2 * lz2;
-          const rz = ry - 2 * ry1 + ry2 - c1 * rz1 - c2 * rz2;
-          lx2 = lx1;
-          lx1 = lx;
-          ly2 = ly1;
-          ly1 = ly;
-          lz2 = lz1;
-          lz1 = lz;
-          rx2 = rx1;
-          rx1 = rx;
-          ry2 = ry1;
-          ry1 = ry;
-          rz2 = rz1;
-          rz1 = rz;
-          sum += lz * lz + rz * rz;
-        }
-      } else {
-        for (let i = f; i < stop; i++) {
-          const lx = values[i]! * SAMPLE_SCALE;
-          const ly = b0 * lx + b1 * lx1 + b2 * lx2 - a1 * ly1 - a2 * ly2;
-          const lz = ly - 2 * ly1 + ly2 - c1 * lz1 - c2 * lz2;
-          lx2 = lx1;
-          lx1 = lx;
-          ly2 = ly1;
-          ly1 = ly;
-          lz2 = lz1;
-          lz1 = lz;
-          sum += lz * lz;
-        }
-      }
+      stepSum += weighFrames(values, f, stop, coefficients, filterState);
       stepLeft -= stop - f;
       f = stop;
       if (stepLeft === 0) {
-        endStep(sum);
-        sum = 0;
+        endStep(stepSum);
+        stepSum = 0;
       }
     }
-    stepSum = sum;
-    filterState.set([lx1, lx2, ly1, ly2, lz1, lz2, rx1, rx2, ry1, ry2, rz1, rz2]);
   }
 
   /**
@@ -330,33 +276,12 @@ export function createLoudnessMeter(): LoudnessMeter {
       window = new Float64Array(length);
       runMaxima = new Float64Array(runs + 1);
     }
-    const { bound, phases } = oversampling;
     let best = peak;
     for (let c = 0; c < channels; c++) {
       window.set(history.subarray(c * HISTORY, (c + 1) * HISTORY));
-      let max = 0;
-      for (let w = 0; w < HISTORY; w++) max = Math.max(max, Math.abs(window[w]!));
-      for (let r = 0, w = HISTORY, i = c; r < runs; r++) {
-        for (const end = Math.min(length, (r + 1) * RUN); w < end; w++, i += channels) {
-          const x = values[i]! * SAMPLE_SCALE;
-          window[w] = x;
-          max = Math.max(max, Math.abs(x));
-        }
-        runMaxima[r] = max;
-        best = Math.max(best, max);
-        max = 0;
-      }
+      best = Math.max(best, fillWindow(values, c, channels, window, length, runMaxima, runs));
       runMaxima[runs] = 0;
-      // Output o filters window[o .. o + HISTORY]: the outputs of run r reach into run r + 1.
-      for (let r = 0; r * RUN < frames; r++) {
-        if (bound * Math.max(runMaxima[r]!, runMaxima[r + 1]!) <= best) continue;
-        const from = r * RUN;
-        const to = Math.min(frames, from + RUN);
-        best =
-          phases.length === 4
-            ? interpolatedPeak4(window, from, to, best)
-            : interpolatedPeak(window, from, to, best, phases);
-      }
+      best = filterRuns(window, frames, runMaxima, oversampling, best);
       history.set(window.subarray(length - HISTORY, length), c * HISTORY);
     }
     peak = best;
@@ -442,4 +367,131 @@ function interpolatedPeak(w: Float64Array, from: number, to: number, peak: numbe
     }
   }
   return result;
+}
+
+/**
+ * The K-weighting of stereo frames from..to-1 of `values`, every filter state in local variables
+ * (`state`: per channel x1 x2 y1 y2 z1 z2); returns their sum of squares. The hot loops are
+ * functions of their own, run to the end each call, so that the compiler sees all their paths.
+ */
+function weighStereo(values: Int16Array, from: number, to: number, k: Float64Array, state: Float64Array): number {
+  const [b0, b1, b2, a1, a2, c1, c2] = [k[0]!, k[1]!, k[2]!, k[3]!, k[4]!, k[5]!, k[6]!];
+  let [lx1, lx2, ly1, ly2, lz1, lz2] = [state[0]!, state[1]!, state[2]!, state[3]!, state[4]!, state[5]!];
+  let [rx1, rx2, ry1, ry2, rz1, rz2] = [state[6]!, state[7]!, state[8]!, state[9]!, state[10]!, state[11]!];
+  let sum = 0;
+  for (let i = 2 * from, end = 2 * to; i < end; i += 2) {
+    const lx = values[i]! * SAMPLE_SCALE;
+    const rx = values[i + 1]! * SAMPLE_SCALE;
+    const ly = b0 * lx + b1 * lx1 + b2 * lx2 - a1 * ly1 - a2 * ly2;
+    const ry = b0 * rx + b1 * rx1 + b2 * rx2 - a1 * ry1 - a2 * ry2;
+    const lz = ly - 2 * ly1 + ly2 - c1 * lz1 - c2 * lz2;
+    const rz = ry - 2 * ry1 + ry2 - c1 * rz1 - c2 * rz2;
+    lx2 = lx1;
+    lx1 = lx;
+    ly2 = ly1;
+    ly1 = ly;
+    lz2 = lz1;
+    lz1 = lz;
+    rx2 = rx1;
+    rx1 = rx;
+    ry2 = ry1;
+    ry1 = ry;
+    rz2 = rz1;
+    rz1 = rz;
+    sum += lz * lz + rz * rz;
+  }
+  state[0] = lx1;
+  state[1] = lx2;
+  state[2] = ly1;
+  state[3] = ly2;
+  state[4] = lz1;
+  state[5] = lz2;
+  state[6] = rx1;
+  state[7] = rx2;
+  state[8] = ry1;
+  state[9] = ry2;
+  state[10] = rz1;
+  state[11] = rz2;
+  return sum;
+}
+
+/** The same for mono frames. */
+function weighMono(values: Int16Array, from: number, to: number, k: Float64Array, state: Float64Array): number {
+  const [b0, b1, b2, a1, a2, c1, c2] = [k[0]!, k[1]!, k[2]!, k[3]!, k[4]!, k[5]!, k[6]!];
+  let [x1, x2, y1, y2, z1, z2] = [state[0]!, state[1]!, state[2]!, state[3]!, state[4]!, state[5]!];
+  let sum = 0;
+  for (let i = from; i < to; i++) {
+    const x = values[i]! * SAMPLE_SCALE;
+    const y = b0 * x + b1 * x1 + b2 * x2 - a1 * y1 - a2 * y2;
+    const z = y - 2 * y1 + y2 - c1 * z1 - c2 * z2;
+    x2 = x1;
+    x1 = x;
+    y2 = y1;
+    y1 = y;
+    z2 = z1;
+    z1 = z;
+    sum += z * z;
+  }
+  state[0] = x1;
+  state[1] = x2;
+  state[2] = y1;
+  state[3] = y2;
+  state[4] = z1;
+  state[5] = z2;
+  return sum;
+}
+
+/**
+ * Channel `channel` of `values` into `window` after its first HISTORY entries (the samples before
+ * them, already there), in full scale, and the largest |sample| of each run of RUN entries of the
+ * window into `runMaxima`; returns the largest of all.
+ */
+function fillWindow(
+  values: Int16Array,
+  channel: number,
+  channels: number,
+  window: Float64Array,
+  length: number,
+  runMaxima: Float64Array,
+  runs: number,
+): number {
+  let max = 0;
+  for (let w = 0; w < HISTORY; w++) max = Math.max(max, Math.abs(window[w]!));
+  let all = 0;
+  for (let r = 0, w = HISTORY, i = channel; r < runs; r++) {
+    for (const end = Math.min(length, (r + 1) * RUN); w < end; w++, i += channels) {
+      const x = values[i]! * SAMPLE_SCALE;
+      window[w] = x;
+      max = Math.max(max, Math.abs(x));
+    }
+    runMaxima[r] = max;
+    all = Math.max(all, max);
+    max = 0;
+  }
+  return all;
+}
+
+/**
+ * The largest of `peak` and the interpolated values of outputs 0..frames-1 over `window` (output o
+ * filters window[o .. o + HISTORY], so the outputs of run r reach into run r + 1), skipping every
+ * run whose bound cannot exceed the largest so far.
+ */
+function filterRuns(
+  window: Float64Array,
+  frames: number,
+  runMaxima: Float64Array,
+  o: Oversampling,
+  peak: number,
+): number {
+  let best = peak;
+  for (let r = 0; r * RUN < frames; r++) {
+    if (o.bound * Math.max(runMaxima[r]!, runMaxima[r + 1]!) <= best) continue;
+    const from = r * RUN;
+    const to = Math.min(frames, from + RUN);
+    best =
+      o.phases.length === 4
+        ? interpolatedPeak4(window, from, to, best)
+        : interpolatedPeak(window, from, to, best, o.phases);
+  }
+  return best;
 }
