@@ -3,22 +3,22 @@
  *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long]
  *
  * In one run:
- *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness (in the
- *      conversion) and peaks (in the store's hash pass), with peaks alone, and with neither; they
- *      take turns, run by run, so that the machine's load drifts over all alike. Medians of submit
- *      → done, and of the convert and commit steps (the 'fetch steps' log line);
- *   2. a 3-hour 48 kHz stereo AAC through the two passes the analysis rides on, as plain
- *      processes and calls: the conversion (ffmpeg with the service's arguments) without and with
- *      the loudness branch, and the store's hash pass over the WAV (sha256File) without and with
- *      the peaks accumulator. Each cost is given as a share of the plain conversion's time.
+ *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness and
+ *      peaks (both in the store's hash pass), with peaks alone, and with neither; they take turns,
+ *      run by run, so that the machine's load drifts over all alike. Medians of submit → done, and
+ *      of the convert and commit steps (the 'fetch steps' log line);
+ *   2. a 3-hour 48 kHz stereo AAC through the passes the analysis rides on, as plain processes and
+ *      calls: the conversion (ffmpeg with the service's arguments), then the store's hash pass over
+ *      its WAV (sha256File) alone, with the peaks accumulator, with the loudness meter, and with
+ *      both, taking turns. Each cost is given as a share of the run's conversion time.
  */
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sha256File } from '../src/store/content-store.js';
+import { sha256File, type ByteObserver } from '../src/store/content-store.js';
+import { createLoudnessMeter } from '../src/store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../src/store/peaks.js';
-import { LOUDNESS_REPORT_FILE, loudnessReportEnv, parseEbur128Summary } from '../src/tools/ebur128.js';
 import { buildConvertArgs } from '../src/tools/ffmpeg.js';
 import { runProcess } from '../src/tools/process.js';
 import { makeTone } from '../test/support/media.js';
@@ -86,75 +86,82 @@ async function threeMinutes(): Promise<void> {
   }
 }
 
-async function convertOnce(input: string, dir: string, measureLoudness: boolean): Promise<{ ms: number; wav: string }> {
-  const wav = path.join(dir, `${measureLoudness ? 'measured' : 'plain'}.wav`);
+async function convertOnce(input: string, dir: string): Promise<{ ms: number; wav: string }> {
+  const wav = path.join(dir, 'plain.wav');
   const started = performance.now();
   const result = await runProcess({
     command: 'ffmpeg',
-    args: buildConvertArgs({
-      input,
-      output: wav,
-      maxDurationS: LONG_S + 60,
-      maxAllocBytes: 2 * 1024 ** 3,
-      measureLoudness,
-    }),
+    args: buildConvertArgs({ input, output: wav, maxDurationS: LONG_S + 60, maxAllocBytes: 2 * 1024 ** 3 }),
     cwd: dir,
-    ...(measureLoudness ? { setEnv: loudnessReportEnv(LOUDNESS_REPORT_FILE) } : {}),
     timeoutMs: 3_600_000,
   });
   const ms = performance.now() - started;
   if (result.exitCode !== 0) throw new Error(`ffmpeg: ${result.stderrTail}`);
-  if (measureLoudness) {
-    const loudness = parseEbur128Summary(await readFile(path.join(dir, LOUDNESS_REPORT_FILE), 'utf8'));
-    if (!loudness) throw new Error('no loudness in the report');
-  }
   return { ms, wav };
 }
 
-async function hashOnce(wav: string, withPeaks: boolean): Promise<{ ms: number; peaksBytes: number }> {
+type Pass = 'plain' | 'peaks' | 'loudness' | 'both';
+const PASSES: Pass[] = ['plain', 'peaks', 'loudness', 'both'];
+
+/** The store's hash pass over `wav`, with what `pass` names riding on it, as the commit step sets it up. */
+async function hashOnce(wav: string, pass: Pass): Promise<{ ms: number; note: string }> {
   const started = performance.now();
-  const accumulator = withPeaks ? createPeaksAccumulator() : undefined;
-  await sha256File(wav, accumulator);
-  const peaks = accumulator?.finish();
-  const peaksBytes = peaks ? peaksJsonBytes(peaks).length : 0;
-  return { ms: performance.now() - started, peaksBytes };
+  const peaks = pass === 'peaks' || pass === 'both' ? createPeaksAccumulator() : undefined;
+  const meter = pass === 'loudness' || pass === 'both' ? createLoudnessMeter() : undefined;
+  const observer: ByteObserver = {
+    update(chunk) {
+      peaks?.update(chunk);
+      meter?.update(chunk);
+    },
+  };
+  await sha256File(wav, pass === 'plain' ? undefined : observer);
+  const peaksResult = peaks?.finish();
+  const loudness = meter?.finish();
+  const ms = performance.now() - started;
+  const note = [
+    peaksResult ? `peaks.json ${peaksJsonBytes(peaksResult).length} bytes` : '',
+    loudness
+      ? `I ${loudness.integratedLufs.toFixed(1)} LUFS, LRA ${loudness.rangeLu.toFixed(1)} LU, TP ${loudness.truePeakDbtp.toFixed(1)} dBTP`
+      : '',
+  ]
+    .filter(Boolean)
+    .join('; ');
+  return { ms, note };
 }
 
 async function threeHours(): Promise<void> {
   const source = await makeTone(fixtureDir, { seconds: LONG_S, channels: 2, sampleRate: 48000, format: 'm4a' });
-  const plain: number[] = [];
-  const measured: number[] = [];
-  const hashed: number[] = [];
-  const hashedWithPeaks: number[] = [];
-  let peaksBytes = 0;
+  const conversions: number[] = [];
+  const passes = Object.fromEntries(PASSES.map((pass) => [pass, [] as number[]])) as Record<Pass, number[]>;
+  const notes = new Set<string>();
   for (let i = 0; i < RUNS; i++) {
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-analysis-'));
     try {
-      plain.push((await convertOnce(source.path, dir, false)).ms);
-      await rm(path.join(dir, 'plain.wav'));
-      const { ms, wav } = await convertOnce(source.path, dir, true);
-      measured.push(ms);
-      // Alternating, the WAV in the page cache for both, as the store's pass finds it after the conversion.
-      hashed.push((await hashOnce(wav, false)).ms);
-      const withPeaks = await hashOnce(wav, true);
-      hashedWithPeaks.push(withPeaks.ms);
-      peaksBytes = withPeaks.peaksBytes;
+      const { ms, wav } = await convertOnce(source.path, dir);
+      conversions.push(ms);
+      // Taking turns, the WAV in the page cache for all, as the store's pass finds it after the conversion.
+      for (const pass of PASSES) {
+        const run = await hashOnce(wav, pass);
+        passes[pass].push(run.ms);
+        if (run.note) notes.add(run.note);
+      }
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
   }
-  const [p, m, h, hp] = [plain, measured, hashed, hashedWithPeaks].map(median) as [number, number, number, number];
-  // Each run's cost against its own plain conversion, then the median of those shares.
-  const loudnessShare = median(plain.map((ms, i) => (measured[i]! - ms) / ms));
-  const peaksShare = median(plain.map((ms, i) => (hashedWithPeaks[i]! - hashed[i]!) / ms));
   const list = (values: number[]) => values.map(seconds).join(', ');
+  // Each run's cost against its own conversion, then the median of those shares.
+  const share = (pass: Pass) =>
+    (median(conversions.map((ms, i) => (passes[pass][i]! - passes.plain[i]!) / ms)) * 100).toFixed(1);
   process.stdout.write(
     `${(LONG_S / 3600).toFixed(2)}-hour AAC (48 kHz stereo), median of ${RUNS}:\n` +
-      `  conversion, plain:             ${seconds(p)} s   (runs: ${list(plain)})\n` +
-      `  conversion, with loudness:     ${seconds(m)} s   (runs: ${list(measured)})\n` +
-      `  store's hash pass:             ${seconds(h)} s   (runs: ${list(hashed)})\n` +
-      `  store's hash pass, with peaks: ${seconds(hp)} s   (runs: ${list(hashedWithPeaks)}; peaks.json ${peaksBytes} bytes)\n` +
-      `  cost over the run's plain conversion, median of the runs: loudness ${(loudnessShare * 100).toFixed(1)} %, peaks ${(peaksShare * 100).toFixed(1)} %\n`,
+      `  conversion:                          ${seconds(median(conversions))} s   (runs: ${list(conversions)})\n` +
+      PASSES.map(
+        (pass) =>
+          `  store's hash pass, ${pass.padEnd(8)}:        ${seconds(median(passes[pass]))} s   (runs: ${list(passes[pass])})` +
+          (pass === 'plain' ? '' : `   +${share(pass)} % of the conversion`),
+      ).join('\n') +
+      `\n  ${[...notes].join('\n  ')}\n`,
   );
 }
 

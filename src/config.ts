@@ -114,7 +114,7 @@ export const envSchema = z
       .enum(['on', 'off'])
       .default('off')
       .describe(
-        "`on`: the conversion measures each new WAV's EBU R128 loudness on its own decode (the job record's `result.loudness`). Off by default: ffmpeg runs the measurement in the conversion's one thread, and it costs several times the conversion itself ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
+        "`on`: the store measures each new WAV's EBU R128 loudness in the pass that hashes it ([how](loudness.md); the job record's `result.loudness`). Off by default: the meter's K-weighting and 4x true-peak filter run in the service's own thread, and cost more than 10 % of a 3-minute job ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
       ),
     WAVEFORM_PEAKS: z
       .enum(['on', 'off'])

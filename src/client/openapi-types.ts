@@ -335,7 +335,7 @@ export interface components {
             /** @description Seconds. */
             duration: number | null;
         };
-        /** @description The WAV's loudness per EBU R128 (ITU-R BS.1770), measured during its conversion. Null when unknown: content stored before loudness was measured, or silent (no true peak). */
+        /** @description The WAV's loudness per EBU R128 (ITU-R BS.1770), measured from its bytes as the store hashes them. Null when unknown: content stored before loudness was measured, or with LOUDNESS=off, or silent (no true peak). */
         Loudness: {
             /**
              * @description Integrated loudness, LUFS.

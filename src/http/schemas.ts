@@ -101,7 +101,7 @@ export const LoudnessSchema = z
   })
   .openapi('Loudness', {
     description:
-      "The WAV's loudness per EBU R128 (ITU-R BS.1770), measured during its conversion. Null when unknown: content stored before loudness was measured, or silent (no true peak).",
+      "The WAV's loudness per EBU R128 (ITU-R BS.1770), measured from its bytes as the store hashes them. Null when unknown: content stored before loudness was measured, or with LOUDNESS=off, or silent (no true peak).",
   });
 
 export const EvictedSchema = z

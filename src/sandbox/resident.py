@@ -20,7 +20,7 @@ A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
      PID as the service sees it (frame P) and reads the request, one JSON line:
      {"command", "argv", "cwd", "network": "guard" or "none", "limits": {"data": BYTES, ...},
-      "view": null or {"read_only": [PATH, ...]}, "env": {NAME: VALUE, ...} set on top of this process's};
+      "view": null or {"read_only": [PATH, ...]}};
   2. a user, mount, network and PID namespace of its own: its own credentials, with "view" a root
      of its own (confine.enter_mount_view: the cwd read-write, nothing else of the host's data), nothing but its own
      loopback, and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py gives a
@@ -162,16 +162,13 @@ def read_request(conn):
     command, argv, cwd, network = request['command'], request['argv'], request['cwd'], request['network']
     limits = request.get('limits', {})
     view = request.get('view')
-    env = request.get('env', {})
-    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v for k, v in env.items())):
-        raise ValueError('malformed env')
     if not (view is None or (isinstance(view, dict) and isinstance(view.get('read_only'), list) and all(isinstance(p, str) for p in view['read_only']))):
         raise ValueError('malformed view')
     if not (isinstance(command, str) and isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str) and network in ('guard', 'none')):
         raise ValueError('malformed request')
     if not (isinstance(limits, dict) and all(name in confine.LIMIT_NAMES and type(value) is int and value > 0 for name, value in limits.items())):
         raise ValueError('malformed limits')
-    return command, argv, cwd, network, limits, view, env
+    return command, argv, cwd, network, limits, view
 
 
 def unshare(flags):
@@ -203,7 +200,7 @@ def is_launcher(command, launcher_path):
     return launcher_path is not None and found is not None and os.path.realpath(found) == launcher_path
 
 
-def run_pid1(yt_dlp, command, argv, cwd, limits, view, env, out_w, err_w, bridge):
+def run_pid1(yt_dlp, command, argv, cwd, limits, view, out_w, err_w, bridge):
     """The run's PID 1: the bridge's threads (its leader may not start threads: its children's
     PID namespace is not its own), and the tool. Never returns."""
     code = confine.SETUP_FAILED
@@ -217,8 +214,6 @@ def run_pid1(yt_dlp, command, argv, cwd, limits, view, env, out_w, err_w, bridge
         for fd in (devnull, out_w, err_w):
             os.close(fd)
         os.chdir(cwd)
-        # The run's own variables (ffmpeg's FFREPORT, say) on top of the resident's environment.
-        os.environ.update(env)
         if view is not None:
             # The bridge's guard socket stays reachable at its path; yt-dlp's own files, imported
             # here on demand, too.
@@ -303,7 +298,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         os.close(devnull)
         # /proc is the service's: its "self" is this process as the service sees it.
         send(conn, b'P', os.readlink('/proc/self').encode())
-        command, argv, cwd, network, limits, view, env = read_request(conn)
+        command, argv, cwd, network, limits, view = read_request(conn)
         set_title(opts['title_room'], ['sandbox', cwd])
         try:
             enter_own_namespaces()
@@ -325,7 +320,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
             os.close(out_r)
             os.close(err_r)
             set_title(opts['title_room'], ['yt-dlp' if in_process else 'sandbox', cwd])
-            run_pid1(in_process, command, argv, cwd, limits, view, env, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
+            run_pid1(in_process, command, argv, cwd, limits, view, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
         os.close(out_w)
         os.close(err_w)
         if listener is not None:

@@ -306,7 +306,6 @@ export function runInResident(
         network: opts.network,
         limits: opts.limits ? residentLimits(opts.limits) : {},
         view: opts.mountView ? { read_only: viewReadOnly } : null,
-        env: opts.setEnv ?? {},
       };
       socket.write(`${JSON.stringify(request)}\n`);
     });

@@ -49,25 +49,6 @@ export interface ConvertArgsOptions {
   maxDurationS: number;
   /** The converter's memory ceiling, which no single allocation may take more than a quarter of. */
   maxAllocBytes: number;
-  /**
-   * Measure EBU R128 loudness on the same decode (ebur128 with true peak). Its summary is logged at
-   * level info, so the run needs ebur128.ts's loudnessReportEnv to keep it.
-   */
-  measureLoudness?: boolean;
-}
-
-/** Mono stays mono, anything else becomes stereo (see buildConvertArgs). */
-const LAYOUT_FILTER = 'aformat=channel_layouts=mono|stereo';
-
-/**
- * The audio filter: LAYOUT_FILTER, and with `measureLoudness` a branch of it into ebur128. The
- * branch converts on its own (its aresample): ebur128 takes doubles, and without it the format
- * chosen for both branches would be that, and the WAV's bytes would differ from those of the
- * conversion without measurement.
- */
-function audioFilter(measureLoudness: boolean): string {
-  if (!measureLoudness) return LAYOUT_FILTER;
-  return `${LAYOUT_FILTER},asplit[wav][loudness];[loudness]aresample,aformat=sample_fmts=dbl:channel_layouts=mono|stereo,ebur128=peak=true:framelog=verbose,anullsink;[wav]anull`;
 }
 
 /**
@@ -108,7 +89,7 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     '-t',
     String(opts.maxDurationS + DURATION_OVERRUN_S),
     '-af',
-    audioFilter(opts.measureLoudness ?? false),
+    'aformat=channel_layouts=mono|stereo',
     '-ar',
     String(OUTPUT_SAMPLE_RATE),
     '-c:a',

@@ -33,8 +33,6 @@ export interface RunProcessOptions {
    * it as is: `toolEnvironment` keeps only what a tool needs.
    */
   env?: NodeJS.ProcessEnv;
-  /** Variables this run sets on top of the tool environment (ffmpeg's FFREPORT, say). */
-  setEnv?: Record<string, string>;
   signal?: AbortSignal;
   timeoutMs?: number;
   /** Time between SIGTERM and SIGKILL to the group. Default 3000. */
@@ -168,7 +166,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
   try {
     child = spawn(opts.command, opts.args, {
       cwd: opts.cwd,
-      env: { ...toolEnvironment(opts.env ?? process.env), ...opts.setEnv },
+      env: toolEnvironment(opts.env ?? process.env),
       detached: true,
       shell: false,
       stdio: [opts.keepStdinOpen ? 'pipe' : 'ignore', opts.onStdoutLine || stdoutCapture ? 'pipe' : 'ignore', 'pipe'],

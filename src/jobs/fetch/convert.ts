@@ -1,13 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import {
-  LOUDNESS_REPORT_FILE,
-  LOUDNESS_REPORT_TAIL_BYTES,
-  loudnessReportEnv,
-  parseEbur128Summary,
-  type Loudness,
-} from '../../tools/ebur128.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
@@ -21,15 +14,10 @@ import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from 
  * decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it whatever
  * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
  * size disagrees with its header.
- *
- * With ctx.audioAnalysis.loudness the same run measures the WAV's EBU R128 loudness (a branch of its filter
- * graph), read from ffmpeg's report file in the working folder; a loudness it could not read is
- * null and fails nothing.
  */
 export interface Converted {
   wavPath: string;
   header: WavHeader;
-  loudness: Loudness | null;
 }
 
 /** What ffmpeg (at -loglevel error) says about an input it could only partly decode. */
@@ -51,12 +39,8 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
         output: wavPath,
         maxDurationS: ctx.limits.maxDurationS,
         maxAllocBytes: ctx.limits.tool.memoryBytes,
-        measureLoudness: ctx.audioAnalysis.loudness,
       }),
-      {
-        maxFileBytes: ctx.limits.maxOutputBytes,
-        ...(ctx.audioAnalysis.loudness ? { setEnv: loudnessReportEnv(LOUDNESS_REPORT_FILE) } : {}),
-      },
+      { maxFileBytes: ctx.limits.maxOutputBytes },
     );
     if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
     if (run.exitCode !== 0) {
@@ -89,26 +73,8 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
       if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
       throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
     }
-    const { loudness: measured } = ctx.audioAnalysis;
-    const loudness = measured ? await readLoudness(path.join(ctx.workDir, LOUDNESS_REPORT_FILE)) : null;
-    if (measured && loudness === null) ctx.log.warn('the conversion reported no loudness (silent, or no summary)');
-    return { wavPath, header, loudness };
+    return { wavPath, header };
   });
-}
-
-/** The ebur128 summary at the end of ffmpeg's report, or null (no report, no summary, silence). */
-async function readLoudness(report: string): Promise<Loudness | null> {
-  const handle = await fs.open(report, 'r').catch(() => null);
-  if (!handle) return null;
-  try {
-    const { size } = await handle.stat();
-    const length = Math.min(size, LOUDNESS_REPORT_TAIL_BYTES);
-    const buf = Buffer.alloc(length);
-    await handle.read(buf, 0, length, size - length);
-    return parseEbur128Summary(buf.toString('utf8'));
-  } finally {
-    await handle.close();
-  }
 }
 
 async function nearlyFull(dir: string): Promise<boolean> {

@@ -34,8 +34,6 @@ export interface ToolRun {
   maxFileBytes: number;
   onStdoutLine?: (line: string) => void;
   stdoutCaptureBytes?: number;
-  /** Variables the run sets on top of the tool environment. */
-  setEnv?: Record<string, string>;
   /** Aborted with a JobError as its reason: the run is stopped and the step fails with that error. */
   stop?: AbortSignal;
 }
@@ -75,7 +73,7 @@ export interface FetchContext {
   /** Host names the downloader reached through the egress guard so far. */
   hostsContacted(): string[];
   limits: FetchLimits;
-  /** Whether the conversion measures loudness and the store computes waveform peaks. */
+  /** Whether the store's pass over the WAV measures its loudness and computes its waveform peaks. */
   audioAnalysis: AudioAnalysis;
 }
 
