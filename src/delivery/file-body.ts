@@ -14,11 +14,15 @@ import type { ServerResponse } from 'node:http';
  * (three trips through libuv's thread pool): small ranges finish so fast that requests in flight
  * seldom overlap, and without the linger most of them would open and close the file again. Reads
  * are positional, so sharing is safe. A shared descriptor is used again only while its file is
- * still linked (an fstat of the descriptor, which touches no disk): a file removed since it was
- * opened (evicted) is opened afresh, which finds it gone (404), so no request starting after the
- * removal is answered from it; requests already under way finish, as a reader of an unlinked
- * file does. The callback API is used throughout: the FileHandle API's objects and promise
- * plumbing cost more per request than the read itself (docs/benchmarks.md).
+ * still linked: an fstat of the descriptor (which touches no disk) at most every `linkCheckMs`
+ * (default 100 ms; 0: before every use) tells, and a file removed since (evicted, by this node or
+ * another on the shared volume) is opened afresh, which finds it gone (404). So no request
+ * starting later than linkCheckMs after the removal is answered from it (nginx's
+ * open_file_cache_valid allows 2 s); requests already under way finish, as a reader of an
+ * unlinked file does. The interval because a system call is not free: on a virtual machine one
+ * fstat costs about what a small range's read does (docs/benchmarks.md). The callback API is used
+ * throughout: the FileHandle API's objects and promise plumbing cost more per request than the
+ * read itself (docs/benchmarks.md).
  *
  * An answer of at most SYNC_READ_BYTES from a descriptor already open is read on the spot
  * (readSync), not through the thread pool: from the page cache that copy costs less than the
@@ -71,12 +75,15 @@ interface SharedFile {
   users: number;
   /** performance.now() when the last user left, or when the last read on the spot was made. */
   idleSince: number;
+  /** performance.now() when the file was last known linked (opened, or its fstat said so). */
+  linkedAt: number;
   /** Taken out of `shared` because its file was removed: closed as soon as no request uses it. */
   retired: boolean;
 }
 
-export function createFileBodies(options: { lingerMs?: number } = {}): FileBodies {
+export function createFileBodies(options: { lingerMs?: number; linkCheckMs?: number } = {}): FileBodies {
   const lingerMs = options.lingerMs ?? 200;
+  const linkCheckMs = options.linkCheckMs ?? 100;
   const shared = new Map<string, SharedFile>();
   let sweeper: NodeJS.Timeout | undefined;
 
@@ -106,12 +113,16 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
   }
 
   /**
-   * The shared entry of a file, unless its descriptor is open on a file since removed: that one
+   * The shared entry of a file, unless its descriptor is open on a file found removed: that one
    * is retired (closed once unused), so that the next open finds the file gone.
    */
-  function liveEntry(absolutePath: string): SharedFile | undefined {
+  function liveEntry(absolutePath: string, now: number): SharedFile | undefined {
     const entry = shared.get(absolutePath);
-    if (entry?.opened === undefined || stillLinked(entry.opened)) return entry;
+    if (entry?.opened === undefined || now - entry.linkedAt < linkCheckMs) return entry;
+    if (stillLinked(entry.opened)) {
+      entry.linkedAt = now;
+      return entry;
+    }
     shared.delete(absolutePath);
     entry.retired = true;
     if (entry.users === 0) fsClose(entry.opened, () => undefined);
@@ -120,17 +131,21 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
 
   /** The file's descriptor, opened or shared; `release` exactly once when done with it. */
   async function acquire(absolutePath: string): Promise<{ fd: number; release: () => void }> {
-    let entry = liveEntry(absolutePath);
+    let entry = liveEntry(absolutePath, performance.now());
     if (!entry) {
       const created: SharedFile = {
         fd: openFile(absolutePath),
         opened: undefined,
         users: 0,
         idleSince: 0,
+        linkedAt: 0,
         retired: false,
       };
       created.fd.then(
-        (fd) => (created.opened = fd),
+        (fd) => {
+          created.opened = fd;
+          created.linkedAt = performance.now();
+        },
         () => undefined,
       );
       entry = created;
@@ -172,10 +187,11 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
    */
   function openForReadOnTheSpot(absolutePath: string, length: number): number | undefined {
     if (length > SYNC_READ_BYTES) return undefined;
-    const entry = liveEntry(absolutePath);
+    const now = performance.now();
+    const entry = liveEntry(absolutePath, now);
     if (entry?.opened === undefined) return undefined;
     // Used and done within this turn: the linger counts from now.
-    if (entry.users === 0) entry.idleSince = performance.now();
+    if (entry.users === 0) entry.idleSince = now;
     return entry.opened;
   }
 

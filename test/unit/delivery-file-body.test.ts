@@ -159,7 +159,8 @@ describe('the linger', () => {
     async (via) => {
       const gone = path.join(dir, `removed-by-${via}.wav`);
       await writeFile(gone, data);
-      const bodies = createFileBodies({ lingerMs: 60_000 });
+      // Linked or not is asked before every use here (the interval is the next test's).
+      const bodies = createFileBodies({ lingerMs: 60_000, linkCheckMs: 0 });
       const read = async (start: number, end: number): Promise<Buffer> => {
         if (via === 'body') return collect(await bodies.body(gone, start, end));
         const sink = new PassThrough();
@@ -180,6 +181,28 @@ describe('the linger', () => {
       expect(await openDescriptorsOn(`${gone} (deleted)`)).toBe(0);
     },
   );
+
+  it('by default finds a removed file gone soon after (it asks at most every 100 ms)', async () => {
+    const gone = path.join(dir, 'removed-while-hot.wav');
+    await writeFile(gone, data);
+    const bodies = createFileBodies({ lingerMs: 60_000 });
+    const read = async () => collect(await bodies.body(gone, 0, 99));
+    expect((await read()).equals(data.subarray(0, 100))).toBe(true);
+    await unlink(gone);
+    const removedAt = performance.now();
+    let error: unknown;
+    expect(
+      await eventually(async () => {
+        error = await read().then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        return error !== undefined;
+      }, 2000),
+    ).toBe(true);
+    expect(error).toMatchObject({ code: 'ENOENT' });
+    expect(performance.now() - removedAt).toBeLessThan(1000);
+  });
 });
 
 describe('send, straight to a node response', () => {
