@@ -1,4 +1,4 @@
-import { close as fsClose, constants, fstatSync, open as fsOpen, read as fsRead, readSync } from 'node:fs';
+import { close as fsClose, constants, fstatSync, lstatSync, open as fsOpen, read as fsRead, readSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 
 /**
@@ -14,9 +14,10 @@ import type { ServerResponse } from 'node:http';
  * (three trips through libuv's thread pool): small ranges finish so fast that requests in flight
  * seldom overlap, and without the linger most of them would open and close the file again. Reads
  * are positional, so sharing is safe. A shared descriptor is used again only while its file is
- * still linked: an fstat of the descriptor (which touches no disk) at most every `linkCheckMs`
- * (default 100 ms; 0: before every use) tells, and a file removed since (evicted, by this node or
- * another on the shared volume) is opened afresh, which finds it gone (404). So no request
+ * still the one at its path: an lstat of the path and an fstat of the descriptor (same inode) at
+ * most every `linkCheckMs` (default 100 ms; 0: before every use) tell, and a file removed or
+ * moved away since (evicted, by this node or another on the shared volume; quarantined by a
+ * scrub) is opened afresh, which finds it gone (404). So no request
  * starting later than linkCheckMs after the removal is answered from it (nginx's
  * open_file_cache_valid allows 2 s); requests already under way finish, as a reader of an
  * unlinked file does. The interval because a system call is not free: on a virtual machine one
@@ -119,7 +120,7 @@ export function createFileBodies(options: { lingerMs?: number; linkCheckMs?: num
   function liveEntry(absolutePath: string, now: number): SharedFile | undefined {
     const entry = shared.get(absolutePath);
     if (entry?.opened === undefined || now - entry.linkedAt < linkCheckMs) return entry;
-    if (stillLinked(entry.opened)) {
+    if (stillAtItsPath(entry.opened, absolutePath)) {
       entry.linkedAt = now;
       return entry;
     }
@@ -296,10 +297,16 @@ function drainedOrClosed(res: ServerResponse): Promise<boolean> {
   });
 }
 
-/** False once the file has no name left (removed), or its descriptor cannot be examined. */
-function stillLinked(fd: number): boolean {
+/**
+ * True while the descriptor's file is still the one at its path: false once it was removed or
+ * moved away (scrub's quarantine renames it), or either cannot be examined.
+ */
+function stillAtItsPath(fd: number, absolutePath: string): boolean {
   try {
-    return fstatSync(fd).nlink > 0;
+    const named = lstatSync(absolutePath, { throwIfNoEntry: false });
+    if (named === undefined) return false;
+    const open = fstatSync(fd);
+    return named.ino === open.ino && named.dev === open.dev;
   } catch {
     return false;
   }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readlink, rm, symlink, unlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readlink, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { createServer, get, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -181,6 +181,18 @@ describe('the linger', () => {
       expect(await openDescriptorsOn(`${gone} (deleted)`)).toBe(0);
     },
   );
+
+  it('a file moved away (as a scrub quarantines it) is not served from its old address again', async () => {
+    const moved = path.join(dir, 'quarantined-soon.wav');
+    await writeFile(moved, data);
+    const bodies = createFileBodies({ lingerMs: 60_000, linkCheckMs: 0 });
+    expect((await collect(await bodies.body(moved, 0, 99))).equals(data.subarray(0, 100))).toBe(true);
+    // The control: still at its path, it is read from the descriptor kept open.
+    expect((await collect(await bodies.body(moved, 100, 199))).equals(data.subarray(100, 200))).toBe(true);
+    await rename(moved, `${moved}.quarantined`);
+    await expect(bodies.body(moved, 0, 99)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(bodies.body(moved, 0, data.length - 1)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
 
   it('by default finds a removed file gone soon after (it asks at most every 100 ms)', async () => {
     const gone = path.join(dir, 'removed-while-hot.wav');
