@@ -1,4 +1,4 @@
-import { close as fsClose, constants, open as fsOpen, read as fsRead } from 'node:fs';
+import { close as fsClose, constants, fstatSync, lstatSync, open as fsOpen, read as fsRead, readSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 
 /**
@@ -12,15 +12,31 @@ import type { ServerResponse } from 'node:http';
  * request has needed it for `lingerMs` (default 200 ms; 0: as soon as the last one finishes).
  * Under load a hot artifact then costs one read per request instead of open, read and close
  * (three trips through libuv's thread pool): small ranges finish so fast that requests in flight
- * seldom overlap, and without the linger most of them would open and close the file again. An
- * evicted file is thus kept open (its disk space held) that much longer. Reads are positional,
- * so sharing is safe. The callback API is used throughout: the FileHandle API's objects and
- * promise plumbing cost more per request than the read itself (docs/benchmarks.md).
+ * seldom overlap, and without the linger most of them would open and close the file again. Reads
+ * are positional, so sharing is safe. A shared descriptor is used again only while its file is
+ * still the one at its path: an lstat of the path and an fstat of the descriptor (same inode) at
+ * most every `linkCheckMs` (default 100 ms; 0: before every use) tell, and a file removed or
+ * moved away since (evicted, by this node or another on the shared volume; quarantined by a
+ * scrub) is opened afresh, which finds it gone (404). So no request
+ * starting later than linkCheckMs after the removal is answered from it (nginx's
+ * open_file_cache_valid allows 2 s); requests already under way finish, as a reader of an
+ * unlinked file does. The interval because a system call is not free: on a virtual machine one
+ * fstat costs about what a small range's read does (docs/benchmarks.md). The callback API is used
+ * throughout: the FileHandle API's objects and promise plumbing cost more per request than the
+ * read itself (docs/benchmarks.md).
+ *
+ * An answer of at most SYNC_READ_BYTES from a descriptor already open is read on the spot
+ * (readSync), not through the thread pool: from the page cache that copy costs less than the
+ * trip to a pool thread and back, which on a small machine also means waking a thread and two
+ * context switches per request. The event loop then waits for the disk when those pages are not
+ * cached, as nginx's own workers do when they read without `aio`; the bound keeps each such wait
+ * to one small read. The first request of a file, and anything longer, goes through the pool.
  *
  * Large chunks matter too: each costs one read, one promise round and one socket write, so 512 KiB
  * chunks move a 10 MB file in 20 rounds where fs.createReadStream's default 64 KiB needs 160.
  */
 export const CHUNK_BYTES = 512 * 1024;
+export const SYNC_READ_BYTES = 128 * 1024;
 // Chunk buffers `send` keeps for reuse: 32 MiB at most.
 const MAX_SPARE_BUFFERS = 64;
 
@@ -55,13 +71,20 @@ export interface FileBodies {
 
 interface SharedFile {
   fd: Promise<number>;
+  /** The descriptor, once open. */
+  opened: number | undefined;
   users: number;
-  /** performance.now() when the last user left. */
+  /** performance.now() when the last user left, or when the last read on the spot was made. */
   idleSince: number;
+  /** performance.now() when the file was last known linked (opened, or its fstat said so). */
+  linkedAt: number;
+  /** Taken out of `shared` because its file was removed: closed as soon as no request uses it. */
+  retired: boolean;
 }
 
-export function createFileBodies(options: { lingerMs?: number } = {}): FileBodies {
+export function createFileBodies(options: { lingerMs?: number; linkCheckMs?: number } = {}): FileBodies {
   const lingerMs = options.lingerMs ?? 200;
+  const linkCheckMs = options.linkCheckMs ?? 100;
   const shared = new Map<string, SharedFile>();
   let sweeper: NodeJS.Timeout | undefined;
 
@@ -90,11 +113,43 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
     }
   }
 
+  /**
+   * The shared entry of a file, unless its descriptor is open on a file found removed: that one
+   * is retired (closed once unused), so that the next open finds the file gone.
+   */
+  function liveEntry(absolutePath: string, now: number): SharedFile | undefined {
+    const entry = shared.get(absolutePath);
+    if (entry?.opened === undefined || now - entry.linkedAt < linkCheckMs) return entry;
+    if (stillAtItsPath(entry.opened, absolutePath)) {
+      entry.linkedAt = now;
+      return entry;
+    }
+    shared.delete(absolutePath);
+    entry.retired = true;
+    if (entry.users === 0) fsClose(entry.opened, () => undefined);
+    return undefined;
+  }
+
   /** The file's descriptor, opened or shared; `release` exactly once when done with it. */
   async function acquire(absolutePath: string): Promise<{ fd: number; release: () => void }> {
-    let entry = shared.get(absolutePath);
+    let entry = liveEntry(absolutePath, performance.now());
     if (!entry) {
-      entry = { fd: openFile(absolutePath), users: 0, idleSince: 0 };
+      const created: SharedFile = {
+        fd: openFile(absolutePath),
+        opened: undefined,
+        users: 0,
+        idleSince: 0,
+        linkedAt: 0,
+        retired: false,
+      };
+      created.fd.then(
+        (fd) => {
+          created.opened = fd;
+          created.linkedAt = performance.now();
+        },
+        () => undefined,
+      );
+      entry = created;
       shared.set(absolutePath, entry);
     }
     entry.users++;
@@ -102,7 +157,7 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
     const leave = (fd: number | undefined) => {
       current.users--;
       if (current.users > 0) return;
-      if (fd === undefined || lingerMs === 0) return forget(absolutePath, current, fd);
+      if (fd === undefined || lingerMs === 0 || current.retired) return forget(absolutePath, current, fd);
       current.idleSince = performance.now();
       if (!sweeper) {
         sweeper = setInterval(sweep, lingerMs);
@@ -127,10 +182,30 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
     };
   }
 
+  /**
+   * The open descriptor of a still linked file, when `length` bytes of it are to be read on the
+   * spot (the caller reads them before anything else runs); else undefined.
+   */
+  function openForReadOnTheSpot(absolutePath: string, length: number): number | undefined {
+    if (length > SYNC_READ_BYTES) return undefined;
+    const now = performance.now();
+    const entry = liveEntry(absolutePath, now);
+    if (entry?.opened === undefined) return undefined;
+    // Used and done within this turn: the linger counts from now.
+    if (entry.users === 0) entry.idleSince = now;
+    return entry.opened;
+  }
+
   const body: FileBody = async (absolutePath, start, end) => {
+    const length = end - start + 1;
+    const fd = openForReadOnTheSpot(absolutePath, length);
+    if (fd !== undefined) {
+      const buffer = Buffer.allocUnsafe(length);
+      readSyncInto(fd, buffer, length, start);
+      return buffer;
+    }
     // Acquired before answering: a missing file is an error (404) before any header is sent.
     const file = await acquire(absolutePath);
-    const length = end - start + 1;
     if (length <= CHUNK_BYTES) {
       try {
         return await readExactly(file.fd, start, length);
@@ -151,6 +226,20 @@ export function createFileBodies(options: { lingerMs?: number } = {}): FileBodie
   };
 
   const send: FileSender = async (res, absolutePath, start, end, writeHead) => {
+    const length = end - start + 1;
+    const fd = openForReadOnTheSpot(absolutePath, length);
+    if (fd !== undefined) {
+      const buffer = takeBuffer();
+      try {
+        readSyncInto(fd, buffer, length, start);
+      } catch (err) {
+        giveBack(buffer)();
+        throw err;
+      }
+      writeHead();
+      res.end(buffer.subarray(0, length), giveBack(buffer));
+      return;
+    }
     const file = await acquire(absolutePath);
     let position = start;
     let remaining = end - start + 1;
@@ -206,6 +295,30 @@ function drainedOrClosed(res: ServerResponse): Promise<boolean> {
     res.on('drain', onDrain);
     res.on('close', onClose);
   });
+}
+
+/**
+ * True while the descriptor's file is still the one at its path: false once it was removed or
+ * moved away (scrub's quarantine renames it), or either cannot be examined.
+ */
+function stillAtItsPath(fd: number, absolutePath: string): boolean {
+  try {
+    const named = lstatSync(absolutePath, { throwIfNoEntry: false });
+    if (named === undefined) return false;
+    const open = fstatSync(fd);
+    return named.ino === open.ino && named.dev === open.dev;
+  } catch {
+    return false;
+  }
+}
+
+/** Fills buffer[0, length) from the file at `position`, on the spot. */
+function readSyncInto(fd: number, buffer: Buffer, length: number, position: number): void {
+  for (let filled = 0; filled < length;) {
+    const bytesRead = readSync(fd, buffer, filled, length - filled, position + filled);
+    if (bytesRead === 0) throw new Error('artifact file is shorter than its recorded size');
+    filled += bytesRead;
+  }
 }
 
 function openFile(absolutePath: string): Promise<number> {

@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readlink, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { createServer, get, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHUNK_BYTES, createFileBodies, type FileBodies } from '../../src/delivery/file-body.js';
+import { CHUNK_BYTES, createFileBodies, SYNC_READ_BYTES, type FileBodies } from '../../src/delivery/file-body.js';
 
 /** The fallback's file reader: exact bytes, nothing left open, refusals where the file is wrong. */
 let dir: string;
@@ -130,6 +131,89 @@ describe('the linger', () => {
     expect(await eventually(async () => (await openDescriptorsOn(file)) === 0, 2000)).toBe(true);
     // Not before the linger (the sweep runs every lingerMs).
     expect(Date.now() - closedAt).toBeGreaterThanOrEqual(90);
+  });
+
+  it('reads small ranges on the spot from the open descriptor, exact bytes, the descriptor still shared', async () => {
+    // A file of its own: its descriptor stays open after the test.
+    const spot = path.join(dir, 'read-on-the-spot.wav');
+    await writeFile(spot, data);
+    const bodies = createFileBodies({ lingerMs: 60_000 });
+    // The first request opens the file through the thread pool; the next ones find it open.
+    expect(Buffer.from((await bodies.body(spot, 0, 3)) as Uint8Array).equals(data.subarray(0, 4))).toBe(true);
+    for (const [start, end] of [
+      [100, 100 + SYNC_READ_BYTES - 1],
+      [data.length - 10, data.length - 1],
+      [CHUNK_BYTES - 5, CHUNK_BYTES + 5],
+    ] as const) {
+      const body = await bodies.body(spot, start, end);
+      expect(body instanceof Uint8Array).toBe(true);
+      expect(Buffer.from(body as Uint8Array).equals(data.subarray(start, end + 1))).toBe(true);
+    }
+    expect(await openDescriptorsOn(spot)).toBe(1);
+    // Past the end: refused, never answered short.
+    await expect(bodies.body(spot, data.length - 4, data.length + 4)).rejects.toThrow(/shorter than its recorded size/);
+  });
+
+  it.each(['body', 'send'] as const)(
+    'a file removed while its descriptor lingers is not served again (%s): the next request finds it gone',
+    async (via) => {
+      const gone = path.join(dir, `removed-by-${via}.wav`);
+      await writeFile(gone, data);
+      // Linked or not is asked before every use here (the interval is the next test's).
+      const bodies = createFileBodies({ lingerMs: 60_000, linkCheckMs: 0 });
+      const read = async (start: number, end: number): Promise<Buffer> => {
+        if (via === 'body') return collect(await bodies.body(gone, start, end));
+        const sink = new PassThrough();
+        const chunks: Buffer[] = [];
+        sink.on('data', (chunk: Buffer) => chunks.push(chunk));
+        const res = Object.assign(sink, { destroyed: false }) as unknown as ServerResponse;
+        await bodies.send(res, gone, start, end, () => undefined);
+        return Buffer.concat(chunks);
+      };
+      expect((await read(0, 99)).equals(data.subarray(0, 100))).toBe(true);
+      // The control: while the file is there, the next request reads the descriptor kept open.
+      expect((await read(100, 199)).equals(data.subarray(100, 200))).toBe(true);
+      expect(await openDescriptorsOn(gone)).toBe(1);
+      await unlink(gone);
+      await expect(read(0, 99)).rejects.toMatchObject({ code: 'ENOENT' });
+      await expect(read(0, data.length - 1)).rejects.toMatchObject({ code: 'ENOENT' });
+      // And the removed file's descriptor is let go at once, not after the linger.
+      expect(await openDescriptorsOn(`${gone} (deleted)`)).toBe(0);
+    },
+  );
+
+  it('a file moved away (as a scrub quarantines it) is not served from its old address again', async () => {
+    const moved = path.join(dir, 'quarantined-soon.wav');
+    await writeFile(moved, data);
+    const bodies = createFileBodies({ lingerMs: 60_000, linkCheckMs: 0 });
+    expect((await collect(await bodies.body(moved, 0, 99))).equals(data.subarray(0, 100))).toBe(true);
+    // The control: still at its path, it is read from the descriptor kept open.
+    expect((await collect(await bodies.body(moved, 100, 199))).equals(data.subarray(100, 200))).toBe(true);
+    await rename(moved, `${moved}.quarantined`);
+    await expect(bodies.body(moved, 0, 99)).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(bodies.body(moved, 0, data.length - 1)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('by default finds a removed file gone soon after (it asks at most every 100 ms)', async () => {
+    const gone = path.join(dir, 'removed-while-hot.wav');
+    await writeFile(gone, data);
+    const bodies = createFileBodies({ lingerMs: 60_000 });
+    const read = async () => collect(await bodies.body(gone, 0, 99));
+    expect((await read()).equals(data.subarray(0, 100))).toBe(true);
+    await unlink(gone);
+    const removedAt = performance.now();
+    let error: unknown;
+    expect(
+      await eventually(async () => {
+        error = await read().then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        return error !== undefined;
+      }, 2000),
+    ).toBe(true);
+    expect(error).toMatchObject({ code: 'ENOENT' });
+    expect(performance.now() - removedAt).toBeLessThan(1000);
   });
 });
 

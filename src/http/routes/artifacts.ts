@@ -1,6 +1,6 @@
 import { z, type OpenAPIHono } from '@hono/zod-openapi';
-import { createArtifactResolver, invalidArtifactPath } from '../../delivery/artifact-path.js';
-import { httpDate, ifRangeAllows, isNotModified } from '../../delivery/conditional.js';
+import { createArtifactResolver, invalidArtifactPath, type ResolvedArtifact } from '../../delivery/artifact-path.js';
+import { httpDate, ifRangeAllows, isNotModified, type Validators } from '../../delivery/conditional.js';
 import { parseRange } from '../../delivery/range.js';
 import { cachingHeaders, representationHeaders, type AccessGrant } from '../../delivery/representation.js';
 import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from '../../delivery/signed-url.js';
@@ -43,31 +43,62 @@ export interface ArtifactOperationDeps {
 // track sends many range requests with one URL. Oldest forgotten first.
 const MAX_VERIFIED = 4096;
 
+/** How a request was let in, with the caching headers that follow from it. */
+interface Admitted {
+  grant: AccessGrant;
+  caching: ReturnType<typeof cachingHeaders>;
+}
+
+const BY_KEY: Admitted = { grant: { by: 'key' }, caching: cachingHeaders({ by: 'key' }) };
+
+/** What a resolved file's answers share: the representation's headers and its validators. */
+interface Described {
+  headers: Record<string, string>;
+  validators: Validators;
+}
+
 export function createArtifactOperation(deps: ArtifactOperationDeps): OperationBinding {
   const served = deps.onServed ?? (() => undefined);
   const now = deps.now ?? Date.now;
   const resolve = createArtifactResolver(deps.artifactRoot, { now });
-  const verified = new Map<string, number>();
+  // Each remembered signed URL with its grant: its Expires header is formatted once.
+  const verified = new Map<string, Admitted & { grant: { by: 'signature' } }>();
+  // The resolver hands out the same object while it remembers a file.
+  const descriptions = new WeakMap<ResolvedArtifact, Described>();
+
+  function describe(file: ResolvedArtifact, cid: string, name: string): Described {
+    let described = descriptions.get(file);
+    if (described === undefined) {
+      const headers = representationHeaders(cid, name);
+      headers['last-modified'] = httpDate(file.mtimeMs);
+      described = { headers, validators: { etag: headers.etag!, mtimeMs: file.mtimeMs } };
+      descriptions.set(file, described);
+    }
+    return described;
+  }
 
   /** A valid API key (counted against its rate limit), or else a valid signature for exactly this cid and name. */
-  function authorize(request: ApiRequest, cid: string, name: string): AccessGrant {
+  function authorize(request: ApiRequest, cid: string, name: string): Admitted {
     const key = deps.admission.validKey(request);
     if (key !== undefined) {
       deps.admission.count(key);
-      return { by: 'key' };
+      return BY_KEY;
     }
     const expires = request.query(EXPIRES_PARAM);
     const signature = request.query(SIGNATURE_PARAM);
     const url = `${cid}/${name}?${expires}&${signature}`;
-    const expiresAtMs = verified.get(url);
-    if (expiresAtMs !== undefined && expiresAtMs > now()) return { by: 'signature', expiresAtMs };
+    const known = verified.get(url);
+    // The expiry is checked on every request; only the MAC is not made again.
+    if (known !== undefined && known.grant.expiresAtMs > now()) return known;
     const verdict = deps.signer.verify(cid, name, expires, signature);
     if (verdict === 'ok') {
       // verify accepted the expiry's form (digits only).
       const grant = { by: 'signature', expiresAtMs: Number(expires) * 1000 } as const;
+      const admitted = { grant, caching: cachingHeaders(grant) };
+      verified.delete(url);
       if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value!);
-      verified.set(url, grant.expiresAtMs);
-      return grant;
+      verified.set(url, admitted);
+      return admitted;
     }
     if (verdict === 'expired') throw new ServiceError('forbidden', 'signature_expired', 'This signed URL has expired.');
     if (verdict === 'invalid')
@@ -80,14 +111,10 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     async answer(request): Promise<Answer> {
       const { cid, name } = request.params;
       if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
-      const grant = authorize(request, cid, name);
+      const { caching } = authorize(request, cid, name);
       const file = await resolve(cid, name);
+      const { headers, validators } = describe(file, cid, name);
 
-      const headers = representationHeaders(cid, name);
-      headers['last-modified'] = httpDate(file.mtimeMs);
-      const caching = cachingHeaders(grant);
-
-      const validators = { etag: headers.etag!, mtimeMs: file.mtimeMs };
       if (isNotModified({ get: (field) => request.header(field) ?? null }, validators)) {
         served(cid);
         return { status: 304, headers: { ...headers, ...caching } };
@@ -95,9 +122,9 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
 
       if (deps.accelRedirectPrefix !== null) {
         // nginx answers Range and HEAD itself from the internal location.
-        headers['x-accel-redirect'] = deps.accelRedirectPrefix + encodePath(file.relativePath);
+        const redirect = deps.accelRedirectPrefix + encodePath(file.relativePath);
         served(cid);
-        return { status: 200, headers: { ...headers, ...forProxy(caching) } };
+        return { status: 200, headers: { ...headers, 'x-accel-redirect': redirect, ...forProxy(caching) } };
       }
 
       const range = ifRangeAllows(request.header('if-range') ?? null, validators)
@@ -111,12 +138,20 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
       }
       const start = range.kind === 'range' ? range.start : 0;
       const end = range.kind === 'range' ? range.end : file.size - 1;
-      const whole = { ...headers, ...caching, 'content-length': String(end - start + 1) };
-      // Advertised on whole answers only, as nginx does (a 206 shows ranges work already).
+      const length = String(end - start + 1);
+      // Accept-Ranges on whole answers only, as nginx does (a 206 shows ranges work already).
       const answer: Answer =
         range.kind === 'range'
-          ? { status: 206, headers: { ...whole, 'content-range': `bytes ${start}-${end}/${file.size}` } }
-          : { status: 200, headers: { ...whole, 'accept-ranges': 'bytes' } };
+          ? {
+              status: 206,
+              headers: {
+                ...headers,
+                ...caching,
+                'content-length': length,
+                'content-range': `bytes ${start}-${end}/${file.size}`,
+              },
+            }
+          : { status: 200, headers: { ...headers, ...caching, 'content-length': length, 'accept-ranges': 'bytes' } };
       // HEAD never opens the file.
       if (request.method !== 'HEAD') answer.file = { absolutePath: file.absolutePath, start, end };
       served(cid);
