@@ -40,6 +40,8 @@ export interface HealthDeps {
   locate: (nameOrPath: string) => Promise<string | null>;
   version: (path: string, args: string[]) => Promise<string | null>;
   pingDatabase: () => Promise<boolean>;
+  /** How long the database has to answer a ping before it reads as down (default 2 s). */
+  pingTimeoutMs?: number;
   databaseKind: 'sqlite' | 'postgres';
   nodeId: string;
   artifactRoot: string;
@@ -57,6 +59,27 @@ interface ToolState {
 
 export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport> {
   const cacheMs = deps.cacheMs ?? 5000;
+  const pingTimeoutMs = deps.pingTimeoutMs ?? 2000;
+  let pingInFlight: Promise<boolean> | undefined;
+
+  /**
+   * Whether the database answers within pingTimeoutMs. A ping the driver never settles (a server
+   * that refuses this node can leave one waiting) reads as down, and is shared by every check
+   * until it settles, so polling /healthz during an outage does not pile up pings.
+   */
+  function databaseAnswers(): Promise<boolean> {
+    pingInFlight ??= deps
+      .pingDatabase()
+      .catch(() => false)
+      .finally(() => {
+        pingInFlight = undefined;
+      });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), pingTimeoutMs);
+    });
+    return Promise.race([pingInFlight, late]).finally(() => clearTimeout(timer));
+  }
   let cached: { at: number; ytdlp: ToolState; ffmpeg: ToolState; confinement: ConfinementStatus } | undefined;
 
   async function tool(nameOrPath: string, versionArgs: string[]): Promise<ToolState> {
@@ -92,7 +115,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
   return async () => {
     const { ytdlp, ffmpeg, confinement } = await tools();
     const downloader = downloaderHealth(ytdlp);
-    const databaseOk = await deps.pingDatabase().catch(() => false);
+    const databaseOk = await databaseAnswers();
     const writable = await fs.access(deps.artifactRoot, constants.W_OK).then(
       () => true,
       () => false,

@@ -99,3 +99,46 @@ describe('health: the downloader age', () => {
     expect((await check('2023.03.04', released + 1000 * DAY_MS, 'netns')).status).toBe('ok');
   });
 });
+
+describe('health: a database that never answers', () => {
+  function checkWithPing(pingDatabase: () => Promise<boolean>) {
+    return createHealthCheck({
+      tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
+      checkConfinement: () => Promise.resolve({ mode: 'netns', ok: true }),
+      locate: (name) => Promise.resolve(`/usr/bin/${name}`),
+      version: () => Promise.resolve('2026.10.26'),
+      pingDatabase,
+      pingTimeoutMs: 50,
+      databaseKind: 'postgres',
+      nodeId: 'node-1',
+      artifactRoot: root,
+      now: () => Date.UTC(2026, 10, 1),
+    });
+  }
+
+  it('reads as down once the ping is late, and later checks share the one ping still waiting', async () => {
+    let pings = 0;
+    const check = checkWithPing(() => {
+      pings++;
+      return new Promise<boolean>(() => {});
+    });
+    const [first, second] = await Promise.all([check(), check()]);
+    const third = await check();
+    for (const report of [first, second, third]) {
+      expect(report.database.ok).toBe(false);
+      expect(report.status).toBe('unavailable');
+    }
+    expect(pings).toBe(1);
+  });
+
+  it('control: a database that answers in time reads as up, and each check pings it again', async () => {
+    let pings = 0;
+    const check = checkWithPing(() => {
+      pings++;
+      return Promise.resolve(true);
+    });
+    expect((await check()).database.ok).toBe(true);
+    expect((await check()).database.ok).toBe(true);
+    expect(pings).toBe(2);
+  });
+});
