@@ -5,6 +5,7 @@ import postgres from 'postgres';
 import type { Database, Queryable } from './database.js';
 import { gatheredReads } from './gathered.js';
 import { guardedByCheckedWrite } from './guarded-write.js';
+import { postgresSockets } from './postgres-socket.js';
 import { createTransactionContext } from './transaction-context.js';
 import * as pgSchema from './schema/postgres.js';
 
@@ -22,7 +23,7 @@ export async function openPostgres(
   opts: { poolSize?: number; applicationName?: string } = {},
 ): Promise<Database> {
   const connection = { application_name: opts.applicationName ?? 'source-fetch' };
-  const migrator = postgres(url, { max: 1, onnotice: () => {}, connection });
+  const migrator = postgres(url, connecting({ max: 1, onnotice: () => {}, connection }));
   try {
     await migrator`select pg_advisory_lock(${MIGRATION_LOCK})`;
     await migrate(drizzle(migrator), { migrationsFolder: MIGRATIONS_FOLDER });
@@ -31,7 +32,7 @@ export async function openPostgres(
     await migrator.end({ timeout: 5 });
   }
 
-  const client = postgres(url, { max: opts.poolSize ?? 10, onnotice: () => {}, connection });
+  const client = postgres(url, connecting({ max: opts.poolSize ?? 10, onnotice: () => {}, connection }));
   const db = drizzle(client, { schema: pgSchema });
   const q: Queryable = { kind: 'postgres', db, t: pgSchema };
   const context = createTransactionContext<Queryable>();
@@ -72,6 +73,21 @@ export async function openPostgres(
     },
   };
   return database;
+}
+
+/**
+ * How a pool connects: through postgresSockets() (postgres.js documents its `socket` option but
+ * its types leave it out), and after a failed attempt again within a second at most. postgres.js's
+ * own back-off grows to 20 s, and the queries queued meanwhile wait for the next attempt, so a
+ * request would learn only that late that the database is out of reach.
+ */
+function connecting<T extends object>(options: T): T {
+  return Object.assign(options, { socket: postgresSockets(), backoff: reconnectDelaySeconds });
+}
+
+/** Doubling from 50 ms up to 1 s, with jitter so that a pool's connections do not retry in step. */
+function reconnectDelaySeconds(failures: number): number {
+  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** failures, 1);
 }
 
 /** A copy of a prepared query that runs on `connection`: drizzle's PostgresJsPreparedQuery runs on its own `client`. */

@@ -8,7 +8,8 @@ import { startService, type ServiceHandle } from '../support/service.js';
 /**
  * PostgreSQL out of reach under a running node: the service reaches its database through a TCP
  * forwarder on loopback that the test cuts (every connection closed, new ones reset) and puts
- * back. While it is cut, every operation that needs the database answers 503
+ * back, or turns into a server that refuses this client as PostgreSQL does when the database is
+ * gone. While it is cut or refusing, every operation that needs the database answers 503
  * database_unavailable with Retry-After, never 500 and never a 202 whose job was not stored; once
  * it is back, the same requests succeed without a restart.
  *
@@ -16,13 +17,22 @@ import { startService, type ServiceHandle } from '../support/service.js';
  * any other process on the machine (another test's server, another run's PostgreSQL), and the
  * service would then talk to whatever answered there.
  */
-type ForwarderMode = 'forward' | 'reset';
+type ForwarderMode = 'forward' | 'reset' | 'refuse';
 
 interface Forwarder {
   port: number;
   /** Closes every connection, and sets what happens to new ones. */
   set(mode: ForwarderMode): void;
   close(): Promise<void>;
+}
+
+/** PostgreSQL's answer to a startup message naming a database that does not exist (SQLSTATE 3D000). */
+function databaseGoneMessage(): Buffer {
+  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
+  const head = Buffer.alloc(5);
+  head.write('E', 0);
+  head.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([head, fields]);
 }
 
 async function startForwarder(target: { host: string; port: number }): Promise<Forwarder> {
@@ -36,6 +46,7 @@ async function startForwarder(target: { host: string; port: number }): Promise<F
   const server = createServer((client) => {
     track(client);
     if (mode === 'reset') return client.resetAndDestroy();
+    if (mode === 'refuse') return void client.once('data', () => client.end(databaseGoneMessage()));
     const upstream = createConnection(target);
     track(upstream);
     client.pipe(upstream).pipe(client);
@@ -89,39 +100,45 @@ async function submit(url: string): Promise<Response> {
 }
 
 describe('the database out of reach', () => {
-  it('answers 503 database_unavailable with Retry-After while it is, and serves again once it is back', async () => {
-    onTestFailed(() => console.error(`service output:\n${svc.output().slice(-30_000)}`));
-    // Control: with the database there, a submission is stored and read back.
-    const before = await submit(media.url('/slow.mp3?before'));
-    expect(before.status).toBe(202);
-    const job = (await before.json()) as { job_id: string };
-    expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
+  it.each([
+    { mode: 'reset' as const, what: 'cut off (connections closed, new ones reset)' },
+    { mode: 'refuse' as const, what: 'refusing this client (its database gone)' },
+  ])(
+    'answers 503 database_unavailable with Retry-After while $what, and serves again once it is back',
+    async ({ mode }) => {
+      onTestFailed(() => console.error(`service output:\n${svc.output().slice(-30_000)}`));
+      // Control: with the database there, a submission is stored and read back.
+      const before = await submit(media.url(`/slow.mp3?before-${mode}`));
+      expect(before.status).toBe(202);
+      const job = (await before.json()) as { job_id: string };
+      expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
 
-    forwarder.set('reset');
-    const submitted = await submit(media.url('/slow.mp3?during'));
-    expect(submitted.status).toBe(503);
-    expect(submitted.headers.get('content-type')).toBe('application/problem+json');
-    expect(submitted.headers.get('retry-after')).toBe('5');
-    expect(await submitted.json()).toMatchObject({ status: 503, code: 'database_unavailable' });
-    const polled = await svc.request(`/jobs/${job.job_id}`);
-    expect(polled.status).toBe(503);
-    expect(await polled.json()).toMatchObject({ code: 'database_unavailable' });
-    const health = await svc.request('/healthz', { auth: false });
-    expect(health.status).toBe(503);
+      forwarder.set(mode);
+      const submitted = await submit(media.url(`/slow.mp3?during-${mode}`));
+      expect(submitted.status).toBe(503);
+      expect(submitted.headers.get('content-type')).toBe('application/problem+json');
+      expect(submitted.headers.get('retry-after')).toBe('5');
+      expect(await submitted.json()).toMatchObject({ status: 503, code: 'database_unavailable' });
+      const polled = await svc.request(`/jobs/${job.job_id}`);
+      expect(polled.status).toBe(503);
+      expect(await polled.json()).toMatchObject({ code: 'database_unavailable' });
+      const health = await svc.request('/healthz', { auth: false });
+      expect(health.status).toBe(503);
 
-    forwarder.set('forward');
-    const deadline = Date.now() + 30_000;
-    let after: Response;
-    for (;;) {
-      after = await submit(media.url('/slow.mp3?after'));
-      if (after.status === 202 || Date.now() > deadline) break;
-      expect(after.status).toBe(503);
-      await after.body?.cancel();
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    expect(after.status).toBe(202);
-    expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
-    // Nothing anywhere answered 500.
-    expect(svc.logs.filter((line) => line.msg === 'unhandled error')).toEqual([]);
-  });
+      forwarder.set('forward');
+      const deadline = Date.now() + 30_000;
+      let after: Response;
+      for (;;) {
+        after = await submit(media.url(`/slow.mp3?after-${mode}`));
+        if (after.status === 202 || Date.now() > deadline) break;
+        expect(after.status).toBe(503);
+        await after.body?.cancel();
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      expect(after.status).toBe(202);
+      expect((await svc.request(`/jobs/${job.job_id}`)).status).toBe(200);
+      // Nothing anywhere answered 500.
+      expect(svc.logs.filter((line) => line.msg === 'unhandled error')).toEqual([]);
+    },
+  );
 });
