@@ -10,8 +10,9 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import type { RunningNginx } from '../support/nginx.js';
+import { startServiceBehindNginx } from '../support/behind-nginx.js';
+import type { ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 // Each content is a 2.1-second mono WAV at 44.1 kHz (about 187 kB) and its peaks.json (about
@@ -33,22 +34,15 @@ beforeAll(async () => {
   // Shared by nginx (writes) and the app (reads and empties), as the compose volume is.
   logDir = await mkdtemp(path.join(tmpdir(), 'sf-usage-'));
   const usageLog = path.join(logDir, 'usage.log');
-  svc = await startService({
+  ({ svc, nginx } = await startServiceBehindNginx({
     env: {
       FETCH_ALLOW_HOSTS: media.hostPort,
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
       ARTIFACT_CAP_BYTES: String(CAP),
       STORE_BYTES_PER_KEY_PER_DAY: '0',
       NGINX_USAGE_LOG: usageLog,
-      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
     },
-  });
-  nginx = await startNginx({
-    appPort: svc.port,
-    artifactRoot: path.join(svc.dataDir, 'artifacts'),
-    usageLogPath: usageLog,
-    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
-  });
+    nginx: { usageLogPath: usageLog },
+  }));
 });
 
 afterAll(async () => {

@@ -6,9 +6,10 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
+import type { RunningNginx } from '../support/nginx.js';
+import { startServiceBehindNginx } from '../support/behind-nginx.js';
 import { rawRequest } from '../support/raw-http.js';
-import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+import { ROOT, type ServiceHandle } from '../support/service.js';
 
 /**
  * nginx's JSON access log with the whole service behind it: real traffic, then GoAccess (the
@@ -28,18 +29,7 @@ beforeAll(async () => {
   media = await startMediaServer();
   const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 2, sampleRate: 48000, format: 'm4a' });
   media.serveFile('/log.m4a', tone.path, { contentType: 'audio/mp4' });
-  svc = await startService({
-    env: {
-      FETCH_ALLOW_HOSTS: media.hostPort,
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
-      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
-    },
-  });
-  nginx = await startNginx({
-    appPort: svc.port,
-    artifactRoot: path.join(svc.dataDir, 'artifacts'),
-    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
-  });
+  ({ svc, nginx } = await startServiceBehindNginx({ env: { FETCH_ALLOW_HOSTS: media.hostPort } }));
 });
 
 afterAll(async () => {

@@ -15,7 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchBrowser, playFromMiddle, startPlayerPages } from '../support/browser.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
+import { SHARED_URL_SIGNING_SECRET, type RunningNginx } from '../support/nginx.js';
+import { startServiceBehindNginx } from '../support/behind-nginx.js';
 import { rawRequest } from '../support/raw-http.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 
@@ -60,19 +61,9 @@ beforeAll(async () => {
   const tone = await makeTone(FIXTURE_DIR, { seconds: SECONDS, channels: 2, sampleRate: 48000, format: 'm4a' });
   media.serveFile('/journey.m4a', tone.path, { contentType: 'audio/mp4' });
 
-  const accel = await startService({
-    apiKey: null,
-    env: {
-      FETCH_ALLOW_HOSTS: media.hostPort,
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
-      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
-    },
-  });
-  nginx = await startNginx({
-    appPort: accel.port,
-    artifactRoot: path.join(accel.dataDir, 'artifacts'),
-    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
-  });
+  const behindNginx = await startServiceBehindNginx({ apiKey: null, env: { FETCH_ALLOW_HOSTS: media.hostPort } });
+  const accel = behindNginx.svc;
+  nginx = behindNginx.nginx;
   deployments.nginx = {
     svc: accel,
     origin: nginx.url(''),

@@ -19,8 +19,9 @@ import { WEB_PAGE_CSP } from '../../src/http/web-page.js';
 import { BROWSERS, launchBrowser, type BrowserName } from '../support/browser.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { SHARED_URL_SIGNING_SECRET, startNginx, type RunningNginx } from '../support/nginx.js';
-import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+import type { RunningNginx } from '../support/nginx.js';
+import { startServiceBehindNginx } from '../support/behind-nginx.js';
+import { ROOT, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 /** Saved by the run for people to look at (test-results/ is not committed), one per browser. */
@@ -47,18 +48,7 @@ beforeAll(async () => {
     // 23 MB at 64 KiB/s: running for minutes unless canceled.
     media.serveFile(`/${name}/slow.wav`, slow.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
   }
-  svc = await startService({
-    env: {
-      FETCH_ALLOW_HOSTS: media.hostPort,
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
-      URL_SIGNING_SECRET: SHARED_URL_SIGNING_SECRET,
-    },
-  });
-  nginx = await startNginx({
-    appPort: svc.port,
-    artifactRoot: path.join(svc.dataDir, 'artifacts'),
-    urlSigningSecret: SHARED_URL_SIGNING_SECRET,
-  });
+  ({ svc, nginx } = await startServiceBehindNginx({ env: { FETCH_ALLOW_HOSTS: media.hostPort } }));
 });
 
 afterAll(async () => {
