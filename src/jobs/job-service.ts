@@ -189,20 +189,10 @@ export function createJobService(deps: JobServiceDeps): JobService {
  * all three, one row per artifact.
  */
 async function readJobView(q: Queryable, id: string): Promise<JobView | undefined> {
-  const query = prepared(q, 'job_view_by_id', ({ db, t }) =>
-    db
-      .select({
-        job: t.jobs,
-        artifact: t.cacheEntries,
-        callback: t.callbackDeliveries,
-        evictedAt: t.evictedContent.evictedAt,
-      })
-      .from(t.jobs)
-      .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
-      .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
-      .leftJoin(t.evictedContent, eq(t.evictedContent.contentId, t.jobs.contentId))
-      .where(eq(t.jobs.id, sql.placeholder('id')))
-      .orderBy(asc(t.cacheEntries.name))
+  const query = prepared(q, 'job_view_by_id', (home) =>
+    selectJobViews(home)
+      .where(eq(home.t.jobs.id, sql.placeholder('id')))
+      .orderBy(asc(home.t.cacheEntries.name))
       .prepare('job_view_by_id'),
   );
   return viewsOf(await query.execute({ id })).get(id);
@@ -210,23 +200,27 @@ async function readJobView(q: Queryable, id: string): Promise<JobView | undefine
 
 /** readJobView for many jobs in one statement, for a database that reads polls together: PostgreSQL (`= any` of an array). */
 async function readJobViews(q: Queryable, ids: string[]): Promise<Map<string, JobView>> {
-  const query = prepared(q, 'job_views_by_ids', ({ db, t }) =>
-    db
-      .select({
-        job: t.jobs,
-        artifact: t.cacheEntries,
-        callback: t.callbackDeliveries,
-        evictedAt: t.evictedContent.evictedAt,
-      })
-      .from(t.jobs)
-      .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
-      .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
-      .leftJoin(t.evictedContent, eq(t.evictedContent.contentId, t.jobs.contentId))
-      .where(sql`${t.jobs.id} = any(${sql.placeholder('ids')})`)
-      .orderBy(asc(t.cacheEntries.name))
+  const query = prepared(q, 'job_views_by_ids', (home) =>
+    selectJobViews(home)
+      .where(sql`${home.t.jobs.id} = any(${sql.placeholder('ids')})`)
+      .orderBy(asc(home.t.cacheEntries.name))
       .prepare('job_views_by_ids'),
   );
   return viewsOf(await query.execute({ ids }));
+}
+
+function selectJobViews({ db, t }: Queryable) {
+  return db
+    .select({
+      job: t.jobs,
+      artifact: t.cacheEntries,
+      callback: t.callbackDeliveries,
+      evictedAt: t.evictedContent.evictedAt,
+    })
+    .from(t.jobs)
+    .leftJoin(t.cacheEntries, eq(t.cacheEntries.contentId, t.jobs.contentId))
+    .leftJoin(t.callbackDeliveries, eq(t.callbackDeliveries.jobId, t.jobs.id))
+    .leftJoin(t.evictedContent, eq(t.evictedContent.contentId, t.jobs.contentId));
 }
 
 type JobViewRow = {
