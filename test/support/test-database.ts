@@ -13,6 +13,7 @@ import { inject } from 'vitest';
 import type { Database, DatabaseKind } from '../../src/db/database.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { openSqlite } from '../../src/db/sqlite.js';
+import type { NewCacheEntry } from '../../src/store/cache-entries.js';
 import { freshDatabaseUrl } from './postgres.js';
 
 declare module 'vitest' {
@@ -41,4 +42,19 @@ export async function openTestDatabase(kind: DatabaseKind): Promise<TestDatabase
 /** Environment for a service on `kind`: SQLite in its data dir needs nothing; PostgreSQL a fresh database. */
 export async function serviceEnv(kind: DatabaseKind): Promise<Record<string, string>> {
   return kind === 'postgres' ? { DATABASE_URL: await freshDatabaseUrl() } : {};
+}
+
+/** A stored WAV's cache row (one second of 44.1 kHz stereo, 100 bytes) for recordCacheEntry(). */
+export function wavEntry(contentId: string, overrides: Partial<NewCacheEntry> = {}): NewCacheEntry {
+  return {
+    contentId,
+    name: 'audio.wav',
+    kind: 'source_wav',
+    bytes: 100,
+    contentType: 'audio/wav',
+    sampleRate: 44100,
+    channels: 2,
+    durationS: 1,
+    ...overrides,
+  };
 }

@@ -7,7 +7,7 @@ import { getJobRow } from '../../src/jobs/queue.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { callbackRecorder, deliveryForJob } from '../../src/webhooks/deliveries.js';
-import { BACKENDS, openTestDatabase } from '../support/test-database.js';
+import { BACKENDS, openTestDatabase, wavEntry } from '../support/test-database.js';
 
 /**
  * Batches through the job service on a real database of each kind: the same rules as one
@@ -25,20 +25,7 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
     database = await openTestDatabase(kind);
     ids = 0;
     ended = [];
-    await recordCacheEntry(
-      database,
-      {
-        contentId: 'cid-stored',
-        name: 'audio.wav',
-        kind: 'source_wav',
-        bytes: 100,
-        contentType: 'audio/wav',
-        sampleRate: 44100,
-        channels: 2,
-        durationS: 1,
-      },
-      1,
-    );
+    await recordCacheEntry(database, wavEntry('cid-stored'), 1);
     await setAlias(database, 'url', STORED, 'cid-stored', 1);
   });
   afterEach(async () => {

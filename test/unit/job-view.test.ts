@@ -7,7 +7,7 @@ import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/job
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { callbackRecorder } from '../../src/webhooks/deliveries.js';
-import { BACKENDS, openTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { BACKENDS, openTestDatabase, wavEntry, type TestDatabase } from '../support/test-database.js';
 
 /**
  * A poll reads a follower's row, then its leader's. When the leader ends between the two reads,
@@ -53,20 +53,7 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
     await database.transaction(async (q) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
-      await recordCacheEntry(
-        q,
-        {
-          contentId: 'cid-a',
-          name: 'audio.wav',
-          kind: 'source_wav',
-          bytes: 100,
-          contentType: 'audio/wav',
-          sampleRate: 44100,
-          channels: 2,
-          durationS: 1,
-        },
-        3000,
-      );
+      await recordCacheEntry(q, wavEntry('cid-a'), 3000);
     });
     // The torn read the view has to mend: the row says queued, its leader is done.
     expect(stale.status).toBe('queued');
@@ -98,20 +85,7 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
       // Two artifacts of one content, written out of order: one joined row each, in name order.
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(
-          q,
-          {
-            contentId: 'cid-a',
-            name,
-            kind: 'source_wav',
-            bytes: 100,
-            contentType: 'audio/wav',
-            sampleRate: 44100,
-            channels: 2,
-            durationS: 1,
-          },
-          3000,
-        );
+        await recordCacheEntry(q, wavEntry('cid-a', { name }), 3000);
       }
     });
     await same(leader.id);
@@ -131,20 +105,7 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     const { job: follower } = await service.submit({ url: 'https://m.example/a' }, 'req-2');
     await database.transaction(async (q) => {
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(
-          q,
-          {
-            contentId: 'cid-s',
-            name,
-            kind: 'source_wav',
-            bytes: 100,
-            contentType: 'audio/wav',
-            sampleRate: 44100,
-            channels: 2,
-            durationS: 1,
-          },
-          500,
-        );
+        await recordCacheEntry(q, wavEntry('cid-s', { name }), 500);
       }
       await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
     });
@@ -180,20 +141,7 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
   it("submit() of a stored URL answers the born-done view its transaction read: find()'s but for the use it recorded", async () => {
     await database.transaction(async (q) => {
       for (const name of ['stems.wav', 'audio.wav']) {
-        await recordCacheEntry(
-          q,
-          {
-            contentId: 'cid-s',
-            name,
-            kind: 'source_wav',
-            bytes: 100,
-            contentType: 'audio/wav',
-            sampleRate: 44100,
-            channels: 2,
-            durationS: 1,
-          },
-          500,
-        );
+        await recordCacheEntry(q, wavEntry('cid-s', { name }), 500);
       }
       await setAlias(q, 'url', 'https://m.example/stored', 'cid-s', 500);
     });
@@ -241,20 +189,7 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     // A committed transaction, writing to the job and to the artifacts joined to it.
     await database.transaction(async (q) => {
       await markDone(q, job.id, 'node-a', 'cid-a', 3000);
-      await recordCacheEntry(
-        q,
-        {
-          contentId: 'cid-a',
-          name: 'audio.wav',
-          kind: 'source_wav',
-          bytes: 100,
-          contentType: 'audio/wav',
-          sampleRate: 44100,
-          channels: 2,
-          durationS: 1,
-        },
-        3000,
-      );
+      await recordCacheEntry(q, wavEntry('cid-a'), 3000);
     });
     const done = (await service.find(job.id))!;
     expect(done.job.status).toBe('done');

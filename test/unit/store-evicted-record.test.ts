@@ -8,7 +8,7 @@ import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { reconcileStore } from '../../src/store/reconcile.js';
 import { callbackRecorder } from '../../src/webhooks/deliveries.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
-import { BACKENDS } from '../support/test-database.js';
+import { BACKENDS, wavEntry } from '../support/test-database.js';
 
 /**
  * A job whose content the store evicted says so in its record (result.evicted: when, and that a
@@ -75,20 +75,7 @@ describe.each(BACKENDS)("an evicted job's record on %s", (kind) => {
     expect(other.result!.artifacts).toHaveLength(1);
 
     // Stored again (as a new submission's job would): the artifacts are back and the note goes.
-    await recordCacheEntry(
-      fx.database,
-      {
-        contentId: x,
-        name: AUDIO_ARTIFACT_NAME,
-        kind: 'source_wav',
-        bytes: 1000,
-        contentType: 'audio/wav',
-        sampleRate: 44100,
-        channels: 2,
-        durationS: 1,
-      },
-      8_000,
-    );
+    await recordCacheEntry(fx.database, wavEntry(x, { name: AUDIO_ARTIFACT_NAME, bytes: 1000 }), 8_000);
     const again = render((await service.find(jobX.id))!);
     expect(again.result).toMatchObject({ content_id: x, evicted: null });
     expect(again.result!.artifacts).toHaveLength(1);

@@ -25,7 +25,7 @@ import {
 import { createDeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
 import { webhookSignature } from '../../src/webhooks/signature.js';
-import { BACKENDS, openTestDatabase } from '../support/test-database.js';
+import { BACKENDS, openTestDatabase, wavEntry } from '../support/test-database.js';
 
 /** Callback deliveries on a real database of each kind: when they become due, their leases, and the worker's retries. */
 const LEASE_MS = 10_000;
@@ -127,20 +127,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
   });
 
   it('makes a born-done job’s delivery due at once', async () => {
-    await recordCacheEntry(
-      database,
-      {
-        contentId: 'cid-stored',
-        name: 'audio.wav',
-        kind: 'source_wav',
-        bytes: 100,
-        contentType: 'audio/wav',
-        sampleRate: 44100,
-        channels: 2,
-        durationS: 1,
-      },
-      clock,
-    );
+    await recordCacheEntry(database, wavEntry('cid-stored'), clock);
     await setAlias(database, 'url', 'https://m.example/stored', 'cid-stored', clock);
     const job = await submit('https://m.example/stored', CALLBACK, true);
     expect(job).toMatchObject({ status: 'done', bornDone: true });
