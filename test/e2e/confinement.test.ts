@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { makeTone } from '../support/media.js';
-import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { hlsPlaylist, startMediaServer, type MediaServer } from '../support/media-server.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 /**
@@ -29,22 +29,10 @@ let trap: CountingListener;
 let svc: ServiceHandle;
 let segment: Buffer;
 
-function playlist(lines: string[]): string {
-  return [
-    '#EXTM3U',
-    '#EXT-X-VERSION:3',
-    '#EXT-X-TARGETDURATION:2',
-    '#EXT-X-MEDIA-SEQUENCE:0',
-    ...lines,
-    '#EXT-X-ENDLIST',
-    '',
-  ].join('\n');
-}
-
 function servePlaylist(route: string, lines: string[]): void {
   media.route(route, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-    res.end(playlist(lines));
+    res.end(hlsPlaylist(lines));
   });
 }
 
@@ -201,12 +189,12 @@ describe('confinement, against downloads that name network sources for ffmpeg', 
   const hostile: Array<[string, () => string]> = [
     [
       'an HLS playlist of tcp: and http: segments on the trap',
-      () => playlist(['#EXTINF:2.0,', `tcp://${trap.authority}/a`, '#EXTINF:2.0,', `http://${trap.authority}/b.ts`]),
+      () => hlsPlaylist(['#EXTINF:2.0,', `tcp://${trap.authority}/a`, '#EXTINF:2.0,', `http://${trap.authority}/b.ts`]),
     ],
     [
       'an HLS playlist of rtmp: and httpproxy: segments on the trap',
       () =>
-        playlist([
+        hlsPlaylist([
           '#EXTINF:2.0,',
           `rtmp://${trap.authority}/live/a`,
           '#EXTINF:2.0,',
@@ -216,7 +204,7 @@ describe('confinement, against downloads that name network sources for ffmpeg', 
     [
       'an HLS playlist of concat:, subfile, and data: segments',
       () =>
-        playlist([
+        hlsPlaylist([
           '#EXTINF:2.0,',
           `concat:tcp://${trap.authority}|x`,
           '#EXTINF:2.0,',

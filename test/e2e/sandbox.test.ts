@@ -12,7 +12,7 @@ import { createSandbox, readHostNetns, REFUSED_CONNECT, type Sandbox } from '../
 import { runProcess, type RunProcessResult } from '../../src/tools/process.js';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { makeTone } from '../support/media.js';
-import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { hlsPlaylist, startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startPlainProxy, type PlainProxy } from '../support/plain-proxy.js';
 import { processesMatching } from '../support/processes.js';
 import { unprivilegedSandbox } from '../support/unprivileged-sandbox.js';
@@ -65,17 +65,7 @@ beforeAll(async () => {
   });
   const playlist = (lines: string[]) => (_req: unknown, res: import('node:http').ServerResponse) => {
     res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' });
-    res.end(
-      [
-        '#EXTM3U',
-        '#EXT-X-VERSION:3',
-        '#EXT-X-TARGETDURATION:2',
-        '#EXT-X-MEDIA-SEQUENCE:0',
-        ...lines,
-        '#EXT-X-ENDLIST',
-        '',
-      ].join('\n'),
-    );
+    res.end(hlsPlaylist(lines));
   };
   media.route('/local.m3u8', playlist(['#EXTINF:2.0,', media.url('/seg0.mp3')]));
   media.route('/trap-segments.m3u8', playlist(['#EXTINF:2.0,', `http://${trap.authority}/seg0.ts`]));

@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COOKIES_SAFE_SINCE, isAtLeast } from '../../src/tools/ytdlp-version.js';
 import { makeTone } from '../support/media.js';
-import { startMediaServer, type MediaServer, type RecordedRequest } from '../support/media-server.js';
+import { hlsPlaylist, startMediaServer, type MediaServer, type RecordedRequest } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 import { DEBIAN_YTDLP, YTDLP_UNDER_TEST, ytdlpVersion } from '../support/ytdlp-under-test.js';
 
@@ -71,18 +71,6 @@ function membersOnlyAnswer(contentType: string, body: () => string) {
     }
     res.writeHead(200, { 'content-type': contentType }).end(body());
   };
-}
-
-function playlist(lines: string[]): string {
-  return [
-    '#EXTM3U',
-    '#EXT-X-VERSION:3',
-    '#EXT-X-TARGETDURATION:2',
-    '#EXT-X-MEDIA-SEQUENCE:0',
-    ...lines,
-    '#EXT-X-ENDLIST',
-    '',
-  ].join('\n');
 }
 
 /**
@@ -155,12 +143,12 @@ beforeAll(async () => {
   );
   media.route(
     '/members/segments-elsewhere.m3u8',
-    membersOnlyAnswer('application/vnd.apple.mpegurl', () => playlist(['#EXTINF:2.0,', other.url('/seg0.mp3')])),
+    membersOnlyAnswer('application/vnd.apple.mpegurl', () => hlsPlaylist(['#EXTINF:2.0,', other.url('/seg0.mp3')])),
   );
   media.route(
     '/members/key-elsewhere.m3u8',
     membersOnlyAnswer('application/vnd.apple.mpegurl', () =>
-      playlist([
+      hlsPlaylist([
         `#EXT-X-KEY:METHOD=AES-128,URI="${other.url('/key.bin')}",IV=0x${HLS_IV.toString('hex')}`,
         '#EXTINF:2.0,',
         other.url('/enc0.mp3'),

@@ -250,3 +250,16 @@ async function sendBytes(
     await file.close();
   }
 }
+
+/** An HLS media playlist of a whole recording (VOD, ended): `lines` are its segments' tags and URLs. */
+export function hlsPlaylist(lines: string[]): string {
+  return [
+    '#EXTM3U',
+    '#EXT-X-VERSION:3',
+    '#EXT-X-TARGETDURATION:2',
+    '#EXT-X-MEDIA-SEQUENCE:0',
+    ...lines,
+    '#EXT-X-ENDLIST',
+    '',
+  ].join('\n');
+}
