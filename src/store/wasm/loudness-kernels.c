@@ -81,22 +81,23 @@ void configure(int channel_count, int phases, double b0, double b1, double b2, d
 
 /* Adds the K-weighted squares of frames from..to-1 of the input to the current step's sum. */
 EXPORT("weigh") void weigh(int from, int to) {
-  const v128_t b0 = wasm_f64x2_splat(k[0]), b1 = wasm_f64x2_splat(k[1]), b2 = wasm_f64x2_splat(k[2]);
+  /* The input in full scale is the sample / 32768: scaling the shelf's numerator instead gives the same values. */
+  const v128_t b0 = wasm_f64x2_splat(k[0] / 32768), b1 = wasm_f64x2_splat(k[1] / 32768), b2 = wasm_f64x2_splat(k[2] / 32768);
   const v128_t a1 = wasm_f64x2_splat(k[3]), a2 = wasm_f64x2_splat(k[4]);
   const v128_t c1 = wasm_f64x2_splat(k[5]), c2 = wasm_f64x2_splat(k[6]);
-  const v128_t two = wasm_f64x2_splat(2), scale = wasm_f64x2_splat(1.0 / 32768);
   v128_t px1 = x1, px2 = x2, py1 = y1, py2 = y2, pz1 = z1, pz2 = z2, sum = step_sum;
   for (int i = from; i < to; i++) {
     /* Stereo: the frame's two samples; mono: the sample, and 0 in the right lane. */
     v128_t raw = channels == 2 ? wasm_v128_load32_zero(&input[2 * i]) : wasm_v128_load16_lane(&input[i], wasm_i16x8_splat(0), 0);
-    v128_t x = wasm_f64x2_mul(wasm_f64x2_convert_low_i32x4(wasm_i32x4_extend_low_i16x8(raw)), scale);
+    v128_t x = wasm_f64x2_convert_low_i32x4(wasm_i32x4_extend_low_i16x8(raw));
+    /* Each recurrence's last step comes last: a frame waits for the one before through a multiply and a subtraction only. */
     v128_t y = wasm_f64x2_sub(
         wasm_f64x2_sub(wasm_f64x2_add(wasm_f64x2_add(wasm_f64x2_mul(b0, x), wasm_f64x2_mul(b1, px1)), wasm_f64x2_mul(b2, px2)),
-                       wasm_f64x2_mul(a1, py1)),
-        wasm_f64x2_mul(a2, py2));
+                       wasm_f64x2_mul(a2, py2)),
+        wasm_f64x2_mul(a1, py1));
     v128_t z = wasm_f64x2_sub(
-        wasm_f64x2_sub(wasm_f64x2_add(wasm_f64x2_sub(y, wasm_f64x2_mul(two, py1)), py2), wasm_f64x2_mul(c1, pz1)),
-        wasm_f64x2_mul(c2, pz2));
+        wasm_f64x2_sub(wasm_f64x2_sub(wasm_f64x2_add(y, py2), wasm_f64x2_add(py1, py1)), wasm_f64x2_mul(c2, pz2)),
+        wasm_f64x2_mul(c1, pz1));
     px2 = px1, px1 = x, py2 = py1, py1 = y, pz2 = pz1, pz1 = z;
     sum = wasm_f64x2_add(sum, wasm_f64x2_mul(z, z));
   }
