@@ -72,6 +72,7 @@ async function threeMinutes(): Promise<void> {
       list: runs.map((r) => seconds(r.wallMs)).join(', '),
     }));
     const base = rows.at(-1)!;
+    const [both, peaksAlone] = rows as [(typeof rows)[0], (typeof rows)[0]];
     process.stdout.write(`3-minute AAC (48 kHz stereo), median of ${RUNS}, the services taking turns:\n`);
     Object.keys(SETTINGS).forEach((name, n) => {
       const row = rows[n]!;
@@ -80,6 +81,11 @@ async function threeMinutes(): Promise<void> {
           `${percent(row.wall - base.wall, base.wall)} over both off   runs: ${row.list}\n`,
       );
     });
+    // Both ride on the commit step's hash pass: its growth is their cost, without the convert step's spread.
+    process.stdout.write(
+      `  commit step: loudness adds ${both.commit - peaksAlone.commit} ms (${percent(both.commit - peaksAlone.commit, base.wall)} of a job with neither), ` +
+        `peaks ${peaksAlone.commit - base.commit} ms (${percent(peaksAlone.commit - base.commit, base.wall)})\n`,
+    );
   } finally {
     await Promise.all(services.map((svc) => svc.stop()));
     await media.close();
