@@ -79,16 +79,18 @@ void configure(int channel_count, int phases, double b0, double b1, double b2, d
     for (int i = 0; i < HISTORY; i++) window[c][i] = 0;
 }
 
-/* Adds the K-weighted squares of frames from..to-1 of the input to the current step's sum. */
-EXPORT("weigh") void weigh(int from, int to) {
+/* Adds the K-weighted squares of frames from..to-1 of the input to the current step's sum; `stereo` is a constant in each use. */
+INLINE void weigh_frames(int from, int to, int stereo) {
   /* The input in full scale is the sample / 32768: scaling the shelf's numerator instead gives the same values. */
   const v128_t b0 = wasm_f64x2_splat(k[0] / 32768), b1 = wasm_f64x2_splat(k[1] / 32768), b2 = wasm_f64x2_splat(k[2] / 32768);
   const v128_t a1 = wasm_f64x2_splat(k[3]), a2 = wasm_f64x2_splat(k[4]);
   const v128_t c1 = wasm_f64x2_splat(k[5]), c2 = wasm_f64x2_splat(k[6]);
   v128_t px1 = x1, px2 = x2, py1 = y1, py2 = y2, pz1 = z1, pz2 = z2, sum = step_sum;
+  /* Unrolled, the state's shifts become renames: about a third less time. */
+#pragma clang loop unroll_count(4)
   for (int i = from; i < to; i++) {
     /* Stereo: the frame's two samples; mono: the sample, and 0 in the right lane. */
-    v128_t raw = channels == 2 ? wasm_v128_load32_zero(&input[2 * i]) : wasm_v128_load16_lane(&input[i], wasm_i16x8_splat(0), 0);
+    v128_t raw = stereo ? wasm_v128_load32_zero(&input[2 * i]) : wasm_v128_load16_lane(&input[i], wasm_i16x8_splat(0), 0);
     v128_t x = wasm_f64x2_convert_low_i32x4(wasm_i32x4_extend_low_i16x8(raw));
     /* Each recurrence's last step comes last: a frame waits for the one before through a multiply and a subtraction only. */
     v128_t y = wasm_f64x2_sub(
@@ -102,6 +104,11 @@ EXPORT("weigh") void weigh(int from, int to) {
     sum = wasm_f64x2_add(sum, wasm_f64x2_mul(z, z));
   }
   x1 = px1, x2 = px2, y1 = py1, y2 = py2, z1 = pz1, z2 = pz2, step_sum = sum;
+}
+
+EXPORT("weigh") void weigh(int from, int to) {
+  if (channels == 2) weigh_frames(from, to, 1);
+  else weigh_frames(from, to, 0);
 }
 
 /* The current step's sum of squares over both channels, and a new step begun. */
