@@ -1,6 +1,6 @@
 /**
  * The cost of loudness and waveform peaks, run by hand:
- *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long]
+ *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long, meter]
  *
  * In one run:
  *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness and
@@ -10,8 +10,15 @@
  *   2. a 3-hour 48 kHz stereo AAC through the passes the analysis rides on, as plain processes and
  *      calls: the conversion (ffmpeg with the service's arguments), then the store's hash pass over
  *      its WAV (sha256File) alone, with the peaks accumulator, with the loudness meter, and with
- *      both, taking turns. Each cost is given as a share of the run's conversion time.
+ *      both, taking turns. Each cost is given as a share of the run's conversion time;
+ *   3. (`meter`, alone) where the loudness meter's time goes: CPU time of the SHA-256, the frame
+ *      decoding, the peaks and the whole meter over a 3-minute 44.1 kHz stereo WAV in memory (the
+ *      bench's tone, and a music-like signal the true peak's pruning skips more of), and of the
+ *      meter's two kernels alone over its samples (WebAssembly, driven as the meter drives them).
  */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,6 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256File, type ByteObserver } from '../src/store/content-store.js';
 import { createLoudnessMeter } from '../src/store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../src/store/peaks.js';
+import { createFrameReader } from '../src/store/wav-frames.js';
 import { buildConvertArgs } from '../src/tools/ffmpeg.js';
 import { runProcess } from '../src/tools/process.js';
 import { makeTone } from '../test/support/media.js';
@@ -72,6 +80,7 @@ async function threeMinutes(): Promise<void> {
       list: runs.map((r) => seconds(r.wallMs)).join(', '),
     }));
     const base = rows.at(-1)!;
+    const [both, peaksAlone] = rows as [(typeof rows)[0], (typeof rows)[0]];
     process.stdout.write(`3-minute AAC (48 kHz stereo), median of ${RUNS}, the services taking turns:\n`);
     Object.keys(SETTINGS).forEach((name, n) => {
       const row = rows[n]!;
@@ -80,6 +89,11 @@ async function threeMinutes(): Promise<void> {
           `${percent(row.wall - base.wall, base.wall)} over both off   runs: ${row.list}\n`,
       );
     });
+    // Both ride on the commit step's hash pass: its growth is their cost, without the convert step's spread.
+    process.stdout.write(
+      `  commit step: loudness adds ${both.commit - peaksAlone.commit} ms (${percent(both.commit - peaksAlone.commit, base.wall)} of a job with neither), ` +
+        `peaks ${peaksAlone.commit - base.commit} ms (${percent(peaksAlone.commit - base.commit, base.wall)})\n`,
+    );
   } finally {
     await Promise.all(services.map((svc) => svc.stop()));
     await media.close();
@@ -165,6 +179,102 @@ async function threeHours(): Promise<void> {
   );
 }
 
+const METER_SIGNALS = {
+  tone: { graph: "aevalsrc='0.3*sin(2*PI*440*t)|0.3*sin(2*PI*660*t)':s=44100:d=180", filter: 'anull' },
+  // Two pink noises in a codec's band, their level swelling and falling every 7 s, limited at -1 dBFS.
+  'music-like': {
+    graph:
+      'anoisesrc=color=pink:amplitude=0.4:seed=7:r=44100:d=180[l];' +
+      'anoisesrc=color=pink:amplitude=0.4:seed=11:r=44100:d=180[r];[l][r]amerge=inputs=2',
+    filter: "lowpass=f=16000,lowpass=f=16000,volume='0.3+0.7*abs(sin(2*PI*t/7))':eval=frame,alimiter=limit=0.9",
+  },
+};
+
+/** What the kernels export (src/store/wasm/loudness-kernels.c). */
+interface Kernels {
+  memory: { buffer: ArrayBuffer };
+  input_buffer(): number;
+  max_frames(): number;
+  configure(channels: number, phases: number, ...kWeighting: number[]): void;
+  weigh(from: number, to: number): void;
+  take_step_sum(): number;
+  true_peak(frames: number): void;
+}
+const { Module, Instance } = (
+  globalThis as unknown as {
+    WebAssembly: { Module: new (bytes: Uint8Array) => object; Instance: new (module: object) => { exports: object } };
+  }
+).WebAssembly;
+/** BS.1770's K-weighting at 48 kHz: the coefficients' values do not change the kernel's time. */
+const K_WEIGHTING_48K = [
+  1.53512485958697, -2.69169618940638, 1.19839281085285, -1.69065929318241, 0.73248077421585, -1.99004745483398,
+  0.99007225036621,
+];
+
+/** Median CPU ms of `run` over RUNS runs (at least 5). */
+function cpuMs(run: () => void): string {
+  const times: number[] = [];
+  for (let i = 0; i < Math.max(5, RUNS); i++) {
+    const before = process.cpuUsage();
+    run();
+    const used = process.cpuUsage(before);
+    times.push((used.user + used.system) / 1000);
+  }
+  return median(times).toFixed(0);
+}
+
+async function meterParts(): Promise<void> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-meter-'));
+  const module = new Module(readFileSync(new URL('../src/store/wasm/loudness-kernels.wasm', import.meta.url)));
+  try {
+    for (const [name, { graph, filter }] of Object.entries(METER_SIGNALS)) {
+      const file = path.join(dir, `${name}.wav`);
+      execFileSync('ffmpeg', [
+        ...['-hide_banner', '-loglevel', 'error', '-nostdin', '-f', 'lavfi', '-i', graph, '-af', filter],
+        ...['-ar', '44100', '-c:a', 'pcm_s16le', '-bitexact', file],
+      ]);
+      const wav = readFileSync(file);
+      const chunked = (make: () => { update(chunk: Buffer): void }) => () => {
+        const sink = make();
+        for (let at = 0; at < wav.length; at += 1 << 20) sink.update(wav.subarray(at, at + (1 << 20)));
+      };
+      const samples = new Int16Array(wav.buffer, wav.byteOffset + 44, (wav.length - 44) / 2);
+      /** The kernels over every sample, MAX_FRAMES frames at a time, as the meter feeds them. */
+      const kernel = (part: 'weigh' | 'true_peak') => () => {
+        const k = new Instance(module).exports as Kernels;
+        const slice = 2 * k.max_frames();
+        const input = new Int16Array(k.memory.buffer, k.input_buffer(), slice);
+        k.configure(2, 4, ...K_WEIGHTING_48K);
+        for (let at = 0; at < samples.length; at += slice) {
+          const values = samples.subarray(at, at + slice);
+          input.set(values);
+          if (part === 'weigh') {
+            k.weigh(0, values.length / 2);
+            k.take_step_sum();
+          } else k.true_peak(values.length / 2);
+        }
+      };
+      const rows = {
+        'SHA-256': cpuMs(chunked(() => createHash('sha256'))),
+        'frame decoding': cpuMs(chunked(() => createFrameReader({ begin: () => true, frames: () => undefined }))),
+        peaks: cpuMs(chunked(createPeaksAccumulator)),
+        'loudness meter': cpuMs(chunked(createLoudnessMeter)),
+        '  its K-weighting kernel alone': cpuMs(kernel('weigh')),
+        '  its true-peak kernel alone': cpuMs(kernel('true_peak')),
+      };
+      process.stdout.write(
+        `3-minute 44.1 kHz stereo WAV in memory, ${name}, CPU ms (median of ${Math.max(5, RUNS)}):\n`,
+      );
+      for (const [part, ms] of Object.entries(rows)) process.stdout.write(`  ${part.padEnd(32)} ${ms.padStart(5)}\n`);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 const PARTS = process.argv[4] ?? 'both';
-if (PARTS !== 'long') await threeMinutes();
-if (PARTS !== 'short') await threeHours();
+if (PARTS === 'meter') await meterParts();
+else {
+  if (PARTS !== 'long') await threeMinutes();
+  if (PARTS !== 'short') await threeHours();
+}

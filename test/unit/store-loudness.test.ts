@@ -14,12 +14,17 @@ const dir = mkdtempSync(path.join(tmpdir(), 'sf-loudness-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** A WAV of an ffmpeg lavfi source graph. */
-function generate(name: string, graph: string, opts: { rate?: number; filter?: string } = {}): Buffer {
+function generate(
+  name: string,
+  graph: string,
+  opts: { rate?: number; filter?: string; channels?: number; codec?: string } = {},
+): Buffer {
   const file = path.join(dir, `${name}.wav`);
   execFileSync('ffmpeg', [
     ...['-hide_banner', '-loglevel', 'error', '-nostdin', '-y', '-f', 'lavfi', '-i', graph],
     ...(opts.filter ? ['-af', opts.filter] : []),
-    ...['-ar', String(opts.rate ?? 44100), '-c:a', 'pcm_s16le', '-bitexact', file],
+    ...(opts.channels ? ['-ac', String(opts.channels)] : []),
+    ...['-ar', String(opts.rate ?? 44100), '-c:a', opts.codec ?? 'pcm_s16le', '-bitexact', file],
   ]);
   return readFileSync(file);
 }
@@ -156,26 +161,26 @@ describe('loudness meter', () => {
     expect(meter.finish()).toEqual(whole);
   });
 
-  it('prunes exactly: the true peak equals every output of the four phases, computed without pruning', () => {
-    // Loud, then quieter: most runs after the first second are under the bound.
-    const result = measure(signal)!;
-    const samples = new Int16Array(signal.buffer, signal.byteOffset + 44, (signal.length - 44) / 2);
-    let best = 0;
-    for (let c = 0; c < 2; c++) {
-      const x = Float64Array.from({ length: samples.length / 2 + 11 }, (_, i) =>
-        i < 11 ? 0 : samples[2 * (i - 11) + c]! / 32768,
+  it.each([
+    { rate: 44100, channels: 2, phases: BS1770_PHASES },
+    { rate: 44100, channels: 1, phases: BS1770_PHASES },
+    // 2x: the phases at whole and half samples.
+    { rate: 96000, channels: 2, phases: [BS1770_PHASES[0]!, BS1770_PHASES[2]!] },
+    { rate: 192000, channels: 2, phases: [] },
+  ])(
+    'prunes exactly: the true peak equals every output of the filter, computed without pruning ($rate Hz, $channels channels)',
+    ({ rate, channels, phases }) => {
+      // A loud tone, then peaks between samples under it (fs/4 at 45 degrees: every sample at 0.71
+      // of the peak), then a quiet part: the runs of the second part are filtered only if their
+      // bound is right, those of the third are all skipped.
+      const graph = `0.5*sin(2*PI*440*t)*lt(t,5)+0.6*sin(2*PI*${rate / 4}*t+PI/4)*between(t,5,10)*gt(t,5)+0.01*sin(2*PI*440*t)*gt(t,10)`;
+      const wav = generate(`pruning-${rate}-${channels}`, `aevalsrc='${graph}':s=${rate}:d=15`, { rate, channels });
+      const result = measure(wav)!;
+      expect(Math.abs(result.truePeakDbtp - 20 * Math.log10(unprunedTruePeak(wav, channels, phases)))).toBeLessThan(
+        1e-9,
       );
-      for (let o = 0; o + 11 < x.length; o++) {
-        best = Math.max(best, Math.abs(x[o + 11]!));
-        for (const taps of BS1770_PHASES) {
-          let sum = 0;
-          for (let k = 0; k < 12; k++) sum += taps[k]! * x[o + k]!;
-          best = Math.max(best, Math.abs(sum));
-        }
-      }
-    }
-    expect(Math.abs(result.truePeakDbtp - 20 * Math.log10(best))).toBeLessThan(1e-9);
-  });
+    },
+  );
 
   it('reads -70 LUFS and 0 LU for a file shorter than one block, and nothing for silence', () => {
     const short = generate('short', `aevalsrc='${SINE_1K(0.5)}':s=44100:d=0.3`);
@@ -186,38 +191,9 @@ describe('loudness meter', () => {
 
   it('measures only mono or stereo 16-bit PCM WAVs', () => {
     expect(measure(Buffer.from('not a wav at all, just some bytes'))).toBeNull();
-    const file = path.join(dir, 'surround.wav');
-    execFileSync('ffmpeg', [
-      ...[
-        '-hide_banner',
-        '-loglevel',
-        'error',
-        '-nostdin',
-        '-y',
-        '-f',
-        'lavfi',
-        '-i',
-        `aevalsrc='${SINE_1K(0.5)}':s=44100:d=1`,
-      ],
-      ...['-ac', '6', '-c:a', 'pcm_s16le', '-bitexact', file],
-    ]);
-    expect(measure(readFileSync(file))).toBeNull();
-    const float = path.join(dir, 'float.wav');
-    execFileSync('ffmpeg', [
-      ...[
-        '-hide_banner',
-        '-loglevel',
-        'error',
-        '-nostdin',
-        '-y',
-        '-f',
-        'lavfi',
-        '-i',
-        `aevalsrc='${SINE_1K(0.5)}':s=44100:d=1`,
-      ],
-      ...['-c:a', 'pcm_f32le', '-bitexact', float],
-    ]);
-    expect(measure(readFileSync(float))).toBeNull();
+    const tone = `aevalsrc='${SINE_1K(0.5)}':s=44100:d=1`;
+    expect(measure(generate('surround', tone, { channels: 6 }))).toBeNull();
+    expect(measure(generate('float', tone, { codec: 'pcm_f32le' }))).toBeNull();
     // The control: the same tone as 16-bit stereo is measured.
     expect(measure(generate('tone', `aevalsrc='${SINE_1K(0.5)}|${SINE_1K(0.5)}':s=44100:d=1`))).not.toBeNull();
   });
@@ -242,6 +218,28 @@ const BS1770_PHASES = [
     -0.0594482421875, 0.033203125, -0.0196533203125, 0.010986328125, 0.001708984375,
   ],
 ];
+
+/** The largest |sample| and |output| of `phases` over every sample of every channel, tap by tap. */
+function unprunedTruePeak(wav: Buffer, channels: number, phases: number[][]): number {
+  // ffmpeg's header is longer than 44 bytes at rates over 48 kHz (WAVE_FORMAT_EXTENSIBLE).
+  const data = wav.indexOf('data') + 8;
+  const samples = new Int16Array(wav.buffer.slice(wav.byteOffset + data, wav.byteOffset + wav.length));
+  let best = 0;
+  for (let c = 0; c < channels; c++) {
+    const x = Float64Array.from({ length: samples.length / channels + 11 }, (_, i) =>
+      i < 11 ? 0 : samples[channels * (i - 11) + c]! / 32768,
+    );
+    for (let o = 0; o + 11 < x.length; o++) {
+      best = Math.max(best, Math.abs(x[o + 11]!));
+      for (const taps of phases) {
+        let sum = 0;
+        for (let k = 0; k < 12; k++) sum += taps[k]! * x[o + k]!;
+        best = Math.max(best, Math.abs(sum));
+      }
+    }
+  }
+  return best;
+}
 
 function samplePeakDb(wav: Buffer): number {
   const samples = new Int16Array(wav.buffer, wav.byteOffset + 44, (wav.length - 44) / 2);
