@@ -1,6 +1,7 @@
 /**
  * Fetch speed, run by hand:
  *   npm run build && npx tsx bench/fetch.ts [runs per case, default 5] [--no-throughput] [--hour] [--baseline DIR]
+ *     [--rate BYTES_PER_S]
  *
  * Media served by a loopback origin in this process. In one run:
  *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
@@ -21,6 +22,8 @@
  *      loop; jobs a minute and CPU seconds per job;
  *   4. with --hour: one job of a one-hour mp3, its time against by hand, and the service's peak
  *      resident memory (VmHWM of its Node process; the tools' peaks beside it, sampled).
+ * With --rate, the origin sends the latency cases at that many bytes a second, as a network would,
+ * so that the download takes time (on loopback it takes tens of milliseconds).
  * LOUDNESS and WAVEFORM_PEAKS in this script's environment are passed on to the service
  * (bench/audio-analysis.ts compares them on and off in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
@@ -44,6 +47,8 @@ const THROUGHPUT = !process.argv.includes('--no-throughput');
 const HOUR = process.argv.includes('--hour');
 const baselineAt = process.argv.indexOf('--baseline');
 const BASELINE = baselineAt >= 0 ? path.resolve(process.argv[baselineAt + 1]!) : undefined;
+const rateAt = process.argv.indexOf('--rate');
+const RATE = rateAt >= 0 ? Number(process.argv[rateAt + 1]) : undefined;
 const CLIPS = 50;
 /** How often this process looks at the service's log lines it has read. */
 const WATCH_MS = 2;
@@ -400,8 +405,10 @@ const oneHour = HOUR ? { path: await hourMp3() } : undefined;
 const clips: string[] = [];
 if (THROUGHPUT) for (let n = 0; n < CLIPS; n++) clips.push(await clip(n));
 const media = await startMediaServer();
-media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg' });
-media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4' });
+const paced = RATE ? { throttleBytesPerSec: RATE } : {};
+if (RATE) process.stdout.write(`the origin sends the latency cases at ${RATE} bytes/s\n`);
+media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg', ...paced });
+media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4', ...paced });
 if (oneHour) media.serveFile('/tone-3600s.mp3', oneHour.path, { contentType: 'audio/mpeg' });
 const serviceEnv = {
   FETCH_ALLOW_HOSTS: media.hostPort,
