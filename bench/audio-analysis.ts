@@ -25,6 +25,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { instantiateAudioKernels } from '../src/store/audio-kernels.js';
 import { sha256File, type ByteObserver } from '../src/store/content-store.js';
 import { createLoudnessMeter } from '../src/store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../src/store/peaks.js';
@@ -192,21 +193,6 @@ const METER_SIGNALS = {
   },
 };
 
-/** What the kernels export (src/store/wasm/loudness-kernels.c). */
-interface Kernels {
-  memory: { buffer: ArrayBuffer };
-  input_buffer(): number;
-  max_frames(): number;
-  configure(channels: number, phases: number, ...kWeighting: number[]): void;
-  weigh(from: number, to: number): void;
-  take_step_sum(): number;
-  true_peak(frames: number): void;
-}
-const { Module, Instance } = (
-  globalThis as unknown as {
-    WebAssembly: { Module: new (bytes: Uint8Array) => object; Instance: new (module: object) => { exports: object } };
-  }
-).WebAssembly;
 /** BS.1770's K-weighting at 48 kHz: the coefficients' values do not change the kernel's time. */
 const K_WEIGHTING_48K = [
   1.53512485958697, -2.69169618940638, 1.19839281085285, -1.69065929318241, 0.73248077421585, -1.99004745483398,
@@ -227,7 +213,6 @@ function cpuMs(run: () => void): string {
 
 async function meterParts(): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-meter-'));
-  const module = new Module(readFileSync(new URL('../src/store/wasm/loudness-kernels.wasm', import.meta.url)));
   try {
     for (const [name, { graph, filter }] of Object.entries(METER_SIGNALS)) {
       const file = path.join(dir, `${name}.wav`);
@@ -243,7 +228,7 @@ async function meterParts(): Promise<void> {
       const samples = new Int16Array(wav.buffer, wav.byteOffset + 44, (wav.length - 44) / 2);
       /** The kernels over every sample, MAX_FRAMES frames at a time, as the meter feeds them. */
       const kernel = (part: 'weigh' | 'true_peak') => () => {
-        const k = new Instance(module).exports as Kernels;
+        const k = instantiateAudioKernels();
         const slice = 2 * k.max_frames();
         const input = new Int16Array(k.memory.buffer, k.input_buffer(), slice);
         k.configure(2, 4, ...K_WEIGHTING_48K);
