@@ -1,6 +1,6 @@
 /**
  * The cost of loudness and waveform peaks, run by hand:
- *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long, meter]
+ *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long, meter, peaks]
  *
  * In one run:
  *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness and
@@ -14,7 +14,9 @@
  *   3. (`meter`, alone) where the loudness meter's time goes: CPU time of the SHA-256, the frame
  *      decoding, the peaks and the whole meter over a 3-minute 44.1 kHz stereo WAV in memory (the
  *      bench's tone, and a music-like signal the true peak's pruning skips more of), and of the
- *      meter's two kernels alone over its samples (WebAssembly, driven as the meter drives them).
+ *      meter's two kernels alone over its samples (WebAssembly, driven as the meter drives them);
+ *   4. (`peaks`, alone) the peaks accumulator's CPU time over a 3-minute and a 3-hour stereo WAV
+ *      in memory (peaksParts).
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -23,6 +25,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { instantiateAudioKernels } from '../src/store/audio-kernels.js';
 import { sha256File, type ByteObserver } from '../src/store/content-store.js';
 import { createLoudnessMeter } from '../src/store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../src/store/peaks.js';
@@ -190,21 +193,6 @@ const METER_SIGNALS = {
   },
 };
 
-/** What the kernels export (src/store/wasm/loudness-kernels.c). */
-interface Kernels {
-  memory: { buffer: ArrayBuffer };
-  input_buffer(): number;
-  max_frames(): number;
-  configure(channels: number, phases: number, ...kWeighting: number[]): void;
-  weigh(from: number, to: number): void;
-  take_step_sum(): number;
-  true_peak(frames: number): void;
-}
-const { Module, Instance } = (
-  globalThis as unknown as {
-    WebAssembly: { Module: new (bytes: Uint8Array) => object; Instance: new (module: object) => { exports: object } };
-  }
-).WebAssembly;
 /** BS.1770's K-weighting at 48 kHz: the coefficients' values do not change the kernel's time. */
 const K_WEIGHTING_48K = [
   1.53512485958697, -2.69169618940638, 1.19839281085285, -1.69065929318241, 0.73248077421585, -1.99004745483398,
@@ -225,7 +213,6 @@ function cpuMs(run: () => void): string {
 
 async function meterParts(): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-meter-'));
-  const module = new Module(readFileSync(new URL('../src/store/wasm/loudness-kernels.wasm', import.meta.url)));
   try {
     for (const [name, { graph, filter }] of Object.entries(METER_SIGNALS)) {
       const file = path.join(dir, `${name}.wav`);
@@ -241,7 +228,7 @@ async function meterParts(): Promise<void> {
       const samples = new Int16Array(wav.buffer, wav.byteOffset + 44, (wav.length - 44) / 2);
       /** The kernels over every sample, MAX_FRAMES frames at a time, as the meter feeds them. */
       const kernel = (part: 'weigh' | 'true_peak') => () => {
-        const k = new Instance(module).exports as Kernels;
+        const k = instantiateAudioKernels();
         const slice = 2 * k.max_frames();
         const input = new Int16Array(k.memory.buffer, k.input_buffer(), slice);
         k.configure(2, 4, ...K_WEIGHTING_48K);
@@ -272,8 +259,67 @@ async function meterParts(): Promise<void> {
   }
 }
 
+/** A 16-bit PCM WAV header for `frames` frames of `channels` channels at 44.1 kHz. */
+function wavHeader(frames: number, channels: number): Buffer {
+  const head = Buffer.alloc(44);
+  head.write('RIFF', 0, 'latin1');
+  head.writeUInt32LE(36 + frames * channels * 2, 4);
+  head.write('WAVEfmt ', 8, 'latin1');
+  head.writeUInt32LE(16, 16);
+  head.writeUInt16LE(1, 20);
+  head.writeUInt16LE(channels, 22);
+  head.writeUInt32LE(44100, 24);
+  head.writeUInt32LE(44100 * channels * 2, 28);
+  head.writeUInt16LE(channels * 2, 32);
+  head.writeUInt16LE(16, 34);
+  head.write('data', 36, 'latin1');
+  head.writeUInt32LE(frames * channels * 2, 40);
+  return head;
+}
+
+/**
+ * (`peaks`, alone) the peaks accumulator's CPU time over a 3-minute and a 3-hour 44.1 kHz stereo
+ * WAV in memory, fed as the store feeds it (1 MiB chunks), beside the SHA-256 and the frame
+ * decoding for scale. The 3-hour file's data is a 64 MiB block of noise whose level swells and
+ * falls, fed again and again under a header of 3 hours, so that it needs no 1.9 GB of memory.
+ */
+function peaksParts(): void {
+  const CHUNK = 1 << 20;
+  const block = Buffer.alloc(64 * CHUNK);
+  const values = new Int16Array(block.buffer, block.byteOffset, block.length / 2);
+  let seed = 7;
+  for (let i = 0; i < values.length; i++) {
+    seed = (seed * 1103515245 + 12345) >>> 0;
+    const level = 0.3 + 0.7 * Math.abs(Math.sin((2 * Math.PI * i) / (2 * 44100 * 7)));
+    values[i] = Math.round(((seed / 2 ** 32) * 2 - 1) * 32767 * level);
+  }
+  for (const [name, frames] of [
+    ['3-minute', 180 * 44100],
+    ['3-hour', LONG_S * 44100],
+  ] as const) {
+    const header = wavHeader(frames, 2);
+    const dataBytes = frames * 4;
+    const feed = (make: () => { update(chunk: Buffer): void }) => () => {
+      const sink = make();
+      sink.update(header);
+      for (let at = 0; at < dataBytes; at += CHUNK) {
+        const from = at % block.length;
+        sink.update(block.subarray(from, from + Math.min(CHUNK, dataBytes - at)));
+      }
+    };
+    const rows = {
+      'SHA-256': cpuMs(feed(() => createHash('sha256'))),
+      'frame decoding': cpuMs(feed(() => createFrameReader({ begin: () => true, frames: () => undefined }))),
+      peaks: cpuMs(feed(createPeaksAccumulator)),
+    };
+    process.stdout.write(`${name} 44.1 kHz stereo WAV in memory, CPU ms (median of ${Math.max(5, RUNS)}):\n`);
+    for (const [part, ms] of Object.entries(rows)) process.stdout.write(`  ${part.padEnd(32)} ${ms.padStart(6)}\n`);
+  }
+}
+
 const PARTS = process.argv[4] ?? 'both';
 if (PARTS === 'meter') await meterParts();
+else if (PARTS === 'peaks') peaksParts();
 else {
   if (PARTS !== 'long') await threeMinutes();
   if (PARTS !== 'short') await threeHours();

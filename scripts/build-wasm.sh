@@ -1,5 +1,5 @@
 #!/bin/sh
-# Rebuilds the loudness meter's WebAssembly kernels from their C source (npm run build:wasm):
+# Rebuilds the WebAssembly kernels of the loudness meter and the waveform peaks from their C source (npm run build:wasm):
 #   scripts/build-wasm.sh [output, default src/store/wasm/loudness-kernels.wasm]
 # Needs clang and wasm-ld 14 (Debian bookworm's clang and lld packages), the version the committed
 # .wasm was built with: test/unit/loudness-kernels-wasm.test.ts rebuilds it and expects the same

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
 import type { WavHeader } from '../tools/wav.js';
+import { instantiateAudioKernels, type AudioKernels as Kernels } from './audio-kernels.js';
 import { createFrameReader } from './wav-frames.js';
 
 /**
@@ -163,31 +163,6 @@ class GatedBlocks {
   }
 }
 
-/** The exports of wasm/loudness-kernels.c. */
-interface Kernels {
-  memory: { buffer: ArrayBuffer };
-  input_buffer(): number;
-  max_frames(): number;
-  configure(channels: number, phases: number, ...kWeighting: number[]): void;
-  weigh(from: number, to: number): void;
-  take_step_sum(): number;
-  true_peak(frames: number): void;
-  peak(): number;
-}
-
-/** The WebAssembly constructors used here (the project's lib, ES2023 without the DOM's, does not declare them). */
-const { Module, Instance } = (
-  globalThis as unknown as {
-    WebAssembly: { Module: new (bytes: Uint8Array) => object; Instance: new (module: object) => { exports: object } };
-  }
-).WebAssembly;
-
-/**
- * The kernels' module, compiled once when this module loads; read from src/ (from dist/ too: the
- * build does not copy it), as the sandbox's scripts are.
- */
-const KERNELS = new Module(readFileSync(new URL('../../src/store/wasm/loudness-kernels.wasm', import.meta.url)));
-
 /** The interpolator's phases for a sample rate: 4x under 96 kHz, 2x (whole and half samples) under 192 kHz, else none. */
 function phasesFor(sampleRate: number): number {
   return sampleRate < 96_000 ? 4 : sampleRate < 192_000 ? 2 : 0;
@@ -243,7 +218,7 @@ export function createLoudnessMeter(): LoudnessMeter {
       channels = header.channels;
       stepFrames = Math.round(header.sampleRate / 10);
       stepLeft = stepFrames;
-      const k = new Instance(KERNELS).exports as Kernels;
+      const k = instantiateAudioKernels();
       maxFrames = k.max_frames();
       input = new Int16Array(k.memory.buffer, k.input_buffer(), maxFrames * channels);
       k.configure(channels, phasesFor(header.sampleRate), ...kWeighting(header.sampleRate));

@@ -1,4 +1,5 @@
 import type { WavHeader } from '../tools/wav.js';
+import { instantiateAudioKernels, type AudioKernels } from './audio-kernels.js';
 import { createFrameReader } from './wav-frames.js';
 
 /**
@@ -16,6 +17,10 @@ import { createFrameReader } from './wav-frames.js';
  *
  * 8 bits per value (-128..127, the 16-bit sample's high byte): a waveform is drawn at most a few
  * hundred pixels tall, so 8 bits lose nothing visible and halve the JSON of 16.
+ *
+ * The per-sample loop, for the converter's mono and stereo, is WebAssembly with SIMD128 (the min
+ * and max of 8 samples at a time, in wasm/loudness-kernels.c, the loudness meter's module), so
+ * that it costs a small part of the SHA-256 it rides on.
  *
  * Only what the converter writes is read: integer PCM, 16 bits. Any other WAV, or bytes that are
  * not a WAV, give no peaks (finish() returns null); a file shorter than its header says gives the
@@ -77,7 +82,7 @@ export function createPeaksAccumulator(): PeaksAccumulator {
     resetPixel();
   }
 
-  /** Any channel count: frame by frame, the pixel's extremes in the arrays. */
+  /** More than 2 channels (not the converter's): frame by frame, the pixel's extremes in the arrays. */
   function anyFrames(values: Int16Array): void {
     for (let i = 0; i < values.length;) {
       for (let c = 0; c < channels; c++, i++) {
@@ -89,69 +94,23 @@ export function createPeaksAccumulator(): PeaksAccumulator {
     }
   }
 
-  /**
-   * One loop per pixel (or the part of it this array holds), the extremes in local variables and
-   * taken with Math.min/Math.max, which compile to branch-free instructions: comparisons would
-   * branch on every sample, unpredictably on noisy audio.
-   */
-  function monoFrames(values: Int16Array): void {
-    const end = values.length;
-    for (let i = 0; i < end;) {
-      const stop = Math.min(end, i + (samplesPerPixel - frameInPixel));
-      let min = mins[0]!;
-      let max = maxs[0]!;
-      for (let j = i; j < stop; j++) {
-        const value = values[j]!;
-        min = Math.min(min, value);
-        max = Math.max(max, value);
-      }
-      mins[0] = min;
-      maxs[0] = max;
-      frameInPixel += stop - i;
-      i = stop;
-      if (frameInPixel === samplesPerPixel) emitPixel();
-    }
+  /** Mono and stereo, the converter's: the WebAssembly kernels, MAX_FRAMES frames at a time through their input. */
+  let kernels: AudioKernels | undefined;
+  let input = new Int16Array(0);
+  let output = new Int8Array(0);
+  let maxFrames = 0;
+
+  /** The pixels the kernels' last call ended, into the data. */
+  function takePixels(ended: number): void {
+    data.set(output.subarray(0, ended * channels * 2), pixel * channels * 2);
+    pixel += ended;
   }
 
-  function stereoFrames(values: Int16Array): void {
-    // A frame is one 32-bit word when the array starts on a 4-byte address (the usual case: the
-    // data chunk and the store's reads start on one): one read per frame instead of two.
-    const words =
-      values.byteOffset % 4 === 0 ? new Int32Array(values.buffer, values.byteOffset, values.length / 2) : null;
-    const end = values.length / 2;
-    for (let i = 0; i < end;) {
-      const stop = Math.min(end, i + (samplesPerPixel - frameInPixel));
-      let leftMin = mins[0]!;
-      let leftMax = maxs[0]!;
-      let rightMin = mins[1]!;
-      let rightMax = maxs[1]!;
-      if (words) {
-        for (let j = i; j < stop; j++) {
-          const frame = words[j]!;
-          const left = (frame << 16) >> 16;
-          const right = frame >> 16;
-          leftMin = Math.min(leftMin, left);
-          leftMax = Math.max(leftMax, left);
-          rightMin = Math.min(rightMin, right);
-          rightMax = Math.max(rightMax, right);
-        }
-      } else {
-        for (let j = 2 * i; j < 2 * stop; j += 2) {
-          const left = values[j]!;
-          const right = values[j + 1]!;
-          leftMin = Math.min(leftMin, left);
-          leftMax = Math.max(leftMax, left);
-          rightMin = Math.min(rightMin, right);
-          rightMax = Math.max(rightMax, right);
-        }
-      }
-      mins[0] = leftMin;
-      maxs[0] = leftMax;
-      mins[1] = rightMin;
-      maxs[1] = rightMax;
-      frameInPixel += stop - i;
-      i = stop;
-      if (frameInPixel === samplesPerPixel) emitPixel();
+  function kernelFrames(k: AudioKernels, values: Int16Array): void {
+    for (let at = 0; at < values.length; at += maxFrames * channels) {
+      const part = values.subarray(at, at + maxFrames * channels);
+      input.set(part);
+      takePixels(k.peaks(part.length / channels));
     }
   }
 
@@ -162,14 +121,27 @@ export function createPeaksAccumulator(): PeaksAccumulator {
       const frames = Math.floor(h.dataBytes / (2 * channels));
       samplesPerPixel = samplesPerPixelFor(frames);
       data = new Int8Array(Math.ceil(frames / samplesPerPixel) * channels * 2);
-      mins = new Int32Array(channels);
-      maxs = new Int32Array(channels);
-      resetPixel();
+      if (channels <= 2) {
+        const k = instantiateAudioKernels();
+        // The kernels refuse only what this never asks (other channel counts, blocks under 32 frames): no peaks then.
+        if (!k.peaks_configure(channels, samplesPerPixel)) return false;
+        maxFrames = k.max_frames();
+        input = new Int16Array(k.memory.buffer, k.input_buffer(), maxFrames * channels);
+        output = new Int8Array(
+          k.memory.buffer,
+          k.peaks_output(),
+          (Math.ceil(maxFrames / samplesPerPixel) + 1) * channels * 2,
+        );
+        kernels = k;
+      } else {
+        mins = new Int32Array(channels);
+        maxs = new Int32Array(channels);
+        resetPixel();
+      }
       return true;
     },
     frames(values) {
-      if (channels === 2) stereoFrames(values);
-      else if (channels === 1) monoFrames(values);
+      if (kernels) kernelFrames(kernels, values);
       else anyFrames(values);
     },
   });
@@ -180,7 +152,8 @@ export function createPeaksAccumulator(): PeaksAccumulator {
     },
     finish() {
       if (!reader.accepted || !header) return null;
-      if (frameInPixel > 0) emitPixel();
+      if (kernels) takePixels(kernels.peaks_flush());
+      else if (frameInPixel > 0) emitPixel();
       return {
         version: 2,
         channels,

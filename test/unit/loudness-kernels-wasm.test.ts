@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 /**
- * The committed WebAssembly of the loudness meter is the build of its committed C source: rebuilt
+ * The committed WebAssembly of the loudness meter and the waveform peaks is the build of its committed C source: rebuilt
  * by the same script with the clang it names (Debian bookworm's 14), it has the same bytes. Where
  * that clang is not installed (the build and CI need none) there is nothing to rebuild with.
  */

@@ -71,6 +71,31 @@ function frames(count: number, channels: number): number[][] {
   return Array.from({ length: count }, () => Array.from({ length: channels }, next));
 }
 
+/** Frames of noise whose level jumps every few hundred frames (1 to full scale), so blocks' extremes differ. */
+function levelledNoise(count: number, channels: number, seed: number): number[][] {
+  let state = seed;
+  const next = () => (state = (state * 1103515245 + 12345) % 2147483648) / 2147483648;
+  let level = 1;
+  return Array.from({ length: count }, (_, i) => {
+    if (i % 317 === 0) level = 1 + Math.floor(next() * 32767);
+    // Now and then the extremes themselves, which the kernels' starting values must not hide.
+    return Array.from({ length: channels }, () =>
+      next() < 0.0005 ? (next() < 0.5 ? -32768 : 32767) : Math.round((next() * 2 - 1) * level),
+    );
+  });
+}
+
+/** `count` cut positions in (0, length), random sizes from 1 byte up, sorted. */
+function randomCuts(length: number, count: number, seed: number): number[] {
+  let state = seed;
+  const cuts = new Set<number>();
+  while (cuts.size < count) {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    cuts.add(1 + (state % (length - 1)));
+  }
+  return [...cuts].sort((a, b) => a - b);
+}
+
 describe('waveform peaks accumulator', () => {
   it('stereo: min/max per channel per block, in audiowaveform version 2 form', () => {
     // A positive full-scale left, a negative half-scale right, then silence: the channels stay apart.
@@ -148,5 +173,35 @@ describe('waveform peaks accumulator', () => {
     const peaks = peaksOf(cut, [])!;
     expect(peaks.data).toEqual(expectedData(input.slice(0, 50), MIN_SAMPLES_PER_PIXEL));
     expect(peaks.length).toBe(2);
+  });
+
+  it('the WebAssembly kernels give what a plain loop gives: random levels, odd chunk cuts, blocks ending mid-chunk', () => {
+    // Block sizes that are not multiples of a vector (37 and 41 frames), chunks from a byte to
+    // over the kernels' 16384-frame input, cut inside frames, samples and the header.
+    for (const [count, channels] of [
+      [365_432, 2],
+      [405_000, 1],
+      [5_003, 2],
+      [777, 1],
+    ] as const) {
+      const input = levelledNoise(count, channels, count);
+      const file = wav(input, { list: count % 2 === 0 });
+      const spp = samplesPerPixelFor(count);
+      const expected = expectedData(input, spp);
+      for (const seed of [1, 2, 3]) {
+        const cuts = randomCuts(file.length, seed === 1 ? 7 : 60, seed * count);
+        const peaks = peaksOf(file, cuts)!;
+        expect(peaks).toMatchObject({ channels, samples_per_pixel: spp, length: Math.ceil(count / spp) });
+        expect(peaks.data).toEqual(expected);
+      }
+    }
+    // Control: the blocks' extremes differ (the signal is no full-scale noise every block shares).
+    const stereo = expectedData(levelledNoise(365_432, 2, 365_432), samplesPerPixelFor(365_432));
+    expect(new Set(stereo).size).toBeGreaterThan(200);
+  });
+
+  it("more than two channels (not the converter's, a plain loop): min/max per channel", () => {
+    const input = levelledNoise(1000, 3, 9);
+    expect(peaksOf(wav(input), [101, 333])!.data).toEqual(expectedData(input, MIN_SAMPLES_PER_PIXEL));
   });
 });

@@ -1,12 +1,14 @@
 /*
- * The loudness meter's per-sample loops (src/store/loudness.ts), as WebAssembly with SIMD128:
- * the K-weighting of both channels at once (f64x2, left and right in the two lanes) and the
- * BS.1770-4 Annex 2 true-peak interpolator in exact integer arithmetic (i32x4.dot_i16x8_s).
+ * The store's per-sample audio loops, as WebAssembly with SIMD128: the loudness meter's
+ * (src/store/loudness.ts) K-weighting of both channels at once (f64x2, left and right in the two
+ * lanes) and BS.1770-4 Annex 2 true-peak interpolator in exact integer arithmetic
+ * (i32x4.dot_i16x8_s), and the waveform peaks' (src/store/peaks.ts) min/max per pixel (at the end).
  * Rebuilt by `npm run build:wasm` (scripts/build-wasm.sh); the .wasm beside this file is committed.
  *
  * The caller writes up to MAX_FRAMES interleaved 16-bit frames at input_buffer(), then calls
  * weigh() over spans of them (the 100 ms steps' boundaries are the caller's) and true_peak() once
- * over all of them. All state is static: one instance meters one file. Nothing is allocated.
+ * over all of them. All state is static: one instance meters one file (or takes one file's peaks).
+ * Nothing is allocated.
  *
  * True peak: the Annex 2 taps are multiples of 2^-13 and the samples multiples of 2^-15, so with
  * taps as 16-bit integers (x 8192) and samples as they are, every interpolated value is an exact
@@ -225,3 +227,111 @@ EXPORT("true_peak") void true_peak(int frames) {
 
 /* The largest |sample| and interpolated magnitude so far, in units of 2^-28 full scale. */
 EXPORT("peak") int32_t peak(void) { return best; }
+
+/*
+ * Waveform peaks (src/store/peaks.ts): each pixel's min and max per channel, over the same input
+ * buffer, in its own instance. Whole vectors of 8 samples go through i16x8 min/max (lanes keep
+ * their channel: a span starts on a frame, so with 2 channels the even lanes are the left's); the
+ * lanes are folded per channel when a pixel ends, and a span's last samples that fill no vector
+ * go to scalar extremes folded with them.
+ */
+#define PEAKS_MIN_SPP 32
+/* The pixels one call can end: MAX_FRAMES frames, at least PEAKS_MIN_SPP each, and one begun before. */
+#define PEAKS_OUT_PIXELS (MAX_FRAMES / PEAKS_MIN_SPP + 1)
+
+static int peaks_channels;
+static int peaks_spp;
+static int peaks_in_pixel;
+static v128_t peaks_lo, peaks_hi;
+static int32_t peaks_lo_tail[2], peaks_hi_tail[2];
+static int8_t peaks_out[PEAKS_OUT_PIXELS * 4];
+static int peaks_ended;
+
+static void peaks_reset(void) {
+  peaks_lo = wasm_i16x8_splat(INT16_MAX);
+  peaks_hi = wasm_i16x8_splat(INT16_MIN);
+  for (int c = 0; c < 2; c++) {
+    peaks_lo_tail[c] = INT16_MAX;
+    peaks_hi_tail[c] = INT16_MIN;
+  }
+  peaks_in_pixel = 0;
+}
+
+/* Starts a file: 1 or 2 channels, at least PEAKS_MIN_SPP frames per pixel; 0 refuses anything else. */
+EXPORT("peaks_configure") int peaks_configure(int channels_, int samples_per_pixel) {
+  if ((channels_ != 1 && channels_ != 2) || samples_per_pixel < PEAKS_MIN_SPP) return 0;
+  peaks_channels = channels_;
+  peaks_spp = samples_per_pixel;
+  peaks_ended = 0;
+  peaks_reset();
+  return 1;
+}
+
+/* The pixels the last call ended: min, max per channel of each, the 16-bit extremes' high bytes. */
+EXPORT("peaks_output") int8_t *peaks_output(void) { return peaks_out; }
+
+INLINE int32_t lowest(int32_t a, int32_t b) { return a < b ? a : b; }
+INLINE int32_t highest(int32_t a, int32_t b) { return a > b ? a : b; }
+
+static void peaks_end_pixel(void) {
+  /* Lanes 4-7 onto 0-3, then 2-3 onto 0-1: lane c holds channel c's extremes when there are 2. */
+  v128_t lo = wasm_i16x8_min(peaks_lo, wasm_i32x4_shuffle(peaks_lo, peaks_lo, 2, 3, 0, 1));
+  v128_t hi = wasm_i16x8_max(peaks_hi, wasm_i32x4_shuffle(peaks_hi, peaks_hi, 2, 3, 0, 1));
+  lo = wasm_i16x8_min(lo, wasm_i32x4_shuffle(lo, lo, 1, 0, 3, 2));
+  hi = wasm_i16x8_max(hi, wasm_i32x4_shuffle(hi, hi, 1, 0, 3, 2));
+  int8_t *out = peaks_out + peaks_ended * 2 * peaks_channels;
+  if (peaks_channels == 2) {
+    for (int c = 0; c < 2; c++) {
+      int32_t lo_c = lowest(c ? wasm_i16x8_extract_lane(lo, 1) : wasm_i16x8_extract_lane(lo, 0), peaks_lo_tail[c]);
+      int32_t hi_c = highest(c ? wasm_i16x8_extract_lane(hi, 1) : wasm_i16x8_extract_lane(hi, 0), peaks_hi_tail[c]);
+      out[2 * c] = (int8_t)(lo_c >> 8);
+      out[2 * c + 1] = (int8_t)(hi_c >> 8);
+    }
+  } else {
+    int32_t lo_0 = lowest(lowest(wasm_i16x8_extract_lane(lo, 0), wasm_i16x8_extract_lane(lo, 1)), peaks_lo_tail[0]);
+    int32_t hi_0 = highest(highest(wasm_i16x8_extract_lane(hi, 0), wasm_i16x8_extract_lane(hi, 1)), peaks_hi_tail[0]);
+    out[0] = (int8_t)(lo_0 >> 8);
+    out[1] = (int8_t)(hi_0 >> 8);
+  }
+  peaks_ended++;
+  peaks_reset();
+}
+
+/* Samples [from, to) of the input, all in the current pixel, into its extremes. */
+static void peaks_span(int from, int to) {
+  v128_t lo = peaks_lo, hi = peaks_hi;
+  int i = from;
+  for (; i + 8 <= to; i += 8) {
+    v128_t v = wasm_v128_load(input + i);
+    lo = wasm_i16x8_min(lo, v);
+    hi = wasm_i16x8_max(hi, v);
+  }
+  peaks_lo = lo;
+  peaks_hi = hi;
+  for (; i < to; i++) {
+    int c = (i - from) % peaks_channels;
+    peaks_lo_tail[c] = lowest(peaks_lo_tail[c], input[i]);
+    peaks_hi_tail[c] = highest(peaks_hi_tail[c], input[i]);
+  }
+}
+
+/* The input's first `frames` frames (at most MAX_FRAMES), after all frames before; returns the pixels ended. */
+EXPORT("peaks") int peaks(int frames) {
+  peaks_ended = 0;
+  for (int f = 0; f < frames;) {
+    int stop = f + (peaks_spp - peaks_in_pixel);
+    if (stop > frames) stop = frames;
+    peaks_span(f * peaks_channels, stop * peaks_channels);
+    peaks_in_pixel += stop - f;
+    f = stop;
+    if (peaks_in_pixel == peaks_spp) peaks_end_pixel();
+  }
+  return peaks_ended;
+}
+
+/* Ends the last pixel if it has begun; returns the pixels ended (0 or 1), at peaks_output(). */
+EXPORT("peaks_flush") int peaks_flush(void) {
+  peaks_ended = 0;
+  if (peaks_in_pixel > 0) peaks_end_pixel();
+  return peaks_ended;
+}
