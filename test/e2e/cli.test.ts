@@ -36,7 +36,7 @@ beforeAll(async () => {
   const short = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'wav' });
   media.serveFile('/short.wav', short.path, { contentType: 'audio/wav' });
   media.route('/hang.wav', () => {});
-  // ffmpeg starts 2 s late: the conversion lasts long enough for "converting" to be seen.
+  // ffmpeg ends 2 s late: the conversion lasts long enough for "converting" to be seen.
   const ffmpeg = await writeSlowFfmpeg(path.join(work, 'tools'), 2);
   svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg, LOUDNESS: 'on' } });
 });

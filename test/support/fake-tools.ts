@@ -4,14 +4,14 @@
  * finds them) and otherwise echo their whole command line to stderr, which carries server paths
  * and, for yt-dlp, the per-job proxy credentials, before exiting non-zero. A job's error
  * message must show none of that. Three more work but differ: one claims a version (the health
- * check reads its age), one converts late (so that a conversion can be watched), one at the
+ * check reads its age), one ends late (so that a conversion can be watched), one at the
  * audio's own pace (so that a conversion can be caught in its middle).
  *
  *   const ytdlp = await writeFailingYtDlp(dir);           // YTDLP_PATH
  *   const ffmpeg = await writeFailingFfmpeg(dir);         // FFMPEG_PATH
  *   const noExec = await writeNotExecutable(dir);         // a file without the x bit
  *   const old = await writeYtDlpOfVersion(dir, '2023.03.04'); // says it is that version
- *   const slow = await writeSlowFfmpeg(dir, 2);          // converts, 2 s late
+ *   const slow = await writeSlowFfmpeg(dir, 2);          // converts, and ends 2 s late
  *   const realtime = await writeRealtimeFfmpeg(dir);      // converts at the audio's own pace
  */
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
@@ -70,8 +70,9 @@ export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/
 }
 
 /**
- * The real ffmpeg, started `delaySeconds` late: a conversion that lasts long enough to be seen
- * (the CLI's "converting" phase).
+ * The real ffmpeg, ending `delaySeconds` late: a conversion that lasts long enough after its input
+ * has ended to be seen (the CLI's "converting" phase), whether it ran after the download or
+ * alongside it.
  */
 export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
   return script(
@@ -79,8 +80,10 @@ export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = 
     'ffmpeg',
     [
       `if [ "$1" = "-version" ]; then exec ${realFfmpeg} -version; fi`,
+      `${realFfmpeg} "$@"`,
+      'status=$?',
       `sleep ${delaySeconds}`,
-      `exec ${realFfmpeg} "$@"`,
+      'exit $status',
     ].join('\n'),
   );
 }
