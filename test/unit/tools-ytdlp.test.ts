@@ -85,7 +85,7 @@ describe('buildDownloadArgs', () => {
       '--print',
       'pre_process:INFO %()j',
       '--exec',
-      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate feed && echo GATE && read -r go < gate',
+      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate && echo GATE && read -r go < gate',
       '--print',
       'after_move:filepath',
       '--no-simulate',

@@ -1,4 +1,3 @@
-import fs from 'node:fs/promises';
 import type { Database } from '../../db/database.js';
 import { setAlias } from '../../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../store/cache-entries.js';
@@ -42,48 +41,23 @@ export interface CommitDeps {
   keyAllowance?: KeyAllowance;
 }
 
-/** Where the commit's time goes, for the 'fetch steps' line (ms, one after the other). */
-export interface CommitTimings {
-  /** The store's put: the hash pass (with the peaks and the meter), the pin, the fsyncs and renames. */
-  store_ms?: number;
-  peaks_file_ms?: number;
-  discard_work_ms?: number;
-  transaction_ms?: number;
-}
-
 export function commitContent(
   ctx: FetchContext,
   deps: CommitDeps,
   converted: Converted,
   mediaKey: string | undefined,
   discardWork: () => Promise<void>,
-  timings: CommitTimings = {},
 ): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
     const { database, store } = deps;
     const accumulator = ctx.audioAnalysis?.peaks ? createPeaksAccumulator() : undefined;
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
-    let mark = performance.now();
-    const lap = (name: keyof CommitTimings) => {
-      const now = performance.now();
-      timings[name] = Math.round(now - mark);
-      mark = now;
-    };
-    // The WAV's writeback to disk starts now, beside the hash pass (which only reads): the store's
-    // own fsync, after the pass, then finds little or nothing left to write.
-    const written = syncFile(converted.wavPath);
-    let stored;
-    try {
-      stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, {
-        update(chunk) {
-          accumulator?.update(chunk);
-          meter?.update(chunk);
-        },
-      });
-    } finally {
-      await written;
-    }
-    lap('store_ms');
+    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, {
+      update(chunk) {
+        accumulator?.update(chunk);
+        meter?.update(chunk);
+      },
+    });
     try {
       const peaks = accumulator?.finish();
       const loudness = meter?.finish() ?? null;
@@ -91,9 +65,7 @@ export function commitContent(
       const peaksBytes = peaks
         ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
         : null;
-      lap('peaks_file_ms');
       await discardWork();
-      lap('discard_work_ms');
       const now = deps.now();
       const { header } = converted;
       const apiKeyId = ctx.job.apiKeyId;
@@ -146,7 +118,6 @@ export function commitContent(
         if (mediaKey) await setAlias(q, 'media', mediaKey, stored.contentId, now);
         return ended;
       });
-      lap('transaction_ms');
       if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
       if (outcome === 'lost' || 'refusal' in outcome) {
         await stored.release();
@@ -162,23 +133,6 @@ export function commitContent(
       await stored.release();
     }
   });
-}
-
-/**
- * fsyncs a file, its errors left to whoever syncs it for good (the store, which fsyncs what it
- * stores whatever this did).
- */
-async function syncFile(file: string): Promise<void> {
-  try {
-    const handle = await fs.open(file, 'r');
-    try {
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-  } catch {
-    // The store's own fsync reports what matters.
-  }
 }
 
 async function removeIfUnreferenced(deps: CommitDeps, contentId: string): Promise<void> {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
+import type { Downloaded } from './download.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
 
 /**
@@ -28,23 +29,18 @@ const NO_SPACE = /No space left on device|Disk quota exceeded/i;
 /** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
 const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
-/**
- * Converts the file at `input`: the whole download, or the FIFO through which the download is
- * handed over as it grows (./overlap.ts). `stop`, aborted with a JobError as its reason, stops
- * ffmpeg and fails the step with that error.
- */
-export function convertToWav(ctx: FetchContext, input: string, stop?: AbortSignal): Promise<Outcome<Converted>> {
+export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
     const run = await ctx.runTool(
       'ffmpeg',
       ffmpeg.buildConvertArgs({
-        input,
+        input: downloaded.path,
         output: wavPath,
         maxDurationS: ctx.limits.maxDurationS,
         maxAllocBytes: ctx.limits.tool.memoryBytes,
       }),
-      { maxFileBytes: ctx.limits.maxOutputBytes, ...(stop ? { stop } : {}) },
+      { maxFileBytes: ctx.limits.maxOutputBytes },
     );
     if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
     if (run.exitCode !== 0) {
@@ -52,7 +48,7 @@ export function convertToWav(ctx: FetchContext, input: string, stop?: AbortSigna
       // names an input it could not open at the start of its line.
       const inputRefused =
         NO_AUDIO_STREAM.test(run.stderrTail) ||
-        run.stderrTail.split('\n').some((line) => line.startsWith(`file:${input}: `));
+        run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
       if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
       throw new JobFailure({
         code: 'conversion_failed',
