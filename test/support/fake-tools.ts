@@ -71,8 +71,7 @@ export function writeYtDlpOfVersion(dir: string, version: string, realYtDlp = '/
 
 /**
  * The real ffmpeg, ending `delaySeconds` late: a conversion that lasts long enough after its input
- * has ended to be seen (the CLI's "converting" phase), whether it ran after the download or
- * alongside it.
+ * has ended to be seen (the CLI's "converting" phase).
  */
 export function writeSlowFfmpeg(dir: string, delaySeconds: number, realFfmpeg = '/usr/bin/ffmpeg'): Promise<string> {
   return script(
