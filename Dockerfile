@@ -8,6 +8,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json .npmrc ./
+# Fixes to dependencies, applied by `postinstall` (patches/README.md).
+COPY patches ./patches
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 # `prepare` compiles src/ to dist/; dev dependencies go afterwards.

@@ -40,7 +40,6 @@ const FULL = new Set(['53100', 'SQLITE_FULL', 'ENOSPC', 'EDQUOT']);
 const MAX_CAUSES = 8;
 
 export function databaseOutage(err: unknown): DatabaseOutage | null {
-  if (isWriteToClosedConnection(err)) return 'unreachable';
   let current = err as { code?: unknown; cause?: unknown } | null | undefined;
   for (let depth = 0; depth < MAX_CAUSES && current; depth++) {
     const code = typeof current.code === 'string' ? current.code : undefined;
@@ -54,16 +53,3 @@ export function databaseOutage(err: unknown): DatabaseOutage | null {
   return null;
 }
 
-/**
- * postgres.js 3.4 writes a query's small messages on the next turn of the event loop; when the
- * connection closes first, that write finds no socket and throws a TypeError from the timer, out
- * of every caller's reach (porsager/postgres#1066, #1154, #1208). It is one more sign of a
- * connection lost, not a bug of this service, and must not end the process.
- */
-function isWriteToClosedConnection(err: unknown): boolean {
-  return (
-    err instanceof TypeError &&
-    /reading 'write'/.test(err.message) &&
-    /\bnextWrite \(.*[/\\]postgres[/\\](?:cjs[/\\])?src[/\\]connection\.js:/.test(err.stack ?? '')
-  );
-}

@@ -15,9 +15,9 @@ export interface PostgresAddress {
  * postgres.js 3.4.9 loses a query when a server closes a connection cleanly while it starts: the
  * query waits for good, and the connection reconnects in a loop without delay
  * (porsager/postgres#1193). A server refusing this node (its database or role gone) closes that
- * way after its error, and the error itself is not reported when the connection had a query in
- * flight the last time it closed. An error on the socket settles every waiting query, and
- * postgres.js backs off before the next attempt.
+ * way after its error. An error on the socket settles every waiting query, and postgres.js backs
+ * off before the next attempt. (The driver's other faults on a lost connection are patched:
+ * patches/README.md.)
  *
  * A close that this side began (a connection ended by the pool) stays clean. With TLS,
  * postgres.js wraps the socket after connecting and its own close handling applies.

@@ -111,14 +111,13 @@ describe('postgresSockets', () => {
     },
   );
 
-  it.each(['database gone', 'hang up'] as const)(
-    "control: postgres.js's own sockets leave that query waiting while they reconnect without pause (%s)",
-    async (how) => {
-      const { server, query } = await refusedAfterACutQuery(how, { backoff: () => 0.01 });
-      await until(() => server.attempts() >= 50 || query.settled.state !== 'pending');
-      expect(query.settled).toEqual({ state: 'pending' });
-    },
-  );
+  // With an error first, the patched driver settles the query on its own sockets too
+  // (patches/README.md); a bare hang-up it still takes for a reason to try again at once.
+  it("control: postgres.js's own sockets leave that query waiting while they reconnect without pause (hang up)", async () => {
+    const { server, query } = await refusedAfterACutQuery('hang up', { backoff: () => 0.01 });
+    await until(() => server.attempts() >= 50 || query.settled.state !== 'pending');
+    expect(query.settled).toEqual({ state: 'pending' });
+  });
 
   it('makes a close the server began an error, and leaves one this side began clean', async () => {
     const server = createServer((socket) => {

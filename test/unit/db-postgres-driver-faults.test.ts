@@ -1,0 +1,155 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import postgres from 'postgres';
+import { afterEach, describe, expect, it } from 'vitest';
+import { postgresSockets } from '../../src/db/postgres-socket.js';
+import { freshDatabaseUrl, psql } from '../support/postgres.js';
+
+/**
+ * postgres.js 3.4.9, as patched by patches/postgres+3.4.9.patch, against a real PostgreSQL: a
+ * connection lost at an awkward moment must leave the pool working and never let a transaction's
+ * statements run outside it. Each case failed on the unpatched driver (noted per case).
+ *
+ * The pool connects through postgresSockets(), as the service's does, and the test keeps each
+ * socket to cut it when it chooses.
+ */
+interface Pool {
+  sql: postgres.Sql;
+  /** The socket of the pool's latest connection attempt. */
+  latest(): Socket;
+  /** Where the next connection attempts go: the real server, or a port that refuses this client. */
+  route(to: 'server' | { port: number }): void;
+}
+
+const pools: postgres.Sql[] = [];
+afterEach(async () => {
+  for (const sql of pools.splice(0)) await sql.end({ timeout: 0 });
+});
+
+async function openPool(url: string): Promise<Pool> {
+  const server = new URL(url);
+  let target: { host: string; port: number } = { host: server.hostname, port: Number(server.port) };
+  let latest: Socket | undefined;
+  const sockets = postgresSockets();
+  const sql = postgres(url, {
+    max: 1,
+    fetch_types: false,
+    onnotice: () => {},
+    socket: () => (latest = sockets({ host: [target.host], port: [target.port] })),
+  } as postgres.Options<Record<string, never>>);
+  pools.push(sql);
+  await sql`select 1`;
+  return {
+    sql,
+    latest: () => latest!,
+    route(to) {
+      target = to === 'server' ? { host: server.hostname, port: Number(server.port) } : { host: '127.0.0.1', ...to };
+    },
+  };
+}
+
+/** A server that answers every startup as PostgreSQL does when the database is gone (3D000), and hangs up. */
+async function startRefusingServer(): Promise<Server> {
+  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
+  const head = Buffer.alloc(5);
+  head.write('E', 0);
+  head.writeInt32BE(fields.length + 4, 1);
+  const server = createServer((socket) => socket.once('data', () => socket.end(Buffer.concat([head, fields]))));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return server;
+}
+
+/** How a query ends when its connection is lost: the socket's error, or the pool's. */
+const LOST = { code: expect.stringMatching(/^(ECONNRESET|CONNECTION_CLOSED)$/) as unknown };
+
+/** Cuts the connection as a dying network does: the socket errors without a word from the server. */
+function cut(socket: Socket): void {
+  socket.destroy(Object.assign(new Error('cut by the test'), { code: 'ECONNRESET' }));
+}
+
+describe('postgres.js with a connection lost at an awkward moment', () => {
+  it('settles a query handed to a connection that is closing, and serves the next one', async () => {
+    // Unpatched: a query sent between the socket's error and its close was left waiting for good.
+    const pool = await openPool(await freshDatabaseUrl());
+    const socket = pool.latest();
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    const lost = pool.sql`select 1 as n`;
+    cut(socket);
+    await expect(lost).rejects.toMatchObject(LOST);
+    await expect(pool.sql`select 2 as n`).rejects.toMatchObject(LOST);
+    await closed;
+    expect(await pool.sql`select 3 as n`).toEqual([{ n: 3 }]);
+  });
+
+  it('rejects a transaction’s statements after its connection is lost, and runs none of them elsewhere', async () => {
+    // Unpatched: begin() rejected, but the callback's next insert ran on the pool's replacement
+    // connection outside any transaction, and stayed.
+    const url = await freshDatabaseUrl();
+    await psql(url, 'create table marks (n int)');
+    const pool = await openPool(url);
+    let resume!: () => void;
+    const paused = new Promise<void>((resolve) => (resume = resolve));
+    let firstDone!: () => void;
+    const firstInserted = new Promise<void>((resolve) => (firstDone = resolve));
+    const later: Promise<unknown>[] = [];
+    const transaction = pool.sql.begin(async (tx) => {
+      await tx`insert into marks values (1)`;
+      firstDone();
+      await paused;
+      const second = tx`insert into marks values (2)`;
+      later.push(second);
+      await second;
+    });
+    transaction.catch(() => {});
+    await firstInserted;
+    cut(pool.latest());
+    await expect(transaction).rejects.toMatchObject(LOST);
+    // The pool reconnects its only connection for another query: the one the callback would reach.
+    expect(await pool.sql`select 4 as n`).toEqual([{ n: 4 }]);
+    resume();
+    while (later.length === 0) await new Promise((resolve) => setImmediate(resolve));
+    await expect(later[0]).rejects.toMatchObject(LOST);
+    expect(await pool.sql`select count(*)::int as rows from marks`).toEqual([{ rows: 0 }]);
+  });
+
+  it('rejects the statements queued inside a transaction when its connection is lost', async () => {
+    // Past postgres.js's pipeline of 100, a transaction queues its statements itself.
+    // Unpatched: the queued statements never settled.
+    const pool = await openPool(await freshDatabaseUrl());
+    let statements: Promise<unknown>[] = [];
+    let sleeping!: () => void;
+    const started = new Promise<void>((resolve) => (sleeping = resolve));
+    const transaction = pool.sql.begin((tx) => {
+      statements = [tx`select pg_sleep(10)`, ...Array.from({ length: 150 }, (_, i) => tx`select ${i}::int`)];
+      sleeping();
+      return statements;
+    });
+    transaction.catch(() => {});
+    await started;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    cut(pool.latest());
+    await expect(transaction).rejects.toMatchObject(LOST);
+    const outcomes = await Promise.allSettled(statements);
+    expect(outcomes.filter((outcome) => outcome.status === 'rejected')).toHaveLength(151);
+  });
+
+  it('reports a refusal after a lost query as the server’s error, and serves once the server is back', async () => {
+    // Unpatched: the lost query stayed in place, and took the server's 3D000 for its own.
+    const refusing = await startRefusingServer();
+    try {
+      const pool = await openPool(await freshDatabaseUrl());
+      const cutOff = pool.sql`select pg_sleep(10)`;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      pool.route({ port: (refusing.address() as { port: number }).port });
+      const socket = pool.latest();
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      cut(socket);
+      await expect(cutOff).rejects.toMatchObject(LOST);
+      await closed; // a query sent before the close would meet the dying connection, not the refusal
+      await expect(pool.sql`select 1`).rejects.toMatchObject({ code: '3D000' });
+      pool.route('server');
+      expect(await pool.sql`select 5 as n`).toEqual([{ n: 5 }]);
+    } finally {
+      await new Promise((resolve) => refusing.close(resolve));
+    }
+  });
+});
