@@ -4,7 +4,7 @@ import { createFrameReader } from './wav-frames.js';
 
 /**
  * EBU R128 loudness of a WAV (ITU-R BS.1770-4, EBU Tech 3341 and 3342), measured from its bytes as
- * they stream past: the store's hash loop feeds it, as it feeds the peaks (no second read, no
+ * they stream past: the conversion feeds it as ffmpeg writes the WAV (src/jobs/fetch/convert.ts; no
  * second decode: the converter's WAV is the decode). Results agree with ffmpeg's ebur128 filter,
  * whose rules it follows where the standards leave a choice:
  *

@@ -3,7 +3,6 @@ import { setAlias } from '../../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../store/cache-entries.js';
 import type { ContentStore } from '../../store/content-store.js';
 import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../store/layout.js';
-import { createLoudnessMeter } from '../../store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../../store/peaks.js';
 import { allowanceRefusal, lockKeyStorage, type KeyAllowance } from '../../store/key-allowance.js';
 import { lockContent, pinnedAmong } from '../../store/pins.js';
@@ -16,10 +15,9 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 /**
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
  * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
- * waveform peaks (peaks.json) and its EBU R128 loudness as ctx.audioAnalysis says, both computed
- * from the bytes the store hashes (../../store/peaks.ts, ../../store/loudness.ts): one read of the
- * WAV for all three; the
- * attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
+ * waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store hashes
+ * (../../store/peaks.ts: one read of the WAV for both), and the loudness the conversion measured;
+ * the attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
  * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
  * longer this node's (canceled meanwhile) records nothing: undefined.
  *
@@ -51,17 +49,11 @@ export function commitContent(
   return step(async () => {
     const { database, store } = deps;
     const accumulator = ctx.audioAnalysis?.peaks ? createPeaksAccumulator() : undefined;
-    const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
-    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, {
-      update(chunk) {
-        accumulator?.update(chunk);
-        meter?.update(chunk);
-      },
-    });
+    const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, accumulator);
     try {
       const peaks = accumulator?.finish();
-      const loudness = meter?.finish() ?? null;
-      if (meter && loudness === null) ctx.log.warn('no loudness measured (a silent WAV)');
+      const loudness = converted.loudness ?? null;
+      if (converted.loudness === null) ctx.log.warn('no loudness measured (a silent WAV)');
       const peaksBytes = peaks
         ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
         : null;

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
 import type { Downloaded } from './download.js';
+import { followFile } from './follow-file.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
 
 /**
@@ -14,10 +16,16 @@ import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from 
  * decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it whatever
  * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
  * size disagrees with its header.
+ *
+ * With ctx.audioAnalysis.loudness, the WAV's EBU R128 loudness is measured as ffmpeg writes it
+ * (../../store/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work
+ * overlaps the conversion on another core instead of following it.
  */
 export interface Converted {
   wavPath: string;
   header: WavHeader;
+  /** Absent when not asked for; null for a WAV with no loudness (digital silence). */
+  loudness?: Loudness | null;
 }
 
 /** What ffmpeg (at -loglevel error) says about an input it could only partly decode. */
@@ -32,49 +40,62 @@ const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
-    const run = await ctx.runTool(
-      'ffmpeg',
-      ffmpeg.buildConvertArgs({
-        input: downloaded.path,
-        output: wavPath,
-        maxDurationS: ctx.limits.maxDurationS,
-        maxAllocBytes: ctx.limits.tool.memoryBytes,
-      }),
-      { maxFileBytes: ctx.limits.maxOutputBytes },
-    );
-    if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
-    if (run.exitCode !== 0) {
-      // ffmpeg opens its output only after its input, once an audio stream is found in it; and it
-      // names an input it could not open at the start of its line.
-      const inputRefused =
-        NO_AUDIO_STREAM.test(run.stderrTail) ||
-        run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
-      if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
-      throw new JobFailure({
-        code: 'conversion_failed',
-        message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.',
-      });
+    const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
+    const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
+    try {
+      const converted = await convert(ctx, downloaded, wavPath);
+      if (!meter || !follower) return converted;
+      await follower.finish(converted.header.dataOffset + converted.header.dataBytes);
+      return { ...converted, loudness: meter.finish() };
+    } finally {
+      await follower?.abandon();
     }
-    // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
-    // audio must not be stored as the URL's content.
-    if (CORRUPT_INPUT.test(run.stderrTail)) {
-      throw new JobFailure({
-        code: 'media_corrupt',
-        message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(
-          0,
-          500,
-        ),
-      });
-    }
-    const header = await readWavHeader(wavPath);
-    const incomplete = incompleteWav(header, (await fs.stat(wavPath)).size);
-    if (incomplete !== null) {
-      ctx.log.warn({ reason: incomplete }, 'the converter wrote an incomplete WAV');
-      if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
-      throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
-    }
-    return { wavPath, header };
   });
+}
+
+async function convert(ctx: FetchContext, downloaded: Downloaded, wavPath: string): Promise<Converted> {
+  const run = await ctx.runTool(
+    'ffmpeg',
+    ffmpeg.buildConvertArgs({
+      input: downloaded.path,
+      output: wavPath,
+      maxDurationS: ctx.limits.maxDurationS,
+      maxAllocBytes: ctx.limits.tool.memoryBytes,
+    }),
+    { maxFileBytes: ctx.limits.maxOutputBytes },
+  );
+  if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
+  if (run.exitCode !== 0) {
+    // ffmpeg opens its output only after its input, once an audio stream is found in it; and it
+    // names an input it could not open at the start of its line.
+    const inputRefused =
+      NO_AUDIO_STREAM.test(run.stderrTail) ||
+      run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
+    if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
+    throw new JobFailure({
+      code: 'conversion_failed',
+      message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.',
+    });
+  }
+  // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
+  // audio must not be stored as the URL's content.
+  if (CORRUPT_INPUT.test(run.stderrTail)) {
+    throw new JobFailure({
+      code: 'media_corrupt',
+      message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(
+        0,
+        500,
+      ),
+    });
+  }
+  const header = await readWavHeader(wavPath);
+  const incomplete = incompleteWav(header, (await fs.stat(wavPath)).size);
+  if (incomplete !== null) {
+    ctx.log.warn({ reason: incomplete }, 'the converter wrote an incomplete WAV');
+    if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
+    throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
+  }
+  return { wavPath, header };
 }
 
 async function nearlyFull(dir: string): Promise<boolean> {

@@ -73,7 +73,7 @@ export interface FetchContext {
   /** Host names the downloader reached through the egress guard so far. */
   hostsContacted(): string[];
   limits: FetchLimits;
-  /** Whether the store's pass over the WAV measures its loudness and computes its waveform peaks. */
+  /** Whether the conversion measures the WAV's loudness, and the store's pass over it computes its waveform peaks. */
   audioAnalysis: AudioAnalysis;
 }
 

@@ -1,0 +1,93 @@
+import fs from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/**
+ * A file read as another process writes it: its bytes are handed on in order, from its first, as
+ * they appear, so that work on them (the loudness meter) overlaps the writing instead of following
+ * it. The writer's end is told with finish(length): the bytes up to that length are handed on,
+ * and no more; bytes the writer rewrites behind the reader (a WAV's header) are not read again.
+ *
+ * Each run of bytes is a new buffer of at most CHUNK_BYTES, handed on synchronously, so memory is
+ * bounded whatever the file's size. At the end of what is written so far, the reader waits
+ * POLL_MS and looks again (also for the file to appear).
+ */
+export interface FileFollower {
+  /** The writer is done: hands on the file's bytes up to `length` (fewer if it holds fewer) and stops. */
+  finish(length: number): Promise<void>;
+  /** The writer failed: stops at once. Never rejects. */
+  abandon(): Promise<void>;
+}
+
+const CHUNK_BYTES = 1024 * 1024;
+const POLL_MS = 10;
+
+export function followFile(file: string, onBytes: (bytes: Buffer) => void): FileFollower {
+  /** Set by finish(): the length to read up to. */
+  let end: number | undefined;
+  let abandoned = false;
+  let wake: (() => void) | undefined;
+
+  async function pause(): Promise<void> {
+    const timer = new AbortController();
+    await Promise.race([
+      sleep(POLL_MS, undefined, { signal: timer.signal }).catch(() => {}),
+      new Promise<void>((resolve) => (wake = resolve)),
+    ]);
+    timer.abort();
+    wake = undefined;
+  }
+
+  async function open(): Promise<fs.FileHandle | undefined> {
+    for (;;) {
+      if (abandoned) return undefined;
+      const finishing = end !== undefined;
+      try {
+        return await fs.open(file, 'r');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || finishing) throw err;
+      }
+      await pause();
+    }
+  }
+
+  const reading = (async () => {
+    const handle = await open();
+    if (!handle) return;
+    try {
+      let position = 0;
+      for (;;) {
+        if (abandoned) return;
+        const finishing = end !== undefined;
+        const room = finishing ? Math.min(CHUNK_BYTES, end! - position) : CHUNK_BYTES;
+        if (room <= 0) return;
+        const bytes = Buffer.allocUnsafe(room);
+        const { bytesRead } = await handle.read(bytes, 0, room, position);
+        if (bytesRead > 0) {
+          position += bytesRead;
+          onBytes(bytes.subarray(0, bytesRead));
+        } else if (finishing) {
+          return; // the file holds fewer bytes than its writer said
+        } else {
+          await pause();
+        }
+      }
+    } finally {
+      await handle.close();
+    }
+  })();
+  // Seen by finish(); abandon() swallows it.
+  reading.catch(() => {});
+
+  return {
+    async finish(length) {
+      end = length;
+      wake?.();
+      await reading;
+    },
+    async abandon() {
+      abandoned = true;
+      wake?.();
+      await reading.catch(() => {});
+    },
+  };
+}
