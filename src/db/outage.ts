@@ -52,4 +52,3 @@ export function databaseOutage(err: unknown): DatabaseOutage | null {
   }
   return null;
 }
-

@@ -5,7 +5,6 @@ import postgres from 'postgres';
 import type { Database, Queryable } from './database.js';
 import { gatheredReads } from './gathered.js';
 import { guardedByCheckedWrite } from './guarded-write.js';
-import { postgresSockets } from './postgres-socket.js';
 import { createTransactionContext } from './transaction-context.js';
 import * as pgSchema from './schema/postgres.js';
 
@@ -76,13 +75,13 @@ export async function openPostgres(
 }
 
 /**
- * How a pool connects: through postgresSockets() (postgres.js documents its `socket` option but
- * its types leave it out), and after a failed attempt again within a second at most. postgres.js's
- * own back-off grows to 20 s, and the queries queued meanwhile wait for the next attempt, so a
- * request would learn only that late that the database is out of reach.
+ * How a pool connects: after a failed attempt, again within a second at most. postgres.js's own
+ * back-off grows to 20 s, and the queries queued meanwhile wait for the next attempt, so a request
+ * would learn only that late that the database is out of reach. (The driver is patched so that a
+ * lost connection or a refused one settles its queries: patches/README.md.)
  */
 function connecting<T extends object>(options: T): T {
-  return Object.assign(options, { socket: postgresSockets(), backoff: reconnectDelaySeconds });
+  return Object.assign(options, { backoff: reconnectDelaySeconds });
 }
 
 /** Doubling from 50 ms up to 1 s, with jitter so that a pool's connections do not retry in step. */

@@ -1,7 +1,6 @@
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
-import { postgresSockets } from '../../src/db/postgres-socket.js';
 import { freshDatabaseUrl, psql } from '../support/postgres.js';
 
 /**
@@ -9,8 +8,8 @@ import { freshDatabaseUrl, psql } from '../support/postgres.js';
  * connection lost at an awkward moment must leave the pool working and never let a transaction's
  * statements run outside it. Each case failed on the unpatched driver (noted per case).
  *
- * The pool connects through postgresSockets(), as the service's does, and the test keeps each
- * socket to cut it when it chooses.
+ * The test opens the pool's sockets (postgres.js's `socket` option) to cut them when it chooses,
+ * and to send its attempts to a server that refuses them.
  */
 interface Pool {
   sql: postgres.Sql;
@@ -29,12 +28,12 @@ async function openPool(url: string): Promise<Pool> {
   const server = new URL(url);
   let target: { host: string; port: number } = { host: server.hostname, port: Number(server.port) };
   let latest: Socket | undefined;
-  const sockets = postgresSockets();
   const sql = postgres(url, {
     max: 1,
     fetch_types: false,
     onnotice: () => {},
-    socket: () => (latest = sockets({ host: [target.host], port: [target.port] })),
+    backoff: () => 0.01,
+    socket: () => (latest = connect(target.port, target.host)),
   } as postgres.Options<Record<string, never>>);
   pools.push(sql);
   await sql`select 1`;
@@ -47,15 +46,26 @@ async function openPool(url: string): Promise<Pool> {
   };
 }
 
-/** A server that answers every startup as PostgreSQL does when the database is gone (3D000), and hangs up. */
-async function startRefusingServer(): Promise<Server> {
+type Refusal = 'database gone' | 'hang up';
+
+/**
+ * A server that refuses every connection at its startup: as PostgreSQL does when the database is
+ * gone (3D000, then it hangs up), or by hanging up without a word (a proxy whose server is gone).
+ */
+async function startRefusingServer(how: Refusal): Promise<{ server: Server; attempts(): number }> {
   const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
   const head = Buffer.alloc(5);
   head.write('E', 0);
   head.writeInt32BE(fields.length + 4, 1);
-  const server = createServer((socket) => socket.once('data', () => socket.end(Buffer.concat([head, fields]))));
+  const databaseGone = Buffer.concat([head, fields]);
+  let attempts = 0;
+  const server = createServer((socket) => {
+    attempts++;
+    socket.on('error', () => socket.destroy());
+    socket.once('data', () => (how === 'database gone' ? socket.end(databaseGone) : socket.end()));
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return server;
+  return { server, attempts: () => attempts };
 }
 
 /** How a query ends when its connection is lost: the socket's error, or the pool's. */
@@ -132,24 +142,32 @@ describe('postgres.js with a connection lost at an awkward moment', () => {
     expect(outcomes.filter((outcome) => outcome.status === 'rejected')).toHaveLength(151);
   });
 
-  it('reports a refusal after a lost query as the server’s error, and serves once the server is back', async () => {
-    // Unpatched: the lost query stayed in place, and took the server's 3D000 for its own.
-    const refusing = await startRefusingServer();
-    try {
-      const pool = await openPool(await freshDatabaseUrl());
-      const cutOff = pool.sql`select pg_sleep(10)`;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      pool.route({ port: (refusing.address() as { port: number }).port });
-      const socket = pool.latest();
-      const closed = new Promise((resolve) => socket.once('close', resolve));
-      cut(socket);
-      await expect(cutOff).rejects.toMatchObject(LOST);
-      await closed; // a query sent before the close would meet the dying connection, not the refusal
-      await expect(pool.sql`select 1`).rejects.toMatchObject({ code: '3D000' });
-      pool.route('server');
-      expect(await pool.sql`select 5 as n`).toEqual([{ n: 5 }]);
-    } finally {
-      await new Promise((resolve) => refusing.close(resolve));
-    }
-  });
+  it.each([
+    { how: 'database gone' as const, code: '3D000' },
+    { how: 'hang up' as const, code: 'CONNECTION_CLOSED' },
+  ])(
+    'fails a query at the first refusal after a lost one ($how), and serves once the server is back',
+    async ({ how, code }) => {
+      // Unpatched: the lost query stayed in place and took the server's 3D000 for its own, or a
+      // hang-up started the next attempt at once, again and again; the query waited for good.
+      const refusing = await startRefusingServer(how);
+      try {
+        const pool = await openPool(await freshDatabaseUrl());
+        const cutOff = pool.sql`select pg_sleep(10)`;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        pool.route({ port: (refusing.server.address() as { port: number }).port });
+        const socket = pool.latest();
+        const closed = new Promise((resolve) => socket.once('close', resolve));
+        cut(socket);
+        await expect(cutOff).rejects.toMatchObject(LOST);
+        await closed; // a query sent before the close would meet the dying connection, not the refusal
+        await expect(pool.sql`select 1`).rejects.toMatchObject({ code });
+        expect(refusing.attempts()).toBe(1);
+        pool.route('server');
+        expect(await pool.sql`select 5 as n`).toEqual([{ n: 5 }]);
+      } finally {
+        await new Promise((resolve) => refusing.server.close(resolve));
+      }
+    },
+  );
 });
