@@ -3,14 +3,15 @@
  *   npm run build && npx tsx bench/audio-analysis.ts [runs per case, default 3] [long file's seconds, default 10800] [parts: both (default), short, long, meter, peaks]
  *
  * In one run:
- *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness and
- *      peaks (both in the store's hash pass), with peaks alone, and with neither; they take turns,
- *      run by run, so that the machine's load drifts over all alike. Medians of submit → done, and
- *      of the convert and commit steps (the 'fetch steps' log line);
+ *   1. a 3-minute 48 kHz stereo AAC fetched by three services side by side: with loudness (measured
+ *      while converting) and peaks (in the store's hash pass), with peaks alone, and with neither;
+ *      they take turns, run by run, so that the machine's load drifts over all alike. Medians of
+ *      submit → done, and of the convert and commit steps (the 'fetch steps' log line);
  *   2. a 3-hour 48 kHz stereo AAC through the passes the analysis rides on, as plain processes and
- *      calls: the conversion (ffmpeg with the service's arguments), then the store's hash pass over
- *      its WAV (sha256File) alone, with the peaks accumulator, with the loudness meter, and with
- *      both, taking turns. Each cost is given as a share of the run's conversion time;
+ *      calls: the conversion (ffmpeg with the service's arguments) alone and with the loudness
+ *      meter reading behind it (followFile, as the convert step does), taking turns, then the
+ *      store's hash pass over its WAV (sha256File) alone and with the peaks accumulator. Each cost
+ *      is given as a share of the run's conversion time;
  *   3. (`meter`, alone) where the loudness meter's time goes: CPU time of the SHA-256, the frame
  *      decoding, the peaks and the whole meter over a 3-minute 44.1 kHz stereo WAV in memory (the
  *      bench's tone, and a music-like signal the true peak's pruning skips more of), and of the
@@ -20,18 +21,20 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { followFile } from '../src/jobs/fetch/follow-file.js';
 import { instantiateAudioKernels } from '../src/store/audio-kernels.js';
-import { sha256File, type ByteObserver } from '../src/store/content-store.js';
+import { sha256File } from '../src/store/content-store.js';
 import { createLoudnessMeter } from '../src/store/loudness.js';
 import { createPeaksAccumulator, peaksJsonBytes } from '../src/store/peaks.js';
 import { createFrameReader } from '../src/store/wav-frames.js';
 import { buildConvertArgs } from '../src/tools/ffmpeg.js';
 import { runProcess } from '../src/tools/process.js';
+import { parseWavHeader } from '../src/tools/wav.js';
 import { makeTone } from '../test/support/media.js';
 import { startMediaServer } from '../test/support/media-server.js';
 import { startService, type ServiceHandle } from '../test/support/service.js';
@@ -92,10 +95,12 @@ async function threeMinutes(): Promise<void> {
           `${percent(row.wall - base.wall, base.wall)} over both off   runs: ${row.list}\n`,
       );
     });
-    // Both ride on the commit step's hash pass: its growth is their cost, without the convert step's spread.
+    // Loudness rides on the convert step, the peaks on the commit step's hash pass: the steps' growth
+    // is their cost, without the rest of the job's spread.
+    const loudness = both.convert + both.commit - (peaksAlone.convert + peaksAlone.commit);
     process.stdout.write(
-      `  commit step: loudness adds ${both.commit - peaksAlone.commit} ms (${percent(both.commit - peaksAlone.commit, base.wall)} of a job with neither), ` +
-        `peaks ${peaksAlone.commit - base.commit} ms (${percent(peaksAlone.commit - base.commit, base.wall)})\n`,
+      `  convert + commit steps: loudness adds ${loudness} ms (${percent(loudness, base.wall)} of a job with neither), ` +
+        `peaks ${peaksAlone.commit - base.commit} ms of commit step (${percent(peaksAlone.commit - base.commit, base.wall)})\n`,
     );
   } finally {
     await Promise.all(services.map((svc) => svc.stop()));
@@ -103,58 +108,73 @@ async function threeMinutes(): Promise<void> {
   }
 }
 
-async function convertOnce(input: string, dir: string): Promise<{ ms: number; wav: string }> {
-  const wav = path.join(dir, 'plain.wav');
+/** The conversion, with the loudness meter reading behind ffmpeg as the convert step runs it, or without. */
+async function convertOnce(
+  input: string,
+  dir: string,
+  metered: boolean,
+): Promise<{ ms: number; wav: string; note: string }> {
+  const wav = path.join(dir, metered ? 'metered.wav' : 'plain.wav');
   const started = performance.now();
+  const meter = metered ? createLoudnessMeter() : undefined;
+  const follower = meter ? followFile(wav, (bytes) => meter.update(bytes)) : undefined;
   const result = await runProcess({
     command: 'ffmpeg',
     args: buildConvertArgs({ input, output: wav, maxDurationS: LONG_S + 60, maxAllocBytes: 2 * 1024 ** 3 }),
     cwd: dir,
     timeoutMs: 3_600_000,
   });
-  const ms = performance.now() - started;
-  if (result.exitCode !== 0) throw new Error(`ffmpeg: ${result.stderrTail}`);
-  return { ms, wav };
-}
-
-type Pass = 'plain' | 'peaks' | 'loudness' | 'both';
-const PASSES: Pass[] = ['plain', 'peaks', 'loudness', 'both'];
-
-/** The store's hash pass over `wav`, with what `pass` names riding on it, as the commit step sets it up. */
-async function hashOnce(wav: string, pass: Pass): Promise<{ ms: number; note: string }> {
-  const started = performance.now();
-  const peaks = pass === 'peaks' || pass === 'both' ? createPeaksAccumulator() : undefined;
-  const meter = pass === 'loudness' || pass === 'both' ? createLoudnessMeter() : undefined;
-  const observer: ByteObserver = {
-    update(chunk) {
-      peaks?.update(chunk);
-      meter?.update(chunk);
-    },
-  };
-  await sha256File(wav, pass === 'plain' ? undefined : observer);
-  const peaksResult = peaks?.finish();
+  if (result.exitCode !== 0) {
+    await follower?.abandon();
+    throw new Error(`ffmpeg: ${result.stderrTail}`);
+  }
+  const header = parseWavHeader(readStart(wav, 64 * 1024));
+  await follower?.finish(header.dataOffset + header.dataBytes);
   const loudness = meter?.finish();
   const ms = performance.now() - started;
-  const note = [
-    peaksResult ? `peaks.json ${peaksJsonBytes(peaksResult).length} bytes` : '',
-    loudness
-      ? `I ${loudness.integratedLufs.toFixed(1)} LUFS, LRA ${loudness.rangeLu.toFixed(1)} LU, TP ${loudness.truePeakDbtp.toFixed(1)} dBTP`
-      : '',
-  ]
-    .filter(Boolean)
-    .join('; ');
-  return { ms, note };
+  const note = loudness
+    ? `I ${loudness.integratedLufs.toFixed(1)} LUFS, LRA ${loudness.rangeLu.toFixed(1)} LU, TP ${loudness.truePeakDbtp.toFixed(1)} dBTP`
+    : '';
+  return { ms, wav, note };
+}
+
+function readStart(file: string, bytes: number): Buffer {
+  const fd = openSync(file, 'r');
+  try {
+    const start = Buffer.alloc(bytes);
+    return start.subarray(0, readSync(fd, start, 0, bytes, 0));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+type Pass = 'plain' | 'peaks';
+const PASSES: Pass[] = ['plain', 'peaks'];
+
+/** The store's hash pass over `wav`, with the peaks riding on it or not, as the commit step sets it up. */
+async function hashOnce(wav: string, pass: Pass): Promise<{ ms: number; note: string }> {
+  const started = performance.now();
+  const peaks = pass === 'peaks' ? createPeaksAccumulator() : undefined;
+  await sha256File(wav, peaks);
+  const peaksResult = peaks?.finish();
+  const ms = performance.now() - started;
+  return { ms, note: peaksResult ? `peaks.json ${peaksJsonBytes(peaksResult).length} bytes` : '' };
 }
 
 async function threeHours(): Promise<void> {
   const source = await makeTone(fixtureDir, { seconds: LONG_S, channels: 2, sampleRate: 48000, format: 'm4a' });
   const conversions: number[] = [];
+  const metered: number[] = [];
   const passes = Object.fromEntries(PASSES.map((pass) => [pass, [] as number[]])) as Record<Pass, number[]>;
   const notes = new Set<string>();
   for (let i = 0; i < RUNS; i++) {
     const dir = await mkdtemp(path.join(tmpdir(), 'sf-bench-analysis-'));
     try {
-      const { ms, wav } = await convertOnce(source.path, dir);
+      const withMeter = await convertOnce(source.path, dir, true);
+      metered.push(withMeter.ms);
+      notes.add(withMeter.note);
+      await rm(withMeter.wav);
+      const { ms, wav } = await convertOnce(source.path, dir, false);
       conversions.push(ms);
       // Taking turns, the WAV in the page cache for all, as the store's pass finds it after the conversion.
       for (const pass of PASSES) {
@@ -173,6 +193,8 @@ async function threeHours(): Promise<void> {
   process.stdout.write(
     `${(LONG_S / 3600).toFixed(2)}-hour AAC (48 kHz stereo), median of ${RUNS}:\n` +
       `  conversion:                          ${seconds(median(conversions))} s   (runs: ${list(conversions)})\n` +
+      `  conversion with loudness:            ${seconds(median(metered))} s   (runs: ${list(metered)})   ` +
+      `+${(median(conversions.map((ms, i) => (metered[i]! - ms) / ms)) * 100).toFixed(1)} % of the conversion\n` +
       PASSES.map(
         (pass) =>
           `  store's hash pass, ${pass.padEnd(8)}:        ${seconds(median(passes[pass]))} s   (runs: ${list(passes[pass])})` +

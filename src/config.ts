@@ -112,9 +112,9 @@ export const envSchema = z
       .meta({ description: 'The converter.', defaultText: '`ffmpeg` on `PATH`' }),
     LOUDNESS: z
       .enum(['on', 'off'])
-      .default('off')
+      .default('on')
       .describe(
-        "`on`: the store measures each new WAV's EBU R128 loudness in the pass that hashes it ([how](loudness.md); the job record's `result.loudness`). Off by default: the meter's K-weighting and 4x true-peak filter run in the service's own thread, and cost more than 10 % of a 3-minute job ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`.",
+        "`on`: each new WAV's EBU R128 loudness is measured as ffmpeg writes it ([how](loudness.md); the job record's `result.loudness`), on the service's own thread while ffmpeg converts on another core: 6-8 % of a 3-minute job ([benchmarks](benchmarks.md#loudness-and-waveform-peaks)). `off`: content stored from then on has `loudness: null`, and a job spares the meter's CPU time (about 100 ms per 3 minutes of audio).",
       ),
     WAVEFORM_PEAKS: z
       .enum(['on', 'off'])
