@@ -21,21 +21,12 @@ import { createConnection, createServer, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql, type SQL } from 'drizzle-orm';
 import { openPostgres } from '../src/db/postgres.js';
-import { startPostgresCluster } from '../test/support/postgres.js';
+import { databaseGoneMessage, startPostgresCluster } from '../test/support/postgres.js';
 
 type Mode = 'forward' | 'reset' | 'refuse' | 'hang up';
 
 const SECONDS = Number(process.argv[2] ?? 60);
 const MAX_ATTEMPTS_PER_S = 100;
-
-/** PostgreSQL's answer to a startup message naming a database that does not exist. */
-function databaseGone(): Buffer {
-  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "soak" does not exist\0\0');
-  const head = Buffer.alloc(5);
-  head.write('E', 0);
-  head.writeInt32BE(fields.length + 4, 1);
-  return Buffer.concat([head, fields]);
-}
 
 // A lost connection's unobserved rejections (a transaction's rollback nobody waits for) must not
 // end the soak; the service survives them the same way (src/main.ts). An uncaught exception is
@@ -59,7 +50,7 @@ const forwarder = createServer((client) => {
   attempts++;
   track(client);
   if (mode === 'reset') return client.resetAndDestroy();
-  if (mode === 'refuse') return void client.once('data', () => client.end(databaseGone()));
+  if (mode === 'refuse') return void client.once('data', () => client.end(databaseGoneMessage()));
   if (mode === 'hang up') return void client.once('data', () => client.end());
   const server = createConnection({ host: upstream.hostname, port: Number(upstream.port) });
   track(server);

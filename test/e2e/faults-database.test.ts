@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { createConnection, createServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import { freshDatabaseUrl } from '../support/postgres.js';
+import { databaseGoneMessage, freshDatabaseUrl } from '../support/postgres.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
 /**
@@ -24,15 +24,6 @@ interface Forwarder {
   /** Closes every connection, and sets what happens to new ones. */
   set(mode: ForwarderMode): void;
   close(): Promise<void>;
-}
-
-/** PostgreSQL's answer to a startup message naming a database that does not exist (SQLSTATE 3D000). */
-function databaseGoneMessage(): Buffer {
-  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
-  const head = Buffer.alloc(5);
-  head.write('E', 0);
-  head.writeInt32BE(fields.length + 4, 1);
-  return Buffer.concat([head, fields]);
 }
 
 async function startForwarder(target: { host: string; port: number }): Promise<Forwarder> {

@@ -127,6 +127,19 @@ export async function createDatabase(
   return url.href;
 }
 
+/**
+ * PostgreSQL's answer to a startup message naming a database that does not exist (an
+ * ErrorResponse, SQLSTATE 3D000): what a server sends a node whose database is gone, before it
+ * hangs up. For servers of a test's own that refuse connections.
+ */
+export function databaseGoneMessage(): Buffer {
+  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
+  const head = Buffer.alloc(5);
+  head.write('E', 0);
+  head.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([head, fields]);
+}
+
 /** Inside an e2e test file: a new empty database in the run's cluster, as a postgres:// URL. */
 export async function freshDatabaseUrl(name?: string): Promise<string> {
   const adminUrl = inject('postgresAdminUrl');

@@ -1,7 +1,7 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freshDatabaseUrl, psql } from '../support/postgres.js';
+import { databaseGoneMessage, freshDatabaseUrl, psql } from '../support/postgres.js';
 
 /**
  * postgres.js 3.4.9, as patched by patches/postgres+3.4.9.patch, against a real PostgreSQL: a
@@ -53,11 +53,7 @@ type Refusal = 'database gone' | 'hang up';
  * gone (3D000, then it hangs up), or by hanging up without a word (a proxy whose server is gone).
  */
 async function startRefusingServer(how: Refusal): Promise<{ server: Server; attempts(): number }> {
-  const fields = Buffer.from('SFATAL\0C3D000\0Mdatabase "test" does not exist\0\0');
-  const head = Buffer.alloc(5);
-  head.write('E', 0);
-  head.writeInt32BE(fields.length + 4, 1);
-  const databaseGone = Buffer.concat([head, fields]);
+  const databaseGone = databaseGoneMessage();
   let attempts = 0;
   const server = createServer((socket) => {
     attempts++;
