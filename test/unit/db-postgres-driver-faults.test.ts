@@ -1,4 +1,10 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { TLSSocket } from 'node:tls';
+import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { databaseGoneMessage, freshDatabaseUrl, psql } from '../support/postgres.js';
@@ -24,7 +30,8 @@ afterEach(async () => {
   for (const sql of pools.splice(0)) await sql.end({ timeout: 0 });
 });
 
-async function openPool(url: string): Promise<Pool> {
+/** `ssl: 'prefer'`: TLS where the server offers it (the refusing server below), plain where not (the test cluster). */
+async function openPool(url: string, options: { ssl?: 'prefer' } = {}): Promise<Pool> {
   const server = new URL(url);
   let target: { host: string; port: number } = { host: server.hostname, port: Number(server.port) };
   let latest: Socket | undefined;
@@ -33,6 +40,7 @@ async function openPool(url: string): Promise<Pool> {
     fetch_types: false,
     onnotice: () => {},
     backoff: () => 0.01,
+    ...options,
     socket: () => (latest = connect(target.port, target.host)),
   } as postgres.Options<Record<string, never>>);
   pools.push(sql);
@@ -51,17 +59,60 @@ type Refusal = 'database gone' | 'hang up';
 /**
  * A server that refuses every connection at its startup: as PostgreSQL does when the database is
  * gone (3D000, then it hangs up), or by hanging up without a word (a proxy whose server is gone).
+ * With `tls`, it accepts the client's SSLRequest and refuses inside TLS (a throwaway self-signed
+ * certificate made by openssl).
  */
-async function startRefusingServer(how: Refusal): Promise<{ server: Server; attempts(): number }> {
+async function startRefusingServer(
+  how: Refusal,
+  tls?: { key: Buffer; cert: Buffer },
+): Promise<{ server: Server; attempts(): number; secured(): number }> {
   const databaseGone = databaseGoneMessage();
   let attempts = 0;
+  let secured = 0;
+  const refuse = (socket: Socket) =>
+    socket.once('data', () => (how === 'database gone' ? socket.end(databaseGone) : socket.end()));
   const server = createServer((socket) => {
     attempts++;
     socket.on('error', () => socket.destroy());
-    socket.once('data', () => (how === 'database gone' ? socket.end(databaseGone) : socket.end()));
+    if (!tls) return refuse(socket);
+    socket.once('data', () => {
+      socket.write('S'); // yes to the SSLRequest
+      const secure = new TLSSocket(socket, { isServer: true, ...tls });
+      secure.on('error', () => secure.destroy());
+      secure.on('secure', () => secured++);
+      refuse(secure);
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, attempts: () => attempts };
+  return { server, attempts: () => attempts, secured: () => secured };
+}
+
+/** A key and a self-signed certificate for localhost, made by openssl in a folder removed after. */
+async function selfSignedCertificate(): Promise<{ key: Buffer; cert: Buffer }> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'pg-tls-'));
+  try {
+    const [key, cert] = [path.join(dir, 'key.pem'), path.join(dir, 'cert.pem')];
+    await promisify(execFile)('openssl', [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-subj',
+      '/CN=localhost',
+      '-days',
+      '1',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+    ]);
+    return { key: await readFile(key), cert: await readFile(cert) };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** How a query ends when its connection is lost: the socket's error, or the pool's. */
@@ -139,16 +190,18 @@ describe('postgres.js with a connection lost at an awkward moment', () => {
   });
 
   it.each([
-    { how: 'database gone' as const, code: '3D000' },
-    { how: 'hang up' as const, code: 'CONNECTION_CLOSED' },
+    { how: 'database gone' as const, code: '3D000', over: 'plain' },
+    { how: 'hang up' as const, code: 'CONNECTION_CLOSED', over: 'plain' },
+    { how: 'database gone' as const, code: '3D000', over: 'TLS' },
+    { how: 'hang up' as const, code: 'CONNECTION_CLOSED', over: 'TLS' },
   ])(
-    'fails a query at the first refusal after a lost one ($how), and serves once the server is back',
-    async ({ how, code }) => {
+    'fails a query at the first refusal after a lost one ($how, $over), and serves once the server is back',
+    async ({ how, code, over }) => {
       // Unpatched: the lost query stayed in place and took the server's 3D000 for its own, or a
       // hang-up started the next attempt at once, again and again; the query waited for good.
-      const refusing = await startRefusingServer(how);
+      const refusing = await startRefusingServer(how, over === 'TLS' ? await selfSignedCertificate() : undefined);
       try {
-        const pool = await openPool(await freshDatabaseUrl());
+        const pool = await openPool(await freshDatabaseUrl(), over === 'TLS' ? { ssl: 'prefer' } : {});
         const cutOff = pool.sql`select pg_sleep(10)`;
         await new Promise((resolve) => setTimeout(resolve, 100));
         pool.route({ port: (refusing.server.address() as { port: number }).port });
@@ -159,6 +212,7 @@ describe('postgres.js with a connection lost at an awkward moment', () => {
         await closed; // a query sent before the close would meet the dying connection, not the refusal
         await expect(pool.sql`select 1`).rejects.toMatchObject({ code });
         expect(refusing.attempts()).toBe(1);
+        expect(refusing.secured()).toBe(over === 'TLS' ? 1 : 0);
         pool.route('server');
         expect(await pool.sql`select 5 as n`).toEqual([{ n: 5 }]);
       } finally {
