@@ -317,9 +317,9 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
       if (request.url().includes('/peaks.json')) peaksFetched.push(request.url());
       if (request.url().includes('/audio.wav')) wavFetched.push(request.url());
     });
-    // The records as the service gives them, changed by `edit`: loudness is measured only with
-    // LOUDNESS=on, so the record gets a figure here; the control takes peaks.json out, as for
-    // content stored before peaks were kept.
+    // The records as the service gives them, changed by `edit`: a known loudness here, to read its
+    // figures back; the control takes peaks.json and the loudness out, as for content stored
+    // before either was kept.
     const editRecords = (edit: (result: { artifacts: Array<{ name: string }>; loudness?: unknown }) => void) =>
       page.route('**/jobs/*', async (route) => {
         const response = await route.fetch();
@@ -346,6 +346,7 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     // The control: without peaks.json the page fetches the WAV to decode it.
     await editRecords((result) => {
       result.artifacts = result.artifacts.filter((artifact) => artifact.name !== 'peaks.json');
+      result.loudness = null;
     });
     try {
       await page.reload();

@@ -19,7 +19,9 @@ import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from 
  *
  * With ctx.audioAnalysis.loudness, the WAV's EBU R128 loudness is measured as ffmpeg writes it
  * (../../store/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work
- * overlaps the conversion on another core instead of following it.
+ * overlaps the conversion on another core instead of following it. The meter sees the header
+ * ffmpeg writes first (its sizes unknown yet), then the data chunk; a WAV leaves this step only
+ * when its data chunk ends the file, so the meter has seen exactly the audio stored.
  */
 export interface Converted {
   wavPath: string;

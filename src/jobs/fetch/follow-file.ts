@@ -4,8 +4,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 /**
  * A file read as another process writes it: its bytes are handed on in order, from its first, as
  * they appear, so that work on them (the loudness meter) overlaps the writing instead of following
- * it. The writer's end is told with finish(length): the bytes up to that length are handed on,
- * and no more; bytes the writer rewrites behind the reader (a WAV's header) are not read again.
+ * it. The writer's end is told with finish(length): the reading goes on to that length and stops.
+ * Bytes the writer rewrites behind the reader (a WAV's header) are not read again, and bytes it
+ * wrote past `length` may have been handed on already: for a file that must end at `length`.
  *
  * Each run of bytes is a new buffer of at most CHUNK_BYTES, handed on synchronously, so memory is
  * bounded whatever the file's size. At the end of what is written so far, the reader waits
