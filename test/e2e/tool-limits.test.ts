@@ -99,7 +99,8 @@ async function fetchJob(url: string) {
 /**
  * fetchJob for a URL that fails, submitted again (up to 5 times) until the sampler has seen its
  * tool run: a run that fails within tens of milliseconds can end between two of the sampler's
- * passes over /proc, which take longer on a loaded machine.
+ * passes over /proc, which take longer on a loaded machine (the sample-table bomb at load 13, the
+ * brotli bomb beside another suite).
  */
 async function fetchFailingJobSeen(url: string) {
   for (let attempt = 1; ; attempt++) {
@@ -178,7 +179,7 @@ describe('memory: TOOL_MEMORY_BYTES, set by the sandbox', () => {
     'a %s page that inflates to 384 MiB stops the downloader at its ceiling: memory_exceeded',
     async (_encoding, urlPath, body) => {
       expect(body().length).toBeLessThan(MIB);
-      const { result: job, peakBytes } = await fetchJob(media.url(urlPath));
+      const { result: job, peakBytes } = await fetchFailingJobSeen(media.url(urlPath));
       expect(job.status).toBe('failed');
       expect(job.error).toEqual({
         code: 'memory_exceeded',
