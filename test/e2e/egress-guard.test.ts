@@ -201,6 +201,7 @@ describe('egress guard, end to end', () => {
         const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => ''))
           .split('\0')
           .filter((arg) => arg !== '');
+        if (argv.length === 0) continue; // it ended between the listing and the read
         cmdlines.push(argv);
         const folder = argv[0] === 'yt-dlp' ? argv[1] : undefined;
         if (folder && (await stat(path.join(folder, 'gate')).catch(() => null)))
