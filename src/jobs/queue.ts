@@ -491,14 +491,7 @@ export async function markFailed(
   const { jobs } = q.t;
   const [job] = await q.db
     .update(jobs)
-    .set({
-      status: 'failed',
-      errorCode: error.code,
-      errorMessage: error.message,
-      finishedAt: now,
-      lockOwner: null,
-      leaseExpiresAt: null,
-    })
+    .set({ ...failedColumns(error, now), lockOwner: null, leaseExpiresAt: null })
     .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
     .returning();
   if (!job) return undefined;
@@ -509,9 +502,14 @@ async function failFollowers(q: Queryable, leaderId: string, error: JobError, no
   const { jobs } = q.t;
   return q.db
     .update(jobs)
-    .set({ status: 'failed', errorCode: error.code, errorMessage: error.message, finishedAt: now })
+    .set(failedColumns(error, now))
     .where(and(eq(jobs.followsJobId, leaderId), eq(jobs.status, 'queued')))
     .returning();
+}
+
+/** The columns of a job that ends failed with `error`. */
+function failedColumns(error: JobError, now: number) {
+  return { status: 'failed' as const, errorCode: error.code, errorMessage: error.message, finishedAt: now };
 }
 
 /**
@@ -669,15 +667,7 @@ async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: numbe
   };
   const failed = await q.db
     .update(jobs)
-    .set({
-      status: 'failed',
-      errorCode: error.code,
-      errorMessage: error.message,
-      finishedAt: now,
-      lockOwner: null,
-      leaseExpiresAt: null,
-      mediaKey: null,
-    })
+    .set({ ...failedColumns(error, now), lockOwner: null, leaseExpiresAt: null, mediaKey: null })
     .where(where)
     .returning();
   const ended: Ended[] = [];
