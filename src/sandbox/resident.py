@@ -7,14 +7,17 @@ once, so that yt-dlp runs in that child without starting Python and importing yt
     unshare --user --map-root-user --net --pid --fork --kill-child -- \
         python3 -I -S confine.py --host-netns NS --lifeline -- \
         PYTHON resident.py --listen SOCKET --host-netns NS [--bridge PORT=GUARD_SOCKET] \
-            [--ytdlp LAUNCHER] --title-room '      ...'
+            [--ytdlp LAUNCHER --warm-up RUN] --title-room '      ...'
 
 With --ytdlp it imports yt-dlp as LAUNCHER (a Python launcher script, `from yt_dlp import main`,
-run by PYTHON, its interpreter) would, and warms it up with no job data. It prints one JSON line,
-{"ready": true, "ytdlp": VERSION or null} or {"ready": false, "reason": ...}, then accepts
-connections on SOCKET. It never reads from them: each connection is one run, served by a child
-forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it). Nothing of any run
-ever enters this process, whose memory every later run inherits.
+run by PYTHON, its interpreter) would, and warms it up with no job data: RUN, JSON
+{"argv": [...], "info": {...}, "info_file": NAME} (src/tools/ytdlp-args.ts, buildWarmUpRun), is
+a job's run simulated on made-up media (`info`, written to the file it names), made once here.
+It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
+failed, or null} or {"ready": false, "reason": ...}, then accepts connections on SOCKET. It never
+reads from them: each connection is one run, served by a child forked at once (twice, so that
+confine.py, PID 1 of this sandbox, reaps it). Nothing of any run ever enters this process, whose
+memory every later run inherits.
 
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
@@ -45,6 +48,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -63,6 +67,7 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
 MAX_REQUEST_BYTES = 1 << 20
 CHUNK = 64 * 1024
 
@@ -70,7 +75,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 
 
 def parse_args(argv):
-    opts = {'bridge': None, 'ytdlp': None, 'title_room': 0}
+    opts = {'bridge': None, 'ytdlp': None, 'warm_up': None, 'title_room': 0}
     for i in range(0, len(argv), 2):
         arg, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
         if value is None:
@@ -84,6 +89,8 @@ def parse_args(argv):
             opts['bridge'] = (int(port), path)
         elif arg == '--ytdlp':
             opts['ytdlp'] = value
+        elif arg == '--warm-up':
+            opts['warm_up'] = json.loads(value)
         elif arg == '--title-room':
             opts['title_room'] = len(value)
         else:
@@ -126,6 +133,47 @@ def warm_up(yt_dlp):
     except ImportError:
         return
     load_all_plugins()
+
+
+def dry_run(yt_dlp, run):
+    """A job's run, simulated on made-up media (RUN in the module's docstring), in a folder of its
+    own, its output discarded: what every run would compile again at its start (its format
+    selector, its templates) is compiled once, here. Returns 'done', or how it failed: a failure
+    only leaves that work to the runs."""
+    outcome = 'done'
+    with open('/proc/self/comm', 'rb') as f:
+        name = f.read().rstrip(b'\n')
+    cwd = os.getcwd()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, run['info_file']), 'w') as f:
+            json.dump(run['info'], f)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.chdir(folder)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            yt_dlp.main(run['argv'])
+        except SystemExit as end:
+            if end.code not in (None, 0):
+                outcome = f'exit {end.code}'
+        except BaseException as err:
+            # Nothing of a warm-up may end the resident.
+            outcome = f'{type(err).__name__}: {err}'[:200]
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (devnull, *saved):
+                os.close(fd)
+            os.chdir(cwd)
+    # yt-dlp names its process "yt-dlp" (prctl PR_SET_NAME): the resident keeps its own name.
+    libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    return outcome
 
 
 def set_title(room, words):
@@ -332,7 +380,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         os._exit(1)
 
 
-def serve(yt_dlp, opts):
+def serve(yt_dlp, opts, warmed):
     resident_netns = os.readlink('/proc/self/ns/net')
     if os.path.exists(opts['listen']):
         os.unlink(opts['listen'])
@@ -341,7 +389,7 @@ def serve(yt_dlp, opts):
     listener.listen(64)
     # Children inherit these objects and never collect them: no copy-on-write for the collector.
     gc.freeze()
-    report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None)
+    report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None, warm_up=warmed)
     while True:
         conn, _ = listener.accept()
         first = os.fork()
@@ -362,13 +410,16 @@ def main():
         if os.readlink('/proc/self/ns/net') == opts['host_netns'] or confine.interfaces() != ['lo']:
             raise RuntimeError('not confined: resident.py runs only inside confine.py')
         yt_dlp = None
+        warmed = None
         if opts['ytdlp'] is not None:
             yt_dlp = import_ytdlp(opts['ytdlp'])
             warm_up(yt_dlp)
+            if opts['warm_up'] is not None:
+                warmed = dry_run(yt_dlp, opts['warm_up'])
     except BaseException as err:
         report(ready=False, reason=f'{type(err).__name__}: {err}'[:500])
         return 1
-    serve(yt_dlp, opts)
+    serve(yt_dlp, opts, warmed)
     return 0
 
 

@@ -2,6 +2,7 @@ import { createConnection, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.js';
 import { HeadBuffer, superviseRun, TailBuffer, type RunProcessResult } from '../tools/process.js';
+import { buildWarmUpRun } from '../tools/ytdlp-args.js';
 import { inspectYtDlpLauncher } from '../tools/ytdlp-launcher.js';
 import { residentLimits } from './limits.js';
 import {
@@ -107,7 +108,7 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
           '--host-netns',
           deps.hostNetns,
           ...(deps.guardSocket ? ['--bridge', `${BRIDGE_PORT}=${deps.guardSocket}`] : []),
-          ...(ytdlp ? ['--ytdlp', ytdlp.launcher] : []),
+          ...(ytdlp ? ['--ytdlp', ytdlp.launcher, '--warm-up', JSON.stringify(buildWarmUpRun())] : []),
           '--title-room',
           ' '.repeat(TITLE_ROOM),
         ],
@@ -126,6 +127,7 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
                 runs: 'resident',
                 ytdlp: ytdlp ? 'imported' : 'spawned',
                 ...(report.ytdlp ? { ytdlp_version: report.ytdlp } : {}),
+                ...(report.warmUp ? { warm_up: report.warmUp } : {}),
                 ...(why ? { reason: why } : {}),
                 warm_up_ms: readyAt - startedAt,
               },
@@ -206,10 +208,15 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
 
 function parseReport(
   line: string,
-): { ready: true; ytdlp: string | null } | { ready: false; reason: string } | undefined {
+): { ready: true; ytdlp: string | null; warmUp: string | null } | { ready: false; reason: string } | undefined {
   try {
-    const report = JSON.parse(line) as { ready?: unknown; ytdlp?: unknown; reason?: unknown };
-    if (report.ready === true) return { ready: true, ytdlp: typeof report.ytdlp === 'string' ? report.ytdlp : null };
+    const report = JSON.parse(line) as { ready?: unknown; ytdlp?: unknown; warm_up?: unknown; reason?: unknown };
+    if (report.ready === true)
+      return {
+        ready: true,
+        ytdlp: typeof report.ytdlp === 'string' ? report.ytdlp : null,
+        warmUp: typeof report.warm_up === 'string' ? report.warm_up : null,
+      };
     if (report.ready === false) return { ready: false, reason: String(report.reason) };
   } catch {
     // Not a report.

@@ -161,6 +161,53 @@ export interface DownloadArgsOptions extends YtDlpNetworkOptions {
 }
 
 export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
+  return [
+    ...downloadOptions(opts),
+    '--exec',
+    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
+    '--no-simulate',
+    // "--" so a URL starting with "-" cannot be read as an option.
+    '--',
+    opts.url,
+  ];
+}
+
+/** The file a warm-up run's info JSON is written to, in the folder it runs in. */
+const WARM_UP_INFO_FILE = 'warm-up.info.json';
+
+/**
+ * A job's run, simulated on made-up media (a direct link's info JSON, as yt-dlp's generic
+ * extractor gives it, loaded from WARM_UP_INFO_FILE): no network, no gate, nothing written. The
+ * resident sandbox makes it once, before it serves runs, so that what a job's run would otherwise
+ * compile at each start (the format selector, the print and output templates, the regular
+ * expressions behind them) is in the memory every run inherits.
+ */
+export function buildWarmUpRun(): { argv: string[]; info: Record<string, unknown>; info_file: string } {
+  const url = 'http://warm-up.invalid/media.mp3';
+  const format = { format_id: 'mp3', url, ext: 'mp3', protocol: 'http', vcodec: 'none', acodec: 'mp3' };
+  return {
+    argv: [
+      ...downloadOptions({ outputDir: '.', format: GUARDED_FORMAT, maxBytes: 1 << 30, noFfmpegDir: '.' }),
+      '--simulate',
+      '--load-info-json',
+      WARM_UP_INFO_FILE,
+    ],
+    info: {
+      id: 'media',
+      title: 'media',
+      webpage_url: url,
+      extractor: 'generic',
+      extractor_key: 'Generic',
+      direct: true,
+      formats: [format],
+      ...format,
+    },
+    info_file: WARM_UP_INFO_FILE,
+  };
+}
+
+/** A download run's options but the gate, --simulate's choice and the URL. */
+function downloadOptions(opts: Omit<DownloadArgsOptions, 'url'>): string[] {
   // -o is an output template: a literal % in the folder must be doubled.
   const outputTemplate = `${opts.outputDir.replaceAll('%', '%%')}/${DOWNLOAD_BASENAME}.%(ext)s`;
   const args = [
@@ -173,11 +220,8 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     PROGRESS_TEMPLATE,
     '--print',
     `pre_process:${INFO_PREFIX}%()j`,
-    '--exec',
-    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
     '--print',
     'after_move:filepath',
-    '--no-simulate',
     '-o',
     outputTemplate,
     // A fresh folder per job: nothing to resume, and one predictable file name while downloading.
@@ -194,7 +238,5 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     ...networkArgs(opts),
   ];
   if (opts.maxBytes !== undefined) args.push('--max-filesize', String(opts.maxBytes));
-  // "--" so a URL starting with "-" cannot be read as an option.
-  args.push('--', opts.url);
   return args;
 }

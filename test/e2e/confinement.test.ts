@@ -1,7 +1,7 @@
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { makeTone } from '../support/media.js';
 import { hlsPlaylist, startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -77,6 +77,18 @@ describe('confinement, through the API', () => {
     expect(res.status).toBe(200);
     expect(body.status).toBe('ok');
     expect(body.confinement).toEqual({ mode: 'netns', ok: true, reason: null });
+  });
+
+  it("imports yt-dlp into the resident sandbox and makes its warm-up run there (the yt-dlp under test's)", async () => {
+    const ready = await vi.waitFor(
+      () => {
+        const line = svc.logs.find((logged) => logged.msg === 'tool runs' && logged.runs === 'resident');
+        if (!line) throw new Error('the resident sandbox is not ready yet');
+        return line;
+      },
+      { timeout: 60_000, interval: 50 },
+    );
+    expect(ready).toMatchObject({ ytdlp: 'imported', warm_up: 'done' });
   });
 
   it('control: a direct file on the allowed server ends done', async () => {

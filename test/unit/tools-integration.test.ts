@@ -3,7 +3,7 @@
  * from the loopback media server (127.0.0.1 needs no proxy). This is where the yt-dlp behaviour
  * documented in src/tools/ytdlp-args.ts, ytdlp-output.ts and ytdlp-failure.ts is pinned down.
  */
-import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, type FileHandle } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile, type FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +11,7 @@ import { buildConvertArgs } from '../../src/tools/ffmpeg.js';
 import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
 import { cleanToolMessage } from '../../src/tools/tool-message.js';
-import { buildDownloadArgs, GATE_FIFO, GATE_LINE, INFO_PREFIX } from '../../src/tools/ytdlp-args.js';
+import { buildDownloadArgs, buildWarmUpRun, GATE_FIFO, GATE_LINE, INFO_PREFIX } from '../../src/tools/ytdlp-args.js';
 import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
 import { parseInfoJson, parseProgressLine, type DownloadProgress } from '../../src/tools/ytdlp-output.js';
 import { generateMediaFixtures, makeNotAudio, type MediaFixture, type MediaFixtureName } from '../support/media.js';
@@ -212,6 +212,33 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(server.requests.length).toBe(requestsAtGate);
     expect(other).toEqual([]);
     expect(await readdir(outputDir)).toEqual([]);
+  });
+
+  it("runs the resident sandbox's warm-up: a job's options on made-up media, simulated, with no request and no file", async () => {
+    const warmUp = buildWarmUpRun();
+    /** The made-up media, but at the loopback server, so that a request would show. */
+    async function runIn(folder: string, argv: string[]) {
+      const at = server.url('/b.webm?warm-up');
+      const info = JSON.parse(JSON.stringify(warmUp.info).replaceAll(String(warmUp.info.url), at)) as object;
+      await writeFile(join(folder, warmUp.info_file), JSON.stringify(info));
+      return download(argv, { cwd: folder });
+    }
+    const warmed = await newJobDir();
+    const { result, info, other } = await runIn(warmed, warmUp.argv);
+    expect(result.exitCode).toBe(0);
+    expect(info.map((line) => (JSON.parse(line) as { id: string }).id)).toEqual(['media']);
+    expect(other).toEqual([]);
+    expect(server.requestsFor('/b.webm')).toEqual([]);
+    expect((await readdir(warmed)).sort()).toEqual(['download', warmUp.info_file]);
+    // The control: the same run, not simulated, fetches the media and writes it.
+    const control = await newJobDir();
+    const fetched = await runIn(
+      control,
+      warmUp.argv.map((arg) => (arg === '--simulate' ? '--no-simulate' : arg)),
+    );
+    expect(fetched.result.exitCode).toBe(0);
+    expect(server.downloadsOf('/b.webm')).toBe(1);
+    expect(await readdir(control)).toContain('source.mp3');
   });
 
   it('downloads a WebM straight from the URL', async () => {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { cleanToolMessage } from '../../src/tools/tool-message.js';
 import {
   buildDownloadArgs,
+  buildWarmUpRun,
   configFileText,
   GUARDED_FORMAT,
   isGuardedProtocol,
@@ -84,11 +85,8 @@ describe('buildDownloadArgs', () => {
       'download:PROGRESS %(progress.downloaded_bytes)d %(progress.total_bytes)d %(progress.total_bytes_estimate)d',
       '--print',
       'pre_process:INFO %()j',
-      '--exec',
-      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate && echo GATE && read -r go < gate',
       '--print',
       'after_move:filepath',
-      '--no-simulate',
       '-o',
       '/w/job/download/source.%(ext)s',
       '--no-part',
@@ -104,6 +102,9 @@ describe('buildDownloadArgs', () => {
       '20',
       '--max-filesize',
       '1000',
+      '--exec',
+      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate && echo GATE && read -r go < gate',
+      '--no-simulate',
       '--',
       'https://example.com/a.mp3',
     ]);
@@ -119,6 +120,22 @@ describe('buildDownloadArgs', () => {
   it('escapes % in the output folder, which is a template', () => {
     const args = buildDownloadArgs({ url: 'u', outputDir: '/w/100%(id)s' });
     expect(args[args.indexOf('-o') + 1]).toBe('/w/100%%(id)s/source.%(ext)s');
+  });
+});
+
+describe('buildWarmUpRun', () => {
+  it("is a job's run with the job's format, simulated on its info file: no gate, no URL", () => {
+    const { argv, info, info_file } = buildWarmUpRun();
+    const job = buildDownloadArgs({ url: 'u', outputDir: '.', format: GUARDED_FORMAT });
+    expect(argv[argv.indexOf('-f') + 1]).toBe(GUARDED_FORMAT);
+    expect(argv.slice(-3)).toEqual(['--simulate', '--load-info-json', info_file]);
+    expect(argv).not.toContain('--exec');
+    expect(argv).not.toContain('--no-simulate');
+    expect(argv).not.toContain('--');
+    // Every print a job's run makes, the warm-up makes too.
+    const prints = (args: string[]) => args.filter((_, i) => args[i - 1] === '--print');
+    expect(prints(argv)).toEqual(prints(job));
+    expect(info).toMatchObject({ extractor_key: 'Generic', formats: [{ protocol: 'http' }] });
   });
 });
 
