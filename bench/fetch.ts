@@ -213,9 +213,11 @@ async function latency(
   await byHandOnce(media.url(`${route}?hand-warm`));
   await ffmpegAloneOnce(file);
   for (let i = 0; i < RUNS; i++) {
-    // A distinct query string per run: the same URL would be born done.
-    service.push(await serviceOnce(svc, media.url(`${route}?run=${i}`)));
-    if (baseline) base.push(await serviceOnce(baseline, media.url(`${route}?base=${i}`)));
+    // A distinct query string per run: the same URL would be born done. The two services take
+    // turns at going first: run for run, the first of a round was 30-60 ms slower, same code or not.
+    const ours = async () => service.push(await serviceOnce(svc, media.url(`${route}?run=${i}`)));
+    const theirs = async () => baseline && base.push(await serviceOnce(baseline, media.url(`${route}?base=${i}`)));
+    for (const turn of i % 2 === 0 ? [ours, theirs] : [theirs, ours]) await turn();
     byHand.push(await byHandOnce(media.url(`${route}?hand=${i}`)));
     alone.push(await ffmpegAloneOnce(file));
   }
@@ -276,10 +278,12 @@ function profile(runs: ServiceSample[], who = 'service') {
   const width = Math.max(...rows.map(([label]) => label.length));
   const answered = Math.round(mean(runs.map((r) => r.answeredAt - r.postedAt)));
   const recorded = Math.round(mean(runs.map((r) => ms(r.job.finished_at) - r.postedAt)));
-  // Parts of a step that happen while it runs (the download's decision at its gate), not added up.
-  const within = Object.entries((runs[0]!.line.during_download ?? {}) as Record<string, unknown>).map(
-    ([key]) =>
-      `      of step download, ${key.replace(/_ms$/, '')}: ${Math.round(mean(runs.map((r) => Number((r.line.during_download as Record<string, number>)[key] ?? 0))))} ms\n`,
+  // Parts of a step, within its time (the download's decision at its gate, the commit's parts), not added up.
+  const within = ['download', 'commit'].flatMap((step) =>
+    Object.keys((runs[0]!.line[`during_${step}`] ?? {}) as Record<string, unknown>).map((key) => {
+      const of = (r: ServiceSample) => Number((r.line[`during_${step}`] as Record<string, number>)[key] ?? 0);
+      return `      of step ${step}, ${key.replace(/_ms$/, '')}: ${Math.round(mean(runs.map(of)))} ms\n`;
+    }),
   );
   process.stdout.write(
     `  ${who}, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +

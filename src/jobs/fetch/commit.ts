@@ -45,11 +45,20 @@ export function commitContent(
   converted: Converted,
   mediaKey: string | undefined,
   discardWork: () => Promise<void>,
+  /** Filled with the commit's parts, in ms: the WAV's put (hash, peaks, flush, move), the peaks' file, the work folder's removal, the record. */
+  partMs: Record<string, number> = {},
 ): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
     const { database, store } = deps;
+    let lapStarted = performance.now();
+    const lap = (name: string) => {
+      const now = performance.now();
+      partMs[`${name}_ms`] = Math.round(now - lapStarted);
+      lapStarted = now;
+    };
     const accumulator = ctx.audioAnalysis?.peaks ? createPeaksAccumulator() : undefined;
     const stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, accumulator);
+    lap('put');
     try {
       const peaks = accumulator?.finish();
       const loudness = converted.loudness ?? null;
@@ -57,7 +66,9 @@ export function commitContent(
       const peaksBytes = peaks
         ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
         : null;
+      lap('peaks_file');
       await discardWork();
+      lap('discard_work');
       const now = deps.now();
       const { header } = converted;
       const apiKeyId = ctx.job.apiKeyId;
@@ -110,6 +121,7 @@ export function commitContent(
         if (mediaKey) await setAlias(q, 'media', mediaKey, stored.contentId, now);
         return ended;
       });
+      lap('record');
       if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
       if (outcome === 'lost' || 'refusal' in outcome) {
         await stored.release();

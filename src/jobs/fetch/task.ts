@@ -163,6 +163,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
     const stepMs: Record<string, number> = {};
     /** What the download's run waited for, within its own ms (download_ms). */
     const decisionMs: Record<string, number> = {};
+    /** The commit's parts, within its own ms (commit_ms). */
+    const commitPartMs: Record<string, number> = {};
     let error: JobError;
     try {
       await timed('setup', async () => {
@@ -182,7 +184,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
-        log.debug({ ...stepMs, during_download: decisionMs }, 'fetch steps');
+        log.debug({ ...stepMs, during_download: decisionMs, during_commit: commitPartMs }, 'fetch steps');
         return outcome.value;
       }
       error = outcome.error;
@@ -192,7 +194,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
     await cleanUp();
     const failed = await fail(error);
     // Once the job's end is recorded, as on success.
-    log.debug({ ...stepMs, during_download: decisionMs }, 'fetch steps');
+    log.debug({ ...stepMs, during_download: decisionMs, during_commit: commitPartMs }, 'fetch steps');
     return failed;
 
     async function pipeline(): Promise<Outcome<Ended | undefined>> {
@@ -241,7 +243,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (signal.aborted) throw new Error('aborted');
       deps.onDownloaded?.(file.bytes);
       const mediaKey = extracted.mediaKey;
-      const committed = await timed('commit', () => commitContent(ctx, deps, audio.value, mediaKey, cleanUp));
+      const committed = await timed('commit', () =>
+        commitContent(ctx, deps, audio.value, mediaKey, cleanUp, commitPartMs),
+      );
       if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, file.bytes);
       return committed;
     }
