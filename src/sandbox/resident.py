@@ -153,19 +153,14 @@ def dry_run(yt_dlp, run):
             os.chdir(folder)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
-            yt_dlp.main(run['argv'])
-        except SystemExit as end:
-            if end.code not in (None, 0):
-                outcome = f'exit {end.code}'
+            status = ytdlp_status(yt_dlp, run['argv'])
+            if status != 0:
+                outcome = f'exit {status}'
         except BaseException as err:
             # Nothing of a warm-up may end the resident.
             outcome = f'{type(err).__name__}: {err}'[:200]
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in (devnull, *saved):
@@ -278,19 +273,28 @@ def run_pid1(yt_dlp, command, argv, cwd, limits, view, out_w, err_w, bridge):
     except BaseException:
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        flush_stdio()
         os._exit(code)
 
 
+def flush_stdio():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def run_ytdlp(yt_dlp, argv):
-    """yt-dlp's main(), returning the status the interpreter would exit with."""
+    """yt-dlp's main() as a run's PID 1 runs it: ended by SIGTERM, SIGINT or SIGHUP; its status returned."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda s, _frame: os._exit(128 + s))
     sys.argv = ['yt-dlp', *argv]
+    return ytdlp_status(yt_dlp, argv)
+
+
+def ytdlp_status(yt_dlp, argv):
+    """yt-dlp's main(), returning the status the interpreter would exit with."""
     try:
         yt_dlp.main(argv)
     except SystemExit as end:
