@@ -1,7 +1,7 @@
 import { createConnection, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../logger.js';
-import { HeadBuffer, superviseRun, TailBuffer, type RunProcessResult } from '../tools/process.js';
+import { startRunResult, superviseRun } from '../tools/process.js';
 import { buildWarmUpRun } from '../tools/ytdlp-args.js';
 import { inspectYtDlpLauncher } from '../tools/ytdlp-launcher.js';
 import { residentLimits } from './limits.js';
@@ -236,24 +236,12 @@ export function runInResident(
   opts: SandboxRunOptions,
   viewReadOnly: string[] = [],
 ): Promise<SandboxedResult | 'unavailable'> {
-  const result: RunProcessResult = {
-    exitCode: null,
-    signal: null,
-    timedOut: false,
-    aborted: false,
-    stderrTail: '',
-    notFound: false,
-    spawnError: null,
-    stdout: '',
-    stdoutTruncated: false,
-  };
+  const { result, stderrTail, stdoutCapture, keepOutput } = startRunResult(opts);
   if (opts.signal?.aborted) {
     socket.destroy();
     return Promise.resolve({ ...result, aborted: true, confinementFailure: null });
   }
   const killGraceMs = opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
-  const stderrTail = new TailBuffer(opts.stderrTailBytes ?? 8 * 1024);
-  const stdoutCapture = opts.stdoutCaptureBytes ? new HeadBuffer(opts.stdoutCaptureBytes) : null;
 
   return new Promise((resolve, reject) => {
     let connected = false;
@@ -340,11 +328,7 @@ export function runInResident(
       if (result.exitCode === null && result.signal === null) result.signal = 'SIGKILL';
       stdoutSplitter?.end();
       stderrSplitter?.end();
-      result.stderrTail = stderrTail.text();
-      if (stdoutCapture) {
-        result.stdout = stdoutCapture.text();
-        result.stdoutTruncated = stdoutCapture.truncated;
-      }
+      keepOutput();
       const failure = callbackFailure();
       if (failure !== null) reject(failure.thrown);
       else if (setupFailure !== null) resolve({ ...result, confinementFailure: setupFailure });

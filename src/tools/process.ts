@@ -143,7 +143,12 @@ export function toolEnvironment(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return env;
 }
 
-export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
+/**
+ * A run's result before it has run, and what it keeps of its output (stderr's tail; stdout's
+ * head when asked for), which keepOutput() copies into the result once the run is over. For
+ * runProcess and for runs in the resident sandbox alike.
+ */
+export function startRunResult(opts: Pick<RunProcessOptions, 'stderrTailBytes' | 'stdoutCaptureBytes'>) {
   const result: RunProcessResult = {
     exitCode: null,
     signal: null,
@@ -155,12 +160,28 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
     stdout: '',
     stdoutTruncated: false,
   };
+  const stderrTail = new TailBuffer(opts.stderrTailBytes ?? DEFAULT_STDERR_TAIL_BYTES);
+  const stdoutCapture = opts.stdoutCaptureBytes ? new HeadBuffer(opts.stdoutCaptureBytes) : null;
+  return {
+    result,
+    stderrTail,
+    stdoutCapture,
+    keepOutput: (): void => {
+      result.stderrTail = stderrTail.text();
+      if (stdoutCapture) {
+        result.stdout = stdoutCapture.text();
+        result.stdoutTruncated = stdoutCapture.truncated;
+      }
+    },
+  };
+}
+
+export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
+  const { result, stderrTail, stdoutCapture, keepOutput } = startRunResult(opts);
   if (opts.signal?.aborted) return Promise.resolve({ ...result, aborted: true });
 
   const spawn = opts.spawn ?? nodeSpawn;
   const killGraceMs = opts.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
-  const stderrTail = new TailBuffer(opts.stderrTailBytes ?? DEFAULT_STDERR_TAIL_BYTES);
-  const stdoutCapture = opts.stdoutCaptureBytes ? new HeadBuffer(opts.stdoutCaptureBytes) : null;
 
   let child: ChildProcess;
   try {
@@ -226,11 +247,7 @@ export function runProcess(opts: RunProcessOptions): Promise<RunProcessResult> {
       child.stdin?.destroy();
       clearTimeout(killTimer);
       release();
-      result.stderrTail = stderrTail.text();
-      if (stdoutCapture) {
-        result.stdout = stdoutCapture.text();
-        result.stdoutTruncated = stdoutCapture.truncated;
-      }
+      keepOutput();
       const failure = callbackFailure();
       if (failure !== null) reject(failure.thrown);
       else resolve(result);
