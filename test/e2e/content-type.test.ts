@@ -4,39 +4,22 @@
  * Content-Length, with a query, with a chunked body, a batch, and through nginx. Each Content-Type gets the same answer on every path: accepted, or 415
  * `unsupported_media_type`. And a batch's items say what a submission of the same URL alone says.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNginx, type RunningNginx } from '../support/nginx.js';
-import { writeOfflineTools } from '../support/offline-tools.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import { startApiBehindNginx, type ApiBehindNginx } from '../support/api-behind-nginx.js';
+import type { RunningNginx } from '../support/nginx.js';
+import type { ServiceHandle } from '../support/service.js';
 
+let front: ApiBehindNginx;
 let svc: ServiceHandle;
 let nginx: RunningNginx;
-let toolsDir: string;
 
 beforeAll(async () => {
-  toolsDir = await mkdtemp(path.join(tmpdir(), 'content-type-tools-'));
-  const tools = await writeOfflineTools(toolsDir);
-  svc = await startService({
-    env: {
-      ...tools.env,
-      WORKER_CONCURRENCY: '0',
-      FETCH_ALLOW_HOSTS: '127.0.0.1:9',
-      RATE_LIMIT_PER_MINUTE: '0',
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
-    },
-  });
-  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts') });
+  front = await startApiBehindNginx();
+  ({ svc, nginx } = front);
 });
 
-afterAll(async () => {
-  await nginx?.stop();
-  await svc?.stop();
-  if (toolsDir) await rm(toolsDir, { recursive: true, force: true });
-});
+afterAll(() => front?.stop());
 
 interface Answer {
   status: number;

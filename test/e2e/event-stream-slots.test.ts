@@ -5,46 +5,28 @@
  * The places are counted from outside: how many streams the key can open before the 429. Jobs
  * stay queued (no workers), so no stream ends by itself.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startApiBehindNginx, type ApiBehindNginx } from '../support/api-behind-nginx.js';
 import { openEventStream, readEventStream, type EventStreamHandle } from '../support/event-stream.js';
-import { startNginx, type RunningNginx } from '../support/nginx.js';
-import { writeOfflineTools } from '../support/offline-tools.js';
+import type { RunningNginx } from '../support/nginx.js';
 import { openRawConnection, rawRequest } from '../support/raw-http.js';
-import { startService, type ServiceHandle } from '../support/service.js';
+import type { ServiceHandle } from '../support/service.js';
 
 const PER_KEY = 3;
 
+let front: ApiBehindNginx;
 let svc: ServiceHandle;
 let nginx: RunningNginx;
-let toolsDir: string;
 let jobId: string;
 
 beforeAll(async () => {
-  toolsDir = await mkdtemp(path.join(tmpdir(), 'event-slots-tools-'));
-  const tools = await writeOfflineTools(toolsDir);
-  svc = await startService({
-    env: {
-      ...tools.env,
-      WORKER_CONCURRENCY: '0',
-      FETCH_ALLOW_HOSTS: '127.0.0.1:9',
-      ACCEL_REDIRECT_PREFIX: '/_artifacts/',
-      EVENT_STREAMS_PER_KEY: String(PER_KEY),
-      RATE_LIMIT_PER_MINUTE: '0',
-    },
-  });
-  nginx = await startNginx({ appPort: svc.port, artifactRoot: path.join(svc.dataDir, 'artifacts') });
+  front = await startApiBehindNginx({ EVENT_STREAMS_PER_KEY: String(PER_KEY) });
+  ({ svc, nginx } = front);
   jobId = (await svc.submit('http://127.0.0.1:9/event-slots.m4a')).job_id;
 });
 
-afterAll(async () => {
-  await nginx?.stop();
-  await svc?.stop();
-  if (toolsDir) await rm(toolsDir, { recursive: true, force: true });
-});
+afterAll(() => front?.stop());
 
 const auth = () => ({ authorization: `Bearer ${svc.apiKey}` });
 const eventsPath = () => `/jobs/${jobId}/events`;
