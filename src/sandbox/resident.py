@@ -168,6 +168,9 @@ def dry_run(yt_dlp, run):
             os.chdir(cwd)
     # yt-dlp names its process "yt-dlp" (prctl PR_SET_NAME): the resident keeps its own name.
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    # Every run is a fork of this process: a thread left running would be a hazard in each.
+    if threading.active_count() > 1:
+        return f'{outcome}, but it left {threading.active_count() - 1} threads running'
     return outcome
 
 
