@@ -75,6 +75,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     server = await startMediaServer();
     server.serveFile('/a.m4a', fixtures.aac_m4a.path, { contentType: fixtures.aac_m4a.contentType });
     server.serveFile('/b.webm', fixtures.opus_webm.path, { contentType: fixtures.opus_webm.contentType });
+    server.serveFile('/warm-up.webm', fixtures.opus_webm.path, { contentType: fixtures.opus_webm.contentType });
     server.serveFile('/chunked.mp3', fixtures.mp3_mono.path, { contentType: 'audio/mpeg', unknownLength: true });
     const page = await makeNotAudio(join(dir, 'fixtures'));
     server.serveFile('/page.html', page.path, { contentType: page.contentType });
@@ -218,7 +219,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     const warmUp = buildWarmUpRun();
     /** The made-up media, but at the loopback server, so that a request would show. */
     async function runIn(folder: string, argv: string[]) {
-      const at = server.url('/b.webm?warm-up');
+      const at = server.url('/warm-up.webm');
       const info = JSON.parse(JSON.stringify(warmUp.info).replaceAll(String(warmUp.info.url), at)) as object;
       await writeFile(join(folder, warmUp.info_file), JSON.stringify(info));
       return download(argv, { cwd: folder });
@@ -228,7 +229,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     expect(result.exitCode).toBe(0);
     expect(info.map((line) => (JSON.parse(line) as { id: string }).id)).toEqual(['media']);
     expect(other).toEqual([]);
-    expect(server.requestsFor('/b.webm')).toEqual([]);
+    expect(server.requestsFor('/warm-up.webm')).toEqual([]);
     expect((await readdir(warmed)).sort()).toEqual(['download', warmUp.info_file]);
     // The control: the same run, not simulated, fetches the media and writes it.
     const control = await newJobDir();
@@ -237,7 +238,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
       warmUp.argv.map((arg) => (arg === '--simulate' ? '--no-simulate' : arg)),
     );
     expect(fetched.result.exitCode).toBe(0);
-    expect(server.downloadsOf('/b.webm')).toBe(1);
+    expect(server.downloadsOf('/warm-up.webm')).toBe(1);
     expect(await readdir(control)).toContain('source.mp3');
   });
 
