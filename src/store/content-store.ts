@@ -11,8 +11,8 @@ import { artifactRelativePath, contentDirRelative } from './layout.js';
  * fsynced, renamed onto their address, and the folder fsynced, so a crash leaves either nothing or
  * the whole file at its address, never a partial one. A put flushes its file to disk while it
  * hashes it (a move keeps the file's inode, so that flush is the staged file's): the disk's write
- * of a 30 MB WAV (about 25 ms here) overlaps the hash instead of following it. Identical bytes are stored once; two nodes
- * storing them at once both rename complete, identical files onto the address.
+ * overlaps the hash instead of following it. Identical bytes are stored once; two nodes storing
+ * them at once both rename complete, identical files onto the address.
  *
  * A put pins its content id (through `pins`, which the database keeps for every node) from the
  * moment its hash is known until the caller releases it (once the content is recorded, or given
@@ -171,7 +171,7 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
 
     async put(sourceFile, name, observer) {
       const flushed = fsyncPath(sourceFile, 'r');
-      // Awaited below on every path but a failed hash's, which reports its own error.
+      // Awaited when the file is moved in; a put that fails or finds the bytes stored lets it end alone.
       flushed.catch(() => {});
       const { hex: contentId, bytes } = await sha256File(sourceFile, observer);
       const release = await pin(contentId);

@@ -45,7 +45,10 @@ export function commitContent(
   converted: Converted,
   mediaKey: string | undefined,
   discardWork: () => Promise<void>,
-  /** Filled with the commit's parts, in ms: the WAV's put (hash, peaks, flush, move), the peaks' file, the work folder's removal, the record. */
+  /**
+   * Filled with the commit's parts, in ms: the WAV's put (hash, peaks, flush, move), the peaks'
+   * file, the work folder's removal, the record.
+   */
   partMs: Record<string, number> = {},
 ): Promise<Outcome<Ended | undefined>> {
   return step(async () => {
