@@ -1,6 +1,7 @@
-import { existsSync, realpathSync } from 'node:fs';
+import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import { defineConfig } from 'vitest/config';
+import { currentYtDlps } from './test/support/ytdlp-under-test.js';
 
 /**
  * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
@@ -9,20 +10,6 @@ import { defineConfig } from 'vitest/config';
 const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies'].map(
   (name) => `test/e2e/${name}.test.ts`,
 );
-
-/**
- * The current yt-dlps to run FETCH_FILES with: SOURCE_FETCH_CURRENT_YTDLP, launchers separated by
- * ':' (.ci/run sets it: the newest Debian's archive offers, and the image's pin when that is
- * another version; empty for none); unset, .cache/yt-dlp/current/yt-dlp when
- * scripts/fetch-current-ytdlp.sh has put one there. Each gets a project named after its folder,
- * which the script names after the Debian version ("e2e yt-dlp 2026.10.26-1").
- */
-function currentYtDlps(): string[] {
-  const named = process.env.SOURCE_FETCH_CURRENT_YTDLP;
-  if (named !== undefined) return named.split(':').filter((launcher) => launcher !== '');
-  const fetched = path.resolve(import.meta.dirname, '.cache/yt-dlp/current/yt-dlp');
-  return existsSync(fetched) ? [fetched] : [];
-}
 
 export default defineConfig({
   test: {

@@ -13,11 +13,13 @@ With --ytdlp it imports yt-dlp as LAUNCHER (a Python launcher script, `from yt_d
 run by PYTHON, its interpreter) would, and warms it up with no job data: RUN, JSON
 {"argv": [...], "info": {...}, "info_file": NAME} (src/tools/ytdlp-args.ts, buildWarmUpRun), is
 a job's run simulated on made-up media (`info`, written to the file it names), made once here.
+Work that each run's yt-dlp would repeat whatever its job (its CA certificates read into a TLS
+context, its choice of extractors) is done here and shared with the runs (share_with_runs).
 It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
-failed, or null} or {"ready": false, "reason": ...}, then accepts connections on SOCKET. It never
-reads from them: each connection is one run, served by a child forked at once (twice, so that
-confine.py, PID 1 of this sandbox, reaps it). Nothing of any run ever enters this process, whose
-memory every later run inherits.
+failed, or null, "shared": [WHAT, ...]} or {"ready": false, "reason": ...}, then accepts
+connections on SOCKET. It never reads from them: each connection is one run, served by a child
+forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it). Nothing of any run
+ever enters this process, whose memory every later run inherits.
 
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
@@ -40,12 +42,15 @@ run's cwd (the job's folder) in their command line, as a spawned tool's argument
 
 import ctypes
 import gc
+import importlib
+import inspect
 import json
 import os
 import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import sys
 import tempfile
@@ -133,6 +138,113 @@ def warm_up(yt_dlp):
     except ImportError:
         return
     load_all_plugins()
+
+
+def share_with_runs(yt_dlp):
+    """Work every run's YoutubeDL repeats whatever its job, made once here: each run, a fork, is
+    handed this process's result, as the same call would have made it in the run. Returns the
+    names of what is shared; a yt-dlp without the function a share wraps keeps doing that work."""
+    shared = []
+    if share_tls_contexts(yt_dlp):
+        # Reading the CA bundle into a context: 40 ms for Debian's, http URLs included.
+        shared.append('tls context')
+    original = getattr(yt_dlp.utils, 'orderedSet_from_options', None)
+    if original is not None:
+        # The choice of extractors, made with list scans over 1,800 names: 20-50 ms.
+        replace_in_ytdlp(original, remembered_choice(original))
+        shared.append('extractor choice')
+    return shared
+
+
+def replace_in_ytdlp(original, replacement):
+    """Every name for `original` in yt-dlp's modules, imported so far, now names `replacement`."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == 'yt_dlp' or name.startswith('yt_dlp.')):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if value is original:
+                setattr(module, attribute, replacement)
+
+
+def remembered_choice(choose):
+    """yt-dlp's orderedSet_from_options (a pure function of its arguments), its results kept."""
+    results = {}
+
+    def choose_once(options, alias_dict, *, use_regex=False, start=None):
+        try:
+            key = (tuple(options), tuple((name, tuple(values) if isinstance(values, list) else values)
+                                         for name, values in alias_dict.items()), use_regex, tuple(start or ()))
+            hash(key)
+        except TypeError:
+            return choose(options, alias_dict, use_regex=use_regex, start=start)
+        if key not in results:
+            results[key] = choose(options, alias_dict, use_regex=use_regex, start=start)
+        # The caller's own list: it may change it.
+        return list(results[key])
+    return choose_once
+
+
+def share_tls_contexts(yt_dlp):
+    """One SSLContext for each set of arguments and state of the CA files, made here for a default
+    run. Returns whether this yt-dlp's maker of contexts was found: make_ssl_context (2023.10 and
+    later) or make_HTTPS_handler (before)."""
+    contexts = {}
+    try:
+        make_context = getattr(importlib.import_module('yt_dlp.networking._helper'), 'make_ssl_context', None)
+    except ImportError:
+        make_context = None
+    make_handler = getattr(yt_dlp.utils, 'make_HTTPS_handler', None)
+    handler_class = getattr(yt_dlp.utils, 'YoutubeDLHTTPSHandler', None)
+    if make_context is not None:
+        signature = inspect.signature(make_context)
+
+        def shared_context(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            if bound.arguments.get('client_certificate'):
+                return make_context(*args, **kwargs)
+            key = (tuple(bound.arguments.items()), ca_files_state())
+            if key not in contexts:
+                contexts[key] = make_context(*args, **kwargs)
+            return contexts[key]
+        replace_in_ytdlp(make_context, shared_context)
+        shared_context()
+        return True
+    if make_handler is not None and handler_class is not None:
+        def shared_handler(params, **kwargs):
+            if params.get('client_certificate'):
+                return make_handler(params, **kwargs)
+            key = (bool(params.get('nocheckcertificate')), bool(params.get('legacyserverconnect')),
+                   'no-certifi' in (params.get('compat_opts') or []), ca_files_state())
+            if key not in contexts:
+                handler = make_handler(params, **kwargs)
+                contexts[key] = handler._context
+                return handler
+            return handler_class(params, context=contexts[key], **kwargs)
+        replace_in_ytdlp(make_handler, shared_handler)
+        shared_handler({})
+        return True
+    return False
+
+
+def ca_files_state():
+    """Where a context's CA certificates are read from, as those files are now (a replaced bundle
+    makes a new context), and the TLS key log file a context opens."""
+    paths = ssl.get_default_verify_paths()
+    files = [paths.cafile, paths.capath]
+    try:
+        import certifi
+        files.append(certifi.where())
+    except ImportError:
+        pass
+    state = []
+    for path in files:
+        try:
+            found = os.stat(path)
+            state.append((path, found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns))
+        except (OSError, TypeError):
+            state.append((path, None))
+    return (tuple(state), os.environ.get('SSLKEYLOGFILE'))
 
 
 def dry_run(yt_dlp, run):
@@ -387,7 +499,7 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         os._exit(1)
 
 
-def serve(yt_dlp, opts, warmed):
+def serve(yt_dlp, opts, warmed, shared):
     resident_netns = os.readlink('/proc/self/ns/net')
     if os.path.exists(opts['listen']):
         os.unlink(opts['listen'])
@@ -396,7 +508,7 @@ def serve(yt_dlp, opts, warmed):
     listener.listen(64)
     # Children inherit these objects and never collect them: no copy-on-write for the collector.
     gc.freeze()
-    report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None, warm_up=warmed)
+    report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None, warm_up=warmed, shared=shared)
     while True:
         conn, _ = listener.accept()
         first = os.fork()
@@ -418,15 +530,17 @@ def main():
             raise RuntimeError('not confined: resident.py runs only inside confine.py')
         yt_dlp = None
         warmed = None
+        shared = []
         if opts['ytdlp'] is not None:
             yt_dlp = import_ytdlp(opts['ytdlp'])
             warm_up(yt_dlp)
+            shared = share_with_runs(yt_dlp)
             if opts['warm_up'] is not None:
                 warmed = dry_run(yt_dlp, opts['warm_up'])
     except BaseException as err:
         report(ready=False, reason=f'{type(err).__name__}: {err}'[:500])
         return 1
-    serve(yt_dlp, opts, warmed)
+    serve(yt_dlp, opts, warmed, shared)
     return 0
 
 

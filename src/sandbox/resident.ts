@@ -128,6 +128,7 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
                 ytdlp: ytdlp ? 'imported' : 'spawned',
                 ...(report.ytdlp ? { ytdlp_version: report.ytdlp } : {}),
                 ...(report.warmUp ? { warm_up: report.warmUp } : {}),
+                shared_with_runs: report.shared,
                 ...(why ? { reason: why } : {}),
                 warm_up_ms: readyAt - startedAt,
               },
@@ -208,14 +209,24 @@ export function createResidentSandbox(deps: ResidentSandboxDeps): ResidentSandbo
 
 function parseReport(
   line: string,
-): { ready: true; ytdlp: string | null; warmUp: string | null } | { ready: false; reason: string } | undefined {
+):
+  | { ready: true; ytdlp: string | null; warmUp: string | null; shared: string[] }
+  | { ready: false; reason: string }
+  | undefined {
   try {
-    const report = JSON.parse(line) as { ready?: unknown; ytdlp?: unknown; warm_up?: unknown; reason?: unknown };
+    const report = JSON.parse(line) as {
+      ready?: unknown;
+      ytdlp?: unknown;
+      warm_up?: unknown;
+      shared?: unknown;
+      reason?: unknown;
+    };
     if (report.ready === true)
       return {
         ready: true,
         ytdlp: typeof report.ytdlp === 'string' ? report.ytdlp : null,
         warmUp: typeof report.warm_up === 'string' ? report.warm_up : null,
+        shared: Array.isArray(report.shared) ? report.shared.map(String) : [],
       };
     if (report.ready === false) return { ready: false, reason: String(report.reason) };
   } catch {

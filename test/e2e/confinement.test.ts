@@ -79,7 +79,7 @@ describe('confinement, through the API', () => {
     expect(body.confinement).toEqual({ mode: 'netns', ok: true, reason: null });
   });
 
-  it("imports yt-dlp into the resident sandbox and makes its warm-up run there (the yt-dlp under test's)", async () => {
+  it("imports yt-dlp into the resident sandbox, makes its warm-up run and shares its TLS context and choice of extractors (the yt-dlp under test's)", async () => {
     const ready = await vi.waitFor(
       () => {
         const line = svc.logs.find((logged) => logged.msg === 'tool runs' && logged.runs === 'resident');
@@ -88,7 +88,11 @@ describe('confinement, through the API', () => {
       },
       { timeout: 60_000, interval: 50 },
     );
-    expect(ready).toMatchObject({ ytdlp: 'imported', warm_up: 'done' });
+    expect(ready).toMatchObject({
+      ytdlp: 'imported',
+      warm_up: 'done',
+      shared_with_runs: ['tls context', 'extractor choice'],
+    });
   });
 
   it('control: a direct file on the allowed server ends done', async () => {

@@ -5,6 +5,8 @@
  * startService passes on as YTDLP_PATH.
  */
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 
 /** The launcher a current-yt-dlp project runs, or undefined in the e2e project. */
 export const CURRENT_YTDLP: string | undefined = process.env.SOURCE_FETCH_TEST_YTDLP || undefined;
@@ -18,4 +20,18 @@ export const DEBIAN_YTDLP = '/usr/bin/yt-dlp';
 /** What `yt-dlp --version` prints, e.g. "2023.03.04". */
 export function ytdlpVersion(launcher: string): string {
   return execFileSync(launcher, ['--version'], { encoding: 'utf8', timeout: 30_000 }).trim();
+}
+
+/**
+ * The current yt-dlps to run FETCH_FILES with: SOURCE_FETCH_CURRENT_YTDLP, launchers separated by
+ * ':' (.ci/run sets it: the newest Debian's archive offers, and the image's pin when that is
+ * another version; empty for none); unset, .cache/yt-dlp/current/yt-dlp when
+ * scripts/fetch-current-ytdlp.sh has put one there. Each gets a project named after its folder,
+ * which the script names after the Debian version ("e2e yt-dlp 2026.10.26-1").
+ */
+export function currentYtDlps(): string[] {
+  const named = process.env.SOURCE_FETCH_CURRENT_YTDLP;
+  if (named !== undefined) return named.split(':').filter((launcher) => launcher !== '');
+  const fetched = path.resolve(import.meta.dirname, '../../.cache/yt-dlp/current/yt-dlp');
+  return existsSync(fetched) ? [fetched] : [];
 }
