@@ -5,6 +5,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RESIDENT_SCRIPT } from '../../src/sandbox/resident.js';
+import { inspectYtDlpLauncher } from '../../src/tools/ytdlp-launcher.js';
 import { currentYtDlps, DEBIAN_YTDLP, ytdlpVersion } from '../support/ytdlp-under-test.js';
 
 const run = promisify(execFile);
@@ -117,9 +118,17 @@ describe.each([DEBIAN_YTDLP, ...currentYtDlps()].map((launcher) => ({ launcher, 
   ({ launcher }) => {
     it('one TLS context per state of the CA bundle, which still decides what is trusted; the same choice of extractors', async () => {
       const folder = await mkdtemp(path.join(dir, 'run-'));
-      const { stdout } = await run('/usr/bin/python3', ['-c', SCRIPT, RESIDENT_SCRIPT, launcher, cert, key, folder], {
-        timeout: 60_000,
-      });
+      // The interpreter the service starts the resident with, for this launcher.
+      const inspection = await inspectYtDlpLauncher(launcher);
+      if (!inspection.importable) throw new Error(`${launcher}: ${inspection.reason}`);
+      const [python, ...pythonArgs] = inspection.interpreter;
+      const { stdout } = await run(
+        python!,
+        [...pythonArgs, '-c', SCRIPT, RESIDENT_SCRIPT, launcher, cert, key, folder],
+        {
+          timeout: 60_000,
+        },
+      );
       const report = JSON.parse(stdout) as Record<string, unknown>;
       expect(report.shared).toEqual(['tls context', 'extractor choice']);
       // The bundle is read once at sharing, not again by each YoutubeDL's requests...
