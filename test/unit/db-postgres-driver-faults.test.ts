@@ -1,13 +1,12 @@
-import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { TLSSocket } from 'node:tls';
-import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { databaseGoneMessage, freshDatabaseUrl, psql } from '../support/postgres.js';
+import { writeSelfSignedCertificate } from '../support/self-signed-certificate.js';
 
 /**
  * postgres.js 3.4.9, as patched by patches/postgres+3.4.9.patch, against a real PostgreSQL: a
@@ -87,28 +86,11 @@ async function startRefusingServer(
   return { server, attempts: () => attempts, secured: () => secured };
 }
 
-/** A key and a self-signed certificate for localhost, made by openssl in a folder removed after. */
+/** A key and a self-signed certificate for localhost, made in a folder removed after. */
 async function selfSignedCertificate(): Promise<{ key: Buffer; cert: Buffer }> {
   const dir = await mkdtemp(path.join(tmpdir(), 'pg-tls-'));
   try {
-    const [key, cert] = [path.join(dir, 'key.pem'), path.join(dir, 'cert.pem')];
-    await promisify(execFile)('openssl', [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-subj',
-      '/CN=localhost',
-      '-days',
-      '1',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-    ]);
+    const { key, cert } = await writeSelfSignedCertificate(dir, 'localhost');
     return { key: await readFile(key), cert: await readFile(cert) };
   } finally {
     await rm(dir, { recursive: true, force: true });

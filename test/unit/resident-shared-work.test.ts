@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RESIDENT_SCRIPT } from '../../src/sandbox/resident.js';
 import { inspectYtDlpLauncher } from '../../src/tools/ytdlp-launcher.js';
+import { writeSelfSignedCertificate } from '../support/self-signed-certificate.js';
 import { currentYtDlps, DEBIAN_YTDLP, ytdlpVersion } from '../support/ytdlp-under-test.js';
 
 const run = promisify(execFile);
@@ -88,26 +89,7 @@ let cert: string;
 let key: string;
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'sf-shared-'));
-  [cert, key] = [path.join(dir, 'cert.pem'), path.join(dir, 'key.pem')];
-  await run('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-subj',
-    '/CN=127.0.0.1',
-    '-addext',
-    'subjectAltName=IP:127.0.0.1',
-    '-days',
-    '1',
-    '-keyout',
-    key,
-    '-out',
-    cert,
-  ]);
+  ({ cert, key } = await writeSelfSignedCertificate(dir, '127.0.0.1'));
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
