@@ -18,8 +18,8 @@ context, its choice of extractors) is done here and shared with the runs (share_
 It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
 failed, or null, "shared": [WHAT, ...]} or {"ready": false, "reason": ...}, then accepts
 connections on SOCKET. It never reads from them: each connection is one run, served by a child
-forked at once, which the kernel reaps when it ends. Nothing of any run ever enters this process,
-whose memory every later run inherits.
+forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it). Nothing of any run
+ever enters this process, whose memory every later run inherits.
 
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
@@ -508,18 +508,17 @@ def serve(yt_dlp, opts, warmed, shared):
     listener.listen(64)
     # Children inherit these objects and never collect them: no copy-on-write for the collector.
     gc.freeze()
-    # The kernel reaps the run leaders as they end: no zombie, and no wait here.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None, warm_up=warmed, shared=shared)
     while True:
         conn, _ = listener.accept()
-        if os.fork() == 0:
+        first = os.fork()
+        if first == 0:
             listener.close()
-            # The leader waits for its run's PID 1 (and a tool for its own children): reaping
-            # back on, as a tool expects it (an ignored SIGCHLD survives exec).
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            serve_run(yt_dlp, opts, conn, resident_netns)
+            if os.fork() == 0:
+                serve_run(yt_dlp, opts, conn, resident_netns)
+            os._exit(0)
         conn.close()
+        os.waitpid(first, 0)
 
 
 def main():
