@@ -18,8 +18,10 @@ context, its choice of extractors) is done here and shared with the runs (share_
 It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
 failed, or null, "shared": [WHAT, ...]} or {"ready": false, "reason": ...}, then accepts
 connections on SOCKET. It never reads from them: each connection is one run, served by a child
-forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it). Nothing of any run
-ever enters this process, whose memory every later run inherits.
+forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it with a wait, which adds
+the run's CPU time to the service's process tree; a child reaped by the kernel, with SIGCHLD
+ignored, would add it nowhere). Nothing of any run ever enters this process, whose memory every
+later run inherits.
 
 A run, in the forked child (the run's leader):
   1. a session of its own, so that the service can kill the run's process group; it sends its
