@@ -173,17 +173,23 @@ def remembered_choice(choose):
     results = {}
 
     def choose_once(options, alias_dict, *, use_regex=False, start=None):
-        try:
-            key = (tuple(options), tuple((name, tuple(values) if isinstance(values, list) else values)
-                                         for name, values in alias_dict.items()), use_regex, tuple(start or ()))
-            hash(key)
-        except TypeError:
+        key = (tuple(options), tuple((name, tuple(values) if isinstance(values, list) else values)
+                                     for name, values in alias_dict.items()), use_regex, tuple(start or ()))
+        if not hashable(key):
             return choose(options, alias_dict, use_regex=use_regex, start=start)
         if key not in results:
             results[key] = choose(options, alias_dict, use_regex=use_regex, start=start)
         # The caller's own list: it may change it.
         return list(results[key])
     return choose_once
+
+
+def hashable(key):
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 def share_tls_contexts(yt_dlp):
@@ -203,9 +209,9 @@ def share_tls_contexts(yt_dlp):
         def shared_context(*args, **kwargs):
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            if bound.arguments.get('client_certificate'):
-                return make_context(*args, **kwargs)
             key = (tuple(bound.arguments.items()), ca_files_state())
+            if bound.arguments.get('client_certificate') or not hashable(key):
+                return make_context(*args, **kwargs)
             if key not in contexts:
                 contexts[key] = make_context(*args, **kwargs)
             return contexts[key]
@@ -218,11 +224,12 @@ def share_tls_contexts(yt_dlp):
                 return make_handler(params, **kwargs)
             key = (bool(params.get('nocheckcertificate')), bool(params.get('legacyserverconnect')),
                    'no-certifi' in (params.get('compat_opts') or []), ca_files_state())
-            if key not in contexts:
-                handler = make_handler(params, **kwargs)
+            if key in contexts:
+                return handler_class(params, context=contexts[key], **kwargs)
+            handler = make_handler(params, **kwargs)
+            if getattr(handler, '_context', None) is not None:
                 contexts[key] = handler._context
-                return handler
-            return handler_class(params, context=contexts[key], **kwargs)
+            return handler
         replace_in_ytdlp(make_handler, shared_handler)
         shared_handler({})
         return True
