@@ -5,7 +5,8 @@
  *
  * Media served by a loopback origin in this process. In one run:
  *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
- *      stereo AAC (m4a): the service's submit → done (download: extraction, checks and media alias
+ *      stereo AAC (m4a), each job's in a variant of its own (other samples: new content to store,
+ *      as a new source would be): the service's submit → done (download: extraction, checks and media alias
  *      at the gate, download; convert, verify, commit; its tools confined as in production), with
  *      --baseline the same for another checkout's build (DIR/dist/main.js, say main's) run beside
  *      it in the same rounds, against the same download and
@@ -35,7 +36,7 @@ import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { makeTone } from '../test/support/media.js';
+import { makeTone, type ToneSpec } from '../test/support/media.js';
 import { startMediaServer, type MediaServer } from '../test/support/media-server.js';
 import { startService, type JobBody, type LogLine, type ServiceHandle } from '../test/support/service.js';
 import { sha256File } from '../src/store/content-store.js';
@@ -195,31 +196,58 @@ const loadAverage = () =>
     .map((value) => value.toFixed(2))
     .join(' ');
 
+/**
+ * The case's media for each job, served at a route of its own: variant n is the same kind of file
+ * with other samples (makeTone's pitch raised by n Hz). A job whose WAV has the bytes of one stored
+ * before only hashes it and removes its copy; a new source is moved into the store and flushed.
+ * Two variants are made at a time (a 3-minute mp3 takes ffmpeg a few seconds), once, in fixtureDir.
+ */
+async function variants(
+  media: MediaServer,
+  spec: ToneSpec,
+  count: number,
+): Promise<Array<{ route: string; file: string }>> {
+  const served: Array<{ route: string; file: string }> = [];
+  for (let first = 1; first <= count; first += 2) {
+    const made = await Promise.all(
+      [first, first + 1].filter((n) => n <= count).map((variant) => makeTone(fixtureDir, { ...spec, variant })),
+    );
+    for (const tone of made) {
+      const route = `/${path.basename(tone.path)}`;
+      media.serveFile(route, tone.path, { contentType: tone.contentType, ...paced });
+      served.push({ route, file: tone.path });
+    }
+  }
+  return served;
+}
+
 async function latency(
   media: MediaServer,
   svc: ServiceHandle,
   baseline: ServiceHandle | undefined,
   name: string,
-  route: string,
-  file: string,
+  spec: ToneSpec,
 ) {
   const service: ServiceSample[] = [];
   const base: ServiceSample[] = [];
   const byHand: Array<Sample & { downloadMs: number }> = [];
   const alone: Array<Sample & { hashMs: number }> = [];
-  // One warm-up of each (fixture in the page cache, service's first job), not counted.
-  await serviceOnce(svc, media.url(`${route}?warm`));
-  if (baseline) await serviceOnce(baseline, media.url(`${route}?base-warm`));
-  await byHandOnce(media.url(`${route}?hand-warm`));
-  await ffmpegAloneOnce(file);
+  // The warm-ups' and every run's: the service's and the baseline's never the same content.
+  const [warm, baseWarm, ...rounds] = await variants(media, spec, 2 + 2 * RUNS);
+  // One warm-up of each (the service's first job), not counted.
+  await serviceOnce(svc, media.url(warm!.route));
+  if (baseline) await serviceOnce(baseline, media.url(baseWarm!.route));
+  await byHandOnce(media.url(`${warm!.route}?hand-warm`));
+  await ffmpegAloneOnce(warm!.file);
   for (let i = 0; i < RUNS; i++) {
-    // A distinct query string per run: the same URL would be born done. The two services take
-    // turns at going first: run for run, the first of a round was 30-60 ms slower, same code or not.
-    const ours = async () => service.push(await serviceOnce(svc, media.url(`${route}?run=${i}`)));
-    const theirs = async () => baseline && base.push(await serviceOnce(baseline, media.url(`${route}?base=${i}`)));
+    const [ourMedia, theirMedia] = [rounds[2 * i]!, rounds[2 * i + 1]!];
+    // The two services take turns at going first: run for run, the first of a round was 30-60 ms
+    // slower, same code or not. By hand and ffmpeg alone convert the service's media of the round.
+    const ours = async () => service.push(await serviceOnce(svc, media.url(ourMedia.route)));
+    const theirs = async () => baseline && base.push(await serviceOnce(baseline, media.url(theirMedia.route)));
     for (const turn of i % 2 === 0 ? [ours, theirs] : [theirs, ours]) await turn();
-    byHand.push(await byHandOnce(media.url(`${route}?hand=${i}`)));
-    alone.push(await ffmpegAloneOnce(file));
+    byHand.push(await byHandOnce(media.url(`${ourMedia.route}?hand`)));
+    alone.push(await ffmpegAloneOnce(ourMedia.file));
   }
   const s = median(service.map((r) => r.wallMs));
   const h = median(byHand.map((r) => r.wallMs));
@@ -388,16 +416,14 @@ async function hour(media: MediaServer, svc: ServiceHandle, file: string) {
 }
 
 // The two cases of issue 27: a 3-minute mp3 (31.7 MB of WAV) and a 3.5-second AAC clip.
-const long = await makeTone(fixtureDir, { seconds: 180, channels: 2, sampleRate: 44100, format: 'mp3' });
-const short = await makeTone(fixtureDir, { seconds: 3.5, channels: 2, sampleRate: 48000, format: 'm4a' });
+const LONG: ToneSpec = { seconds: 180, channels: 2, sampleRate: 44100, format: 'mp3' };
+const SHORT: ToneSpec = { seconds: 3.5, channels: 2, sampleRate: 48000, format: 'm4a' };
 const oneHour = HOUR ? { path: await hourMp3() } : undefined;
 const clips: string[] = [];
 if (THROUGHPUT) for (let n = 0; n < CLIPS; n++) clips.push(await clip(n));
 const media = await startMediaServer();
 const paced = RATE ? { throttleBytesPerSec: RATE } : {};
 if (RATE) process.stdout.write(`the origin sends the latency cases at ${RATE} bytes/s\n`);
-media.serveFile('/tone-180s.mp3', long.path, { contentType: 'audio/mpeg', ...paced });
-media.serveFile('/tone-3.5s.m4a', short.path, { contentType: 'audio/mp4', ...paced });
 if (oneHour) media.serveFile('/tone-3600s.mp3', oneHour.path, { contentType: 'audio/mpeg' });
 const serviceEnv = {
   FETCH_ALLOW_HOSTS: media.hostPort,
@@ -423,8 +449,8 @@ try {
   await toolRunsOf('service', svc);
   if (baseline) await toolRunsOf('baseline', baseline);
   if (oneHour) await hour(media, svc, oneHour.path);
-  await latency(media, svc, baseline, '3-minute mp3 (44.1 kHz stereo) → 44.1 kHz WAV', '/tone-180s.mp3', long.path);
-  await latency(media, svc, baseline, '3.5-second AAC (48 kHz stereo) → 44.1 kHz WAV', '/tone-3.5s.m4a', short.path);
+  await latency(media, svc, baseline, '3-minute mp3 (44.1 kHz stereo) → 44.1 kHz WAV', LONG);
+  await latency(media, svc, baseline, '3.5-second AAC (48 kHz stereo) → 44.1 kHz WAV', SHORT);
   if (THROUGHPUT) await throughput(media, svc, clips);
 } finally {
   await svc.stop();

@@ -35,6 +35,8 @@ export interface ToneSpec {
   channels: number;
   sampleRate: number;
   format: ToneFormat;
+  /** Raises every channel's pitch by this many Hz: the same kind of file with other samples. */
+  variant?: number;
 }
 
 export type MediaFixtureName =
@@ -75,7 +77,8 @@ export async function generateMediaFixtures(dir: string): Promise<Record<MediaFi
 
 /** One tone file of any length, e.g. 180 s for a benchmark or 30 s for a throttled-cancel test. */
 export function makeTone(dir: string, spec: ToneSpec): Promise<MediaFixture> {
-  const path = resolve(dir, `tone-${spec.seconds}s-${spec.channels}ch-${spec.sampleRate}hz.${spec.format}`);
+  const variant = spec.variant ? `-v${spec.variant}` : '';
+  const path = resolve(dir, `tone-${spec.seconds}s-${spec.channels}ch-${spec.sampleRate}hz${variant}.${spec.format}`);
   let pending = cache.get(path);
   if (!pending) {
     pending = render(path, spec);
@@ -96,7 +99,10 @@ async function render(path: string, spec: ToneSpec): Promise<MediaFixture> {
   };
   if (await exists(path)) return fixture;
 
-  const exprs = Array.from({ length: spec.channels }, (_, i) => `0.4*sin(2*PI*${220 * (i + 2)}*t)`).join('|');
+  const exprs = Array.from(
+    { length: spec.channels },
+    (_, i) => `0.4*sin(2*PI*${220 * (i + 2) + (spec.variant ?? 0)}*t)`,
+  ).join('|');
   const layout = CHANNEL_LAYOUTS[spec.channels] ?? `${spec.channels}c`;
   const tmp = tempName(path);
   await mkdir(dirname(path), { recursive: true });
