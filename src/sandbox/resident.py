@@ -145,17 +145,26 @@ def warm_up(yt_dlp):
 def share_with_runs(yt_dlp):
     """Work every run's YoutubeDL repeats whatever its job, made once here: each run, a fork, is
     handed this process's result, as the same call would have made it in the run. Returns the
-    names of what is shared; a yt-dlp without the function a share wraps keeps doing that work."""
+    names of what is shared; a yt-dlp without the function a share wraps, or a share that fails
+    here, leaves that work to each run, as before."""
     shared = []
-    if share_tls_contexts(yt_dlp):
-        # Reading the CA bundle into a context: 40 ms for Debian's, http URLs included.
-        shared.append('tls context')
-    original = getattr(yt_dlp.utils, 'orderedSet_from_options', None)
-    if original is not None:
-        # The choice of extractors, made with list scans over 1,800 names: 20-50 ms.
-        replace_in_ytdlp(original, remembered_choice(original))
-        shared.append('extractor choice')
+    # Reading the CA bundle into a context: 40 ms for Debian's, http URLs included. The choice of
+    # extractors, made with list scans over 1,800 names: 20-50 ms.
+    for name, share in (('tls context', share_tls_contexts), ('extractor choice', share_extractor_choice)):
+        try:
+            if share(yt_dlp):
+                shared.append(name)
+        except Exception:
+            pass
     return shared
+
+
+def share_extractor_choice(yt_dlp):
+    original = getattr(yt_dlp.utils, 'orderedSet_from_options', None)
+    if original is None:
+        return False
+    replace_in_ytdlp(original, remembered_choice(original))
+    return True
 
 
 def replace_in_ytdlp(original, replacement):
