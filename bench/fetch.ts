@@ -5,9 +5,10 @@
  *
  * Media served by a loopback origin in this process. In one run:
  *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
- *      stereo AAC (m4a), each job's in a variant of its own (other samples: new content to store,
- *      as a new source would be): the service's submit → done (download: extraction, checks and media alias
- *      at the gate, download; convert, verify, commit; its tools confined as in production), with
+ *      stereo AAC (m4a), each job's media a variant of its own (other samples: new content to
+ *      store, as a new source's is): the service's submit → done (download: extraction, checks
+ *      and media alias at the gate, download; convert, verify, commit; its tools confined as in
+ *      production), with
  *      --baseline the same for another checkout's build (DIR/dist/main.js, say main's) run beside
  *      it in the same rounds, against the same download and
  *      conversion run by hand: `yt-dlp -f bestaudio/best` then `ffmpeg ... -ar 44100 -c:a

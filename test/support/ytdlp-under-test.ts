@@ -23,11 +23,12 @@ export function ytdlpVersion(launcher: string): string {
 }
 
 /**
- * The current yt-dlps to run FETCH_FILES with: SOURCE_FETCH_CURRENT_YTDLP, launchers separated by
- * ':' (.ci/run sets it: the newest Debian's archive offers, and the image's pin when that is
- * another version; empty for none); unset, .cache/yt-dlp/current/yt-dlp when
- * scripts/fetch-current-ytdlp.sh has put one there. Each gets a project named after its folder,
- * which the script names after the Debian version ("e2e yt-dlp 2026.10.26-1").
+ * The current yt-dlps under test besides Debian's: SOURCE_FETCH_CURRENT_YTDLP, launchers
+ * separated by ':' (.ci/run sets it: the newest Debian's archive offers, and the image's pin when
+ * that is another version; empty for none); unset, .cache/yt-dlp/current/yt-dlp when
+ * scripts/fetch-current-ytdlp.sh has put one there. vitest.config.ts gives each a project of the
+ * fetch files, named after its folder, which the script names after the Debian version
+ * ("e2e yt-dlp 2026.10.26-1"); unit tests of what depends on yt-dlp's code run with each too.
  */
 export function currentYtDlps(): string[] {
   const named = process.env.SOURCE_FETCH_CURRENT_YTDLP;
