@@ -51,21 +51,36 @@ export function createUsageRecorder(deps: {
 }): UsageRecorder {
   let pending = new Map<string, number>();
   let timer: NodeJS.Timeout | undefined;
+  // Flushes write one after another, so a flush returns only once every touch made before it is
+  // written: one that finds nothing pending still waits for the batch another flush is writing.
+  let writing: Promise<unknown> = Promise.resolve();
+
+  const touch = (contentId: string, at: number) => pending.set(contentId, Math.max(pending.get(contentId) ?? 0, at));
+
+  async function write(batch: Map<string, number>): Promise<void> {
+    try {
+      await deps.database.transaction(async (q) => {
+        for (const [contentId, at] of batch) await recordUse(q, contentId, at);
+      });
+    } catch (err) {
+      // Kept for the next flush: a use is lost only if the process ends first.
+      for (const [contentId, at] of batch) touch(contentId, at);
+      throw err;
+    }
+  }
 
   const recorder: UsageRecorder = {
     touch(contentId, atMs) {
       const now = deps.now();
-      const at = atMs === undefined ? now : Math.min(atMs, now);
-      pending.set(contentId, Math.max(pending.get(contentId) ?? 0, at));
+      touch(contentId, atMs === undefined ? now : Math.min(atMs, now));
     },
     async flush() {
       deps.collect?.();
-      if (pending.size === 0) return 0;
       const batch = pending;
       pending = new Map();
-      await deps.database.transaction(async (q) => {
-        for (const [contentId, at] of batch) await recordUse(q, contentId, at);
-      });
+      const written = writing.then(() => (batch.size === 0 ? undefined : write(batch)));
+      writing = written.catch(() => undefined);
+      await written;
       return batch.size;
     },
     start() {

@@ -175,6 +175,73 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     expect(await fx.contentIdsOnDisk()).toEqual([served]);
   });
 
+  it('a flush while another is writing returns only after that batch is written, so eviction sees its uses', async () => {
+    const fx = await createStoreFixture(kind);
+    const served = await fx.addArtifact(1000, 1000);
+    const stored = await fx.addArtifact(1000, 2000);
+    const events: string[] = [];
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    // The timer's flush holds its batch in a transaction that has not committed yet.
+    const usage = createUsageRecorder({
+      database: {
+        ...fx.database,
+        transaction: async (fn, options) => {
+          await gate;
+          const result = await fx.database.transaction(fn, options);
+          events.push('batch written');
+          return result;
+        },
+      },
+      now: () => 3000,
+    });
+    usage.touch(served);
+    const timerFlush = usage.flush();
+    const cap = createSizeCap({
+      database: fx.database,
+      store: fx.store,
+      capBytes: 1000,
+      log: createLogger('silent'),
+      nodeId: 'n1',
+      now: Date.now,
+      flushUsage: async () => {
+        const flushed = usage.flush();
+        // Let the batch commit only once the size cap's own flush has started.
+        open();
+        await flushed;
+        events.push('size cap flush returned');
+      },
+    });
+
+    const result = await cap.run();
+    await timerFlush;
+    expect(events).toEqual(['batch written', 'size cap flush returned']);
+    expect(result.evictedContentIds).toEqual([stored]);
+    expect(await fx.contentIdsOnDisk()).toEqual([served]);
+  });
+
+  it('keeps the uses of a batch that fails to be written for the next flush', async () => {
+    const fx = await createStoreFixture(kind);
+    const served = await fx.addArtifact(1000, 1000);
+    const stored = await fx.addArtifact(1000, 2000);
+    let failures = 1;
+    const usage = createUsageRecorder({
+      database: {
+        ...fx.database,
+        transaction: async (fn, options) => {
+          if (failures-- > 0) throw new Error('connection lost');
+          return fx.database.transaction(fn, options);
+        },
+      },
+      now: () => 3000,
+    });
+    usage.touch(served);
+    await expect(usage.flush()).rejects.toThrow('connection lost');
+    expect(await usage.flush()).toBe(1);
+
+    expect((await evict(fx, 1000)).evictedContentIds).toEqual([stored]);
+  });
+
   it('one evictor at a time: a node that finds the lease taken leaves the work to its holder', async () => {
     const fx = await createStoreFixture(kind);
     await fx.addArtifact(1000, 1000);
