@@ -19,6 +19,7 @@ export interface FrameSink {
 }
 
 export interface FrameReader {
+  /** The next bytes; the caller may reuse `chunk` once this returns (what is kept is copied). */
   update(chunk: Buffer): void;
   /** Whether the bytes so far were a 16-bit PCM WAV whose header the sink accepted. */
   readonly accepted: boolean;
@@ -89,7 +90,7 @@ export function createFrameReader(sink: FrameSink): FrameReader {
     update(chunk) {
       if (failed || chunk.length === 0) return;
       if (accepted) return takeData(chunk);
-      headerBytes.push(chunk);
+      headerBytes.push(Buffer.from(chunk));
       headerLength += chunk.length;
       const start = Buffer.concat(headerBytes, headerLength);
       let parsed: WavHeader;

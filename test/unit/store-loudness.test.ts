@@ -161,6 +161,22 @@ describe('loudness meter', () => {
     expect(meter.finish()).toEqual(whole);
   });
 
+  it('keeps nothing of a chunk past its update: the same reading from one buffer overwritten after every call', () => {
+    const whole = measure(signal);
+    const meter = createLoudnessMeter();
+    // As the file follower hands chunks on (src/jobs/fetch/follow-file.ts): the header a byte at a time, then larger cuts.
+    const scratch = Buffer.alloc(9001);
+    let at = 0;
+    for (let n = 0; at < signal.length; n++) {
+      const size = Math.min(n < 100 ? 1 : 1 + ((n * 7919) % 9001), signal.length - at);
+      signal.copy(scratch, 0, at, at + size);
+      meter.update(scratch.subarray(0, size));
+      scratch.fill(0xa5);
+      at += size;
+    }
+    expect(meter.finish()).toEqual(whole);
+  });
+
   it.each([
     { rate: 44100, channels: 2, phases: BS1770_PHASES },
     { rate: 44100, channels: 1, phases: BS1770_PHASES },

@@ -8,9 +8,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * Bytes the writer rewrites behind the reader (a WAV's header) are not read again, and bytes it
  * wrote past `length` may have been handed on already: for a file that must end at `length`.
  *
- * Each run of bytes is a new buffer of at most CHUNK_BYTES, handed on synchronously, so memory is
- * bounded whatever the file's size. At the end of what is written so far, the reader waits
- * POLL_MS and looks again (also for the file to appear).
+ * The bytes are read into one buffer of CHUNK_BYTES and handed on synchronously, at most that
+ * many at a time; the buffer is read into again once onBytes returns, so a consumer copies what it
+ * keeps. Memory is bounded whatever the file's size, and a fresh megabyte per chunk (its pages
+ * faulted in, then freed) would cost more CPU than the copy. A read that finds less than a chunk
+ * has caught up with the writer: the reader waits POLL_MS and looks again (also for the file to
+ * appear), instead of reading each few kilobytes as they are written.
  */
 export interface FileFollower {
   /** The writer is done: hands on the file's bytes up to `length` (fewer if it holds fewer) and stops. */
@@ -56,21 +59,20 @@ export function followFile(file: string, onBytes: (bytes: Buffer) => void): File
     if (!handle) return;
     try {
       let position = 0;
+      const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
       for (;;) {
         if (abandoned) return;
         const finishing = end !== undefined;
         const room = finishing ? Math.min(CHUNK_BYTES, end! - position) : CHUNK_BYTES;
         if (room <= 0) return;
-        const bytes = Buffer.allocUnsafe(room);
-        const { bytesRead } = await handle.read(bytes, 0, room, position);
+        const { bytesRead } = await handle.read(buffer, 0, room, position);
         if (bytesRead > 0) {
           position += bytesRead;
-          onBytes(bytes.subarray(0, bytesRead));
+          onBytes(buffer.subarray(0, bytesRead));
         } else if (finishing) {
           return; // the file holds fewer bytes than its writer said
-        } else {
-          await pause();
         }
+        if (bytesRead < room && !finishing) await pause();
       }
     } finally {
       await handle.close();
