@@ -15,6 +15,18 @@ import { BACKENDS } from '../support/test-database.js';
 const evict = (fx: StoreFixture, capBytes: number, batchSize?: number) =>
   evictToCap({ database: fx.database, store: fx.store, capBytes, now: Date.now, batchSize });
 
+/** A size cap of 1000 bytes on the fixture's store, as node `nodeId`. */
+const sizeCapOf = (fx: StoreFixture, flushUsage: () => Promise<unknown>, nodeId = 'n1') =>
+  createSizeCap({
+    database: fx.database,
+    store: fx.store,
+    capBytes: 1000,
+    log: createLogger('silent'),
+    nodeId,
+    now: Date.now,
+    flushUsage,
+  });
+
 /** The plan each database makes for one eviction batch, as text lines. */
 async function batchPlan(
   fx: StoreFixture,
@@ -160,15 +172,7 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     const stored = await fx.addArtifact(1000, 2000);
     const usage = createUsageRecorder({ database: fx.database, now: () => 3000 });
     usage.touch(served); // not flushed yet: the timer has not fired
-    const cap = createSizeCap({
-      database: fx.database,
-      store: fx.store,
-      capBytes: 1000,
-      log: createLogger('silent'),
-      nodeId: 'n1',
-      now: Date.now,
-      flushUsage: () => usage.flush(),
-    });
+    const cap = sizeCapOf(fx, () => usage.flush());
 
     const result = await cap.run();
     expect(result.evictedContentIds).toEqual([stored]);
@@ -197,20 +201,12 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     });
     usage.touch(served);
     const timerFlush = usage.flush();
-    const cap = createSizeCap({
-      database: fx.database,
-      store: fx.store,
-      capBytes: 1000,
-      log: createLogger('silent'),
-      nodeId: 'n1',
-      now: Date.now,
-      flushUsage: async () => {
-        const flushed = usage.flush();
-        // Let the batch commit only once the size cap's own flush has started.
-        open();
-        await flushed;
-        events.push('size cap flush returned');
-      },
+    const cap = sizeCapOf(fx, async () => {
+      const flushed = usage.flush();
+      // Let the batch commit only once the size cap's own flush has started.
+      open();
+      await flushed;
+      events.push('size cap flush returned');
     });
 
     const result = await cap.run();
@@ -246,16 +242,7 @@ describe.each(BACKENDS)('least-recently-used eviction on %s', (kind) => {
     const fx = await createStoreFixture(kind);
     await fx.addArtifact(1000, 1000);
     await fx.addArtifact(1000, 2000);
-    const make = (nodeId: string) =>
-      createSizeCap({
-        database: fx.database,
-        store: fx.store,
-        capBytes: 1000,
-        log: createLogger('silent'),
-        nodeId,
-        now: Date.now,
-        flushUsage: async () => {},
-      });
+    const make = (nodeId: string) => sizeCapOf(fx, async () => {}, nodeId);
     const { takeLease } = await import('../../src/db/leases.js');
     expect(await takeLease(fx.database, 'evictor', 'n1', Date.now(), 60_000)).toBe(true);
     expect((await make('n2').run()).evictedArtifacts).toBe(0);
