@@ -42,6 +42,7 @@ import { startMediaServer, type MediaServer } from '../test/support/media-server
 import { startService, type JobBody, type LogLine, type ServiceHandle } from '../test/support/service.js';
 import { sha256File } from '../src/store/content-store.js';
 import { runProcess } from '../src/tools/process.js';
+import { reapedChildrenCpuSeconds, treeCpuSeconds } from './process-cpu.js';
 
 const RUNS = Number(process.argv.slice(2).find((arg) => /^\d+$/.test(arg)) ?? 5);
 const THROUGHPUT = !process.argv.includes('--no-throughput');
@@ -53,42 +54,10 @@ const RATE = rateAt >= 0 ? Number(process.argv[rateAt + 1]) : undefined;
 const CLIPS = 50;
 /** How often this process looks at the service's log lines it has read. */
 const WATCH_MS = 2;
-const CLOCK_TICKS = 100; // getconf CLK_TCK on Linux
 // Asynchronous: the media server runs in this process and must keep answering.
 const run = promisify(execFile);
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const fixtureDir = path.join(tmpdir(), 'source-fetch-fixtures');
-
-/** CPU seconds (user + system, reaped children included) of a process and all its live descendants. */
-async function treeCpuSeconds(rootPid: number): Promise<number> {
-  const stats = new Map<number, { ppid: number; ticks: number }>();
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const text = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
-    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    // After "pid (comm) ": state ppid ... utime(14) stime(15) cutime(16) cstime(17), counted from 1.
-    if (fields.length < 15) continue;
-    const ticks = Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
-    stats.set(Number(entry), { ppid: Number(fields[1]), ticks });
-  }
-  let total = 0;
-  for (const [pid, stat] of stats) {
-    for (let p: number | undefined = pid; p !== undefined && p > 1; p = stats.get(p)?.ppid) {
-      if (p === rootPid) {
-        total += stat.ticks;
-        break;
-      }
-    }
-  }
-  return total / CLOCK_TICKS;
-}
-
-/** CPU seconds of the children this process has waited for (the hand-run tools). */
-async function reapedChildrenCpuSeconds(): Promise<number> {
-  const text = await readFile('/proc/self/stat', 'utf8');
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
-}
 
 /**
  * Waits for the job's 'fetch steps' line (logged as its task ends, after the job's end is recorded),

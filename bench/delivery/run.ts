@@ -25,9 +25,14 @@
  *   svc fallback    the whole service streaming it, the job's signed URL
  *   node plain      http.createServer + fs.createReadStream().pipe(res): the floor of the fallback
  * Prints requests/s, MB/s, p99 latency, each as a ratio to nginx static, and the fallbacks' rates
- * as a ratio to node plain. BENCH_CASES (a pattern on the case names; nginx static and node plain
- * always run, as the ratios need them) and BENCH_SIZES (on "whole file", "64 KiB ranges",
- * "64 KiB fixed range") pick what runs; the services (svc cases) start only when picked. Every nginx writes the same JSON access log line per request; the
+ * as a ratio to node plain; and the servers' CPU time per request (this process, where the apps
+ * and node plain run, with every nginx and service process: all that serves, not wrk), with node
+ * plain's against each case's (above 1: less CPU a request than the floor). On 2 cores wrk takes
+ * CPU the servers would use, most with its Lua script, so a rate ratio can be the client's limit
+ * where the CPU per request still tells the servers apart. BENCH_CASES (a pattern on the case
+ * names; nginx static and node plain always run, as the ratios need them) and BENCH_SIZES (on
+ * "whole file", "64 KiB ranges", "64 KiB fixed range") pick what runs; the services (svc cases)
+ * start only when picked. Every nginx writes the same JSON access log line per request; the
  * services write theirs to a file; the services run with their default rate limit, which does not
  * count signed URLs (they carry no API key).
  */
@@ -42,6 +47,7 @@ import { promisify } from 'node:util';
 import { artifactRelativePath, artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { freePort, SHARED_URL_SIGNING_SECRET, startNginx } from '../../test/support/nginx.js';
 import { startMediaServer } from '../../test/support/media-server.js';
+import { treeCpuSeconds } from '../process-cpu.js';
 import { startBenchService } from '../service.js';
 import { API_KEY, createArtifactStore, SIGNING_SECRET, startDeliveryApp } from './stack.js';
 
@@ -62,6 +68,14 @@ interface Result {
   megabytesPerSecond: number;
   p99Ms: number;
   errors: number;
+  /** The servers' CPU microseconds per request answered. */
+  cpuUsPerRequest: number;
+}
+
+/** CPU seconds so far of what serves: this process (the apps, node plain), and the nginx and service processes. */
+interface ServerCpu {
+  own(): number;
+  others(): Promise<number>;
 }
 
 async function main(): Promise<void> {
@@ -113,6 +127,22 @@ async function main(): Promise<void> {
         location /static-ofc/ { alias ${store.root}/; sendfile on; open_file_cache max=1024 inactive=20s; open_file_cache_valid 2s; }
     }`,
   });
+  const serverPids = [
+    nginx.pid,
+    ...(serviceNginx ? [serviceNginx.pid] : []),
+    ...services.map((service) => service.pid),
+  ];
+  const serverCpu: ServerCpu = {
+    own: () => {
+      const own = process.cpuUsage();
+      return (own.user + own.system) / 1e6;
+    },
+    others: async () => {
+      let total = 0;
+      for (const pid of serverPids) total += await treeCpuSeconds(pid);
+      return total;
+    },
+  };
   const rangeScript = path.join(scripts, 'range.lua');
   await writeFile(rangeScript, rangeLua(bytes.length));
 
@@ -153,7 +183,9 @@ async function main(): Promise<void> {
       if (SIZES && !SIZES.test(label)) continue;
       const rounds = new Map<string, Result[]>(targets.map(([name]) => [name, []]));
       for (let round = 0; round < ROUNDS; round++) {
-        for (const [name, url, { apiKey }] of targets) rounds.get(name)!.push(await wrk(url, request, apiKey));
+        for (const [name, url, { apiKey }] of targets) {
+          rounds.get(name)!.push(await wrk(url, request, apiKey, serverCpu));
+        }
       }
       const results = new Map([...rounds].map(([name, list]) => [name, medianOf(list)]));
       const ceiling = results.get('nginx static')!;
@@ -161,7 +193,8 @@ async function main(): Promise<void> {
       console.log(`\n${label}`);
       console.log(
         `${'case'.padEnd(14)}${'req/s'.padStart(9)}${'MB/s'.padStart(8)}${'p99 ms'.padStart(9)}` +
-          `${'× static'.padStart(10)}${'× plain'.padStart(9)}${'errors'.padStart(8)}   req/s of each round`,
+          `${'× static'.padStart(10)}${'× plain'.padStart(9)}${'CPU µs/req'.padStart(12)}${'plain ÷'.padStart(9)}` +
+          `${'errors'.padStart(8)}   req/s of each round`,
       );
       for (const [name, r] of results) {
         console.log(
@@ -171,6 +204,8 @@ async function main(): Promise<void> {
             r.p99Ms.toFixed(2).padStart(9) +
             (r.requestsPerSecond / ceiling.requestsPerSecond).toFixed(2).padStart(10) +
             (r.requestsPerSecond / floor.requestsPerSecond).toFixed(2).padStart(9) +
+            r.cpuUsPerRequest.toFixed(0).padStart(12) +
+            (floor.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2).padStart(9) +
             String(r.errors).padStart(8) +
             `   ${rounds
               .get(name)!
@@ -204,6 +239,7 @@ function medianOf(list: Result[]): Result {
     megabytesPerSecond: median(list.map((r) => r.megabytesPerSecond)),
     p99Ms: median(list.map((r) => r.p99Ms)),
     errors: list.reduce((sum, r) => sum + r.errors, 0),
+    cpuUsPerRequest: median(list.map((r) => r.cpuUsPerRequest)),
   };
 }
 
@@ -243,7 +279,12 @@ end
 `;
 }
 
-async function wrk(url: string, request: { script?: string; range?: string }, apiKey: boolean): Promise<Result> {
+async function wrk(
+  url: string,
+  request: { script?: string; range?: string },
+  apiKey: boolean,
+  serverCpu: ServerCpu,
+): Promise<Result> {
   const args = [
     `-t${THREADS}`,
     `-c${CONNECTIONS}`,
@@ -254,7 +295,11 @@ async function wrk(url: string, request: { script?: string; range?: string }, ap
     ...(request.script ? ['-s', request.script] : []),
     url,
   ];
+  // This process's CPU read just around wrk's run, so that its reads of /proc stay outside.
+  const othersBefore = await serverCpu.others();
+  const ownBefore = serverCpu.own();
   const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
+  const cpuSeconds = serverCpu.own() - ownBefore + (await serverCpu.others()) - othersBefore;
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? NaN);
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(stdout);
   const p99 = /^\s+99%\s+([\d.]+)(us|ms|s)\s*$/m.exec(stdout);
@@ -265,6 +310,7 @@ async function wrk(url: string, request: { script?: string; range?: string }, ap
     megabytesPerSecond: transfer ? Number(transfer[1]) * unit[transfer[2]!]! : NaN,
     p99Ms: p99 ? Number(p99[1]) * ms[p99[2]!]! : NaN,
     errors: number(/Non-2xx or 3xx responses:\s+(\d+)/) || 0,
+    cpuUsPerRequest: (cpuSeconds * 1e6) / number(/(\d+) requests in /),
   };
 }
 

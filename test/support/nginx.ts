@@ -44,6 +44,8 @@ export type AccessLine = Record<string, string>;
 
 export interface RunningNginx {
   port: number;
+  /** The master's process id (its worker is its child): for a bench's CPU figures. */
+  pid: number;
   url(pathAndQuery: string): string;
   stop(): Promise<void>;
   errorLog(): string;
@@ -161,6 +163,7 @@ ${options.extraHttpConfig ?? ''}
 
   return {
     port,
+    pid: child.pid!,
     url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
     errorLog: () => safeRead(errorLogPath),
     stderr: () => stderr,
