@@ -70,22 +70,32 @@ export interface ByteObserver {
   update(chunk: Buffer): void;
 }
 
+const HASH_CHUNK_BYTES = 1024 * 1024;
+
 export async function sha256File(file: string, observer?: ByteObserver): Promise<{ hex: string; bytes: number }> {
   const hash = createHash('sha256');
-  // One buffer, read into again and again: a file of any size allocates nothing more.
-  const buf = Buffer.allocUnsafe(1024 * 1024);
+  // Two buffers, read into again and again (a file of any size allocates nothing more): the next
+  // chunk is read on libuv's pool while this thread hashes the current one.
+  let current = Buffer.allocUnsafe(HASH_CHUNK_BYTES);
+  let next = Buffer.allocUnsafe(HASH_CHUNK_BYTES);
   let bytes = 0;
   const handle = await fs.open(file, 'r');
+  let reading: Promise<{ bytesRead: number }> | undefined = handle.read(current, 0, HASH_CHUNK_BYTES, 0);
   try {
     for (;;) {
-      const { bytesRead } = await handle.read(buf, 0, buf.length, null);
+      const { bytesRead } = await reading;
+      reading = undefined;
       if (bytesRead === 0) break;
-      const chunk = buf.subarray(0, bytesRead);
+      const chunk = current.subarray(0, bytesRead);
+      bytes += bytesRead;
+      reading = handle.read(next, 0, HASH_CHUNK_BYTES, bytes);
       hash.update(chunk);
       observer?.update(chunk);
-      bytes += bytesRead;
+      [current, next] = [next, current];
     }
   } finally {
+    // A read still under way writes into a buffer of ours and uses the descriptor: it ends first.
+    await reading?.catch(() => undefined);
     await handle.close();
   }
   return { hex: hash.digest('hex'), bytes };

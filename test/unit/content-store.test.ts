@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it, vi } from 'vitest';
-import { createContentStore, INCOMING_DIR, type ContentPins } from '../../src/store/content-store.js';
+import { createContentStore, INCOMING_DIR, sha256File, type ContentPins } from '../../src/store/content-store.js';
 import { storedFiles } from '../support/store-inspect.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -107,6 +107,25 @@ describe('content store', () => {
     expect((await readFile(store.pathOf(stored.contentId, 'peaks.json'))).equals(derived)).toBe(true);
     expect(await readdir(path.join(store.root, INCOMING_DIR))).toEqual([]);
     await stored.release();
+  });
+
+  it('hashes files of every length around its 1 MiB reads (each read while the one before is hashed) to their SHA-256, the observer seeing each byte once, in order', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-hash-'));
+    const MiB = 1024 * 1024;
+    try {
+      for (const length of [0, 1, MiB - 1, MiB, MiB + 1, 2 * MiB, 3 * MiB + 17]) {
+        const data = randomBytes(length);
+        const file = path.join(dir, `f${length}`);
+        await writeFile(file, data);
+        const seen: Buffer[] = [];
+        const result = await sha256File(file, { update: (chunk) => seen.push(Buffer.from(chunk)) });
+        expect(result).toEqual({ hex: createHash('sha256').update(data).digest('hex'), bytes: length });
+        expect(Buffer.concat(seen).equals(data)).toBe(true);
+        expect(seen.every((chunk) => chunk.length > 0 && chunk.length <= MiB)).toBe(true);
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('stores identical bytes once and leaves the second source to its owner', async () => {
