@@ -30,8 +30,8 @@ const MAX_HEADER_BYTES = 64 * 1024;
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 export function createFrameReader(sink: FrameSink): FrameReader {
-  let headerBytes: Buffer[] = [];
-  let headerLength = 0;
+  /** The bytes before the header was whole: a copy, since the caller may reuse its chunks. */
+  let headerSoFar: Buffer = Buffer.alloc(0);
   let failed = false;
   let accepted = false;
   /** Bytes of the data chunk still to come. */
@@ -90,18 +90,18 @@ export function createFrameReader(sink: FrameSink): FrameReader {
     update(chunk) {
       if (failed || chunk.length === 0) return;
       if (accepted) return takeData(chunk);
-      headerBytes.push(Buffer.from(chunk));
-      headerLength += chunk.length;
-      const start = Buffer.concat(headerBytes, headerLength);
+      // A header whole in its first chunk (the usual case) is parsed where it is, never copied.
+      const start = headerSoFar.length === 0 ? chunk : Buffer.concat([headerSoFar, chunk]);
       let parsed: WavHeader;
       try {
         parsed = parseWavHeader(start);
       } catch {
         // Not yet the whole header, or not a WAV: wait for more, up to a bound.
-        if (headerLength >= MAX_HEADER_BYTES || (headerLength >= 12 && !looksLikeWav(start))) failed = true;
+        if (start.length >= MAX_HEADER_BYTES || (start.length >= 12 && !looksLikeWav(start))) failed = true;
+        else headerSoFar = start === chunk ? Buffer.from(chunk) : start;
         return;
       }
-      headerBytes = [];
+      headerSoFar = Buffer.alloc(0);
       if (!begin(parsed)) {
         failed = true;
         return;
