@@ -276,13 +276,17 @@ function profile(runs: ServiceSample[], who = 'service') {
   const width = Math.max(...rows.map(([label]) => label.length));
   const answered = Math.round(mean(runs.map((r) => r.answeredAt - r.postedAt)));
   const recorded = Math.round(mean(runs.map((r) => ms(r.job.finished_at) - r.postedAt)));
-  // Parts of a step, within its time (the download's decision at its gate, the commit's parts), not added up.
-  const within = ['download', 'commit'].flatMap((step) =>
-    Object.keys((runs[0]!.line[`during_${step}`] ?? {}) as Record<string, unknown>).map((key) => {
-      const of = (r: ServiceSample) => Number((r.line[`during_${step}`] as Record<string, number>)[key] ?? 0);
-      return `      of step ${step}, ${key.replace(/_ms$/, '')}: ${Math.round(mean(runs.map(of)))} ms\n`;
-    }),
-  );
+  // Parts of a step, within its time (the download's decision at its gate and the conversion
+  // alongside it, the commit's parts), not added up; and how the conversion read its input.
+  const within = ['download', 'commit'].flatMap((step) => {
+    const of = (r: ServiceSample) => (r.line[`during_${step}`] ?? {}) as Record<string, unknown>;
+    const keys = [...new Set(runs.flatMap((r) => Object.keys(of(r))))];
+    return keys.map((key) =>
+      key.endsWith('_ms')
+        ? `      of step ${step}, ${key.replace(/_ms$/, '')}: ${Math.round(mean(runs.map((r) => Number(of(r)[key] ?? 0))))} ms\n`
+        : `      of step ${step}, ${key}: ${[...new Set(runs.map((r) => String(of(r)[key])))].join(', ')}\n`,
+    );
+  });
   process.stdout.write(
     `  ${who}, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +
       rows.map(([label, value]) => `    ${label.padEnd(width)} ${String(Math.round(value)).padStart(5)}\n`).join('') +

@@ -5,7 +5,6 @@ import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
-import type { Downloaded } from './download.js';
 import { followFile } from './follow-file.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
 
@@ -39,13 +38,18 @@ const NO_SPACE = /No space left on device|Disk quota exceeded/i;
 /** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
 const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
-export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise<Outcome<Converted>> {
+/**
+ * Converts the file at `input`: the whole download, or the FIFO through which the download is
+ * handed over as it grows (./convert-while-downloading.ts). `stop`, aborted with a JobError as its
+ * reason, stops ffmpeg and fails the step with that error.
+ */
+export function convertToWav(ctx: FetchContext, input: string, stop?: AbortSignal): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
     const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
     try {
-      const converted = await convert(ctx, downloaded, wavPath);
+      const converted = await convert(ctx, input, wavPath, stop);
       if (!meter || !follower) return converted;
       await follower.finish(converted.header.dataOffset + converted.header.dataBytes);
       return { ...converted, loudness: meter.finish() };
@@ -55,16 +59,16 @@ export function convertToWav(ctx: FetchContext, downloaded: Downloaded): Promise
   });
 }
 
-async function convert(ctx: FetchContext, downloaded: Downloaded, wavPath: string): Promise<Converted> {
+async function convert(ctx: FetchContext, input: string, wavPath: string, stop?: AbortSignal): Promise<Converted> {
   const run = await ctx.runTool(
     'ffmpeg',
     ffmpeg.buildConvertArgs({
-      input: downloaded.path,
+      input,
       output: wavPath,
       maxDurationS: ctx.limits.maxDurationS,
       maxAllocBytes: ctx.limits.tool.memoryBytes,
     }),
-    { maxFileBytes: ctx.limits.maxOutputBytes },
+    { maxFileBytes: ctx.limits.maxOutputBytes, ...(stop ? { stop } : {}) },
   );
   if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
   if (run.exitCode !== 0) {
@@ -72,7 +76,7 @@ async function convert(ctx: FetchContext, downloaded: Downloaded, wavPath: strin
     // names an input it could not open at the start of its line.
     const inputRefused =
       NO_AUDIO_STREAM.test(run.stderrTail) ||
-      run.stderrTail.split('\n').some((line) => line.startsWith(`file:${downloaded.path}: `));
+      run.stderrTail.split('\n').some((line) => line.startsWith(`file:${input}: `));
     if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
     throw new JobFailure({
       code: 'conversion_failed',

@@ -30,7 +30,14 @@ export interface DownloadDeps {
    * decided instead); a JobFailure it throws fails the step with its error, and stops the run.
    */
   decide: (infoText: string) => Promise<boolean>;
+  /** Called on every progress line once the gate is open: the file in DOWNLOAD_DIR may have grown. */
+  onGrowing?: () => void;
+  /** Aborted with a JobError as its reason (the conversion reading the download failed): the run is stopped and the step fails with it. */
+  stop?: AbortSignal;
 }
+
+/** The run's output folder in the job's folder: the file being downloaded is its only `source.<ext>`. */
+export const DOWNLOAD_DIR = 'download';
 
 /** Where the run's time went, for the 'fetch steps' line. */
 export interface DownloadTimings {
@@ -105,7 +112,7 @@ export function downloadMedia(
   timings: DownloadTimings = {},
 ): Promise<Outcome<Downloaded | null>> {
   return step(async () => {
-    const downloadDir = path.join(ctx.workDir, 'download');
+    const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
     const tooLarge = () =>
@@ -118,6 +125,9 @@ export function downloadMedia(
     const stop = (reason: JobError) => {
       if (!stopRun.signal.aborted) stopRun.abort(reason);
     };
+    const stopFromOutside = () => stop(deps.stop!.reason as JobError);
+    if (deps.stop?.aborted) stopFromOutside();
+    deps.stop?.addEventListener('abort', stopFromOutside, { once: true });
     const seconds = ctx.limits.metadataTimeoutMs / 1000;
     const metadataTimer = setTimeout(
       () =>
@@ -198,6 +208,7 @@ export function downloadMedia(
                 lastProgress = now;
                 deps.onProgress(progress.downloadedBytes, progress.totalBytes);
               }
+              deps.onGrowing?.();
             } else if (path.isAbsolute(line.trim())) {
               downloadedPath = line.trim();
             }
@@ -211,6 +222,7 @@ export function downloadMedia(
       }
       throw err;
     } finally {
+      deps.stop?.removeEventListener('abort', stopFromOutside);
       clearTimeout(metadataTimer);
       stall?.stop();
       await gate?.then((handle) => handle.close()).catch(() => {});

@@ -10,6 +10,7 @@ import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import { commitContent } from './commit.js';
 import { convertToWav } from './convert.js';
+import { convertWhileDownloading } from './convert-while-downloading.js';
 import { downloadMedia, type DownloadTimings } from './download.js';
 import { resolveMedia, type MediaDecision } from './media-alias.js';
 import { checkExtracted, type Extracted } from './media-info.js';
@@ -161,8 +162,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
     };
     /** Each step's ms, one after the other: they add up to the task's time. */
     const stepMs: Record<string, number> = {};
-    /** What the download's run waited for, within its own ms (download_ms). */
-    const decisionMs: Record<string, number> = {};
+    /** What happened within the download's ms (download_ms): the decision at the gate, the conversion alongside. */
+    const decisionMs: Record<string, number | string> = {};
     /** The commit's parts, within its own ms (commit_ms). */
     const commitPartMs: Record<string, number> = {};
     let error: JobError;
@@ -201,53 +202,68 @@ export function createFetchTask(deps: FetchTaskDeps) {
       let extracted: Extracted | undefined;
       let media: MediaDecision | undefined;
       const timings: DownloadTimings = {};
-      const downloadStarted = performance.now();
-      const downloaded = await downloadMedia(
-        ctx,
-        {
-          onProgress: (bytes, total) =>
-            void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) =>
-              log.warn({ err }, 'recording progress failed'),
-            ),
-          refusals: () => egress?.refusals() ?? [],
-          // While yt-dlp waits at its gate: the media's checks, then its alias.
-          async decide(infoText) {
-            const decided = performance.now();
-            try {
-              extracted = checkExtracted(infoText, deps.limits, ctx.hostsContacted());
-              const resolved = await resolveMedia(ctx, deps, extracted);
-              if (!resolved.ok) throw new JobFailure(resolved.error);
-              media = resolved.value;
-              return media.kind === 'download';
-            } finally {
-              decisionMs.media_checks_and_alias_ms = Math.round(performance.now() - decided);
-            }
+      // ffmpeg started on the download as it grows, when its container allows.
+      const alongside = convertWhileDownloading(ctx, (input, stop) => convertToWav(ctx, input, stop));
+      try {
+        const downloadStarted = performance.now();
+        const downloaded = await downloadMedia(
+          ctx,
+          {
+            onProgress: (bytes, total) =>
+              void recordProgress(deps.database, job.id, jobCtx.owner, bytes, total).catch((err: unknown) =>
+                log.warn({ err }, 'recording progress failed'),
+              ),
+            refusals: () => egress?.refusals() ?? [],
+            // While yt-dlp waits at its gate: the media's checks, then its alias.
+            async decide(infoText) {
+              const decided = performance.now();
+              try {
+                extracted = checkExtracted(infoText, deps.limits, ctx.hostsContacted());
+                const resolved = await resolveMedia(ctx, deps, extracted);
+                if (!resolved.ok) throw new JobFailure(resolved.error);
+                media = resolved.value;
+                return media.kind === 'download';
+              } finally {
+                decisionMs.media_checks_and_alias_ms = Math.round(performance.now() - decided);
+              }
+            },
+            onGrowing: () => alongside.onGrowing(),
+            stop: alongside.stopDownload,
           },
-        },
-        timings,
-      );
-      // The run's two parts, one after the other: its extraction, then the rest (gate and download).
-      const runMs = Math.round(performance.now() - downloadStarted);
-      stepMs.extract_ms = timings.extractMs ?? runMs;
-      stepMs.download_ms = runMs - stepMs.extract_ms;
-      if (timings.gateWaitMs !== undefined) decisionMs.gate_wait_ms = timings.gateWaitMs;
-      if (!downloaded.ok) return downloaded;
-      if (media?.kind === 'reused') return { ok: true, value: media.ended };
-      // Following another job's download, or no longer ours: nothing more to do here.
-      if (downloaded.value === null || extracted === undefined) return { ok: true, value: undefined };
-      const file = downloaded.value;
-      const converted = await timed('convert', () => convertToWav(ctx, file));
-      if (!converted.ok) return converted;
-      const audio = await timed('verify', () => verifyAudio(ctx, converted.value));
-      if (!audio.ok) return audio;
-      if (signal.aborted) throw new Error('aborted');
-      deps.onDownloaded?.(file.bytes);
-      const mediaKey = extracted.mediaKey;
-      const committed = await timed('commit', () =>
-        commitContent(ctx, deps, audio.value, mediaKey, cleanUp, commitPartMs),
-      );
-      if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, file.bytes);
-      return committed;
+          timings,
+        );
+        // The run's two parts, one after the other: its extraction, then the rest (gate and download).
+        const runMs = Math.round(performance.now() - downloadStarted);
+        stepMs.extract_ms = timings.extractMs ?? runMs;
+        stepMs.download_ms = runMs - stepMs.extract_ms;
+        if (timings.gateWaitMs !== undefined) decisionMs.gate_wait_ms = timings.gateWaitMs;
+        // The conversion's part after the download: what is left of one that ran alongside, or all of it.
+        const converted = await timed('convert', async () => {
+          const streamed = await alongside.finish(downloaded);
+          if (streamed !== null || !downloaded.ok || downloaded.value === null) return streamed;
+          return convertToWav(ctx, downloaded.value.path);
+        });
+        Object.assign(decisionMs, alongside.report());
+        if (!downloaded.ok) return downloaded;
+        if (media?.kind === 'reused') return { ok: true, value: media.ended };
+        // Following another job's download, or no longer ours: nothing more to do here.
+        if (downloaded.value === null || extracted === undefined || converted === null)
+          return { ok: true, value: undefined };
+        const file = downloaded.value;
+        if (!converted.ok) return converted;
+        const audio = await timed('verify', () => verifyAudio(ctx, converted.value));
+        if (!audio.ok) return audio;
+        if (signal.aborted) throw new Error('aborted');
+        deps.onDownloaded?.(file.bytes);
+        const mediaKey = extracted.mediaKey;
+        const committed = await timed('commit', () =>
+          commitContent(ctx, deps, audio.value, mediaKey, cleanUp, commitPartMs),
+        );
+        if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, file.bytes);
+        return committed;
+      } finally {
+        await alongside.close();
+      }
     }
 
     /** Runs a step and notes how long it took, for the 'fetch steps' line (where a job's time goes). */
