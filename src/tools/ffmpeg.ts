@@ -38,8 +38,6 @@ export const INPUT_FORMAT_WHITELIST = [
   'mpeg',
 ].join(',');
 
-const INPUT_GUARDS = ['-protocol_whitelist', 'file', '-format_whitelist', INPUT_FORMAT_WHITELIST];
-
 export const OUTPUT_SAMPLE_RATE = 44100;
 
 export interface ConvertArgsOptions {
@@ -49,6 +47,13 @@ export interface ConvertArgsOptions {
   maxDurationS: number;
   /** The converter's memory ceiling, which no single allocation may take more than a quarter of. */
   maxAllocBytes: number;
+  /**
+   * The input is a FIFO fed by the service as the download grows: ffmpeg reads it through its
+   * `async` protocol, a thread that drains the FIFO into a buffer of its own (4 MiB) as bytes
+   * arrive, so that decoding does not wait for the service's event loop to refill the FIFO's
+   * 64 KiB (a one-hour mp3's conversion took some 15 % longer without it).
+   */
+  fedThroughFifo?: boolean;
 }
 
 /**
@@ -56,6 +61,11 @@ export interface ConvertArgsOptions {
  * media was, with no prober run before (the conversion stops there in any case).
  */
 export const DURATION_OVERRUN_S = 1;
+
+/** The input as ffmpeg is told it, and names it at the start of its error lines about it. */
+export function inputUrl(opts: Pick<ConvertArgsOptions, 'input' | 'fedThroughFifo'>): string {
+  return opts.fedThroughFifo ? `async:file:${opts.input}` : `file:${opts.input}`;
+}
 
 /**
  * First audio stream → PCM s16le WAV at 44.1 kHz, cut DURATION_OVERRUN_S past maxDurationS.
@@ -80,9 +90,13 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     String(Math.floor(opts.maxAllocBytes / 4)),
     // Fail rather than replace an existing file.
     '-n',
-    ...INPUT_GUARDS,
+    // Local files only (through the async reader when fed through a FIFO), of media containers only.
+    '-protocol_whitelist',
+    opts.fedThroughFifo ? 'async,file' : 'file',
+    '-format_whitelist',
+    INPUT_FORMAT_WHITELIST,
     '-i',
-    `file:${opts.input}`,
+    inputUrl(opts),
     // Only the first audio stream is mapped: video, cover art, subtitles and data are left out.
     '-map',
     '0:a:0',

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildConvertArgs, DURATION_OVERRUN_S, INPUT_FORMAT_WHITELIST } from '../../src/tools/ffmpeg.js';
+import { buildConvertArgs, DURATION_OVERRUN_S, INPUT_FORMAT_WHITELIST, inputUrl } from '../../src/tools/ffmpeg.js';
 import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
 import { generateMediaFixtures, type MediaFixtureName, type MediaFixture } from '../support/media.js';
@@ -47,6 +47,36 @@ describe('buildConvertArgs', () => {
       'wav',
       'file:/w/out.wav',
     ]);
+  });
+
+  it('reads a FIFO fed as the download grows through the async reader, and files only through it', () => {
+    const args = buildConvertArgs({
+      input: '/w/feed',
+      fedThroughFifo: true,
+      output: '/w/out.wav',
+      maxDurationS: 600,
+      maxAllocBytes: 1024 ** 3,
+    });
+    const plain = buildConvertArgs({
+      input: '/w/feed',
+      output: '/w/out.wav',
+      maxDurationS: 600,
+      maxAllocBytes: 1024 ** 3,
+    });
+    const at = args.indexOf('-protocol_whitelist');
+    expect(args.slice(at, at + 6)).toEqual([
+      '-protocol_whitelist',
+      'async,file',
+      '-format_whitelist',
+      INPUT_FORMAT_WHITELIST,
+      '-i',
+      'async:file:/w/feed',
+    ]);
+    expect(inputUrl({ input: '/w/feed', fedThroughFifo: true })).toBe('async:file:/w/feed');
+    // Everything else as for a file.
+    expect(args.filter((_, i) => i !== at + 1 && i !== at + 5)).toEqual(
+      plain.filter((_, i) => i !== at + 1 && i !== at + 5),
+    );
   });
 });
 

@@ -44,7 +44,7 @@ export interface ConversionAlongside {
   report(): { converter_input: 'stream' | 'whole'; conversion_during_download_ms?: number };
 }
 
-export type ConvertFn = (input: string, stop: AbortSignal) => Promise<Outcome<Converted>>;
+export type ConvertFn = (fifo: string, stop: AbortSignal) => Promise<Outcome<Converted>>;
 
 const COPY_CHUNK_BYTES = 256 * 1024;
 /** How often the FIFO's open is tried again while ffmpeg has not opened its end (its start takes some 15 ms). */

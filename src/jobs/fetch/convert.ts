@@ -38,18 +38,21 @@ const NO_SPACE = /No space left on device|Disk quota exceeded/i;
 /** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
 const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
+/** What is converted: the whole download, or the FIFO through which it is handed over as it grows. */
+export type ConversionInput = { file: string } | { fifo: string; stop: AbortSignal };
+
 /**
- * Converts the file at `input`: the whole download, or the FIFO through which the download is
- * handed over as it grows (./convert-while-downloading.ts). `stop`, aborted with a JobError as its
- * reason, stops ffmpeg and fails the step with that error.
+ * Converts `input`: a file (the whole download), or a FIFO through which the download is handed
+ * over as it grows (./convert-while-downloading.ts), with `stop`, which, aborted with a JobError as
+ * its reason, stops ffmpeg and fails the step with that error.
  */
-export function convertToWav(ctx: FetchContext, input: string, stop?: AbortSignal): Promise<Outcome<Converted>> {
+export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise<Outcome<Converted>> {
   return step(async () => {
     const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
     const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
     try {
-      const converted = await convert(ctx, input, wavPath, stop);
+      const converted = await convert(ctx, input, wavPath);
       if (!meter || !follower) return converted;
       await follower.finish(converted.header.dataOffset + converted.header.dataBytes);
       return { ...converted, loudness: meter.finish() };
@@ -59,16 +62,17 @@ export function convertToWav(ctx: FetchContext, input: string, stop?: AbortSigna
   });
 }
 
-async function convert(ctx: FetchContext, input: string, wavPath: string, stop?: AbortSignal): Promise<Converted> {
+async function convert(ctx: FetchContext, input: ConversionInput, wavPath: string): Promise<Converted> {
+  const given = 'file' in input ? { input: input.file } : { input: input.fifo, fedThroughFifo: true };
   const run = await ctx.runTool(
     'ffmpeg',
     ffmpeg.buildConvertArgs({
-      input,
+      ...given,
       output: wavPath,
       maxDurationS: ctx.limits.maxDurationS,
       maxAllocBytes: ctx.limits.tool.memoryBytes,
     }),
-    { maxFileBytes: ctx.limits.maxOutputBytes, ...(stop ? { stop } : {}) },
+    { maxFileBytes: ctx.limits.maxOutputBytes, ...('stop' in input ? { stop: input.stop } : {}) },
   );
   if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
   if (run.exitCode !== 0) {
@@ -76,7 +80,7 @@ async function convert(ctx: FetchContext, input: string, wavPath: string, stop?:
     // names an input it could not open at the start of its line.
     const inputRefused =
       NO_AUDIO_STREAM.test(run.stderrTail) ||
-      run.stderrTail.split('\n').some((line) => line.startsWith(`file:${input}: `));
+      run.stderrTail.split('\n').some((line) => line.startsWith(`${ffmpeg.inputUrl(given)}: `));
     if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
     throw new JobFailure({
       code: 'conversion_failed',

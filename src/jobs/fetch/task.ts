@@ -203,7 +203,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       let media: MediaDecision | undefined;
       const timings: DownloadTimings = {};
       // ffmpeg started on the download as it grows, when its container allows.
-      const alongside = convertWhileDownloading(ctx, (input, stop) => convertToWav(ctx, input, stop));
+      const alongside = convertWhileDownloading(ctx, (fifo, stop) => convertToWav(ctx, { fifo, stop }));
       try {
         const downloadStarted = performance.now();
         const downloaded = await downloadMedia(
@@ -241,7 +241,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
         const converted = await timed('convert', async () => {
           const streamed = await alongside.finish(downloaded);
           if (streamed !== null || !downloaded.ok || downloaded.value === null) return streamed;
-          return convertToWav(ctx, downloaded.value.path);
+          return convertToWav(ctx, { file: downloaded.value.path });
         });
         Object.assign(decisionMs, alongside.report());
         if (!downloaded.ok) return downloaded;
