@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConvertArgs } from '../../src/tools/ffmpeg.js';
 import { runProcess } from '../../src/tools/process.js';
 import { makeTone } from '../support/media.js';
-import { startMediaServer, type MediaServer } from '../support/media-server.js';
+import { startMediaServer, type MediaServer, type ServeFileOptions } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 import { storedFiles } from '../support/store-inspect.js';
@@ -49,6 +49,15 @@ function stepsOf(jobId: string) {
   );
 }
 
+/** Serves `file` at `route` and fetches it: the job, which must end done, and its 'fetch steps' line. */
+async function fetchedDone(route: string, file: string, served: ServeFileOptions) {
+  media.serveFile(route, file, served);
+  const submitted = await svc.submit(media.url(route));
+  const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
+  expect(job.status, JSON.stringify(job.error)).toBe('done');
+  return { job, steps: await stepsOf(submitted.job_id) };
+}
+
 /** What ffmpeg itself makes of the file, with the service's arguments, unconfined. */
 async function ffmpegSha256(file: string): Promise<string> {
   const out = path.join(scratch, `${path.basename(file)}.${Date.now()}.wav`);
@@ -72,41 +81,35 @@ async function expectNothingLeft(jobId: string) {
 describe('conversion alongside the download', () => {
   it('converts an mp3 as it arrives, to the bytes ffmpeg gives the whole file', async () => {
     // Throttled: the download lasts about a second, so the conversion really runs beside it.
-    media.serveFile('/tone.mp3', mp3, { contentType: 'audio/mpeg', throttleBytesPerSec: 256 * 1024 });
-    const submitted = await svc.submit(media.url('/tone.mp3'));
-    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
-    expect(job.status, JSON.stringify(job.error)).toBe('done');
-    const steps = await stepsOf(submitted.job_id);
+    const { job, steps } = await fetchedDone('/tone.mp3', mp3, {
+      contentType: 'audio/mpeg',
+      throttleBytesPerSec: 256 * 1024,
+    });
     expect(steps.during_download).toMatchObject({
       converter_input: 'stream',
       conversion_during_download_ms: expect.any(Number),
     });
-    const cid = job.result!.content_id;
-    expect(cid).toBe(await ffmpegSha256(mp3));
-    await expectNothingLeft(submitted.job_id);
+    expect(job.result!.content_id).toBe(await ffmpegSha256(mp3));
+    await expectNothingLeft(job.job_id);
   });
 
   it('converts a download the FIFO holds whole, written before ffmpeg has opened its end (a 1-second FLAC)', async () => {
     const flac = (await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'flac' })).path;
-    media.serveFile('/short.flac', flac, { contentType: 'audio/flac' });
-    const submitted = await svc.submit(media.url('/short.flac'));
-    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
-    expect(job.status, JSON.stringify(job.error)).toBe('done');
-    expect((await stepsOf(submitted.job_id)).during_download).toMatchObject({ converter_input: 'stream' });
+    const { job, steps } = await fetchedDone('/short.flac', flac, { contentType: 'audio/flac' });
+    expect(steps.during_download).toMatchObject({ converter_input: 'stream' });
     expect(job.result!.content_id).toBe(await ffmpegSha256(flac));
-    await expectNothingLeft(submitted.job_id);
+    await expectNothingLeft(job.job_id);
   });
 
   it('converts an m4a once it is whole (its index may be at its end), to the bytes ffmpeg gives it', async () => {
-    media.serveFile('/tone.m4a', m4a, { contentType: 'audio/mp4', throttleBytesPerSec: 256 * 1024 });
-    const submitted = await svc.submit(media.url('/tone.m4a'));
-    const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
-    expect(job.status, JSON.stringify(job.error)).toBe('done');
-    const steps = await stepsOf(submitted.job_id);
+    const { job, steps } = await fetchedDone('/tone.m4a', m4a, {
+      contentType: 'audio/mp4',
+      throttleBytesPerSec: 256 * 1024,
+    });
     expect(steps.during_download).toMatchObject({ converter_input: 'whole' });
     expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
     expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
-    await expectNothingLeft(submitted.job_id);
+    await expectNothingLeft(job.job_id);
   });
 
   it('a download that fails mid-way (past MAX_DOWNLOAD_BYTES) stops ffmpeg: file_too_large, nothing stored', async () => {

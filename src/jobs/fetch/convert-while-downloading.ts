@@ -14,15 +14,16 @@ import type { FetchContext, Outcome } from './step.js';
 /**
  * The conversion started while the download runs, for containers ffmpeg reads from first byte to
  * last (../../tools/streamable-container.ts, told from the download's first bytes): ffmpeg reads
- * FEED_FIFO, the second FIFO yt-dlp's gate command made in the job's folder, and this copies the
- * download into it as it grows (woken by each of yt-dlp's progress lines). The FIFO is closed, and
- * ffmpeg sees the input's end, only once the download step has succeeded: until then a download
- * that fails (cut off, too large, stalled, refused, canceled) stops ffmpeg, which has never seen
- * an end of its input, and the job fails with the download's error. A conversion that fails first
- * stops the download (`stopDownload`), and the job fails with the conversion's error. A
- * conversion that ends early (cut at the duration limit) keeps its result, and the download its
- * own checks. Any other container, a file that changes under the copy, or an error of the copy
- * before ffmpeg starts leaves the download to be converted whole, as before.
+ * FEED_FIFO, the second FIFO yt-dlp's gate command made in the job's folder (through its async
+ * reader: ../../tools/ffmpeg.ts), and this copies the download into it as it grows (woken by each
+ * of yt-dlp's progress lines). The FIFO is closed, and ffmpeg sees the input's end, only once the
+ * download step has succeeded: until then a download that fails (cut off, too large, stalled,
+ * refused, canceled) stops ffmpeg, which has never seen an end of its input, and the job fails
+ * with the download's error. A conversion that fails first stops the download (`stopDownload`),
+ * and the job fails with the conversion's error. A conversion that ends early (cut at the
+ * duration limit) keeps its result, and the download its own checks. Any other container, a file
+ * that changes under the copy, or an error of the copy before ffmpeg starts leaves the download to
+ * be converted whole, as before.
  *
  * Memory is one buffer of COPY_CHUNK_BYTES and the sniffed prefix (at most MAX_SNIFF_BYTES),
  * whatever the download's size.
