@@ -168,8 +168,9 @@ describe('request ids through nginx', () => {
   const lineWith = (requestId: string) =>
     nginx
       .accessLog()
-      .trim()
       .split('\n')
+      .slice(0, -1) // whole lines only: the one nginx is writing may be read in part
+      .filter(Boolean)
       .map((line) => JSON.parse(line) as LogLine)
       .find((line) => line.request_id === requestId);
 
