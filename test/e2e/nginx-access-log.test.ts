@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
-import type { RunningNginx } from '../support/nginx.js';
+import type { AccessLine, RunningNginx } from '../support/nginx.js';
 import { startServiceBehindNginx } from '../support/behind-nginx.js';
 import { rawRequest } from '../support/raw-http.js';
 import { ROOT, type ServiceHandle } from '../support/service.js';
@@ -37,10 +37,6 @@ afterAll(async () => {
   await svc?.stop();
   await media?.close();
 });
-
-interface LogLine {
-  [field: string]: string;
-}
 
 describe('nginx JSON access log', () => {
   it('logs route template, content id and timings, redacts signatures, hides the log headers, and parses in GoAccess', async () => {
@@ -165,14 +161,7 @@ describe('nginx JSON access log', () => {
 
 describe('request ids through nginx', () => {
   const WELL_FORMED = 'client-id_1.2:3';
-  const lineWith = (requestId: string) =>
-    nginx
-      .accessLog()
-      .split('\n')
-      .slice(0, -1) // whole lines only: the one nginx is writing may be read in part
-      .filter(Boolean)
-      .map((line) => JSON.parse(line) as LogLine)
-      .find((line) => line.request_id === requestId);
+  const lineWith = (requestId: string) => nginx.wholeAccessLines().find((line) => line.request_id === requestId);
 
   it('keeps a well-formed X-Request-Id end to end: answer, app log and access log', async () => {
     const res = await rawRequest(nginx.port, 'GET', '/jobs/no-such-job', {
@@ -317,7 +306,7 @@ describe('bytes that are not UTF-8, from a client', () => {
     const bytes = await readFile(nginx.accessLogPath);
     const lines = decodeLines(bytes);
     expect(lines.filter((line) => line instanceof Error)).toEqual([]);
-    const parsed = (lines as string[]).map((line) => JSON.parse(line) as LogLine);
+    const parsed = (lines as string[]).map((line) => JSON.parse(line) as AccessLine);
     // The control: the bytes reached nginx and its log, in the field they were sent in.
     for (const [i, [label, , , expected]] of cases.entries()) {
       expect(

@@ -52,6 +52,12 @@ export interface RunningNginx {
   /** What nginx wrote to its standard error (the template's `error_log stderr crit` lines). */
   stderr(): string;
   accessLog(): string;
+  /**
+   * The access log's whole lines, parsed: a line nginx is still writing is left out, since it
+   * may be read in part (seen once in a fresh-clone CI run: JSON.parse of a line cut at 502
+   * characters).
+   */
+  wholeAccessLines(): AccessLine[];
   /** The JSON access log's file, for reading its bytes as written. */
   accessLogPath: string;
   /**
@@ -161,6 +167,14 @@ ${options.extraHttpConfig ?? ''}
     throw err;
   }
 
+  function wholeAccessLines(): AccessLine[] {
+    return safeRead(accessLogPath)
+      .split('\n')
+      .slice(0, -1)
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as AccessLine);
+  }
+
   return {
     port,
     pid: child.pid!,
@@ -169,16 +183,9 @@ ${options.extraHttpConfig ?? ''}
     stderr: () => stderr,
     accessLog: () => safeRead(accessLogPath),
     accessLogPath,
+    wholeAccessLines,
     async accessLines(select, ready, timeoutMs = 5000) {
-      // Whole lines only: a line nginx is writing may be read in part (seen once in a fresh-clone
-      // CI run: JSON.parse of a line cut at 502 characters).
-      const read = () =>
-        safeRead(accessLogPath)
-          .split('\n')
-          .slice(0, -1)
-          .filter(Boolean)
-          .map((line) => JSON.parse(line) as AccessLine)
-          .filter(select);
+      const read = () => wholeAccessLines().filter(select);
       const deadline = Date.now() + timeoutMs;
       for (let lines = read(); ; lines = read()) {
         if (ready(lines)) return lines;

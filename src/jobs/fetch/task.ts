@@ -163,7 +163,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
     /** Each step's ms, one after the other: they add up to the task's time. */
     const stepMs: Record<string, number> = {};
     /** What happened within the download's ms (download_ms): the decision at the gate, the conversion alongside. */
-    const decisionMs: Record<string, number | string> = {};
+    const duringDownload: Record<string, number | string> = {};
     /** The commit's parts, within its own ms (commit_ms). */
     const commitPartMs: Record<string, number> = {};
     let error: JobError;
@@ -185,7 +185,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const outcome = await pipeline();
       if (outcome.ok) {
         await cleanUp();
-        log.debug({ ...stepMs, during_download: decisionMs, during_commit: commitPartMs }, 'fetch steps');
+        log.debug({ ...stepMs, during_download: duringDownload, during_commit: commitPartMs }, 'fetch steps');
         return outcome.value;
       }
       error = outcome.error;
@@ -195,7 +195,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
     await cleanUp();
     const failed = await fail(error);
     // Once the job's end is recorded, as on success.
-    log.debug({ ...stepMs, during_download: decisionMs, during_commit: commitPartMs }, 'fetch steps');
+    log.debug({ ...stepMs, during_download: duringDownload, during_commit: commitPartMs }, 'fetch steps');
     return failed;
 
     async function pipeline(): Promise<Outcome<Ended | undefined>> {
@@ -224,7 +224,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
                 media = resolved.value;
                 return media.kind === 'download';
               } finally {
-                decisionMs.media_checks_and_alias_ms = Math.round(performance.now() - decided);
+                duringDownload.media_checks_and_alias_ms = Math.round(performance.now() - decided);
               }
             },
             onGrowing: () => alongside.onGrowing(),
@@ -236,14 +236,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
         const runMs = Math.round(performance.now() - downloadStarted);
         stepMs.extract_ms = timings.extractMs ?? runMs;
         stepMs.download_ms = runMs - stepMs.extract_ms;
-        if (timings.gateWaitMs !== undefined) decisionMs.gate_wait_ms = timings.gateWaitMs;
+        if (timings.gateWaitMs !== undefined) duringDownload.gate_wait_ms = timings.gateWaitMs;
         // The conversion's part after the download: what is left of one that ran alongside, or all of it.
         const converted = await timed('convert', async () => {
           const streamed = await alongside.finish(downloaded);
           if (streamed !== null || !downloaded.ok || downloaded.value === null) return streamed;
           return convertToWav(ctx, { file: downloaded.value.path });
         });
-        Object.assign(decisionMs, alongside.report());
+        Object.assign(duringDownload, alongside.report());
         if (!downloaded.ok) return downloaded;
         if (media?.kind === 'reused') return { ok: true, value: media.ended };
         // Following another job's download, or no longer ours: nothing more to do here.
