@@ -58,6 +58,7 @@ import { createScrubber } from './store/scrubber.js';
 import { createSizeCap } from './store/size-cap.js';
 import { createUsageRecorder } from './store/usage.js';
 import { cookiesFileRefusal } from './tools/cookies-file.js';
+import { makeFifo } from './tools/fifo.js';
 import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
 import { callbackRecorder } from './webhooks/deliveries.js';
@@ -608,6 +609,7 @@ function createWorkers(
     },
     openEgressSession: (label) => egress.guard.openSession(label),
     cookiesFile: config.ytdlpCookiesFile,
+    makeFifo,
     audioAnalysis: config.audioAnalysis,
     onStored: () => upkeep.sizeCap.request(),
     keyAllowance:

@@ -46,6 +46,18 @@ export function streamableContainer(prefix: Buffer): ContainerVerdict {
   return 'whole';
 }
 
+/** Extensions of the MP4 family (ISO base media files: MP4, m4a, QuickTime, 3GP, F4V). */
+const MP4_FAMILY_EXTENSION = /\.(?:mp4|m4a|m4b|m4p|m4v|mov|3gp|3g2|f4a|f4v)$/i;
+
+/**
+ * Whether a URL's path names a file of the MP4 family, which is converted whole: a guess made
+ * before any byte has come (the bytes decide, `streamableContainer`), so that a converter is not
+ * started early only to be stopped unfed.
+ */
+export function namesMp4File(url: string): boolean {
+  return URL.canParse(url) && MP4_FAMILY_EXTENSION.test(new URL(url).pathname);
+}
+
 function more(prefix: Buffer): ContainerVerdict {
   return prefix.length >= MAX_SNIFF_BYTES ? 'whole' : 'more';
 }

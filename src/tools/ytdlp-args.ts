@@ -7,12 +7,11 @@
  * - A job is one run (`buildDownloadArgs`) that extracts and downloads, with a stop between the
  *   two where the service decides. Once extracted, before any format is chosen, the run prints
  *   the media's info JSON as one line (INFO_PREFIX, then `%()j`: --print pre_process). Before
- *   the download, its --exec before_dl command makes two FIFOs in the run's cwd, GATE_FIFO and
- *   FEED_FIFO (through which the service may hand the growing download to the converter),
- *   prints GATE_LINE and reads a line from GATE_FIFO: yt-dlp waits for that command to end, so
- *   nothing is downloaded until the service has written to the FIFO (go on) or stopped the run.
- *   Every item of a playlist would pass through the same two points; the service stops the run
- *   at the first. --exec appends the file's path to a command without a template field, which
+ *   the download, its --exec before_dl command makes a FIFO in the run's cwd, GATE_FIFO, prints
+ *   GATE_LINE and reads a line from GATE_FIFO: yt-dlp waits for that command to end, so nothing
+ *   is downloaded until the service has written to the FIFO (go on) or stopped the run. Every
+ *   item of a playlist would pass through the same two points; the service stops the run at the
+ *   first. --exec appends the file's path to a command without a template field, which
  *   would show it on the command line of the gate's shell: hence a field no info has, NO_FIELD,
  *   empty, quoted with `q` (a current yt-dlp refuses `s` in --exec).
  * - Stdout also carries progress lines (PROGRESS_TEMPLATE, read by parseProgressLine) and, once
@@ -75,8 +74,6 @@ export const INFO_PREFIX = 'INFO ';
 export const GATE_LINE = 'GATE';
 /** The FIFO yt-dlp's gate command makes in the run's cwd and reads one line from. */
 export const GATE_FIFO = 'gate';
-/** The second FIFO the gate command makes: the converter's input when it reads the download as it grows. */
-export const FEED_FIFO = 'feed';
 /** An output template field no info dict has. */
 const NO_FIELD = 'source_fetch_no_field';
 
@@ -167,7 +164,7 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
   return [
     ...downloadOptions(opts),
     '--exec',
-    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} ${FEED_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
+    `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
     '--no-simulate',
     // "--" so a URL starting with "-" cannot be read as an option.
     '--',

@@ -85,8 +85,10 @@ describe('conversion alongside the download', () => {
       contentType: 'audio/mpeg',
       throttleBytesPerSec: 256 * 1024,
     });
+    // ffmpeg was started before the download, waiting for it.
     expect(steps.during_download).toMatchObject({
       converter_input: 'stream',
+      converter_start: 'before_download',
       conversion_during_download_ms: expect.any(Number),
     });
     expect(job.result!.content_id).toBe(await ffmpegSha256(mp3));
@@ -95,8 +97,10 @@ describe('conversion alongside the download', () => {
 
   it('converts a download the FIFO holds whole, written before ffmpeg has opened its end (a 1-second FLAC)', async () => {
     const flac = (await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'flac' })).path;
-    const { job, steps } = await fetchedDone('/short.flac', flac, { contentType: 'audio/flac' });
-    expect(steps.during_download).toMatchObject({ converter_input: 'stream' });
+    // Named as an m4a, so ffmpeg is started only once the first bytes say FLAC: by then the
+    // whole second has been written.
+    const { job, steps } = await fetchedDone('/short-flac.m4a', flac, { contentType: 'audio/flac' });
+    expect(steps.during_download).toMatchObject({ converter_input: 'stream', converter_start: 'at_first_bytes' });
     expect(job.result!.content_id).toBe(await ffmpegSha256(flac));
     await expectNothingLeft(job.job_id);
   });
@@ -106,7 +110,19 @@ describe('conversion alongside the download', () => {
       contentType: 'audio/mp4',
       throttleBytesPerSec: 256 * 1024,
     });
-    expect(steps.during_download).toMatchObject({ converter_input: 'whole' });
+    // Named as an m4a: no ffmpeg was started before the download.
+    expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: 'none' });
+    expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
+    expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
+    await expectNothingLeft(job.job_id);
+  });
+
+  it('stops the ffmpeg started before the download unfed when the download is an m4a under a name that does not say so', async () => {
+    const { job, steps } = await fetchedDone('/tone-without-extension', m4a, {
+      contentType: 'audio/mp4',
+      throttleBytesPerSec: 256 * 1024,
+    });
+    expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: 'before_download' });
     expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
     expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
     await expectNothingLeft(job.job_id);

@@ -8,6 +8,7 @@ import { createFetchTask } from '../../src/jobs/fetch/task.js';
 import { claimNextJob, enqueueJob, getJobRow } from '../../src/jobs/queue.js';
 import { createLogger } from '../../src/logger.js';
 import { createSandbox } from '../../src/sandbox/sandbox.js';
+import { makeFifo } from '../../src/tools/fifo.js';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
@@ -99,6 +100,12 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
       opts.onStdoutLine?.(file);
       return OK;
     }
+    if (opts.args.some((arg) => arg.startsWith('async:'))) {
+      // Started early on the FIFO: the download here ('media bytes') is converted whole, so this
+      // one is stopped unfed, as the real one would be.
+      await new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
+      return { ...OK, exitCode: null, signal: 'SIGTERM', aborted: true };
+    }
     calls.push('ffmpeg');
     await writeFile(opts.args.at(-1)!.replace(/^file:/, ''), wavBytes);
     return OK;
@@ -136,6 +143,7 @@ async function runJob(
       hostNetns: 'net:[1]',
     }),
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
+    makeFifo,
     workDir: path.join(fx.dir, 'work'),
     limits: {
       timeoutMs: 10_000,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_SNIFF_BYTES, streamableContainer } from '../../src/tools/streamable-container.js';
+import { MAX_SNIFF_BYTES, namesMp4File, streamableContainer } from '../../src/tools/streamable-container.js';
 
 const bytes = (...parts: Array<string | number[] | Buffer>) =>
   Buffer.concat(
@@ -54,5 +54,26 @@ describe('streamableContainer', () => {
     // A tag too large to wait for.
     expect(streamableContainer(id3(MAX_SNIFF_BYTES))).toBe('whole');
     expect(streamableContainer(bytes(id3(MAX_SNIFF_BYTES - 20), Buffer.alloc(MAX_SNIFF_BYTES)))).toBe('whole');
+  });
+});
+
+describe('namesMp4File', () => {
+  it("tells an MP4-family name from the URL's path, not from its query or fragment", () => {
+    for (const url of [
+      'https://media.example/a/song.m4a',
+      'https://media.example/clip.MP4?token=x',
+      'http://media.example/take.mov#t=3',
+      'https://media.example/voice.3gp',
+    ])
+      expect(namesMp4File(url), url).toBe(true);
+    for (const url of [
+      'https://media.example/song.mp3',
+      'https://media.example/watch?v=abc.m4a',
+      'https://media.example/song.m4a/',
+      'https://media.example/page#x.mp4',
+      'https://media.example/',
+      'not a url.m4a',
+    ])
+      expect(namesMp4File(url), url).toBe(false);
   });
 });

@@ -103,7 +103,7 @@ describe('buildDownloadArgs', () => {
       '--max-filesize',
       '1000',
       '--exec',
-      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate feed && echo GATE && read -r go < gate',
+      'before_dl:: %(source_fetch_no_field|)q; mkfifo gate && echo GATE && read -r go < gate',
       '--no-simulate',
       '--',
       'https://example.com/a.mp3',

@@ -6,7 +6,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type { JobError } from '../../db/database.js';
 import { streamableContainer } from '../../tools/streamable-container.js';
-import { DOWNLOAD_BASENAME, FEED_FIFO } from '../../tools/ytdlp-args.js';
+import type { MakeFifo } from '../../tools/fifo.js';
+import { DOWNLOAD_BASENAME } from '../../tools/ytdlp-args.js';
 import type { Converted } from './convert.js';
 import { DOWNLOAD_DIR, type Downloaded } from './download.js';
 import type { FetchContext, Outcome } from './step.js';
@@ -14,9 +15,11 @@ import type { FetchContext, Outcome } from './step.js';
 /**
  * The conversion started while the download runs, for containers ffmpeg reads from first byte to
  * last (../../tools/streamable-container.ts, told from the download's first bytes): ffmpeg reads
- * FEED_FIFO, the second FIFO yt-dlp's gate command made in the job's folder (through its async
- * reader: ../../tools/ffmpeg.ts), and this copies the download into it as it grows (woken by each
- * of yt-dlp's progress lines). The FIFO is closed, and ffmpeg sees the input's end, only once the
+ * FEED_FIFO in the job's folder (through its async reader: ../../tools/ffmpeg.ts), and this copies
+ * the download into it as it grows (woken by each of yt-dlp's progress lines). ffmpeg is started
+ * on the FIFO before the download (`start`), so that its own start (some 60 ms of loading its
+ * libraries, and its sandbox's) overlaps yt-dlp's extraction; a download that is not to be
+ * streamed stops it unfed. The FIFO is closed, and ffmpeg sees the input's end, only once the
  * download step has succeeded: until then a download that fails (cut off, too large, stalled,
  * refused, canceled) stops ffmpeg, which has never seen an end of its input, and the job fails
  * with the download's error. A conversion that fails first stops the download (`stopDownload`),
@@ -29,6 +32,12 @@ import type { FetchContext, Outcome } from './step.js';
  * whatever the download's size.
  */
 export interface ConversionAlongside {
+  /**
+   * Makes the FIFO and starts ffmpeg on it, waiting for its input: called before the download,
+   * unless the download is likely to be converted whole. Otherwise both are made once the first
+   * bytes say the download can be streamed.
+   */
+  start(): void;
   /** DownloadDeps.onGrowing: the file may have grown. */
   onGrowing(): void;
   /** DownloadDeps.stop: aborted with the conversion's error when it fails while the download runs. */
@@ -42,13 +51,20 @@ export interface ConversionAlongside {
   /** Stops the copy and ffmpeg, if still running, and waits for both; for every way out of the task. */
   close(): Promise<void>;
   /** For the 'fetch steps' line: how the conversion read its input, and its ms within the download step. */
-  report(): { converter_input: 'stream' | 'whole'; conversion_during_download_ms?: number };
+  report(): {
+    converter_input: 'stream' | 'whole';
+    converter_start: 'before_download' | 'at_first_bytes' | 'none';
+    conversion_during_download_ms?: number;
+  };
 }
 
 export type ConvertFn = (fifo: string, stop: AbortSignal) => Promise<Outcome<Converted>>;
 
+/** The FIFO the converter reads the download from, in the job's folder. */
+export const FEED_FIFO = 'feed';
+
 const COPY_CHUNK_BYTES = 256 * 1024;
-/** How often the FIFO's open is tried again while ffmpeg has not opened its end (its start takes some 15 ms). */
+/** How often the FIFO's open is tried again while ffmpeg has not opened its end (it is still starting). */
 const FEED_OPEN_POLL_MS = 2;
 /** The download's file while it grows: `source.<ext>` (fragments, `source.<ext>-Frag1`, do not match). */
 const DOWNLOAD_FILE = new RegExp(`^${DOWNLOAD_BASENAME}\\.[A-Za-z0-9]+$`);
@@ -58,7 +74,11 @@ const NOT_NEEDED: JobError = { code: 'internal_error', message: 'The conversion 
 
 type Settled = { outcome: Outcome<Converted> } | { thrown: unknown };
 
-export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): ConversionAlongside {
+export function convertWhileDownloading(
+  ctx: FetchContext,
+  convert: ConvertFn,
+  makeFifo: MakeFifo,
+): ConversionAlongside {
   const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
   const fifoPath = path.join(ctx.workDir, FEED_FIFO);
   const stopDownload = new AbortController();
@@ -66,12 +86,17 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
   let mode: 'undecided' | 'stream' | 'whole' = 'undecided';
   /** The download step's end: its file when it succeeded, null when it did not. */
   let downloadEnd: { file: Downloaded | null } | undefined;
+  /** The FIFO made, and ffmpeg started on it unless the job stopped first. */
+  let ready: Promise<void> | undefined;
+  let startedEarly = false;
   let conversion: Promise<Settled> | undefined;
   let settled: Settled | undefined;
   /** Aborted once the conversion has ended or the job stops: nothing more is written. */
   const feedStop = new AbortController();
   let conversionStarted = 0;
   let conversionDuringMs: number | undefined;
+  /** The FIFO is open at both ends: ffmpeg has been handed its input. */
+  let feeding = false;
   /** The copy read the whole file the download step reported, and closed the FIFO after it. */
   let fedWhole = false;
   /** The FIFO is being closed: ffmpeg sees its input end from then on. */
@@ -102,6 +127,32 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
   ctx.signal.addEventListener('abort', onJobStop, { once: true });
   const stopped = () => ctx.signal.aborted || (downloadEnd !== undefined && downloadEnd.file === null);
 
+  async function prepare(): Promise<void> {
+    await makeFifo(fifoPath);
+    if (!stopped() && !stopConversion.signal.aborted) startConversion();
+  }
+
+  function startConversion(): void {
+    conversion = convert(fifoPath, stopConversion.signal).then(
+      (outcome) => ({ outcome }),
+      (thrown: unknown) => ({ thrown }),
+    );
+    void conversion.then((result) => {
+      settled = result;
+      const stoppedHere = stopConversion.signal.aborted;
+      endedByItself = feeding && !feedClosing && !stoppedHere;
+      feedStop.abort();
+      if (downloadEnd === undefined && !stoppedHere) {
+        if (mode === 'stream') conversionDuringMs = Math.round(performance.now() - conversionStarted);
+        // A conversion that failed stops the download (one that failed unfed could not start);
+        // one that ended early (the duration limit) lets it finish, so that the download's own
+        // checks still decide first.
+        if ('outcome' in result && !result.outcome.ok) stopDownload.abort(result.outcome.error);
+      }
+      wakeUp();
+    });
+  }
+
   async function run(): Promise<void> {
     let source: FileHandle | undefined;
     let sink: Socket | undefined;
@@ -110,27 +161,13 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
       if (source === undefined) return;
       const prefix = await sniff(source);
       if (prefix === undefined) return;
-      if (stopped()) return;
+      await (ready ??= prepare());
+      if (stopped() || conversion === undefined || settled !== undefined) return;
       mode = 'stream';
       conversionStarted = performance.now();
-      conversion = convert(fifoPath, stopConversion.signal).then(
-        (outcome) => ({ outcome }),
-        (thrown: unknown) => ({ thrown }),
-      );
-      void conversion.then((result) => {
-        settled = result;
-        endedByItself = !feedClosing;
-        feedStop.abort();
-        if (downloadEnd === undefined) {
-          conversionDuringMs = Math.round(performance.now() - conversionStarted);
-          // A conversion that failed stops the download; one that ended early (the duration
-          // limit) lets it finish, so that the download's own checks still decide first.
-          if ('outcome' in result && !result.outcome.ok) stopDownload.abort(result.outcome.error);
-        }
-        wakeUp();
-      });
       sink = await openFeed();
       if (sink === undefined) return;
+      feeding = true;
       await feed(source, sink, prefix);
     } catch (err) {
       ctx.log.warn({ err }, 'handing the download to the converter failed');
@@ -139,9 +176,11 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
         stopConversion.abort(COPY_FAILED);
       } else mode = 'whole';
     } finally {
-      // ffmpeg must not see its input end unless the copy gave it all of it: stopped first.
-      if (conversion !== undefined && !fedWhole && settled === undefined) {
+      // ffmpeg must not see its input end unless the copy gave it all of it: stopped first (or
+      // not started, when its FIFO is still being made).
+      if (!fedWhole && settled === undefined) {
         stopConversion.abort(NOT_NEEDED);
+        await ready?.catch(() => {});
         await conversion;
       }
       feedClosing = true;
@@ -151,10 +190,10 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
     }
   }
 
-  /** The download's file, once it is there; undefined when the download ended first or the file is not a plain file. */
+  /** The download's file, once it is there; undefined when the download ended without one or the file is not a plain file. */
   async function openDownload(): Promise<FileHandle | undefined> {
     for (;;) {
-      if (stopped() || downloadEnd !== undefined) return undefined;
+      if (stopped()) return undefined;
       const names = (await fs.readdir(downloadDir)).filter((name) => DOWNLOAD_FILE.test(name));
       if (names.length === 1) {
         const handle = await fs.open(path.join(downloadDir, names[0]!), fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
@@ -162,32 +201,38 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
         await handle.close();
         return undefined;
       }
+      if (downloadEnd !== undefined) return undefined;
       await nextWake();
     }
   }
 
-  /** The download's first bytes, once they say it can be streamed; undefined when it cannot (or the download ended first). */
+  /**
+   * The download's first bytes, once they say it can be streamed; undefined when they cannot (or
+   * the download stopped). A download that ended first is still streamed, whole: ffmpeg, started
+   * early, is waiting for it.
+   */
   async function sniff(source: FileHandle): Promise<Buffer | undefined> {
     let prefix = Buffer.alloc(0);
     const buf = Buffer.allocUnsafe(COPY_CHUNK_BYTES);
     for (;;) {
       const verdict = streamableContainer(prefix);
       if (verdict === 'stream') return prefix;
-      if (verdict === 'whole' || stopped() || downloadEnd !== undefined) return undefined;
+      if (verdict === 'whole' || stopped()) return undefined;
       const { bytesRead } = await source.read(buf, 0, buf.length, prefix.length);
       if (bytesRead > 0) prefix = Buffer.concat([prefix, buf.subarray(0, bytesRead)]);
+      else if (downloadEnd !== undefined) return undefined;
       else await nextWake();
     }
   }
 
   /**
-   * The FIFO yt-dlp's gate made, opened for writing once ffmpeg has opened it for reading, checked
-   * as the gate is. The open is non-blocking: it fails (ENXIO) while ffmpeg has not opened its end,
-   * and is tried again every FEED_OPEN_POLL_MS. A blocking open would hold one of libuv's pool
-   * threads until then, or for good if ffmpeg never came; a read-write open would return at once,
-   * but a short download written and closed before ffmpeg opened its end would be lost with the
-   * FIFO's last descriptor, and ffmpeg would wait for a writer. Undefined when the conversion ended
-   * or the job stopped first.
+   * The FIFO, opened for writing once ffmpeg has opened it for reading, and checked to be one. The
+   * open is non-blocking: it fails (ENXIO) while ffmpeg has not opened its end, and is tried again
+   * every FEED_OPEN_POLL_MS. A blocking open would hold one of libuv's pool threads until then, or
+   * for good if ffmpeg never came; a read-write open would return at once, but a short download
+   * written and closed before ffmpeg opened its end would be lost with the FIFO's last
+   * descriptor, and ffmpeg would wait for a writer. Undefined when the conversion ended or the job
+   * stopped first.
    */
   async function openFeed(): Promise<Socket | undefined> {
     let fd: number | undefined;
@@ -261,27 +306,39 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
     stopConversion.abort(reason);
     feedStop.abort();
     wakeUp();
+    await ready?.catch(() => {});
     await copy;
     await conversion;
   }
 
   return {
     stopDownload: stopDownload.signal,
+    start() {
+      startedEarly = ready === undefined;
+      ready ??= prepare();
+      ready.catch((err: unknown) => ctx.log.warn({ err }, "making the converter's FIFO failed"));
+    },
     onGrowing() {
-      if (copy === undefined && downloadEnd === undefined) copy = run();
+      if (downloadEnd === undefined) copy ??= run();
       wakeUp();
     },
     async finish(downloaded) {
       downloadEnd = { file: downloaded.ok ? downloaded.value : null };
-      if (conversion !== undefined && conversionDuringMs === undefined)
+      if (mode === 'stream' && conversionDuringMs === undefined)
         conversionDuringMs = Math.round(performance.now() - conversionStarted);
       wakeUp();
       if (downloadEnd.file === null) {
         await stopAll(NOT_NEEDED);
         return null;
       }
-      await copy;
-      if (conversion === undefined) return null;
+      // A download that ended before any progress line is handed over whole.
+      await (copy ??= run());
+      if (mode !== 'stream' || conversion === undefined) {
+        // Not streamed: ffmpeg, started early, is stopped unfed.
+        mode = 'whole';
+        await stopAll(NOT_NEEDED);
+        return null;
+      }
       const result = await conversion;
       if ('thrown' in result) throw result.thrown;
       // Read to its end, or ended by itself while reading (the duration limit, a failure): its outcome stands.
@@ -297,6 +354,7 @@ export function convertWhileDownloading(ctx: FetchContext, convert: ConvertFn): 
     report() {
       return {
         converter_input: mode === 'stream' ? 'stream' : 'whole',
+        converter_start: conversion === undefined ? 'none' : startedEarly ? 'before_download' : 'at_first_bytes',
         ...(conversionDuringMs !== undefined ? { conversion_during_download_ms: conversionDuringMs } : {}),
       };
     },

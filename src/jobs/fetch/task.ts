@@ -5,6 +5,8 @@ import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
+import type { MakeFifo } from '../../tools/fifo.js';
+import { namesMp4File } from '../../tools/streamable-container.js';
 import { configFileText, COOKIES_FILE_NAME, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
 import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
@@ -63,6 +65,8 @@ export interface FetchTaskDeps {
   audioAnalysis?: AudioAnalysis;
   /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
   cookiesFile?: string;
+  /** Makes the FIFO through which the converter reads a download as it grows (../../tools/fifo.ts). */
+  makeFifo: MakeFifo;
 }
 
 const COOKIES_UNUSABLE: JobError = {
@@ -202,8 +206,9 @@ export function createFetchTask(deps: FetchTaskDeps) {
       let extracted: Extracted | undefined;
       let media: MediaDecision | undefined;
       const timings: DownloadTimings = {};
-      // ffmpeg started on the download as it grows, when its container allows.
-      const alongside = convertWhileDownloading(ctx, (fifo, stop) => convertToWav(ctx, { fifo, stop }));
+      // ffmpeg started before the download, and fed it as it grows when its container allows.
+      const alongside = convertWhileDownloading(ctx, (fifo, stop) => convertToWav(ctx, { fifo, stop }), deps.makeFifo);
+      if (!namesMp4File(job.url)) alongside.start();
       try {
         const downloadStarted = performance.now();
         const downloaded = await downloadMedia(
