@@ -105,28 +105,24 @@ describe('conversion alongside the download', () => {
     await expectNothingLeft(job.job_id);
   });
 
-  it('converts an m4a once it is whole (its index may be at its end), to the bytes ffmpeg gives it', async () => {
-    const { job, steps } = await fetchedDone('/tone.m4a', m4a, {
-      contentType: 'audio/mp4',
-      throttleBytesPerSec: 256 * 1024,
-    });
-    // Named as an m4a: no ffmpeg was started before the download.
-    expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: 'none' });
-    expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
-    expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
-    await expectNothingLeft(job.job_id);
-  });
-
-  it('stops the ffmpeg started before the download unfed when the download is an m4a under a name that does not say so', async () => {
-    const { job, steps } = await fetchedDone('/tone-without-extension', m4a, {
-      contentType: 'audio/mp4',
-      throttleBytesPerSec: 256 * 1024,
-    });
-    expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: 'before_download' });
-    expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
-    expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
-    await expectNothingLeft(job.job_id);
-  });
+  // Named as an m4a, no ffmpeg is started before the download; under another name, the one
+  // started then is stopped unfed.
+  it.each([
+    { route: '/tone.m4a', start: 'none' },
+    { route: '/tone-without-extension', start: 'before_download' },
+  ])(
+    'converts an m4a once it is whole (its index may be at its end), to the bytes ffmpeg gives it: $route',
+    async ({ route, start }) => {
+      const { job, steps } = await fetchedDone(route, m4a, {
+        contentType: 'audio/mp4',
+        throttleBytesPerSec: 256 * 1024,
+      });
+      expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: start });
+      expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
+      expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
+      await expectNothingLeft(job.job_id);
+    },
+  );
 
   it('a download that fails mid-way (past MAX_DOWNLOAD_BYTES) stops ffmpeg: file_too_large, nothing stored', async () => {
     const before = await storedFiles(path.join(svc.dataDir, 'artifacts'));
