@@ -11,4 +11,4 @@ export async function makeFifo(file: string): Promise<void> {
   });
 }
 
-export type MakeFifo = (file: string) => Promise<void>;
+export type MakeFifo = typeof makeFifo;

@@ -179,9 +179,7 @@ export function convertWhileDownloading(
       // ffmpeg must not see its input end unless the copy gave it all of it: stopped first (or
       // not started, when its FIFO is still being made).
       if (!fedWhole && settled === undefined) {
-        stopConversion.abort(NOT_NEEDED);
-        await ready?.catch(() => {});
-        await conversion;
+        await stopConversionAndWait(NOT_NEEDED);
       }
       feedClosing = true;
       sink?.destroy();
@@ -302,13 +300,18 @@ export function convertWhileDownloading(
     });
   }
 
-  async function stopAll(reason: JobError): Promise<void> {
+  /** Stops ffmpeg, or keeps it from starting while its FIFO is being made, and waits for its end. */
+  async function stopConversionAndWait(reason: JobError): Promise<void> {
     stopConversion.abort(reason);
+    await ready?.catch(() => {});
+    await conversion;
+  }
+
+  async function stopAll(reason: JobError): Promise<void> {
     feedStop.abort();
     wakeUp();
-    await ready?.catch(() => {});
+    await stopConversionAndWait(reason);
     await copy;
-    await conversion;
   }
 
   return {
