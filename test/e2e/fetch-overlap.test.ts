@@ -85,11 +85,15 @@ describe('conversion alongside the download', () => {
       contentType: 'audio/mpeg',
       throttleBytesPerSec: 256 * 1024,
     });
-    // ffmpeg was started before the download, waiting for it.
+    // ffmpeg was started before the download, waiting for it; the profile's parts of the download step.
     expect(steps.during_download).toMatchObject({
       converter_input: 'stream',
       converter_start: 'before_download',
       conversion_during_download_ms: expect.any(Number),
+      converter_ready_ms: expect.any(Number),
+      feed_wait_ms: expect.any(Number),
+      request_ms: expect.any(Number),
+      downloader_exit_ms: expect.any(Number),
     });
     expect(job.result!.content_id).toBe(await ffmpegSha256(mp3));
     await expectNothingLeft(job.job_id);
@@ -119,6 +123,7 @@ describe('conversion alongside the download', () => {
       });
       expect(steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: start });
       expect(steps.during_download).not.toHaveProperty('conversion_during_download_ms');
+      expect(steps.during_download).not.toHaveProperty('feed_wait_ms');
       expect(job.result!.content_id).toBe(await ffmpegSha256(m4a));
       await expectNothingLeft(job.job_id);
     },

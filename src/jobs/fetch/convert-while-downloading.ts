@@ -50,11 +50,17 @@ export interface ConversionAlongside {
   finish(downloaded: Outcome<Downloaded | null>): Promise<Outcome<Converted> | null>;
   /** Stops the copy and ffmpeg, if still running, and waits for both; for every way out of the task. */
   close(): Promise<void>;
-  /** For the 'fetch steps' line: how the conversion read its input, and its ms within the download step. */
+  /**
+   * For the 'fetch steps' line: how the conversion read its input, and its ms within the download
+   * step; when it was fed, how long ffmpeg took from its run asked for to its input opened
+   * (converter_ready), and how long the download's first bytes waited for that (feed_wait).
+   */
   report(): {
     converter_input: 'stream' | 'whole';
     converter_start: 'before_download' | 'at_first_bytes' | 'none';
     conversion_during_download_ms?: number;
+    converter_ready_ms?: number;
+    feed_wait_ms?: number;
   };
 }
 
@@ -93,7 +99,12 @@ export function convertWhileDownloading(
   let settled: Settled | undefined;
   /** Aborted once the conversion has ended or the job stops: nothing more is written. */
   const feedStop = new AbortController();
+  /** When ffmpeg's run was asked for. */
+  let conversionAskedAt = 0;
+  /** When the first bytes were found streamable, with ffmpeg started: from then on they wait for its input's open. */
   let conversionStarted = 0;
+  /** When ffmpeg's input was opened at both ends. */
+  let feedOpenedAt: number | undefined;
   let conversionDuringMs: number | undefined;
   /** The FIFO is open at both ends: ffmpeg has been handed its input. */
   let feeding = false;
@@ -133,6 +144,7 @@ export function convertWhileDownloading(
   }
 
   function startConversion(): void {
+    conversionAskedAt = performance.now();
     conversion = convert(fifoPath, stopConversion.signal).then(
       (outcome) => ({ outcome }),
       (thrown: unknown) => ({ thrown }),
@@ -167,6 +179,7 @@ export function convertWhileDownloading(
       conversionStarted = performance.now();
       sink = await openFeed();
       if (sink === undefined) return;
+      feedOpenedAt = performance.now();
       feeding = true;
       await feed(source, sink, prefix);
     } catch (err) {
@@ -319,7 +332,8 @@ export function convertWhileDownloading(
     start() {
       startedEarly = ready === undefined;
       ready ??= prepare();
-      ready.catch((err: unknown) => ctx.log.warn({ err }, "making the converter's FIFO failed"));
+      // Reported by the copy, which then has the download converted whole; unused, it does not matter.
+      ready.catch(() => {});
     },
     onGrowing() {
       if (downloadEnd === undefined) copy ??= run();
@@ -359,6 +373,12 @@ export function convertWhileDownloading(
         converter_input: mode === 'stream' ? 'stream' : 'whole',
         converter_start: conversion === undefined ? 'none' : startedEarly ? 'before_download' : 'at_first_bytes',
         ...(conversionDuringMs !== undefined ? { conversion_during_download_ms: conversionDuringMs } : {}),
+        ...(feedOpenedAt !== undefined
+          ? {
+              converter_ready_ms: Math.round(feedOpenedAt - conversionAskedAt),
+              feed_wait_ms: Math.round(feedOpenedAt - conversionStarted),
+            }
+          : {}),
       };
     },
   };

@@ -45,6 +45,10 @@ export interface DownloadTimings {
   extractMs?: number;
   /** The gate reached → opened: how long yt-dlp waited on the service's decision. */
   gateWaitMs?: number;
+  /** The gate opened → the first progress line: yt-dlp's request through the guard, up to the media's first bytes. */
+  requestMs?: number;
+  /** The downloaded file's path printed → the run's end: yt-dlp's exit, and its sandbox's. */
+  exitMs?: number;
 }
 
 /** The run's reason for stopping once the decision said not to download: never a job's error. */
@@ -140,13 +144,16 @@ export function downloadMedia(
     let decision: Promise<boolean> | undefined;
     let go = false;
     let gateReachedAt: number | undefined;
+    let gateOpenedAt: number | undefined;
+    let pathPrintedAt: number | undefined;
     let gate: Promise<FileHandle> | undefined;
     let stall: ReturnType<typeof watchForStall> | undefined;
     let downloadedPath: string | undefined;
     let lastProgress = 0;
     const openGateWhenReady = () => {
       if (!go || gateReachedAt === undefined || gate) return;
-      timings.gateWaitMs = Math.round(performance.now() - gateReachedAt);
+      gateOpenedAt = performance.now();
+      timings.gateWaitMs = Math.round(gateOpenedAt - gateReachedAt);
       stall = watchForStall(ctx.limits.downloadStall);
       stall.signal.addEventListener('abort', () => stop(stall!.signal.reason as JobError), { once: true });
       gate = openGate(path.join(ctx.workDir, GATE_FIFO));
@@ -199,6 +206,7 @@ export function downloadMedia(
             if (progress) {
               // Nothing is downloaded before the gate opens: a run that does anyway is stopped.
               if (gate === undefined) throw new Error('the downloader started downloading before the gate opened');
+              timings.requestMs ??= Math.round(performance.now() - gateOpenedAt!);
               stall?.progress(progress.downloadedBytes);
               // Enforced while downloading, whatever the origin announced (chunked responses have no
               // size for --max-filesize to check): throwing here kills yt-dlp's process group.
@@ -211,6 +219,7 @@ export function downloadMedia(
               deps.onGrowing?.();
             } else if (path.isAbsolute(line.trim())) {
               downloadedPath = line.trim();
+              pathPrintedAt = performance.now();
             }
           },
         },
@@ -222,6 +231,7 @@ export function downloadMedia(
       }
       throw err;
     } finally {
+      if (pathPrintedAt !== undefined) timings.exitMs = Math.round(performance.now() - pathPrintedAt);
       deps.stop?.removeEventListener('abort', stopFromOutside);
       clearTimeout(metadataTimer);
       stall?.stop();

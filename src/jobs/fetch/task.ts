@@ -242,6 +242,8 @@ export function createFetchTask(deps: FetchTaskDeps) {
         stepMs.extract_ms = timings.extractMs ?? runMs;
         stepMs.download_ms = runMs - stepMs.extract_ms;
         if (timings.gateWaitMs !== undefined) duringDownload.gate_wait_ms = timings.gateWaitMs;
+        if (timings.requestMs !== undefined) duringDownload.request_ms = timings.requestMs;
+        if (timings.exitMs !== undefined) duringDownload.downloader_exit_ms = timings.exitMs;
         // The conversion's part after the download: what is left of one that ran alongside, or all of it.
         const converted = await timed('convert', async () => {
           const streamed = await alongside.finish(downloaded);
