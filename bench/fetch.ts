@@ -26,8 +26,8 @@
  *      resident memory (VmHWM of its Node process; the tools' peaks beside it, sampled).
  * With --rate, the origin sends the latency cases at that many bytes a second, as a network would,
  * so that the download takes time (on loopback it takes tens of milliseconds).
- * LOUDNESS and WAVEFORM_PEAKS in this script's environment are passed on to the service
- * (bench/audio-analysis.ts compares them on and off in one run).
+ * LOUDNESS, WAVEFORM_PEAKS and CONVERTER_WAITING in this script's environment are passed on to the
+ * service (and the baseline's), (bench/audio-analysis.ts compares the first two on and off in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
  * so that no client poll interval is measured.
  */
@@ -404,6 +404,7 @@ const serviceEnv = {
   WORKER_CONCURRENCY: '2',
   ...(process.env.LOUDNESS ? { LOUDNESS: process.env.LOUDNESS } : {}),
   ...(process.env.WAVEFORM_PEAKS ? { WAVEFORM_PEAKS: process.env.WAVEFORM_PEAKS } : {}),
+  ...(process.env.CONVERTER_WAITING ? { CONVERTER_WAITING: process.env.CONVERTER_WAITING } : {}),
 };
 const svc = await startService({ env: serviceEnv });
 const baseline = BASELINE ? await startService({ env: serviceEnv, root: BASELINE }) : undefined;

@@ -147,6 +147,12 @@ export const envSchema = z
       .describe(
         '`on` (with `TOOL_CONFINEMENT=netns`): one resident process per node imports yt-dlp once, warms it up with one simulated run on made-up media (the `tool runs` log line says `warm_up`: `done`, or how it failed), makes once what each run would redo whatever its job (its TLS context, its choice of extractors: `shared_with_runs` in that line), and forks each tool run into namespaces of its own, confined as a tool started alone, its process group killed on cancel and time-out; until it is ready, while it restarts or if it is unreachable, tools are started per run (the `tool runs` log line says which). `off`: every tool run starts unshare, Python and confine.py anew.',
       ),
+    CONVERTER_WAITING: z
+      .enum(['on', 'off'])
+      .default('off')
+      .describe(
+        "`on`: one ffmpeg per node is started ahead of the next job, waiting on a FIFO in a folder of its own under the work folder, and the next job whose URL does not name an MP4-family file takes it (the `fetch steps` log line says `converter_start`: `before_job`), so that ffmpeg's start is not paid within the job; the next one starts once that job has ended. It costs one idle ffmpeg process per node. `off`: each job starts its own ffmpeg.",
+      ),
     TOOL_MOUNT_VIEW: z
       .enum(['on', 'off'])
       .default('on')
@@ -457,6 +463,8 @@ export interface Config {
   toolLimits: { memoryBytes: number; cpuSeconds: number; processes: number };
   /** Loudness measured (LOUDNESS) and waveform peaks stored (WAVEFORM_PEAKS) with each new WAV. */
   audioAnalysis: { loudness: boolean; peaks: boolean };
+  /** CONVERTER_WAITING: an ffmpeg started ahead of the next job. */
+  converterWaiting: boolean;
   workerConcurrency: number;
   fetchTimeoutMs: number;
   /** The downloader's extraction's own time limit, within fetchTimeoutMs. */
@@ -559,6 +567,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     },
     toolLimits: { memoryBytes: e.TOOL_MEMORY_BYTES, cpuSeconds: e.TOOL_CPU_S, processes: e.TOOL_MAX_PROCESSES },
     audioAnalysis: { loudness: e.LOUDNESS === 'on', peaks: e.WAVEFORM_PEAKS === 'on' },
+    converterWaiting: e.CONVERTER_WAITING === 'on',
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     metadataTimeoutMs: e.METADATA_TIMEOUT_S * 1000,

@@ -31,6 +31,7 @@ import { startHttpServer } from './http/server.js';
 import { loadWebFiles } from './http/web-page.js';
 import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
+import { createConverterWaiting } from './jobs/fetch/waiting-converter.js';
 import { createJobService } from './jobs/job-service.js';
 import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
@@ -590,6 +591,27 @@ function createWorkers(
   parts: StorageParts & { tools: Tools; egress: Egress; confinement: Confinement; upkeep: StoreUpkeep },
 ) {
   const { database, store, tools, egress, confinement, upkeep, nodeId, now, log, shutdown, signals } = parts;
+  const limits = {
+    timeoutMs: config.fetchTimeoutMs,
+    metadataTimeoutMs: config.metadataTimeoutMs,
+    downloadStall: config.downloadStall,
+    maxDownloadBytes: config.maxDownloadBytes,
+    maxOutputBytes: config.maxOutputBytes,
+    maxDurationS: config.maxDurationS,
+    tool: config.toolLimits,
+  };
+  const converterWaiting = config.converterWaiting
+    ? createConverterWaiting({
+        nodeId,
+        workDir: config.workDir,
+        sandbox: confinement.sandbox,
+        mountView: config.confinement.mountView,
+        ffmpegPath: tools.paths.ffmpeg,
+        limits,
+        makeFifo,
+        log,
+      })
+    : undefined;
   const runJob = createFetchTask({
     database,
     store,
@@ -598,15 +620,8 @@ function createWorkers(
     mountView: config.confinement.mountView,
     tools: tools.paths,
     workDir: config.workDir,
-    limits: {
-      timeoutMs: config.fetchTimeoutMs,
-      metadataTimeoutMs: config.metadataTimeoutMs,
-      downloadStall: config.downloadStall,
-      maxDownloadBytes: config.maxDownloadBytes,
-      maxOutputBytes: config.maxOutputBytes,
-      maxDurationS: config.maxDurationS,
-      tool: config.toolLimits,
-    },
+    limits,
+    converterWaiting,
     openEgressSession: (label) => egress.guard.openSession(label),
     cookiesFile: config.ytdlpCookiesFile,
     makeFifo,
@@ -636,6 +651,8 @@ function createWorkers(
   });
   signals.sandboxSettled.on(() => workers.wake());
   shutdown.drainWorkersWith((graceMs) => workers.stop(graceMs));
+  // After the workers have drained, before the sandbox stops.
+  if (converterWaiting) shutdown.onStop(() => converterWaiting.close());
   return workers;
 }
 

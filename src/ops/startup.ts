@@ -8,6 +8,7 @@ import { expireLeasesOfGoneHolders } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from '../store/content-store.js';
 import { reconcileStore } from '../store/reconcile.js';
+import { waitingConverterNode } from '../jobs/fetch/waiting-converter.js';
 import { isDeadPredecessor } from './node-id.js';
 
 /**
@@ -18,7 +19,7 @@ import { isDeadPredecessor } from './node-id.js';
  *    worker pool takes them back at once (src/jobs/queue.ts); other nodes' wait for their leases.
  *  - Job folders under the work dir, and tool processes working in them, that belong to no live
  *    process any more: removed, killed. A folder whose job another live node on this machine is
- *    running is left alone.
+ *    running is left alone, and so is a live node's waiting converter (../jobs/fetch/waiting-converter.ts).
  *  - Staged store files of a dead node of this machine, or long abandoned by any (src/store/
  *    content-store.ts, clearIncoming).
  *  - The store reconciled with its rows (src/store/reconcile.ts), by one node at a time (a node
@@ -59,6 +60,8 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   );
   const isDeadNode = (nodeId: string): boolean => isDeadPredecessor(nodeId, deps.nodeId, deps.isProcessAlive);
   const isOrphan = (folder: string): boolean => {
+    const converterNode = waitingConverterNode(folder);
+    if (converterNode !== undefined) return isDeadNode(converterNode);
     const owner = owners.get(jobIdOf(folder));
     return owner === undefined || isDeadNode(owner);
   };

@@ -43,19 +43,19 @@ afterAll(async () => {
 });
 
 /** The job's 'fetch steps' line, logged once its end is recorded. */
-function stepsOf(jobId: string) {
+function stepsOf(jobId: string, service = svc) {
   return until('the job\'s "fetch steps" line', () =>
-    svc.logs.find((line) => line.msg === 'fetch steps' && line.job_id === jobId),
+    service.logs.find((line) => line.msg === 'fetch steps' && line.job_id === jobId),
   );
 }
 
 /** Serves `file` at `route` and fetches it: the job, which must end done, and its 'fetch steps' line. */
-async function fetchedDone(route: string, file: string, served: ServeFileOptions) {
+async function fetchedDone(route: string, file: string, served: ServeFileOptions, service = svc) {
   media.serveFile(route, file, served);
-  const submitted = await svc.submit(media.url(route));
-  const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
+  const submitted = await service.submit(media.url(route));
+  const job = await service.waitForJob(submitted.job_id, ['done', 'failed']);
   expect(job.status, JSON.stringify(job.error)).toBe('done');
-  return { job, steps: await stepsOf(submitted.job_id) };
+  return { job, steps: await stepsOf(submitted.job_id, service) };
 }
 
 /** What ffmpeg itself makes of the file, with the service's arguments, unconfined. */
@@ -218,5 +218,108 @@ describe('conversion alongside the download', () => {
     expect((await svc.getJob(submitted.job_id)).status).toBe('canceled');
     expect(await storedFiles(path.join(svc.dataDir, 'artifacts'))).toEqual(before);
     await expectNothingLeft(submitted.job_id);
+  });
+});
+
+describe('the converter started before the job (CONVERTER_WAITING=on)', () => {
+  let waitingSvc: ServiceHandle;
+  const work = () => path.join(waitingSvc.dataDir, 'work');
+
+  /** The waiting converter's folder, once there is one and its ffmpeg runs in it. */
+  async function waitingFolder(other?: string): Promise<string> {
+    return until(
+      'a converter waiting for the next job',
+      async () => {
+        const [folder, ...more] = (await readdir(work())).filter((name) => name.startsWith('converter.'));
+        if (folder === undefined || more.length > 0 || folder === other) return undefined;
+        return (await processesMatching(`${folder}/feed`)).length > 0 ? folder : undefined;
+      },
+      60_000,
+    );
+  }
+
+  beforeAll(async () => {
+    waitingSvc = await startService({
+      // Its own data folder, kept after it stops: what its shutdown left is looked at.
+      dataDir: await mkdtemp(path.join(tmpdir(), 'sf-waiting-')),
+      env: { FETCH_ALLOW_HOSTS: media.hostPort, MAX_DOWNLOAD_BYTES: String(MAX_BYTES), CONVERTER_WAITING: 'on' },
+    });
+  });
+
+  afterAll(async () => {
+    await waitingSvc?.stop();
+    if (waitingSvc) await rm(waitingSvc.dataDir, { recursive: true, force: true });
+  });
+
+  it('the first job starts its own; the next takes the one started after it, to the same bytes', async () => {
+    const served = { contentType: 'audio/mpeg', throttleBytesPerSec: 256 * 1024 };
+    const first = await fetchedDone('/waiting-first.mp3', mp3, served, waitingSvc);
+    expect(first.steps.during_download).toMatchObject({ converter_start: 'before_download' });
+    const folder = await waitingFolder();
+
+    const tone = (await makeTone(FIXTURE_DIR, { seconds: 12, channels: 2, sampleRate: 44100, format: 'mp3' })).path;
+    const second = await fetchedDone('/waiting-second.mp3', tone, served, waitingSvc);
+    expect(second.steps.during_download).toMatchObject({
+      converter_input: 'stream',
+      converter_start: 'before_job',
+      converter_ready_ms: expect.any(Number),
+    });
+    expect(second.job.result!.content_id).toBe(await ffmpegSha256(tone));
+    // The one it took is gone with the job; another waits for the next.
+    const next = await waitingFolder(folder);
+    expect(await readdir(work())).toEqual([next]);
+    expect(await processesMatching(folder)).toEqual([]);
+    expect(await processesMatching(second.job.job_id)).toEqual([]);
+  });
+
+  it('an m4a leaves it waiting; a cancel stops the one the job took; shutdown stops the last', async () => {
+    const folder = await waitingFolder();
+    const m4aJob = await fetchedDone('/waiting.m4a', m4a, { contentType: 'audio/mp4' }, waitingSvc);
+    expect(m4aJob.steps.during_download).toMatchObject({ converter_input: 'whole', converter_start: 'none' });
+    expect(await readdir(work())).toEqual([folder]);
+
+    media.serveFile('/waiting-slow.mp3', mp3, { contentType: 'audio/mpeg', throttleBytesPerSec: 32 * 1024 });
+    const submitted = await waitingSvc.submit(media.url('/waiting-slow.mp3'));
+    await until(
+      'the waiting ffmpeg converting the download as it arrives',
+      async () => ((await waitingSvc.getJob(submitted.job_id)).progress?.bytes_done ?? 0) > 0 || undefined,
+      60_000,
+    );
+    expect((await processesMatching(`${folder}/feed`)).length).toBeGreaterThan(0);
+    const res = await waitingSvc.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+    expect(res.status).toBe(200);
+    const next = await waitingFolder(folder);
+    await until("the canceled job's tools and folders to be gone", async () =>
+      (await processesMatching(folder)).length === 0 &&
+      (await processesMatching(submitted.job_id)).length === 0 &&
+      (await readdir(work())).join() === next
+        ? true
+        : undefined,
+    );
+    expect((await waitingSvc.getJob(submitted.job_id)).status).toBe('canceled');
+
+    expect(await waitingSvc.stop()).toBe(0);
+    expect(await processesMatching(next)).toEqual([]);
+    expect(await readdir(work())).toEqual([]);
+  });
+
+  it("a node killed with its converter waiting: the next node's start-up removes its folder", async () => {
+    const dataDir = waitingSvc.dataDir;
+    const env = { FETCH_ALLOW_HOSTS: media.hostPort, CONVERTER_WAITING: 'on' };
+    const crashed = await startService({ dataDir, env });
+    try {
+      await fetchedDone('/waiting-crash.mp3', mp3, { contentType: 'audio/mpeg' }, crashed);
+      const folder = await waitingFolder();
+      await crashed.kill();
+      const next = await startService({ dataDir, apiKey: crashed.apiKey, env: { ...env, CONVERTER_WAITING: 'off' } });
+      try {
+        expect(await readdir(work())).toEqual([]);
+        expect(await processesMatching(folder)).toEqual([]);
+      } finally {
+        await next.stop();
+      }
+    } finally {
+      await crashed.stop();
+    }
   });
 });

@@ -8,9 +8,10 @@ import type { JobError } from '../../db/database.js';
 import { streamableContainer } from '../../tools/streamable-container.js';
 import type { MakeFifo } from '../../tools/fifo.js';
 import { DOWNLOAD_BASENAME } from '../../tools/ytdlp-args.js';
-import type { Converted } from './convert.js';
+import type { Converted, StreamedInput } from './convert.js';
 import { DOWNLOAD_DIR, type Downloaded } from './download.js';
 import type { FetchContext, Outcome } from './step.js';
+import type { WaitingConversion } from './waiting-converter.js';
 
 /**
  * The conversion started while the download runs, for containers ffmpeg reads from first byte to
@@ -18,8 +19,9 @@ import type { FetchContext, Outcome } from './step.js';
  * FEED_FIFO in the job's folder (through its async reader: ../../tools/ffmpeg.ts), and this copies
  * the download into it as it grows (woken by each of yt-dlp's progress lines). ffmpeg is started
  * on the FIFO before the download (`start`), so that its own start (some 60 ms of loading its
- * libraries, and its sandbox's) overlaps yt-dlp's extraction; a download that is not to be
- * streamed stops it unfed. The FIFO is closed, and ffmpeg sees the input's end, only once the
+ * libraries, and its sandbox's) overlaps yt-dlp's extraction; or, given `waiting`, the ffmpeg
+ * started before the job (./waiting-converter.ts) is used, with its FIFO. A download that is not
+ * to be streamed stops it unfed. The FIFO is closed, and ffmpeg sees the input's end, only once the
  * download step has succeeded: until then a download that fails (cut off, too large, stalled,
  * refused, canceled) stops ffmpeg, which has never seen an end of its input, and the job fails
  * with the download's error. A conversion that fails first stops the download (`stopDownload`),
@@ -52,19 +54,20 @@ export interface ConversionAlongside {
   close(): Promise<void>;
   /**
    * For the 'fetch steps' line: how the conversion read its input, and its ms within the download
-   * step; when it was fed, how long ffmpeg took from its run asked for to its input opened
-   * (converter_ready), and how long the download's first bytes waited for that (feed_wait).
+   * step; when it was fed, the time from ffmpeg's run asked for (or, started before the job, taken)
+   * to its input open at both ends, which also waits for the download's first bytes
+   * (converter_ready), and how long those first bytes waited for ffmpeg (feed_wait).
    */
   report(): {
     converter_input: 'stream' | 'whole';
-    converter_start: 'before_download' | 'at_first_bytes' | 'none';
+    converter_start: 'before_job' | 'before_download' | 'at_first_bytes' | 'none';
     conversion_during_download_ms?: number;
     converter_ready_ms?: number;
     feed_wait_ms?: number;
   };
 }
 
-export type ConvertFn = (fifo: string, stop: AbortSignal) => Promise<Outcome<Converted>>;
+export type ConvertFn = (input: StreamedInput) => Promise<Outcome<Converted>>;
 
 /** The FIFO the converter reads the download from, in the job's folder. */
 export const FEED_FIFO = 'feed';
@@ -84,9 +87,10 @@ export function convertWhileDownloading(
   ctx: FetchContext,
   convert: ConvertFn,
   makeFifo: MakeFifo,
+  waiting?: WaitingConversion,
 ): ConversionAlongside {
   const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
-  const fifoPath = path.join(ctx.workDir, FEED_FIFO);
+  const fifoPath = waiting?.fifo ?? path.join(ctx.workDir, FEED_FIFO);
   const stopDownload = new AbortController();
   const stopConversion = new AbortController();
   let mode: 'undecided' | 'stream' | 'whole' = 'undecided';
@@ -139,13 +143,14 @@ export function convertWhileDownloading(
   const stopped = () => ctx.signal.aborted || (downloadEnd !== undefined && downloadEnd.file === null);
 
   async function prepare(): Promise<void> {
-    await makeFifo(fifoPath);
+    await (waiting ? waiting.ready : makeFifo(fifoPath));
     if (!stopped() && !stopConversion.signal.aborted) startConversion();
   }
 
   function startConversion(): void {
     conversionAskedAt = performance.now();
-    conversion = convert(fifoPath, stopConversion.signal).then(
+    const stop = stopConversion.signal;
+    conversion = convert(waiting ? { waiting, stop } : { fifo: fifoPath, stop }).then(
       (outcome) => ({ outcome }),
       (thrown: unknown) => ({ thrown }),
     );
@@ -318,6 +323,11 @@ export function convertWhileDownloading(
     stopConversion.abort(reason);
     await ready?.catch(() => {});
     await conversion;
+    // The converter started before the job, never handed to the conversion: stopped all the same.
+    if (waiting && conversion === undefined) {
+      waiting.stop();
+      await waiting.run.catch(() => {});
+    }
   }
 
   async function stopAll(reason: JobError): Promise<void> {
@@ -371,7 +381,14 @@ export function convertWhileDownloading(
     report() {
       return {
         converter_input: mode === 'stream' ? 'stream' : 'whole',
-        converter_start: conversion === undefined ? 'none' : startedEarly ? 'before_download' : 'at_first_bytes',
+        converter_start:
+          conversion === undefined
+            ? 'none'
+            : waiting
+              ? 'before_job'
+              : startedEarly
+                ? 'before_download'
+                : 'at_first_bytes',
         ...(conversionDuringMs !== undefined ? { conversion_during_download_ms: conversionDuringMs } : {}),
         ...(feedOpenedAt !== undefined
           ? {

@@ -7,6 +7,7 @@ import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.j
 import { cleanToolMessage } from '../../tools/tool-message.js';
 import { followFile } from './follow-file.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
+import type { WaitingConversion } from './waiting-converter.js';
 
 /**
  * Step 4, convert: ffmpeg (confined, no network, local files of media containers only) to PCM
@@ -38,17 +39,22 @@ const NO_SPACE = /No space left on device|Disk quota exceeded/i;
 /** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
 const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
-/** What is converted: the whole download, or the FIFO through which it is handed over as it grows. */
-export type ConversionInput = { file: string } | { fifo: string; stop: AbortSignal };
+/**
+ * What is converted: the whole download, or the download handed over as it grows, through a FIFO
+ * (an ffmpeg started now reads it) or to the converter started before the job, which reads its own.
+ */
+export type StreamedInput = { fifo: string; stop: AbortSignal } | { waiting: WaitingConversion; stop: AbortSignal };
+export type ConversionInput = { file: string } | StreamedInput;
 
 /**
- * Converts `input`: a file (the whole download), or a FIFO through which the download is handed
- * over as it grows (./convert-while-downloading.ts), with `stop`, which, aborted with a JobError as
- * its reason, stops ffmpeg and fails the step with that error.
+ * Converts `input`: a file (the whole download), or the download handed over as it grows
+ * (./convert-while-downloading.ts), with `stop`, which, aborted with a JobError as its reason,
+ * stops ffmpeg and fails the step with that error. The converter started before the job writes
+ * its WAV in its own folder.
  */
 export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise<Outcome<Converted>> {
   return step(async () => {
-    const wavPath = path.join(ctx.workDir, `${randomUUID()}.wav`);
+    const wavPath = 'waiting' in input ? input.waiting.wavPath : path.join(ctx.workDir, `${randomUUID()}.wav`);
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
     const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
     try {
@@ -63,17 +69,24 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
 }
 
 async function convert(ctx: FetchContext, input: ConversionInput, wavPath: string): Promise<Converted> {
-  const given = 'file' in input ? { input: input.file } : { input: input.fifo, fedThroughFifo: true };
-  const run = await ctx.runTool(
-    'ffmpeg',
-    ffmpeg.buildConvertArgs({
-      ...given,
-      output: wavPath,
-      maxDurationS: ctx.limits.maxDurationS,
-      maxAllocBytes: ctx.limits.tool.memoryBytes,
-    }),
-    { maxFileBytes: ctx.limits.maxOutputBytes, ...('stop' in input ? { stop: input.stop } : {}) },
-  );
+  const given =
+    'file' in input
+      ? { input: input.file }
+      : { input: 'waiting' in input ? input.waiting.fifo : input.fifo, fedThroughFifo: true };
+  const maxFileBytes = ctx.limits.maxOutputBytes;
+  const run =
+    'waiting' in input
+      ? await ctx.adoptConversion(input.waiting, { maxFileBytes, stop: input.stop })
+      : await ctx.runTool(
+          'ffmpeg',
+          ffmpeg.buildConvertArgs({
+            ...given,
+            output: wavPath,
+            maxDurationS: ctx.limits.maxDurationS,
+            maxAllocBytes: ctx.limits.tool.memoryBytes,
+          }),
+          { maxFileBytes, ...('stop' in input ? { stop: input.stop } : {}) },
+        );
   if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
   if (run.exitCode !== 0) {
     // ffmpeg opens its output only after its input, once an audio stream is found in it; and it

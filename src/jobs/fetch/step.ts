@@ -2,6 +2,7 @@ import type { Logger } from '../../logger.js';
 import type { JobError, JobRow } from '../../db/database.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import type { YtDlpNetworkOptions } from '../../tools/ytdlp-args.js';
+import type { WaitingConversion } from './waiting-converter.js';
 
 /**
  * What the steps of a fetch share (./task.ts builds it per job), and how they end: each step
@@ -67,6 +68,11 @@ export interface FetchContext {
    * be confined, was stopped by `run.stop`, or ran into one of its ceilings.
    */
   runTool(name: ToolName, args: string[], run: ToolRun): Promise<SandboxedResult>;
+  /**
+   * The same for a conversion started before the job (./waiting-converter.ts): the job's signal and
+   * `run.stop` stop it from now on, and its end is checked as runTool checks a run's.
+   */
+  adoptConversion(waiting: WaitingConversion, run: Pick<ToolRun, 'maxFileBytes' | 'stop'>): Promise<SandboxedResult>;
   /** Secrets and server paths that must not reach a job's error message. */
   hide: string[];
   ytdlpOptions: YtDlpNetworkOptions;

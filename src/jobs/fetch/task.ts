@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Database, JobError, JobRow } from '../../db/database.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
-import { REFUSED_CONNECT, type Sandbox, type ToolNetwork } from '../../sandbox/sandbox.js';
+import { REFUSED_CONNECT, type Sandbox, type SandboxedResult, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
@@ -26,6 +26,7 @@ import {
   type ToolName,
 } from './step.js';
 import { verifyAudio } from './verify.js';
+import type { ConverterWaiting, WaitingConversion } from './waiting-converter.js';
 
 /**
  * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
@@ -67,6 +68,8 @@ export interface FetchTaskDeps {
   cookiesFile?: string;
   /** Makes the FIFO through which the converter reads a download as it grows (../../tools/fifo.ts). */
   makeFifo: MakeFifo;
+  /** CONVERTER_WAITING: an ffmpeg started before the job, taken when its download is to be streamed. */
+  converterWaiting?: ConverterWaiting;
 }
 
 const COOKIES_UNUSABLE: JobError = {
@@ -75,7 +78,7 @@ const COOKIES_UNUSABLE: JobError = {
 };
 
 export function createFetchTask(deps: FetchTaskDeps) {
-  return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
+  async function runAttempt(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
     // One folder per attempt: nothing of an interrupted attempt can mix with this one.
     const workDir = path.join(deps.workDir, `${job.id}.${job.attempts}`);
     const egress = deps.openEgressSession?.(job.id);
@@ -110,48 +113,73 @@ export function createFetchTask(deps: FetchTaskDeps) {
       async runTool(name, args, { maxFileBytes, stop, ...output }) {
         // Only the downloader talks to the network (through the guard); the conversion reads a file.
         const network: ToolNetwork = name === 'ytdlp' ? 'guard' : 'none';
-        const result = await deps.sandbox.run({
-          command: deps.tools[name],
-          args,
-          cwd: workDir,
-          signal: stop ? AbortSignal.any([signal, stop]) : signal,
-          network,
-          limits: {
-            dataBytes: deps.limits.tool.memoryBytes,
-            cpuSeconds: deps.limits.tool.cpuSeconds,
-            processes: deps.limits.tool.processes,
-            fileBytes: maxFileBytes,
-          },
-          // The job's folder is the only folder of the host's data a tool sees.
-          mountView: deps.sandbox.mode === 'netns' && deps.mountView,
-          ...output,
-          onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
-        });
-        if (result.confinementFailure !== null) {
-          log.error({ reason: result.confinementFailure }, 'tool confinement failed');
-          throw new JobFailure({
-            code: 'confinement_unavailable',
-            message: 'The tools could not be confined to the egress guard, so nothing was fetched.',
-          });
+        return checkedRun(
+          name,
+          maxFileBytes,
+          stop,
+          await deps.sandbox.run({
+            command: deps.tools[name],
+            args,
+            cwd: workDir,
+            signal: stop ? AbortSignal.any([signal, stop]) : signal,
+            network,
+            limits: {
+              dataBytes: deps.limits.tool.memoryBytes,
+              cpuSeconds: deps.limits.tool.cpuSeconds,
+              processes: deps.limits.tool.processes,
+              fileBytes: maxFileBytes,
+            },
+            // The job's folder is the only folder of the host's data a tool sees.
+            mountView: deps.sandbox.mode === 'netns' && deps.mountView,
+            ...output,
+            onStderrLine: deps.sandbox.mode === 'netns' ? noticeDirectAttempt : undefined,
+          }),
+        );
+      },
+      async adoptConversion(waiting, { maxFileBytes, stop }) {
+        const stops = stop ? AbortSignal.any([signal, stop]) : signal;
+        const stopIt = () => waiting.stop();
+        if (stops.aborted) stopIt();
+        stops.addEventListener('abort', stopIt, { once: true });
+        try {
+          return checkedRun('ffmpeg', maxFileBytes, stop, await waiting.run);
+        } finally {
+          stops.removeEventListener('abort', stopIt);
         }
-        if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
-        if (result.notFound) {
-          throw new JobFailure(
-            name === 'ytdlp'
-              ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
-              : { code: 'converter_missing', message: 'The converter (ffmpeg) is not installed or not executable.' },
-          );
-        }
-        if (signal.aborted) throw new Error('aborted');
-        if (stop?.aborted) throw new JobFailure(stop.reason as JobError);
-        const exceeded = exceededLimit(result);
-        if (exceeded !== null) {
-          log.warn({ tool: name, limit: exceeded }, 'a tool run reached its ceiling');
-          throw new JobFailure(limitFailure(name, exceeded, deps.limits, maxFileBytes));
-        }
-        return result;
       },
     };
+
+    /** A tool run's end, checked: JobFailure when the tool is missing, could not be confined, was stopped by `stop`, or ran into a ceiling. */
+    function checkedRun(
+      name: ToolName,
+      maxFileBytes: number,
+      stop: AbortSignal | undefined,
+      result: SandboxedResult,
+    ): SandboxedResult {
+      if (result.confinementFailure !== null) {
+        log.error({ reason: result.confinementFailure }, 'tool confinement failed');
+        throw new JobFailure({
+          code: 'confinement_unavailable',
+          message: 'The tools could not be confined to the egress guard, so nothing was fetched.',
+        });
+      }
+      if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
+      if (result.notFound) {
+        throw new JobFailure(
+          name === 'ytdlp'
+            ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
+            : { code: 'converter_missing', message: 'The converter (ffmpeg) is not installed or not executable.' },
+        );
+      }
+      if (signal.aborted) throw new Error('aborted');
+      if (stop?.aborted) throw new JobFailure(stop.reason as JobError);
+      const exceeded = exceededLimit(result);
+      if (exceeded !== null) {
+        log.warn({ tool: name, limit: exceeded }, 'a tool run reached its ceiling');
+        throw new JobFailure(limitFailure(name, exceeded, deps.limits, maxFileBytes));
+      }
+      return result;
+    }
 
     /** In a confined tool's output, an errno of a refused connect() can only be a way around the guard. */
     function noticeDirectAttempt(line: string): void {
@@ -159,10 +187,13 @@ export function createFetchTask(deps: FetchTaskDeps) {
       if (match && directAttempt === null) directAttempt = match[0];
     }
 
+    /** The converter started before the job, when this job took it: its folder is this job's too. */
+    let waiting: WaitingConversion | undefined;
     /** The attempt's folder and guard session end before its end is recorded, done or failed: a job that has ended leaves nothing behind. */
     const cleanUp = async () => {
       egress?.close();
       await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+      if (waiting) await fs.rm(waiting.folder, { recursive: true, force: true }).catch(() => {});
     };
     /** Each step's ms, one after the other: they add up to the task's time. */
     const stepMs: Record<string, number> = {};
@@ -206,9 +237,12 @@ export function createFetchTask(deps: FetchTaskDeps) {
       let extracted: Extracted | undefined;
       let media: MediaDecision | undefined;
       const timings: DownloadTimings = {};
-      // ffmpeg started before the download, and fed it as it grows when its container allows.
-      const alongside = convertWhileDownloading(ctx, (fifo, stop) => convertToWav(ctx, { fifo, stop }), deps.makeFifo);
-      if (!namesMp4File(job.url)) alongside.start();
+      // ffmpeg started before the download (or before the job), and fed it as it grows when its
+      // container allows.
+      const streamable = !namesMp4File(job.url);
+      waiting = streamable ? deps.converterWaiting?.take() : undefined;
+      const alongside = convertWhileDownloading(ctx, (input) => convertToWav(ctx, input), deps.makeFifo, waiting);
+      if (streamable) alongside.start();
       try {
         const downloadStarted = performance.now();
         const downloaded = await downloadMedia(
@@ -333,6 +367,15 @@ export function createFetchTask(deps: FetchTaskDeps) {
         jobCtx.signal.aborted || deadline.aborted || directAttempt !== null || (egress?.refusals().length ?? 0) > 0;
       if (!explained) log.error({ err }, 'unexpected error in fetch task');
       return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
+    }
+  }
+
+  return async function runFetchJob(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
+    try {
+      return await runAttempt(job, jobCtx);
+    } finally {
+      // Once this job no longer needs the cores: the next one's converter.
+      deps.converterWaiting?.replenish();
     }
   };
 }

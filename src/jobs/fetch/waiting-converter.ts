@@ -1,0 +1,146 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from '../../logger.js';
+import type { Sandbox, SandboxedResult } from '../../sandbox/sandbox.js';
+import * as ffmpeg from '../../tools/ffmpeg.js';
+import type { MakeFifo } from '../../tools/fifo.js';
+import { FEED_FIFO } from './convert-while-downloading.js';
+import type { FetchLimits } from './step.js';
+
+/**
+ * A converter started before its job (CONVERTER_WAITING=on): one ffmpeg per node waits between
+ * jobs, blocked in the open of its FIFO, in a folder of its own under the work folder, for the
+ * next job whose download is to be streamed (./convert-while-downloading.ts). Its start (some
+ * 70 ms of CPU, loading its libraries, and its sandbox's) is then out of that job: the download's
+ * first bytes do not wait for it, and it does not take the cores from yt-dlp's extraction.
+ *
+ * The job that takes it owns it from then on: the job's stops stop it, its task removes the
+ * folder. The next one starts once that job has ended (`replenish`), so that its start does not
+ * compete with a job. One that ends while waiting (the resident sandbox restarted under it, say)
+ * is dropped, and the next job starts its own ffmpeg, as without this.
+ *
+ * Folders are named `converter.<node id>.<random>`: at start-up, a dead node's is removed and its
+ * ffmpeg killed (../../ops/startup.ts), a live neighbour's left alone.
+ */
+export interface WaitingConversion {
+  /** Its folder: the FIFO it reads and the WAV it writes are in it. */
+  folder: string;
+  fifo: string;
+  wavPath: string;
+  /** The FIFO made: the run is started, its input may be opened. Rejects when the folder or the FIFO could not be made. */
+  ready: Promise<void>;
+  /** ffmpeg's run; its result is checked by the job that takes it. */
+  run: Promise<SandboxedResult>;
+  stop(): void;
+}
+
+export interface ConverterWaiting {
+  /** The converter waiting, for the job that takes it; undefined when none is. */
+  take(): WaitingConversion | undefined;
+  /** Starts one to wait for the next job, unless one is waiting already or the node is stopping. */
+  replenish(): void;
+  /** Stops the one waiting and removes its folder; none is started after. */
+  close(): Promise<void>;
+}
+
+export interface ConverterWaitingDeps {
+  nodeId: string;
+  workDir: string;
+  sandbox: Pick<Sandbox, 'mode' | 'run'>;
+  /** Whether each tool run sees a root of its own (TOOL_MOUNT_VIEW); 'netns' mode only. */
+  mountView: boolean;
+  ffmpegPath: string;
+  limits: FetchLimits;
+  makeFifo: MakeFifo;
+  log: Logger;
+}
+
+const FOLDER_PREFIX = 'converter.';
+
+/** The node whose waiting converter a folder of the work folder is, or undefined when it is not one. */
+export function waitingConverterNode(folder: string): string | undefined {
+  if (!folder.startsWith(FOLDER_PREFIX)) return undefined;
+  const rest = folder.slice(FOLDER_PREFIX.length);
+  const dot = rest.lastIndexOf('.');
+  return dot > 0 ? rest.slice(0, dot) : undefined;
+}
+
+export function createConverterWaiting(deps: ConverterWaitingDeps): ConverterWaiting {
+  let waiting: { conversion: WaitingConversion; ended: boolean } | undefined;
+  let closed = false;
+
+  function start(): { conversion: WaitingConversion; ended: boolean } {
+    const folder = path.join(deps.workDir, `${FOLDER_PREFIX}${deps.nodeId}.${randomBytes(6).toString('hex')}`);
+    const fifo = path.join(folder, FEED_FIFO);
+    const wavPath = path.join(folder, `${randomUUID()}.wav`);
+    const stopping = new AbortController();
+    const ready = (async () => {
+      await fs.mkdir(deps.workDir, { recursive: true });
+      await fs.mkdir(folder, { mode: 0o700 });
+      await deps.makeFifo(fifo);
+    })();
+    const { limits } = deps;
+    const run = ready.then(() =>
+      deps.sandbox.run({
+        command: deps.ffmpegPath,
+        args: ffmpeg.buildConvertArgs({
+          input: fifo,
+          fedThroughFifo: true,
+          output: wavPath,
+          maxDurationS: limits.maxDurationS,
+          maxAllocBytes: limits.tool.memoryBytes,
+        }),
+        cwd: folder,
+        signal: stopping.signal,
+        network: 'none',
+        limits: {
+          dataBytes: limits.tool.memoryBytes,
+          cpuSeconds: limits.tool.cpuSeconds,
+          processes: limits.tool.processes,
+          fileBytes: limits.maxOutputBytes,
+        },
+        mountView: deps.sandbox.mode === 'netns' && deps.mountView,
+      }),
+    );
+    const entry = {
+      conversion: { folder, fifo, wavPath, ready, run, stop: () => stopping.abort() },
+      ended: false,
+    };
+    // Ended while waiting (not taken): dropped; the next job starts its own ffmpeg.
+    void run
+      .catch((err: unknown) => deps.log.warn({ err }, 'the waiting converter could not be started'))
+      .finally(() => {
+        entry.ended = true;
+        if (waiting === entry) {
+          waiting = undefined;
+          void drop(entry.conversion);
+        }
+      });
+    return entry;
+  }
+
+  async function drop(conversion: WaitingConversion): Promise<void> {
+    conversion.stop();
+    await conversion.run.catch(() => {});
+    await fs.rm(conversion.folder, { recursive: true, force: true }).catch(() => {});
+  }
+
+  return {
+    take() {
+      const taken = waiting;
+      waiting = undefined;
+      return taken && !taken.ended ? taken.conversion : undefined;
+    },
+    replenish() {
+      if (closed || waiting !== undefined) return;
+      waiting = start();
+    },
+    async close() {
+      closed = true;
+      const left = waiting;
+      waiting = undefined;
+      if (left) await drop(left.conversion);
+    },
+  };
+}
