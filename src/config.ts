@@ -149,7 +149,7 @@ export const envSchema = z
       ),
     CONVERTER_WAITING: z
       .enum(['on', 'off'])
-      .default('off')
+      .default('on')
       .describe(
         "`on`: one ffmpeg per node is started ahead of the next job, waiting on a FIFO in a folder of its own under the work folder, and the next job whose URL does not name an MP4-family file takes it (the `fetch steps` log line says `converter_start`: `before_job`), so that ffmpeg's start is not paid within the job; the next one starts once that job has ended. It costs one idle ffmpeg process per node. `off`: each job starts its own ffmpeg.",
       ),

@@ -13,6 +13,7 @@ import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type ServiceHa
 import { readDb } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { until } from '../support/until.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * docs/backups.md, run as it is written: its "Back up" block for the database in use, taken while
@@ -192,7 +193,7 @@ describe.each(BACKENDS)('a backup taken while jobs run, restored onto a new node
 
         await until(
           'DATA_DIR/work empty',
-          async () => ((await readdir(path.join(restoredDir, 'work'))).length === 0 ? true : undefined),
+          async () => ((await workLeftovers(restoredDir)).length === 0 ? true : undefined),
           5_000,
         );
         expect(

@@ -9,6 +9,7 @@ import { processesMatching } from '../support/processes.js';
 import { HEAVY_TEST_TIMEOUT_MS, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * kill -9 of the service in the middle of downloads, again and again. Each round submits its own
@@ -99,8 +100,8 @@ describe.each(BACKENDS)('kill -9 in the middle of downloads, repeated, on %s', (
   async function expectNoTemporaryFiles(label: string) {
     // A job's record ends before its folder is removed: give the removal a moment.
     const settle = Date.now() + 5_000;
-    while ((await readdir(path.join(dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(50);
-    expect(await readdir(path.join(dataDir, 'work')), `${label}: DATA_DIR/work`).toEqual([]);
+    while ((await workLeftovers(dataDir)).length > 0 && Date.now() < settle) await sleep(50);
+    expect(await workLeftovers(dataDir), `${label}: DATA_DIR/work`).toEqual([]);
     expect(
       await readdir(path.join(artifactRoot, '.incoming')).catch(() => []),
       `${label}: ARTIFACT_ROOT/.incoming`,

@@ -18,6 +18,7 @@ import {
 import { storedFiles } from '../support/store-inspect.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { until } from '../support/until.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * Nothing of a lost attempt is left behind. The service is killed with SIGKILL at three moments
@@ -226,7 +227,7 @@ describe.each(BACKENDS)('kill -9 at a known moment of a job leaves nothing behin
         // Nothing of either attempt left: the retry's folder goes once its end is recorded.
         await until(
           'DATA_DIR/work empty',
-          async () => ((await readdir(path.join(dataDir, 'work'))).length === 0 ? true : undefined),
+          async () => ((await workLeftovers(dataDir)).length === 0 ? true : undefined),
           5_000,
         );
         expect(await readdir(incoming).catch(() => [])).toEqual([]);
@@ -295,7 +296,7 @@ describe('a node whose lease is taken over while it lives, on postgres', () => {
           a.logs.find((line: LogLine) => line.job_id === jobId && /^job (aborted|failed)$/.test(line.msg)),
         );
         expect(givenUp).toMatchObject({ msg: 'job aborted', reason: 'lost' });
-        expect(await readdir(path.join(a.dataDir, 'work'))).toEqual([]);
+        expect(await workLeftovers(a.dataDir)).toEqual([]);
         const done = await b.waitForJob(jobId, ['done', 'failed'], 60_000);
         expect(done, JSON.stringify(done)).toMatchObject({ status: 'done', attempts: 2 });
         await until(
@@ -305,7 +306,7 @@ describe('a node whose lease is taken over while it lives, on postgres', () => {
         );
         await until(
           "B's work folder empty",
-          async () => ((await readdir(path.join(b!.dataDir, 'work'))).length === 0 ? true : undefined),
+          async () => ((await workLeftovers(b!.dataDir)).length === 0 ? true : undefined),
           5_000,
         );
         expect(await readdir(path.join(sharedRoot, '.incoming')).catch(() => [])).toEqual([]);

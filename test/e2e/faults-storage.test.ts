@@ -7,6 +7,7 @@ import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * The artifact root full: a small tmpfs mounted by the test is ARTIFACT_ROOT. A job whose WAV
@@ -71,7 +72,7 @@ describe('artifact root full', () => {
     // Consistent: nothing at any content address, nothing half-written, no row refers to content.
     expect(await storedFiles(root)).toEqual([]);
     expect(await readdir(path.join(root, '.incoming')).catch(() => [])).toEqual([]);
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
     const afterFailure = await readDb(svc.dataDir);
     expect(afterFailure.integrity).toBe('ok');
     expect(afterFailure.cacheEntries).toEqual([]);

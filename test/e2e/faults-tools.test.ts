@@ -8,6 +8,7 @@ import { writeFailingFfmpeg, writeFailingYtDlp, writeNotExecutable } from '../su
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * Faults of the external tools and of their input: a downloader that is missing or not
@@ -96,7 +97,7 @@ describe('the downloader missing or not executable', () => {
       expectCleanMessage(job, svc);
       expect(Date.now() - started).toBeLessThan(5_000);
       expect(media.requests.filter((r) => r.path.includes('noexec'))).toEqual([]);
-      expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+      expect(await workLeftovers(svc.dataDir)).toEqual([]);
     } finally {
       await svc.stop();
     }
@@ -200,7 +201,7 @@ describe('damaged media served with an audio content type', () => {
   });
 
   it('leaves no working folder and stores nothing', async () => {
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
     const shards = (await readdir(path.join(svc.dataDir, 'artifacts'))).filter((e) => /^[0-9a-f]{2}$/.test(e));
     expect(shards).toEqual([]);
   });

@@ -33,7 +33,10 @@ beforeAll(async () => {
   m4a = (await makeTone(FIXTURE_DIR, { seconds: 20, channels: 2, sampleRate: 48000, format: 'm4a' })).path;
   scratch = await mkdtemp(path.join(tmpdir(), 'sf-overlap-'));
   media = await startMediaServer();
-  svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, MAX_DOWNLOAD_BYTES: String(MAX_BYTES) } });
+  // Each job starts its own ffmpeg (the one started before the job has its tests below).
+  svc = await startService({
+    env: { FETCH_ALLOW_HOSTS: media.hostPort, MAX_DOWNLOAD_BYTES: String(MAX_BYTES), CONVERTER_WAITING: 'off' },
+  });
 });
 
 afterAll(async () => {

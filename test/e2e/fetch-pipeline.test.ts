@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,6 +8,7 @@ import { parseWavHeader } from '../../src/tools/wav.js';
 import { generateMediaFixtures, type MediaFixture, type MediaFixtureName } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * The fetch pipeline end to end: the real service, the real yt-dlp and ffmpeg, a media server
@@ -237,6 +238,6 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
   });
 
   it('leaves no working folders behind', async () => {
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
   });
 });

@@ -9,6 +9,7 @@ import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /** Cancel, restart recovery (on both databases) and a missing downloader, with the real service and tools. */
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -101,8 +102,8 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
     const settle = Date.now() + 10_000;
     while ((await processesMatching(submitted.job_id)).length > 0 && Date.now() < settle) await sleep(100);
     expect(await processesMatching(submitted.job_id)).toEqual([]);
-    while ((await readdir(path.join(svc.dataDir, 'work'))).length > 0 && Date.now() < settle) await sleep(100);
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    while ((await workLeftovers(svc.dataDir)).length > 0 && Date.now() < settle) await sleep(100);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
     expect(await contentDirs(svc.dataDir)).toEqual([]);
     expect((await svc.getJob(submitted.job_id)).status).toBe('canceled');
 
@@ -190,7 +191,7 @@ describe.each(BACKENDS)('restart on %s', (kind) => {
       });
       // Tools the crash orphaned are gone (killed at start-up if they had not died of the broken pipe).
       expect(await processesMatching(`${submitted.job_id}.1`)).toEqual([]);
-      expect(await readdir(path.join(dataDir, 'work'))).toEqual([]);
+      expect(await workLeftovers(dataDir)).toEqual([]);
       expect(await readdir(path.join(dataDir, 'artifacts', '.incoming')).catch(() => [])).toEqual([]);
     } finally {
       await second.stop();

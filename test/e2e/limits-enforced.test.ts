@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -9,6 +9,7 @@ import { makeNotAudio, makeTone, type MediaFixture } from '../support/media.js';
 import { drainedOrClosed, startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { startService, type ServiceHandle } from '../support/service.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * Every limit of the service, each with its problem+json or job error: request body and URL
@@ -114,7 +115,7 @@ describe('request and job limits (MAX_DOWNLOAD_BYTES, MAX_DURATION_S)', () => {
     expect(route.state.closed).toBe(true);
     expect(route.state.sent).toBeGreaterThan(MAX_BYTES);
     expect(route.state.sent).toBeLessThan(bytes.length / 4);
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
   });
 
   it('refuses an announced size over MAX_DOWNLOAD_BYTES before downloading it: file_too_large', async () => {
@@ -216,7 +217,7 @@ describe('MAX_QUEUED_JOBS and FETCH_TIMEOUT_S', () => {
     const settle = Date.now() + 5_000;
     while ((await processesMatching(slow.job_id)).length > 0 && Date.now() < settle) await sleep(100);
     expect(await processesMatching(slow.job_id)).toEqual([]);
-    expect(await readdir(path.join(svc.dataDir, 'work'))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
     expect((await svc.submit(media.url('/q4.wav'))).status).toMatch(/queued|running/);
   });
 });

@@ -10,6 +10,7 @@ import { freshDatabaseUrl } from '../support/postgres.js';
 import { processesMatching } from '../support/processes.js';
 import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * Many nodes on one PostgreSQL database and one shared artifact root: two worker nodes and one
@@ -228,10 +229,9 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
       expect(await sql`select content_id, holder from store_pins`).toEqual([]);
       // A job's record ends before its folder is removed: give the removal a moment.
       for (const svc of [b, api]) {
-        const work = path.join(svc.dataDir, 'work');
         const settle = Date.now() + 5_000;
-        while ((await readdir(work)).length > 0 && Date.now() < settle) await sleep(50);
-        expect(await readdir(work)).toEqual([]);
+        while ((await workLeftovers(svc.dataDir)).length > 0 && Date.now() < settle) await sleep(50);
+        expect(await workLeftovers(svc.dataDir)).toEqual([]);
       }
       for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
 

@@ -11,6 +11,7 @@ import { runProcess } from '../../src/tools/process.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
+import { workLeftovers } from '../support/work-folder.js';
 
 /**
  * Hostile media against the ceilings the sandbox sets on every tool run (TOOL_MEMORY_BYTES,
@@ -232,7 +233,7 @@ describe('output: MAX_OUTPUT_BYTES, set by the sandbox as the converter file siz
       message: `The WAV would be larger than the limit of ${MAX_OUTPUT_BYTES} bytes.`,
     });
     expect(job.result).toBeNull();
-    expect(await readdir(workDirOf(svc))).toEqual([]);
+    expect(await workLeftovers(svc.dataDir)).toEqual([]);
   });
 
   it('control: a FLAC of a tone ends done', async () => {
