@@ -12,18 +12,8 @@ import { makeFifo } from '../../src/tools/fifo.js';
  * sandbox: each "ffmpeg" run waits until it is stopped, or until the test ends it. The real ffmpeg
  * waiting in its sandbox is in test/e2e/fetch-overlap.test.ts.
  */
-const ENDED: SandboxedResult = {
-  exitCode: 0,
-  signal: null,
-  timedOut: false,
-  aborted: false,
-  stderrTail: '',
-  notFound: false,
-  spawnError: null,
-  stdout: '',
-  stdoutTruncated: false,
-  confinementFailure: null,
-};
+/** A run's end; the waiting converter hands it on unread (the job that took it checks it). */
+const ended = (aborted: boolean) => ({ exitCode: 0, aborted }) as SandboxedResult;
 
 let workDir: string;
 beforeEach(async () => {
@@ -42,7 +32,7 @@ function converterWaiting() {
       mode: 'netns',
       run: (opts) =>
         new Promise((resolve) => {
-          const end = () => resolve({ ...ENDED, aborted: opts.signal?.aborted ?? false });
+          const end = () => resolve(ended(opts.signal?.aborted ?? false));
           opts.signal?.addEventListener('abort', end, { once: true });
           runs.push({ opts, end });
         }),
