@@ -6,7 +6,7 @@ import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
 import { followFile } from './follow-file.js';
-import { JobFailure, step, STORAGE_FULL, type FetchContext, type Outcome } from './step.js';
+import { JobFailure, step, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome } from './step.js';
 import type { WaitingConversion } from './waiting-converter.js';
 
 /**
@@ -68,6 +68,14 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
   });
 }
 
+/** ffmpeg's arguments for a conversion under the job's limits (../../tools/ffmpeg.ts). */
+export function conversionArgs(
+  limits: FetchLimits,
+  io: Pick<ffmpeg.ConvertArgsOptions, 'input' | 'fedThroughFifo' | 'output'>,
+): string[] {
+  return ffmpeg.buildConvertArgs({ ...io, maxDurationS: limits.maxDurationS, maxAllocBytes: limits.tool.memoryBytes });
+}
+
 async function convert(ctx: FetchContext, input: ConversionInput, wavPath: string): Promise<Converted> {
   const given =
     'file' in input
@@ -77,16 +85,10 @@ async function convert(ctx: FetchContext, input: ConversionInput, wavPath: strin
   const run =
     'waiting' in input
       ? await ctx.adoptConversion(input.waiting, { maxFileBytes, stop: input.stop })
-      : await ctx.runTool(
-          'ffmpeg',
-          ffmpeg.buildConvertArgs({
-            ...given,
-            output: wavPath,
-            maxDurationS: ctx.limits.maxDurationS,
-            maxAllocBytes: ctx.limits.tool.memoryBytes,
-          }),
-          { maxFileBytes, ...('stop' in input ? { stop: input.stop } : {}) },
-        );
+      : await ctx.runTool('ffmpeg', conversionArgs(ctx.limits, { ...given, output: wavPath }), {
+          maxFileBytes,
+          ...('stop' in input ? { stop: input.stop } : {}),
+        });
   if (NO_SPACE.test(run.stderrTail)) throw new JobFailure(STORAGE_FULL);
   if (run.exitCode !== 0) {
     // ffmpeg opens its output only after its input, once an audio stream is found in it; and it

@@ -89,6 +89,16 @@ export interface AudioAnalysis {
   peaks: boolean;
 }
 
+/** The sandbox's ceilings for one tool run: the job's limits, and the largest file it may write. */
+export function toolRunLimits(limits: FetchLimits, fileBytes: number) {
+  return {
+    dataBytes: limits.tool.memoryBytes,
+    cpuSeconds: limits.tool.cpuSeconds,
+    processes: limits.tool.processes,
+    fileBytes,
+  };
+}
+
 /** A signal aborted after `ms` with `error` as its reason, for ToolRun.stop. */
 export function abortAfter(ms: number, error: JobError): AbortSignal {
   const controller = new AbortController();

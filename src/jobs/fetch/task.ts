@@ -24,6 +24,7 @@ import {
   type FetchLimits,
   type Outcome,
   type ToolName,
+  toolRunLimits,
 } from './step.js';
 import { verifyAudio } from './verify.js';
 import type { ConverterWaiting, WaitingConversion } from './waiting-converter.js';
@@ -123,12 +124,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
             cwd: workDir,
             signal: stop ? AbortSignal.any([signal, stop]) : signal,
             network,
-            limits: {
-              dataBytes: deps.limits.tool.memoryBytes,
-              cpuSeconds: deps.limits.tool.cpuSeconds,
-              processes: deps.limits.tool.processes,
-              fileBytes: maxFileBytes,
-            },
+            limits: toolRunLimits(deps.limits, maxFileBytes),
             // The job's folder is the only folder of the host's data a tool sees.
             mountView: deps.sandbox.mode === 'netns' && deps.mountView,
             ...output,

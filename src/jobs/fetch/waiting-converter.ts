@@ -3,10 +3,10 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../../logger.js';
 import type { Sandbox, SandboxedResult } from '../../sandbox/sandbox.js';
-import * as ffmpeg from '../../tools/ffmpeg.js';
 import type { MakeFifo } from '../../tools/fifo.js';
+import { conversionArgs } from './convert.js';
 import { FEED_FIFO } from './convert-while-downloading.js';
-import type { FetchLimits } from './step.js';
+import { toolRunLimits, type FetchLimits } from './step.js';
 
 /**
  * A converter started before its job (CONVERTER_WAITING=on): one ffmpeg per node waits between
@@ -84,22 +84,11 @@ export function createConverterWaiting(deps: ConverterWaitingDeps): ConverterWai
     const run = ready.then(() =>
       deps.sandbox.run({
         command: deps.ffmpegPath,
-        args: ffmpeg.buildConvertArgs({
-          input: fifo,
-          fedThroughFifo: true,
-          output: wavPath,
-          maxDurationS: limits.maxDurationS,
-          maxAllocBytes: limits.tool.memoryBytes,
-        }),
+        args: conversionArgs(limits, { input: fifo, fedThroughFifo: true, output: wavPath }),
         cwd: folder,
         signal: stopping.signal,
         network: 'none',
-        limits: {
-          dataBytes: limits.tool.memoryBytes,
-          cpuSeconds: limits.tool.cpuSeconds,
-          processes: limits.tool.processes,
-          fileBytes: limits.maxOutputBytes,
-        },
+        limits: toolRunLimits(limits, limits.maxOutputBytes),
         mountView: deps.sandbox.mode === 'netns' && deps.mountView,
       }),
     );
