@@ -268,9 +268,11 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
   }
 
   beforeAll(async () => {
-    // 8 s of mp3 at 64 kbit/s (~64 KB), sent at 16 KB/s: slow, but never stalled.
+    // 8 s of mp3 at 64 kbit/s (~64 KB), sent at 12 KB/s: some 5 s, over two stall windows (at 16 KB/s it
+    // took 3.9 s, and the job's end came as late as 4 s only with the job's own time added), slow but
+    // never stalled.
     steady = await makeTone(FIXTURE_DIR, { seconds: 8, channels: 1, sampleRate: 44100, format: 'mp3' });
-    media.serveFile('/steady.mp3', steady.path, { contentType: 'audio/mpeg', throttleBytesPerSec: 16 * 1024 });
+    media.serveFile('/steady.mp3', steady.path, { contentType: 'audio/mpeg', throttleBytesPerSec: 12 * 1024 });
     const mp3 = await readFile(tone.path);
     media.route(
       '/trickle-a.mp3',
