@@ -10,7 +10,7 @@ import { freshDatabaseUrl } from '../support/postgres.js';
 import { processesMatching } from '../support/processes.js';
 import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { readDb, storedFiles } from '../support/store-inspect.js';
-import { workLeftovers } from '../support/work-folder.js';
+import { describeLeftovers, workLeftovers } from '../support/work-folder.js';
 
 /**
  * Many nodes on one PostgreSQL database and one shared artifact root: two worker nodes and one
@@ -231,7 +231,8 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
       for (const svc of [b, api]) {
         const settle = Date.now() + 5_000;
         while ((await workLeftovers(svc.dataDir)).length > 0 && Date.now() < settle) await sleep(50);
-        expect(await workLeftovers(svc.dataDir)).toEqual([]);
+        const left = await workLeftovers(svc.dataDir);
+        expect(left, await describeLeftovers(svc.dataDir, svc.logs, left)).toEqual([]);
       }
       for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
 

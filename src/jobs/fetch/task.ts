@@ -69,7 +69,7 @@ export interface FetchTaskDeps {
   cookiesFile?: string;
   /** Makes the FIFO through which the converter reads a download as it grows (../../tools/fifo.ts). */
   makeFifo: MakeFifo;
-  /** CONVERTER_WAITING: an ffmpeg started before the job, taken when its download is to be streamed. */
+  /** CONVERTER_WAITING: an ffmpeg started before the job, taken by a job whose URL names no MP4-family file. */
   converterWaiting?: ConverterWaiting;
 }
 
@@ -188,9 +188,14 @@ export function createFetchTask(deps: FetchTaskDeps) {
     /** The attempt's folder and guard session end before its end is recorded, done or failed: a job that has ended leaves nothing behind. */
     const cleanUp = async () => {
       egress?.close();
-      await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
-      if (waiting) await fs.rm(waiting.folder, { recursive: true, force: true }).catch(() => {});
+      await removeFolder(workDir);
+      if (waiting) await removeFolder(waiting.folder);
     };
+    /** Retried (an entry that appears while it is emptied fails its removal); a folder that stays is logged, and start-up recovery removes it. */
+    const removeFolder = (folder: string) =>
+      fs
+        .rm(folder, { recursive: true, force: true, maxRetries: 3 })
+        .catch((err: unknown) => log.warn({ err }, "the job's work folder could not be removed"));
     /** Each step's ms, one after the other: they add up to the task's time. */
     const stepMs: Record<string, number> = {};
     /** What happened within the download's ms (download_ms): the decision at the gate, the conversion alongside. */
