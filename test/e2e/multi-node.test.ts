@@ -82,6 +82,20 @@ afterAll(async () => {
 
 const nodes = () => [a, b, api];
 
+/**
+ * Nothing left in the nodes' work folders but a waiting converter each. A job whose record ended
+ * before its task did (a follower, a job canceled or reused) removes its folder a moment later:
+ * up to 5 s are given.
+ */
+async function expectNoLeftovers(svcs: ServiceHandle[]): Promise<void> {
+  for (const svc of svcs) {
+    const settle = Date.now() + 5_000;
+    while ((await workLeftovers(svc.dataDir)).length > 0 && Date.now() < settle) await sleep(50);
+    const left = await workLeftovers(svc.dataDir);
+    expect(left, await describeLeftovers(svc.dataDir, svc.logs, left)).toEqual([]);
+  }
+}
+
 describe('many nodes on one PostgreSQL and one shared artifact root', () => {
   it('say who they are and what they share', async () => {
     const reports = await Promise.all(
@@ -120,6 +134,7 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
       const res = await fetch(`${other.baseUrl}${record.result!.artifacts[0]!.signed_url}`, { method: 'HEAD' });
       expect(res.status).toBe(200);
     }
+    await expectNoLeftovers(nodes());
   });
 
   it('the same media through two URL forms, at once on two nodes, is downloaded once', async () => {
@@ -141,6 +156,7 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     expect([doneOne.status, doneTwo.status]).toEqual(['done', 'done']);
     expect(doneOne.result!.content_id).toBe(doneTwo.result!.content_id);
     expect(media.downloadsOf('/media/multi.flac')).toBe(1);
+    await expectNoLeftovers(nodes());
   });
 
   it('cancel through the API-only node stops the tools on the worker node running the job', async () => {
@@ -167,6 +183,7 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
     expect(await processesMatching(submitted.job_id)).toEqual([]);
     // Canceled everywhere, and the worker node recorded nothing over it.
     for (const svc of nodes()) expect((await svc.getJob(submitted.job_id)).status).toBe('canceled');
+    await expectNoLeftovers(nodes());
   });
 
   it(
@@ -227,13 +244,7 @@ describe('many nodes on one PostgreSQL and one shared artifact root', () => {
       );
       expect(db.jobs.filter((job) => job.status === 'queued' || job.status === 'running')).toEqual([]);
       expect(await sql`select content_id, holder from store_pins`).toEqual([]);
-      // A job's record ends before its folder is removed: give the removal a moment.
-      for (const svc of [b, api]) {
-        const settle = Date.now() + 5_000;
-        while ((await workLeftovers(svc.dataDir)).length > 0 && Date.now() < settle) await sleep(50);
-        const left = await workLeftovers(svc.dataDir);
-        expect(left, await describeLeftovers(svc.dataDir, svc.logs, left)).toEqual([]);
-      }
+      await expectNoLeftovers([b, api]);
       for (const id of running) expect(await processesMatching(id), `tools of ${id}`).toEqual([]);
 
       // The dead node's folder still holds its attempts' leftovers, and the shared root may hold a
