@@ -1,7 +1,7 @@
 /**
  * Fetch speed, run by hand:
  *   npm run build && npx tsx bench/fetch.ts [runs per case, default 5] [--no-throughput] [--hour] [--baseline DIR]
- *     [--rate BYTES_PER_S]
+ *     [--rate BYTES_PER_S] [--events]
  *
  * Media served by a loopback origin in this process. In one run:
  *   1. latency, for the cases of issue 27, a 3-minute 44.1 kHz stereo mp3 and a 3.5-second 48 kHz
@@ -26,6 +26,9 @@
  *      resident memory (VmHWM of its Node process; the tools' peaks beside it, sampled).
  * With --rate, the origin sends the latency cases at that many bytes a second, as a network would,
  * so that the download takes time (on loopback it takes tens of milliseconds).
+ * With --events, each latency job is also followed on an event stream (GET /jobs/{id}/events), opened
+ * once it is submitted: the profile then says how long after the end was recorded the stream's
+ * last event (the final state) arrived.
  * LOUDNESS, WAVEFORM_PEAKS and CONVERTER_WAITING in this script's environment are passed on to the
  * service (and the baseline's), (bench/audio-analysis.ts compares the first two on and off in one run).
  * A job's end is seen in the service's log (its 'fetch steps' line), then read through the API,
@@ -38,6 +41,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { makeTone, type ToneSpec } from '../test/support/media.js';
+import { readEventStream } from '../test/support/event-stream.js';
 import { startMediaServer, type MediaServer } from '../test/support/media-server.js';
 import { startService, type JobBody, type LogLine, type ServiceHandle } from '../test/support/service.js';
 import { sha256File } from '../src/store/content-store.js';
@@ -51,6 +55,7 @@ const baselineAt = process.argv.indexOf('--baseline');
 const BASELINE = baselineAt >= 0 ? path.resolve(process.argv[baselineAt + 1]!) : undefined;
 const rateAt = process.argv.indexOf('--rate');
 const RATE = rateAt >= 0 ? Number(process.argv[rateAt + 1]) : undefined;
+const EVENTS = process.argv.includes('--events');
 const CLIPS = 50;
 /** How often this process looks at the service's log lines it has read. */
 const WATCH_MS = 2;
@@ -86,6 +91,8 @@ interface ServiceSample extends Sample {
   answeredAt: number;
   seenAt: number;
   endAt: number;
+  /** With --events: when the job's final state arrived on its event stream (Date.now()). */
+  finalEventAt?: number;
 }
 
 async function serviceOnce(svc: ServiceHandle, url: string): Promise<ServiceSample> {
@@ -94,11 +101,25 @@ async function serviceOnce(svc: ServiceHandle, url: string): Promise<ServiceSamp
   const started = performance.now();
   const submitted = await svc.submit(url);
   const answeredAt = Date.now();
+  const following = EVENTS ? followEvents(svc, submitted.job_id) : undefined;
   const { job, line, seenAt } = await waitDone(svc, submitted.job_id);
   const wallMs = performance.now() - started;
   const endAt = Date.now();
   const cpuS = (await treeCpuSeconds(svc.process.pid!)) - cpu;
-  return { wallMs, cpuS, job, line, postedAt, answeredAt, seenAt, endAt };
+  const finalEventAt = await following;
+  return { wallMs, cpuS, job, line, postedAt, answeredAt, seenAt, endAt, finalEventAt };
+}
+
+/** When the job's final state arrives on an event stream opened now (Date.now()). */
+async function followEvents(svc: ServiceHandle, id: string): Promise<number> {
+  const openedAt = Date.now();
+  const response = await fetch(`${svc.baseUrl}/jobs/${id}/events`, {
+    headers: { accept: 'text/event-stream', authorization: `Bearer ${svc.apiKey}` },
+  });
+  const stream = readEventStream(response, openedAt);
+  await stream.ended;
+  const last = stream.arrivals.filter((arrival) => arrival.kind === 'event').at(-1)!;
+  return openedAt + last.at;
 }
 
 /** What a user would type: yt-dlp's best audio, then the same conversion, as plain processes. */
@@ -287,8 +308,11 @@ function profile(runs: ServiceSample[], who = 'service') {
         : `      of step ${step}, ${key}: ${[...new Set(runs.map((r) => String(of(r)[key])))].join(', ')}\n`,
     );
   });
+  const streamed = runs.every((r) => r.finalEventAt !== undefined)
+    ? `; the final state on an event stream ${Math.round(mean(runs.map((r) => r.finalEventAt! - ms(r.job.finished_at))))} ms after it`
+    : '';
   process.stdout.write(
-    `  ${who}, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}):\n` +
+    `  ${who}, where the time goes (mean ms; POST answered at ${answered}, end recorded at ${recorded}${streamed}):\n` +
       rows.map(([label, value]) => `    ${label.padEnd(width)} ${String(Math.round(value)).padStart(5)}\n`).join('') +
       within.join('') +
       `    ${'sum'.padEnd(width)} ${String(Math.round(rows.reduce((sum, [, v]) => sum + v, 0))).padStart(5)}   (mean wall ${Math.round(mean(runs.map((r) => r.endAt - r.postedAt)))})\n`,

@@ -330,6 +330,15 @@ export const envSchema = z
       .describe(
         "A comment line on every open job event stream this often, at most 50, so that nothing between client and node (nginx's `proxy_read_timeout` is 60 s) closes an idle one.",
       ),
+    EVENTS_POLL_MS: z.coerce
+      .number()
+      .int()
+      .min(100)
+      .max(60_000)
+      .default(500)
+      .describe(
+        "How often a node's job event streams read their jobs (one query for all of them), in ms: how soon a stream shows a claim or the progress, which is recorded every half second. A job's end is told to every node as it happens and does not wait for this.",
+      ),
     EVENT_STREAMS_PER_KEY: positiveInt(20).describe(
       'Job event streams one API key may hold open on a node; past it 429 `too_many_event_streams`.',
     ),
@@ -502,8 +511,8 @@ export interface Config {
   signedUrlTtlS: number;
   /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
   egressUpstreamProxy: UpstreamProxy | undefined;
-  /** getJobEvents: comment keep-alives this often, and how many streams a key and the node may hold. */
-  events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number };
+  /** getJobEvents: comment keep-alives this often, how many streams a key and the node may hold, and how often they read their jobs. */
+  events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number; pollMs: number };
   /**
    * Callbacks (src/webhooks): signing secrets, space-separated, each of which signs (undefined:
    * generated), one attempt's time limit and its connect's, retries, and attempts in flight on
@@ -601,6 +610,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       keepAliveMs: e.EVENTS_KEEPALIVE_S * 1000,
       maxPerKey: e.EVENT_STREAMS_PER_KEY,
       maxPerNode: e.EVENT_STREAMS_PER_NODE,
+      pollMs: e.EVENTS_POLL_MS,
     },
     webhooks: {
       secret: e.WEBHOOK_SECRET,

@@ -33,7 +33,7 @@ import { createAdmission } from './jobs/admission.js';
 import { createFetchTask } from './jobs/fetch/task.js';
 import { createConverterWaiting } from './jobs/fetch/waiting-converter.js';
 import { createJobService } from './jobs/job-service.js';
-import { createJobWatcher, readJobRows } from './jobs/job-watch.js';
+import { createJobWatcher, endedJobIds, JOB_ENDED_CHANNEL, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkerPool } from './jobs/worker-pool.js';
 import { createLogger, type Logger } from './logger.js';
@@ -77,8 +77,6 @@ import { createCallbackSender } from './webhooks/send.js';
 
 /** A callback attempt's lease outlives its time limit by this much (writing its outcome). */
 const CALLBACK_LEASE_MARGIN_MS = 5_000;
-/** How often event streams look at their jobs: progress is recorded every half second. */
-const JOB_EVENTS_POLL_MS = 500;
 
 /** What happens in one part and is acted on in a later one. */
 function createSignals() {
@@ -220,10 +218,27 @@ async function main(): Promise<void> {
   const jobWatcher = createJobWatcher({
     readJobs: (ids) => readJobRows(database, ids),
     render: renderJob,
-    intervalMs: JOB_EVENTS_POLL_MS,
+    intervalMs: config.events.pollMs,
     onError: (err) => log.error({ err }, 'reading watched jobs failed'),
   });
-  const jobEvents = createJobEventStreams({ watcher: jobWatcher, render: renderJob, ...config.events });
+  const { keepAliveMs, maxPerKey, maxPerNode } = config.events;
+  const jobEvents = createJobEventStreams({
+    watcher: jobWatcher,
+    render: renderJob,
+    keepAliveMs,
+    maxPerKey,
+    maxPerNode,
+  });
+  // A job's end reaches every node's streams at once, not at their next poll.
+  signals.jobEnded.on(({ ended }) => {
+    database.notify(JOB_ENDED_CHANNEL, endedJobIds(ended)).catch((err: unknown) => {
+      log.warn({ err }, "telling the nodes of a job's end failed: their event streams see it at their next poll");
+    });
+  });
+  const stopHearingEnds = await database.listen(JOB_ENDED_CHANNEL, (payload) =>
+    jobWatcher.nudge(payload === '' ? [] : payload.split(',')),
+  );
+  shutdown.onStop(stopHearingEnds);
 
   const admission = createKeyAdmission({
     checkKey: createKeyChecker(secrets.apiKeys),

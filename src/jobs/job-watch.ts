@@ -1,5 +1,6 @@
 import { inArray } from 'drizzle-orm';
 import type { JobRow, Queryable } from '../db/database.js';
+import type { Ended } from './queue.js';
 
 /**
  * Watches jobs for changes on behalf of this node's event streams, whichever node runs them:
@@ -11,7 +12,8 @@ import type { JobRow, Queryable } from '../db/database.js';
  * Polling rather than LISTEN/NOTIFY: a job changes in many places (claim, progress every half
  * second, end, cancel, a lease taken back, a follower handed on), on any node; a poll of the row
  * sees every one of them, including those no notification was sent for, and costs the same on
- * SQLite.
+ * SQLite. A job's end, the change its watchers wait for, is not left to the next poll: told of it
+ * (`nudge`, from a notification every node hears), the watcher ticks at once.
  */
 export interface JobWatcher<T> {
   /**
@@ -19,9 +21,26 @@ export interface JobWatcher<T> {
    * subscription last heard of it (the first tick always does). Returns the unsubscribe function.
    */
   watch(jobId: string, onChange: (rendered: T, job: JobRow) => void): () => void;
+  /**
+   * Some of these jobs have changed (ended): a tick now, not at the next interval, when one of
+   * them is watched; an empty list, any job. Ticks do not overlap: one asked for during a tick
+   * follows it.
+   */
+  nudge(jobIds: string[]): void;
   /** Subscriptions open now. */
   size(): number;
   stop(): void;
+}
+
+/** Told of each job's end by the node it ends on; every node's watcher listens (payload: endedJobIds). */
+export const JOB_ENDED_CHANNEL = 'source_fetch_job_ended';
+/** Under Postgres' NOTIFY payload limit (8000 bytes). */
+const MAX_PAYLOAD_CHARS = 7_000;
+
+/** The notification's payload for a job that ended with its followers: their ids, or '' (any job) when too many. */
+export function endedJobIds(ended: Ended): string {
+  const ids = [ended.job.id, ...ended.followers.map((follower) => follower.id)].join(',');
+  return ids.length <= MAX_PAYLOAD_CHARS ? ids : '';
 }
 
 export interface JobWatcherDeps<T> {
@@ -41,6 +60,8 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
   const watched = new Map<string, Set<Subscription<T>>>();
   let timer: NodeJS.Timeout | undefined;
   let ticking = false;
+  /** A nudge came during a tick: another follows it. */
+  let tickAgain = false;
   let subscriptions = 0;
 
   async function tick(): Promise<void> {
@@ -78,16 +99,23 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
     }
   }
 
+  function startTick(): void {
+    ticking = true;
+    tick()
+      .catch(deps.onError)
+      .finally(() => {
+        ticking = false;
+        if (tickAgain) {
+          tickAgain = false;
+          startTick();
+        }
+      });
+  }
+
   function schedule(): void {
     if (timer || watched.size === 0) return;
     timer = setInterval(() => {
-      if (ticking) return;
-      ticking = true;
-      tick()
-        .catch(deps.onError)
-        .finally(() => {
-          ticking = false;
-        });
+      if (!ticking) startTick();
     }, deps.intervalMs);
     timer.unref();
   }
@@ -116,6 +144,11 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
         if (subs.size === 0) watched.delete(jobId);
         unschedule();
       };
+    },
+    nudge(jobIds) {
+      if (jobIds.length > 0 ? !jobIds.some((id) => watched.has(id)) : watched.size === 0) return;
+      if (ticking) tickAgain = true;
+      else startTick();
     },
     size: () => subscriptions,
     stop() {

@@ -4,8 +4,9 @@
  * directly and through a real nginx rendering nginx/templates. Events in order with progress,
  * the final state and the end of the stream, resuming with Last-Event-ID, keep-alives through
  * nginx (and what its proxy_read_timeout does to a stream without them), the API key, cancel
- * seen on the stream, the per-key and per-node limits, and a node's shutdown ending its streams
- * so that clients resume on another node.
+ * seen on the stream, the per-key and per-node limits, a node's shutdown ending its streams
+ * so that clients resume on another node, and a job's end told to every node at once (a third,
+ * API-only node that reads its jobs once a minute streams it without waiting).
  */
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -30,6 +31,8 @@ let media: MediaServer;
 let databaseUrl: string;
 let worker: ServiceHandle;
 let api: ServiceHandle;
+/** An API-only node whose streams read their jobs once a minute (EVENTS_POLL_MS). */
+let slowPoll: ServiceHandle;
 let nginx: RunningNginx;
 /** Requests to the hanging route, answered when the test says so. */
 const hanging: Array<() => void> = [];
@@ -56,14 +59,14 @@ beforeAll(async () => {
   databaseUrl = await freshDatabaseUrl();
   // 8 s of 44.1 kHz stereo WAV (1.4 MB) at 320 KB/s: a download of about 4.5 s, with progress.
   const tone = await makeTone(FIXTURE_DIR, { seconds: 8, channels: 2, sampleRate: 44100, format: 'wav' });
-  for (const name of ['one', 'two', 'three'])
+  for (const name of ['one', 'two', 'three', 'four'])
     media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 320 * 1024 });
   // The downloader's first request here is never answered until the test lets go: a job that
   // runs and changes no more, until it is canceled.
   media.route('/hang.wav', (_req, res) => {
     hanging.push(() => res.destroy());
   });
-  [worker, api] = await Promise.all([
+  [worker, api, slowPoll] = await Promise.all([
     startNode(2),
     startNode(0, {
       ACCEL_REDIRECT_PREFIX: '/_artifacts/',
@@ -71,6 +74,7 @@ beforeAll(async () => {
       EVENT_STREAMS_PER_KEY: String(PER_KEY),
       EVENT_STREAMS_PER_NODE: String(PER_NODE),
     }),
+    startNode(0, { EVENTS_POLL_MS: '60000' }),
   ]);
   nginx = await startNginx({ appPort: api.port, artifactRoot: sharedRoot });
 });
@@ -78,7 +82,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const release of hanging.splice(0)) release();
   await nginx?.stop();
-  await Promise.all([worker, api].map((svc) => svc?.stop().catch(() => undefined)));
+  await Promise.all([worker, api, slowPoll].map((svc) => svc?.stop().catch(() => undefined)));
   await media?.close();
   await rm(sharedRoot, { recursive: true, force: true });
 });
@@ -149,6 +153,27 @@ describe('job events', () => {
     // It ran on the other node.
     expect(worker.logs.some((line) => line.job_id === submitted.job_id && line.msg === 'job done')).toBe(true);
     expect(api.logs.some((line) => line.job_id === submitted.job_id && line.msg === 'job done')).toBe(false);
+  });
+
+  it("a job's end reaches a stream at once on a node that reads its jobs once a minute (told through PostgreSQL by the node that ran it); its progress waits for that read (the control: the other node's stream shows it)", async () => {
+    const submitted = await api.submit(media.url('/four.wav'));
+    const [slow, usual] = await Promise.all([
+      openEventStream(`${slowPoll.baseUrl}/jobs/${submitted.job_id}/events`, auth()),
+      openEventStream(directUrl(submitted.job_id), auth()),
+    ]);
+    // The job runs for some 5 s; the slow node's first read of it would come after 60.
+    await slow.waitFor(() => slow.records.some((record) => record.status === 'done'), "the job's end", 30_000);
+    await Promise.all([slow.ended, usual.ended]);
+    const final = await api.getJob(submitted.job_id);
+    expect(final.status).toBe('done');
+    // The state at the stream's open, then the end: nothing between.
+    expect(slow.records).toHaveLength(2);
+    expect(['queued', 'running']).toContain(slow.records[0]!.status);
+    expect(unsigned(slow.records[1]!)).toEqual(unsigned(final));
+    expect(
+      usual.records.filter((record) => record.status === 'running' && record.progress !== null).length,
+    ).toBeGreaterThanOrEqual(2);
+    expect(slow.events.at(-1)!.id).toBe(usual.events.at(-1)!.id);
   });
 
   it('resumes with Last-Event-ID: through nginx, then directly, nothing sent twice; the final state known gets 204', async () => {

@@ -181,9 +181,16 @@ describe('configuration', () => {
   });
 
   it("bounds event streams and keeps their keep-alive below nginx's read timeout", () => {
-    expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500 });
+    expect(loadConfig({}).events).toEqual({ keepAliveMs: 15_000, maxPerKey: 20, maxPerNode: 500, pollMs: 500 });
     expect(
-      loadConfig({ EVENTS_KEEPALIVE_S: '1', EVENT_STREAMS_PER_KEY: '2', EVENT_STREAMS_PER_NODE: '3' }).events,
-    ).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3 });
+      loadConfig({
+        EVENTS_KEEPALIVE_S: '1',
+        EVENT_STREAMS_PER_KEY: '2',
+        EVENT_STREAMS_PER_NODE: '3',
+        EVENTS_POLL_MS: '60000',
+      }).events,
+    ).toEqual({ keepAliveMs: 1000, maxPerKey: 2, maxPerNode: 3, pollMs: 60_000 });
+    for (const pollMs of ['99', '60001', '0.5'])
+      expect(() => loadConfig({ EVENTS_POLL_MS: pollMs }), pollMs).toThrow(/EVENTS_POLL_MS/);
   });
 });

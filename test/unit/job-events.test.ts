@@ -64,7 +64,7 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     await database.close();
   });
 
-  function startWatcher(): JobWatcher<JobRecord> {
+  function startWatcher(intervalMs = 20): JobWatcher<JobRecord> {
     watcher = createJobWatcher<JobRecord>({
       readJobs: async (ids) => {
         reads.push([...ids].sort());
@@ -78,7 +78,7 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
           job.status === 'queued' && job.followsJobId ? await getJobRow(database, job.followsJobId) : undefined;
         return render(job, leader);
       },
-      intervalMs: 20,
+      intervalMs,
       onError: (err) => {
         throw err;
       },
@@ -209,6 +209,32 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     expect(reads.length - readsAfter).toBeLessThanOrEqual(1);
   });
 
+  it("a job's end told to the watcher (nudge) reaches its subscribers at once, without waiting for the poll; a nudge for a job nobody watches reads nothing (the control: one for a watched job does)", async () => {
+    await queued('a');
+    await claimNextJob(database, lease);
+    // Its poll would come in a minute: every read below is a nudge's.
+    const w = startWatcher(60_000);
+    const heard: string[] = [];
+    const heardRunning = until(() => heard.length === 1, 'the running state');
+    const heardEnd = until(() => heard.length === 2, 'the end');
+    w.watch('a', (record) => {
+      heard.push(record.status);
+      heardRunning.poke();
+      heardEnd.poke();
+    });
+    w.nudge(['b']);
+    expect(reads).toEqual([]);
+    w.nudge(['b', 'a']);
+    expect(reads).toEqual([['a']]);
+    await heardRunning.done;
+
+    await markCanceled(database, 'a', Date.now());
+    w.nudge([]);
+    await heardEnd.done;
+    expect(heard).toEqual(['running', 'canceled']);
+    expect(reads).toEqual([['a'], ['a']]);
+  });
+
   it('marks a canceled job final for its subscribers', async () => {
     await queued('a');
     const w = startWatcher();
@@ -225,6 +251,42 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
   });
 });
 
+describe('job watcher nudges', () => {
+  it('a nudge during a tick is followed by one tick more, however many came; none after that', async () => {
+    const pending: Array<() => void> = [];
+    let reads = 0;
+    const w = createJobWatcher({
+      readJobs: () => {
+        reads++;
+        return new Promise<JobRow[]>((resolve) => pending.push(() => resolve([])));
+      },
+      render: () => Promise.resolve(0),
+      intervalMs: 60_000,
+      onError: (err) => {
+        throw err;
+      },
+    });
+    w.watch('a', () => {});
+    w.nudge(['a']);
+    expect(reads).toBe(1);
+    w.nudge(['a']);
+    w.nudge([]);
+    w.nudge(['a']);
+    expect(reads).toBe(1);
+    pending.shift()!();
+    await new Promise(setImmediate);
+    expect(reads).toBe(2);
+    pending.shift()!();
+    await new Promise(setImmediate);
+    expect(reads).toBe(2);
+    // The control: a nudge now ticks again.
+    w.nudge(['a']);
+    expect(reads).toBe(3);
+    pending.shift()!();
+    w.stop();
+  });
+});
+
 /** A watcher the test drives: `push` delivers a row (rendered) to the job's subscribers. */
 function manualWatcher() {
   const subs = new Map<string, Set<(record: JobRecord, job: JobRow) => void>>();
@@ -234,6 +296,7 @@ function manualWatcher() {
       subs.get(jobId)!.add(onChange);
       return () => subs.get(jobId)?.delete(onChange);
     },
+    nudge: () => {},
     size: () => [...subs.values()].reduce((n, set) => n + set.size, 0),
     stop: () => subs.clear(),
   };
