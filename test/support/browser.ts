@@ -76,6 +76,9 @@ function launchFirefox(): Promise<Browser> {
       // Audio plays without a click on the page, as chromium's --autoplay-policy allows.
       'media.autoplay.default': 0,
       'media.autoplay.blocking_policy': 0,
+      // No sound device here: with no audio backend at all, Firefox plays on its own clock, as
+      // it does on a machine without one, instead of through whatever backend it finds.
+      'media.cubeb.force_null_context': true,
       // Scrollbars drawn over the page, taking none of its width, as in headless chromium and on
       // a phone.
       'ui.useOverlayScrollbars': 1,
