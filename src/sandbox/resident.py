@@ -17,21 +17,26 @@ Work that each run's yt-dlp would repeat whatever its job (its CA certificates r
 context, its choice of extractors) is done here and shared with the runs (share_with_runs).
 It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
 failed, or null, "shared": [WHAT, ...]} or {"ready": false, "reason": ...}, then accepts
-connections on SOCKET. It never reads from them: each connection is one run, served by a child
-forked at once (twice, so that confine.py, PID 1 of this sandbox, reaps it with a wait, which adds
-the run's CPU time to the service's process tree; a child reaped by the kernel, with SIGCHLD
-ignored, would add it nowhere). Nothing of any run ever enters this process, whose memory every
-later run inherits.
+connections on SOCKET. It never accepts or reads them: each connection is one run, served by a
+child forked before it came, a spare (forked twice, so that confine.py, PID 1 of this sandbox,
+reaps it with a wait, which adds the run's CPU time to the service's process tree; a child reaped
+by the kernel, with SIGCHLD ignored, would add it nowhere). Up to SPARE_LEADERS spares wait in
+accept(), so that a run does not wait for the forks of this large process; each tells this
+process what took it, and this process forks new ones after any run but a download has taken one
+(and at once when none is left); a spare's command line is `sandbox spare SOCKET`.
+Nothing of any run ever enters this process, whose memory every later run inherits.
 
 A run, in the forked child (the run's leader):
-  1. a session of its own, so that the service can kill the run's process group; it sends its
-     PID as the service sees it (frame P) and reads the request, one JSON line:
+  1. before its connection: a session of its own, so that the service can kill the run's process
+     group; a user, mount, network and PID namespace of its own (its own credentials, nothing but
+     its own loopback), checked;
+  2. connected: it sends its PID as the service sees it (frame P) and reads the request, one JSON
+     line:
      {"command", "argv", "cwd", "network": "guard" or "none", "limits": {"data": BYTES, ...},
       "view": null or {"read_only": [PATH, ...]}};
-  2. a user, mount, network and PID namespace of its own: its own credentials, with "view" a root
-     of its own (confine.enter_mount_view: the cwd read-write, nothing else of the host's data), nothing but its own
-     loopback, and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py gives a
-     tool it starts; it checks that it is confined so;
+     with "view" a root of its own (confine.enter_mount_view: the cwd read-write, nothing else of
+     the host's data), and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py
+     gives a tool it starts;
   3. forks the run's PID 1, which serves the bridge, and either runs yt_dlp.main(argv) itself
      (when command is the imported LAUNCHER) or starts command as confine.py does (passing
      signals on, reaping orphans): stdin /dev/null, stdout and stderr on pipes, cwd; the tool, or
@@ -76,6 +81,11 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
 MAX_REQUEST_BYTES = 1 << 20
+# Run leaders forked ahead of their connections: for a job's download and its converter.
+SPARE_LEADERS = 2
+# What a spare tells the resident once it has a connection: whether its run is a download.
+TAKEN_BY_DOWNLOAD = b'd'
+TAKEN = b't'
 CHUNK = 64 * 1024
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -449,7 +459,7 @@ def relay(conn, pid1, out_r, err_r):
         # The service sends nothing after the request: readable with nothing to read means it is gone.
         if conn in readable and not conn.recv(CHUNK):
             os.kill(pid1, signal.SIGKILL)
-            os._exit(1)
+            return 1
         for fd in readable:
             if fd is conn:
                 continue
@@ -467,11 +477,23 @@ def relay(conn, pid1, out_r, err_r):
     # CPU of the run's processes (PID 1 and every child it reaped), for the service's profile.
     outcome['cpu_s'] = round(usage.ru_utime + usage.ru_stime, 3)
     send(conn, b'X', json.dumps(outcome).encode())
+    return 0
 
 
-def serve_run(yt_dlp, opts, conn, resident_netns):
-    """The run's leader (see the module's docstring). Never returns."""
+def serve_spare(yt_dlp, opts, listener, events_w, resident_netns):
+    """A run's leader made before its connection: it becomes one (step 1 of the module's
+    docstring), accepts the next connection, tells the resident what took it (taken), and serves
+    that run. Never returns."""
+    code = 1
+    told = False
+
+    def taken(by_download):
+        nonlocal told
+        if not told:
+            told = True
+            os.write(events_w, TAKEN_BY_DOWNLOAD if by_download else TAKEN)
     try:
+        set_title(opts['title_room'], ['sandbox', 'spare', opts['listen']])
         os.setsid()
         # Its memory will hold the run's request and, for yt-dlp, the job's credentials: other
         # runs (the same user, in user namespaces of their own) may not read it through /proc.
@@ -481,13 +503,38 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.close(devnull)
-        # /proc is the service's: its "self" is this process as the service sees it.
-        send(conn, b'P', os.readlink('/proc/self').encode())
-        command, argv, cwd, network, limits, view = read_request(conn)
-        set_title(opts['title_room'], ['sandbox', cwd])
+        setup_failure = None
         try:
             enter_own_namespaces()
             check_confined(opts['host_netns'], resident_netns)
+        except OSError as err:
+            # Told to the run that comes.
+            setup_failure = f'{err.strerror or err}'
+        conn, _ = listener.accept()
+        listener.close()
+        code = serve_run(yt_dlp, opts, conn, setup_failure, events_w, taken)
+    except BaseException:
+        pass
+    try:
+        taken(False)
+    finally:
+        os._exit(code)
+
+
+def serve_run(yt_dlp, opts, conn, setup_failure, events_w, taken):
+    """The run's leader, connected (see the module's docstring), in its namespaces unless
+    `setup_failure` says why not; `taken` is told whether the run is a download (the imported
+    yt-dlp). Returns its exit status once the run has ended."""
+    try:
+        # /proc is the service's: its "self" is this process as the service sees it.
+        send(conn, b'P', os.readlink('/proc/self').encode())
+        command, argv, cwd, network, limits, view = read_request(conn)
+        in_process = yt_dlp if is_launcher(command, opts['ytdlp']) else None
+        taken(in_process is not None)
+        set_title(opts['title_room'], ['sandbox', cwd])
+        try:
+            if setup_failure is not None:
+                raise OSError(setup_failure)
             listener = None
             if network == 'guard':
                 if opts['bridge'] is None:
@@ -495,26 +542,24 @@ def serve_run(yt_dlp, opts, conn, resident_netns):
                 listener = confine.open_bridge(opts['bridge'][0])
         except OSError as err:
             send(conn, b'F', f'{err.strerror or err}'.encode())
-            os._exit(confine.SETUP_FAILED)
-        in_process = yt_dlp if is_launcher(command, opts['ytdlp']) else None
+            return confine.SETUP_FAILED
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         pid1 = os.fork()
         if pid1 == 0:
             conn.close()
-            os.close(out_r)
-            os.close(err_r)
+            for fd in (out_r, err_r, events_w):
+                os.close(fd)
             set_title(opts['title_room'], ['yt-dlp' if in_process else 'sandbox', cwd])
             run_pid1(in_process, command, argv, cwd, limits, view, out_w, err_w, None if listener is None else (listener, opts['bridge'][1]))
         os.close(out_w)
         os.close(err_w)
         if listener is not None:
             listener.close()
-        relay(conn, pid1, out_r, err_r)
-        os._exit(0)
+        return relay(conn, pid1, out_r, err_r)
     except BaseException:
         # The connection is gone (the run was given up): nothing more to tell anyone.
-        os._exit(1)
+        return 1
 
 
 def serve(yt_dlp, opts, warmed, shared):
@@ -527,16 +572,30 @@ def serve(yt_dlp, opts, warmed, shared):
     # Children inherit these objects and never collect them: no copy-on-write for the collector.
     gc.freeze()
     report(ready=True, ytdlp=yt_dlp.version.__version__ if yt_dlp else None, warm_up=warmed, shared=shared)
+    events_r, events_w = os.pipe()
+    spares = 0
+    wanted = SPARE_LEADERS
     while True:
-        conn, _ = listener.accept()
-        first = os.fork()
-        if first == 0:
-            listener.close()
-            if os.fork() == 0:
-                serve_run(yt_dlp, opts, conn, resident_netns)
-            os._exit(0)
-        conn.close()
-        os.waitpid(first, 0)
+        while spares < wanted:
+            fork_spare(yt_dlp, opts, listener, events_r, events_w, resident_netns)
+            spares += 1
+        taken_by = os.read(events_r, 1)
+        spares -= 1
+        # A download's start is where a job waits for its run: no fork of this large process then
+        # takes the cores from it, unless no spare is left. Other runs (a converter, mostly started
+        # between jobs) are followed by a top-up.
+        wanted = 1 if taken_by == TAKEN_BY_DOWNLOAD else SPARE_LEADERS
+
+
+def fork_spare(yt_dlp, opts, listener, events_r, events_w, resident_netns):
+    """Forks a spare twice (see the module's docstring)."""
+    first = os.fork()
+    if first == 0:
+        if os.fork() == 0:
+            os.close(events_r)
+            serve_spare(yt_dlp, opts, listener, events_w, resident_netns)
+        os._exit(0)
+    os.waitpid(first, 0)
 
 
 def main():

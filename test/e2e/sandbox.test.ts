@@ -381,6 +381,48 @@ describe('the resident sandbox', () => {
     await Promise.all([a.done, b.done]);
   });
 
+  it("has each run's leader forked before the run was asked for, and keeps two such spares", async () => {
+    const spares = () => processesMatching(`sandbox spare ${residentSocket}`);
+    await waitFor(async () => (await spares()).length === 2);
+    const before = await spares();
+    const cwd = await mkdtemp(path.join(dir, 'spare-'));
+    const controller = new AbortController();
+    const running = resident.run({
+      command: 'sleep',
+      args: ['300'],
+      cwd,
+      network: 'none',
+      signal: controller.signal,
+      killGraceMs: 200,
+    });
+    try {
+      // The run's leader and its PID 1 name the run's folder; the leader was a spare, PID 1 is new.
+      let named: number[] = [];
+      await waitFor(async () => (named = await processesMatching(cwd)).length === 2, 30_000);
+      expect(named.filter((pid) => before.includes(pid))).toHaveLength(1);
+      // More runs at once than there are spares, downloads (the imported yt-dlp: no top-up as
+      // they start, a spare forked only when none is left) and others: each is served, and then
+      // two spares wait again.
+      const versions = await Promise.all(
+        Array.from({ length: 4 }, () =>
+          resident.run({ command: 'yt-dlp', args: ['--version'], network: 'none', stdoutCaptureBytes: 64 }),
+        ),
+      );
+      expect(new Set(versions.map((result) => result.stdout.trim())).size).toBe(1);
+      expect(versions[0]!.stdout.trim()).toMatch(/^\d{4}\.\d{2}\.\d{2}/);
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, n) =>
+          resident.run({ command: 'sh', args: ['-c', `echo ${n}`], network: 'none', stdoutCaptureBytes: 64 }),
+        ),
+      );
+      expect(results.map((result) => result.stdout.trim())).toEqual(['0', '1', '2', '3', '4', '5', '6', '7']);
+      await waitFor(async () => (await spares()).length === 2);
+    } finally {
+      controller.abort();
+      await running;
+    }
+  });
+
   it("keeps a yt-dlp run's memory from other runs (a process of the run's own is readable: the control)", async () => {
     const controller = new AbortController();
     const cwd = path.join(dir, `memory-${process.pid}`);
