@@ -47,7 +47,7 @@ export function commitContent(
   discardWork: () => Promise<void>,
   /**
    * Filled with the commit's parts, in ms: the WAV's put (hash, peaks, flush, move), the peaks'
-   * file, the work folder's removal, the record.
+   * file with the work folder's removal beside it, the record.
    */
   partMs: Record<string, number> = {},
 ): Promise<Outcome<Ended | undefined>> {
@@ -66,12 +66,17 @@ export function commitContent(
       const peaks = accumulator?.finish();
       const loudness = converted.loudness ?? null;
       if (converted.loudness === null) ctx.log.warn('no loudness measured (a silent WAV)');
-      const peaksBytes = peaks
-        ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
-        : null;
-      lap('peaks_file');
-      await discardWork();
-      lap('discard_work');
+      // The work folder goes while the peaks' file is written: both before the record.
+      const discarding = discardWork();
+      let peaksBytes: number | null;
+      try {
+        peaksBytes = peaks
+          ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
+          : null;
+      } finally {
+        await discarding;
+      }
+      lap('peaks_file_and_discard');
       const now = deps.now();
       const { header } = converted;
       const apiKeyId = ctx.job.apiKeyId;
