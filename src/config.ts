@@ -145,7 +145,7 @@ export const envSchema = z
       .enum(['on', 'off'])
       .default('on')
       .describe(
-        '`on` (with `TOOL_CONFINEMENT=netns`): one resident process per node imports yt-dlp once, warms it up with one simulated run on made-up media (the `tool runs` log line says `warm_up`: `done`, or how it failed), makes once what each run would redo whatever its job (its TLS context, its choice of extractors: `shared_with_runs` in that line), and forks each tool run into namespaces of its own, confined as a tool started alone, its process group killed on cancel and time-out; until it is ready, while it restarts or if it is unreachable, tools are started per run (the `tool runs` log line says which). `off`: every tool run starts unshare, Python and confine.py anew.',
+        '`on` (with `TOOL_CONFINEMENT=netns`): one resident process per node imports yt-dlp once, warms it up with one simulated run on made-up media (the `tool runs` log line says `warm_up`: `done`, or how it failed), makes once what each run would redo whatever its job (its TLS context, its choice and list of extractors: `shared_with_runs` in that line), and forks each tool run, ahead of its request, into namespaces of its own, confined as a tool started alone, its process group killed on cancel and time-out; until it is ready, while it restarts or if it is unreachable, tools are started per run (the `tool runs` log line says which). `off`: every tool run starts unshare, Python and confine.py anew.',
       ),
     CONVERTER_WAITING: z
       .enum(['on', 'off'])

@@ -14,7 +14,7 @@ run by PYTHON, its interpreter) would, and warms it up with no job data: RUN, JS
 {"argv": [...], "info": {...}, "info_file": NAME} (src/tools/ytdlp-args.ts, buildWarmUpRun), is
 a job's run simulated on made-up media (`info`, written to the file it names), made once here.
 Work that each run's yt-dlp would repeat whatever its job (its CA certificates read into a TLS
-context, its choice of extractors) is done here and shared with the runs (share_with_runs).
+context, its choice and list of extractors) is done here and shared with the runs (share_with_runs).
 It prints one JSON line, {"ready": true, "ytdlp": VERSION or null, "warm_up": "done", how it
 failed, or null, "shared": [WHAT, ...]} or {"ready": false, "reason": ...}, then accepts
 connections on SOCKET. It never accepts or reads them: each connection is one run, served by a
@@ -159,14 +159,50 @@ def share_with_runs(yt_dlp):
     here, leaves that work to each run, as before."""
     shared = []
     # Reading the CA bundle into a context: 40 ms for Debian's, http URLs included. The choice of
-    # extractors, made with list scans over 1,800 names: 20-50 ms.
-    for name, share in (('tls context', share_tls_contexts), ('extractor choice', share_extractor_choice)):
+    # extractors, made with list scans over 1,800 names: 20-50 ms. The list of extractors each
+    # YoutubeDL makes from that choice: 10 ms in a run, 3 ms replayed.
+    shares = (('tls context', share_tls_contexts), ('extractor choice', share_extractor_choice),
+              ('extractor list', share_extractor_list))
+    for name, share in shares:
         try:
             if share(yt_dlp):
                 shared.append(name)
         except Exception:
             pass
     return shared
+
+
+def share_extractor_list(yt_dlp):
+    """YoutubeDL.add_default_info_extractors (a pure function of its allowed_extractors, once
+    plugins are loaded), its list of extractors kept from its first call here, in the warm-up
+    run, and replayed into each later YoutubeDL: the classes as they were, a new instance of each
+    instance (UnsupportedURLIE), bound to that YoutubeDL as add_info_extractor binds it."""
+    youtube_dl = getattr(yt_dlp, 'YoutubeDL', None)
+    original = getattr(youtube_dl, 'add_default_info_extractors', None)
+    if original is None:
+        return False
+    lists = {}
+
+    def add_default_info_extractors(self):
+        allowed = self.params.get('allowed_extractors', ['default'])
+        key = tuple(allowed) if isinstance(allowed, (list, tuple)) else None
+        if key is None or not hashable(key) or getattr(self, '_ies', None) != {}:
+            return original(self)
+        if key not in lists:
+            original(self)
+            # Classes, and the class of each instance (not the instance, bound to this YoutubeDL).
+            lists[key] = [(ie_key, ie, True) if isinstance(ie, type) else (ie_key, type(ie), False)
+                          for ie_key, ie in self._ies.items()]
+            return None
+        for ie_key, ie, is_class in lists[key]:
+            if is_class:
+                self._ies[ie_key] = ie
+            else:
+                self.add_info_extractor(ie())
+        self.write_debug(f'Loaded {len(lists[key])} extractors')
+        return None
+    youtube_dl.add_default_info_extractors = add_default_info_extractors
+    return True
 
 
 def share_extractor_choice(yt_dlp):

@@ -91,7 +91,7 @@ describe('confinement, through the API', () => {
     expect(ready).toMatchObject({
       ytdlp: 'imported',
       warm_up: 'done',
-      shared_with_runs: ['tls context', 'extractor choice'],
+      shared_with_runs: ['tls context', 'extractor choice', 'extractor list'],
     });
   });
 

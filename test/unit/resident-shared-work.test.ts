@@ -76,7 +76,13 @@ with open(bundle, 'a') as f, open(cert) as c:
 report['trusted'] = [fetch(), fetch()]
 report['loads_trusted'] = len(loads)
 
-report['same_extractors'] = extractors() == chosen_before
+# fetch()'s first YoutubeDL made the list for these params; these two replay it.
+report['same_extractors'] = [extractors() == chosen_before, extractors() == chosen_before]
+# The one instance among the extractors ('end', last when named), which each YoutubeDL binds to itself.
+with_end = {**params, 'allowed_extractors': ['default', 'end']}
+first_ydl, second_ydl = yt_dlp.YoutubeDL(with_end), yt_dlp.YoutubeDL(with_end)
+unsupported = [next(iter(ydl._ies_instances.values())) for ydl in (first_ydl, second_ydl)]
+report['own_unsupported'] = [len(first_ydl._ies_instances) == 1 and type(unsupported[0]).__name__ == 'UnsupportedURLIE', unsupported[0] is not unsupported[1], unsupported[0]._downloader is first_ydl, unsupported[1]._downloader is second_ydl]
 options, aliases = ['default', '-youtube'], {'all': ['a', 'youtube', 'b', 'a'], 'default': ['b', 'youtube', 'a']}
 first = yt_dlp.utils.orderedSet_from_options(options, aliases)
 first.append('changed by its caller')
@@ -98,7 +104,7 @@ afterAll(async () => {
 describe.each([DEBIAN_YTDLP, ...currentYtDlps()].map((launcher) => ({ launcher, version: ytdlpVersion(launcher) })))(
   'what the resident sandbox shares with its runs, yt-dlp $version',
   ({ launcher }) => {
-    it('one TLS context per state of the CA bundle, which still decides what is trusted; the same choice of extractors', async () => {
+    it('one TLS context per state of the CA bundle, which still decides what is trusted; the same choice and list of extractors', async () => {
       const folder = await mkdtemp(path.join(dir, 'run-'));
       // The interpreter the service starts the resident with, for this launcher.
       const inspection = await inspectYtDlpLauncher(launcher);
@@ -112,7 +118,7 @@ describe.each([DEBIAN_YTDLP, ...currentYtDlps()].map((launcher) => ({ launcher, 
         },
       );
       const report = JSON.parse(stdout) as Record<string, unknown>;
-      expect(report.shared).toEqual(['tls context', 'extractor choice']);
+      expect(report.shared).toEqual(['tls context', 'extractor choice', 'extractor list']);
       // The bundle is read once at sharing, not again by each YoutubeDL's requests...
       expect(report.loads_at_sharing).toBe(1);
       expect(report.untrusted).toEqual(['certificate refused', 'certificate refused']);
@@ -120,7 +126,9 @@ describe.each([DEBIAN_YTDLP, ...currentYtDlps()].map((launcher) => ({ launcher, 
       // ...until the file changes: then once more, and the certificate added is trusted.
       expect(report.trusted).toEqual(['trusted', 'trusted']);
       expect(report.loads_trusted).toBe(2);
-      expect(report.same_extractors).toBe(true);
+      expect(report.same_extractors).toEqual([true, true]);
+      // Each YoutubeDL has its own UnsupportedURLIE, bound to it.
+      expect(report.own_unsupported).toEqual([true, true, true, true]);
       // Each caller gets its own list, equal to yt-dlp's own function's.
       expect(report.choice).toEqual([
         ['b', 'a'],
