@@ -568,16 +568,18 @@ def serve_run(yt_dlp, opts, conn, setup_failure, events_w, taken):
         in_process = yt_dlp if is_launcher(command, opts['ytdlp']) else None
         taken(in_process is not None)
         set_title(opts['title_room'], ['sandbox', cwd])
-        try:
-            if setup_failure is not None:
-                raise OSError(setup_failure)
-            listener = None
-            if network == 'guard':
-                if opts['bridge'] is None:
-                    raise OSError('no egress guard to bridge to')
-                listener = confine.open_bridge(opts['bridge'][0])
-        except OSError as err:
-            send(conn, b'F', f'{err.strerror or err}'.encode())
+        failure = setup_failure
+        listener = None
+        if failure is None and network == 'guard':
+            if opts['bridge'] is None:
+                failure = 'no egress guard to bridge to'
+            else:
+                try:
+                    listener = confine.open_bridge(opts['bridge'][0])
+                except OSError as err:
+                    failure = f'{err.strerror or err}'
+        if failure is not None:
+            send(conn, b'F', failure.encode())
             return confine.SETUP_FAILED
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

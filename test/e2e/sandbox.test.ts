@@ -483,6 +483,34 @@ describe('the resident sandbox', () => {
     expect(memory.includes(Buffer.from(marker))).toBe(false);
   });
 
+  it('refuses a run that needs the egress guard when it was started without one, and says why', async () => {
+    const guardless = createResidentSandbox({
+      spawned: sandbox,
+      ytdlpPath: '/usr/bin/yt-dlp',
+      python: '/usr/bin/python3',
+      socketPath: path.join(dir, 'resident-guardless.sock'),
+      hostNetns: readHostNetns(),
+      guardSocket: null,
+      enabled: true,
+      log: createLogger('silent'),
+    });
+    try {
+      await guardless.start();
+      await waitFor(() => guardless.runs() === 'resident', 60_000);
+      const marker = path.join(dir, 'guardless-ran');
+      const refused = await guardless.run({ command: 'touch', args: [marker], network: 'guard' });
+      expect(refused.confinementFailure).toBe('no egress guard to bridge to');
+      await expect(readFile(marker)).rejects.toThrow();
+      // Control: the same run without the network runs.
+      const ran = await guardless.run({ command: 'touch', args: [marker], network: 'none' });
+      expect(ran.confinementFailure).toBeNull();
+      expect(ran.exitCode).toBe(0);
+      await readFile(marker);
+    } finally {
+      await guardless.stop();
+    }
+  });
+
   it('starts again after dying; meanwhile each run is started on its own', async () => {
     process.kill(await residentPid(), 'SIGKILL');
     await waitFor(() => resident.runs() === 'spawned');
