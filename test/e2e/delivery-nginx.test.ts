@@ -614,12 +614,51 @@ describe('nginx in front', () => {
     }
   });
 
-  it('the app answered with X-Accel-Redirect and nginx, not the app, sent the bytes', async () => {
-    const res = await fetch(`http://127.0.0.1:${accelApp.port}${accelApp.signedPath(wav.cid)}`);
-    expect(res.status).toBe(200);
-    expect(res.headers.get('x-accel-redirect')).toBe(`/_artifacts/${artifactRelativePath(wav.cid, 'audio.wav')}`);
-    expect((await res.arrayBuffer()).byteLength).toBe(0);
-    expect(nginx.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+  it('the app answers X-Accel-Redirect only to what came through nginx, which then sends the bytes; its own port streams them', async () => {
+    const direct = `http://127.0.0.1:${accelApp.port}`;
+    const keyed = { 'x-api-key': API_KEY };
+    // On the app's own port, with the prefix set: the file itself, whole and by range.
+    for (const target of [accelApp.signedPath(wav.cid), artifactUrlPath(wav.cid, 'audio.wav')]) {
+      const whole = await fetch(direct + target, { headers: keyed });
+      expect(whole.status, target).toBe(200);
+      expect(whole.headers.get('x-accel-redirect'), target).toBeNull();
+      expect(whole.headers.get('content-length'), target).toBe(String(wav.bytes.length));
+      expect(sha256(new Uint8Array(await whole.arrayBuffer())), target).toBe(wav.cid);
+    }
+    const range = await fetch(direct + artifactUrlPath(wav.cid, 'audio.wav'), {
+      headers: { ...keyed, range: 'bytes=100-199' },
+    });
+    expect(range.status).toBe(206);
+    expect(Buffer.from(await range.arrayBuffer()).equals(wav.bytes.subarray(100, 200))).toBe(true);
+    // The header nginx sets on what it proxies (the control: the prefix is in force).
+    const asNginx = await fetch(direct + accelApp.signedPath(wav.cid), {
+      headers: { 'x-sendfile-type': 'X-Accel-Redirect' },
+    });
+    expect(asNginx.status).toBe(200);
+    expect(asNginx.headers.get('x-accel-redirect')).toBe(`/_artifacts/${artifactRelativePath(wav.cid, 'audio.wav')}`);
+    expect((await asNginx.arrayBuffer()).byteLength).toBe(0);
+    // Through nginx, with a key nginx has not seen the app accept (an nginx of its own): the app
+    // redirected, and nginx sent the file from its internal location, where it remembers the
+    // app's yes to the key: the next request is nginx's alone. (Had the app streamed the bytes,
+    // nginx would have remembered nothing.)
+    const own = await startNginx({
+      appPort: accelApp.port,
+      artifactRoot: store.root,
+      urlSigningSecret: SIGNING_SECRET,
+    });
+    try {
+      accelApp.seen.length = 0;
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(own.url(artifactUrlPath(wav.cid, 'audio.wav')), { headers: keyed });
+        expect(res.status).toBe(200);
+        expect(res.headers.get('x-accel-redirect')).toBeNull();
+        expect(sha256(new Uint8Array(await res.arrayBuffer()))).toBe(wav.cid);
+      }
+      expect(accelApp.seen.map((seen) => seen.path)).toEqual([artifactUrlPath(wav.cid, 'audio.wav')]);
+      expect(own.errorLog()).not.toMatch(/\[(error|crit|alert|emerg)\]/);
+    } finally {
+      await own.stop();
+    }
   });
 
   it("sends a range's last bytes at once, wherever the range starts (no wait for the client's delayed ACK)", async () => {

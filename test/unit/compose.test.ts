@@ -155,7 +155,7 @@ describe('compose.yaml', () => {
     expect(env.APP_UPSTREAM).toBe(`app:${appEnv.PORT}`);
     expect(site).toContain(`location ${appEnv.ACCEL_REDIRECT_PREFIX} {`);
     expect(site).toContain(`alias ${env.ARTIFACT_ROOT}/;`);
-    expect(site).toContain(`listen ${env.NGINX_PORT};`);
+    expect(site).toContain(`listen ${env.NGINX_PORT} default_server;`);
     expect(nginx.ports).toEqual([`\${PUBLISH_PORT:-8080}:${env.NGINX_PORT}`]);
   });
 

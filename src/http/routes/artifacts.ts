@@ -14,8 +14,8 @@ import { ARTIFACT_ROUTE, honoPath } from '../route-template.js';
 
 /**
  * getArtifact, `GET|HEAD /artifacts/{cid}/{name}`: who may read what, conditional requests and
- * ranges. The bytes then come from nginx (internal redirect, when `accelRedirectPrefix` is set)
- * or from the file itself, sent by whichever dispatcher answers (../node-router.ts,
+ * ranges. The bytes then come from nginx (internal redirect, when `accelRedirectPrefix` is set and
+ * the request came through nginx) or from the file itself, sent by whichever dispatcher answers (../node-router.ts,
  * ../hono-operation.ts). Behind nginx, signed URLs reach the app only when nginx could not
  * say yes itself (nginx/templates/default.conf.template).
  */
@@ -27,9 +27,22 @@ import { ARTIFACT_ROUTE, honoPath } from '../route-template.js';
 export const PROXY_CACHE_CONTROL_HEADER = 'x-artifact-cache-control';
 export const PROXY_EXPIRES_HEADER = 'x-artifact-expires';
 
+/**
+ * The request header by which nginx in front says it turns an internal redirect into the file's
+ * bytes (the convention of Rack::Sendfile): the template sets it on every request it proxies,
+ * replacing any a client sent. Without it (a client on the app's own port) the app streams the
+ * file even with `accelRedirectPrefix` set; a client that sends it itself gets the empty
+ * redirect it asked for, and nothing it could not read anyway.
+ */
+export const ACCEL_REQUEST_HEADER = 'x-sendfile-type';
+const ACCEL_REQUEST_VALUE = 'x-accel-redirect';
+
 export interface ArtifactOperationDeps {
   artifactRoot: string;
-  /** e.g. '/_artifacts/': answer with X-Accel-Redirect instead of the bytes. */
+  /**
+   * e.g. '/_artifacts/': answer requests that came through nginx (ACCEL_REQUEST_HEADER) with
+   * X-Accel-Redirect instead of the bytes.
+   */
   accelRedirectPrefix: string | null;
   admission: KeyAdmission;
   signer: UrlSigner;
@@ -120,7 +133,10 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
         return { status: 304, headers: { ...headers, ...caching } };
       }
 
-      if (deps.accelRedirectPrefix !== null) {
+      if (
+        deps.accelRedirectPrefix !== null &&
+        request.header(ACCEL_REQUEST_HEADER)?.toLowerCase() === ACCEL_REQUEST_VALUE
+      ) {
         // nginx answers Range and HEAD itself from the internal location.
         const redirect = deps.accelRedirectPrefix + encodePath(file.relativePath);
         served(cid);
