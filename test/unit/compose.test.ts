@@ -103,7 +103,7 @@ function expectSignedUrlsCheckedByNginx(
   });
   const mainConfig = read('nginx/nginx.conf');
   expect(mainConfig).toMatch(
-    /^load_module modules\/ndk_http_module\.so;\nload_module modules\/ngx_http_lua_module\.so;$/m,
+    /^load_module \/usr\/lib\/nginx\/modules\/ndk_http_module\.so;\nload_module \/usr\/lib\/nginx\/modules\/ngx_http_lua_module\.so;$/m,
   );
   expect(mainConfig).toMatch(/^env URL_SIGNING_SECRET;$/m);
   expect(mainConfig).toMatch(/^\s*include \/etc\/nginx\/conf\.d\/\*\.conf;$/m);
