@@ -8,8 +8,10 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json .npmrc ./
-# Fixes to dependencies, applied by `postinstall` (patches/README.md).
+# Fixes to dependencies, applied by `postinstall` (patches/README.md), which also puts the CLI on
+# node_modules/.bin (scripts/link-cli.sh).
 COPY patches ./patches
+COPY scripts/link-cli.sh ./scripts/link-cli.sh
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 # `prepare` compiles src/ to dist/; dev dependencies go afterwards.

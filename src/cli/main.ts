@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The `source-fetch` command (package.json `bin`): the composition root of the CLI, and nothing
+ * The `source-fetch` command (`npx source-fetch`, through scripts/link-cli.sh): the composition root of the CLI, and nothing
  * else. The real argv, environment, output streams, working folder and Ctrl-C enter here.
  */
 import { readFileSync } from 'node:fs';

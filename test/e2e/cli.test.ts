@@ -1,18 +1,20 @@
 /**
- * The `source-fetch` CLI from the built package (dist/cli/main.js, package.json `bin`), against the
+ * The `source-fetch` CLI from the built package (dist/cli/main.js; `npx source-fetch` through the
+ * node_modules/.bin entry scripts/link-cli.sh makes at install), against the
  * real service and a media server on loopback: in a pseudo-terminal (util-linux `script`), where it
  * draws a progress bar (the download's percentage, then converting), and through a pipe, where it
  * prints plain lines; the WAV it writes hashes to its content id; every documented exit code.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../../src/cli/exit-codes.js';
 import { artifactRelativePath } from '../../src/store/layout.js';
+import { readDoc, relocate, shellBlocks } from '../support/doc-blocks.js';
 import { writeSlowFfmpeg } from '../support/fake-tools.js';
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -21,6 +23,40 @@ import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const CLI = path.join(ROOT, 'dist/cli/main.js');
+
+/**
+ * The README's line that runs the CLI, in its walk-through (test/e2e/readme.test.ts runs the whole
+ * walk-through), with the media URL it names; run here under npm 10 and npm 11 against this file's
+ * media server.
+ */
+const README_MEDIA_URL = 'http://127.0.0.1:8000/tone.m4a';
+const README_CLI_LINE = (() => {
+  const lines = shellBlocks(readDoc('README.md'), '## Walk-through')
+    .flatMap((block) => block.split('\n'))
+    .filter((line) => line.includes('npx source-fetch'));
+  if (lines.length !== 1)
+    throw new Error(`the README's walk-through runs npx source-fetch ${lines.length} times, not once`);
+  return lines[0]!;
+})();
+
+/**
+ * npm of one major version, whose npx the README's line is run with: .ci/run installs npm 10 and 11
+ * from the registry into .cache/npm/<major> (SOURCE_FETCH_NPM_DIR names another folder).
+ */
+function npmOfMajor(major: number): string {
+  const bin = path.join(
+    process.env.SOURCE_FETCH_NPM_DIR ?? path.join(ROOT, '.cache/npm'),
+    String(major),
+    'node_modules/.bin',
+  );
+  if (!existsSync(path.join(bin, 'npx')))
+    throw new Error(
+      `npm ${major} is not in ${bin}: npm install --prefix ${path.dirname(path.dirname(bin))} npm@${major} (as .ci/run does)`,
+    );
+  const version = execFileSync(path.join(bin, 'npm'), ['--version'], { encoding: 'utf8' }).trim();
+  if (!version.startsWith(`${major}.`)) throw new Error(`${bin}/npm is ${version}, not npm ${major}`);
+  return bin;
+}
 
 let media: MediaServer;
 let svc: ServiceHandle;
@@ -31,7 +67,7 @@ beforeAll(async () => {
   media = await startMediaServer();
   // 6 s of 44.1 kHz stereo WAV (1 MB) at 256 KB/s: a download of about 4 s, with progress.
   const tone = await makeTone(FIXTURE_DIR, { seconds: 6, channels: 2, sampleRate: 44100, format: 'wav' });
-  for (const name of ['tty', 'pipe', 'interrupted'])
+  for (const name of ['tty', 'pipe-npm10', 'pipe-npm11', 'interrupted'])
     media.serveFile(`/${name}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 256 * 1024 });
   const short = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 44100, format: 'wav' });
   media.serveFile('/short.wav', short.path, { contentType: 'audio/wav' });
@@ -133,34 +169,57 @@ describe('source-fetch fetch', () => {
     expect((await svc.getJob(jobIdIn(screen)!)).result!.content_id).toBe(cid);
   });
 
-  it('through a pipe, as the package bin (npx): plain lines, no escape codes; the WAV hashes to its content id', async () => {
-    const output = path.join(work, 'piped.wav');
-    const result = await run('npx', ['--no', '--', 'source-fetch', 'fetch', media.url('/pipe.wav'), '-o', output], {
-      cwd: ROOT,
-    });
-    expect(result.code, result.stderr).toBe(EXIT.ok);
-    expect(result.stdout).not.toMatch(/[\x1b\r]/);
-    const jobId = jobIdIn(result.stdout)!;
-    const lines = result.stdout.trimEnd().split('\n');
-    for (const line of lines.slice(0, -1)) {
-      expect(line).toMatch(
-        new RegExp(
-          `^job ${jobId}: (queued|starting|downloading \\d+%|converting|saving the WAV|done, content id [0-9a-f]{64})$`,
-        ),
-      );
-    }
-    const percents = lines
-      .map((line) => /downloading (\d+)%/.exec(line)?.[1])
-      .filter((p): p is string => p !== undefined)
-      .map(Number);
-    expect(percents.length).toBeGreaterThanOrEqual(2);
-    expect(percents).toEqual([...percents].sort((a, b) => a - b));
-    expect(lines).toContain(`job ${jobId}: converting`);
-    expect(lines.at(-1)).toMatch(
-      new RegExp(`^wrote ${output.replaceAll('.', '\\.')} \\(.*\\): SHA-256 matches the content id$`),
-    );
-    expect(await sha256(output)).toBe(contentIdIn(result.stdout));
-  });
+  it.each([10, 11])(
+    "through a pipe, as the README's line runs it (npx, npm %i): plain lines, no escape codes; the WAV hashes to its content id; nothing installed",
+    async (major) => {
+      const npmBin = npmOfMajor(major);
+      // A folder inside the checkout, as a reader's shell in it: npx finds node_modules/.bin above.
+      await mkdir(path.join(ROOT, '.tmp'), { recursive: true });
+      const cwd = await mkdtemp(path.join(ROOT, '.tmp', 'cli-readme-'));
+      const npmCache = await mkdtemp(path.join(tmpdir(), 'sf-npm-cache-'));
+      try {
+        const line = relocate(README_CLI_LINE, [[README_MEDIA_URL, media.url(`/pipe-npm${major}.wav`)]]);
+        const result = await run('sh', ['-c', line], {
+          cwd,
+          env: {
+            PATH: `${npmBin}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+            HOME: process.env.HOME ?? '/root',
+            SOURCE_FETCH_URL: svc.baseUrl,
+            KEY: svc.apiKey,
+            // A cache of its own, to see that npx installed nothing into it; and never the registry.
+            npm_config_cache: npmCache,
+            npm_config_update_notifier: 'false',
+            npm_config_offline: 'true',
+          },
+        });
+        expect(result.code, result.stderr).toBe(EXIT.ok);
+        expect(result.stdout).not.toMatch(/[\x1b\r]/);
+        const jobId = jobIdIn(result.stdout)!;
+        const lines = result.stdout.trimEnd().split('\n');
+        for (const printed of lines.slice(0, -1)) {
+          expect(printed).toMatch(
+            new RegExp(
+              `^job ${jobId}: (queued|starting|downloading \\d+%|converting|saving the WAV|done, content id [0-9a-f]{64})$`,
+            ),
+          );
+        }
+        const percents = lines
+          .map((printed) => /downloading (\d+)%/.exec(printed)?.[1])
+          .filter((p): p is string => p !== undefined)
+          .map(Number);
+        expect(percents.length).toBeGreaterThanOrEqual(2);
+        expect(percents).toEqual([...percents].sort((a, b) => a - b));
+        expect(lines).toContain(`job ${jobId}: converting`);
+        expect(lines.at(-1)).toMatch(/^wrote tone\.wav \(.*\): SHA-256 matches the content id$/);
+        expect(await sha256(path.join(cwd, 'tone.wav'))).toBe(contentIdIn(result.stdout));
+        // npx ran the checkout's CLI as it is: no package in its cache, so no install and no build.
+        expect(existsSync(path.join(npmCache, '_npx'))).toBe(false);
+      } finally {
+        await rm(cwd, { recursive: true, force: true });
+        await rm(npmCache, { recursive: true, force: true });
+      }
+    },
+  );
 
   it('writes <content id>.wav by default; a URL already stored is born done', async () => {
     const first = await cli(['fetch', media.url('/short.wav')]);

@@ -15,6 +15,6 @@ export default function setup(): void {
     cwd: ROOT,
     stdio: 'inherit',
   });
-  // As `npm run build` does: the CLI (package.json bin) is an executable.
+  // As `npm run build` does: the CLI is an executable.
   chmodSync(path.join(ROOT, 'dist/cli/main.js'), 0o755);
 }
