@@ -42,6 +42,7 @@ import { makeNodeId } from './ops/node-id.js';
 import { createShutdown, type Shutdown } from './ops/shutdown.js';
 import { createSignal } from './ops/signal.js';
 import { recoverAtStartup } from './ops/startup.js';
+import { welcomeText } from './ops/welcome.js';
 import { checkDestination } from './policy/destination.js';
 import { createNameResolver } from './policy/name-resolver.js';
 import { destinationOf } from './policy/source-url.js';
@@ -317,6 +318,15 @@ async function main(): Promise<void> {
           workers: config.workerConcurrency,
         },
         'listening',
+      );
+      // In plain words for the person who started it, beside the JSON log (stdout).
+      process.stderr.write(
+        welcomeText({
+          address: info.address,
+          port: info.port,
+          keys: secrets.apiKeySource,
+          behindNginx: config.accelRedirectPrefix !== null,
+        }),
       );
     },
   );

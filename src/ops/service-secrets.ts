@@ -3,9 +3,12 @@ import type { Queryable } from '../db/database.js';
 import type { Logger } from '../logger.js';
 import { loadOrCreateServiceSecret, type SecretEncoding } from '../secrets.js';
 import { splitWebhookSecrets, webhookSecretProblem, whsecOf } from '../webhooks/signature.js';
+import type { ApiKeySource } from './welcome.js';
 
 export interface ServiceSecrets {
   apiKeys: string[];
+  /** Where the keys come from, for the words at start-up (./welcome.ts). */
+  apiKeySource: ApiKeySource;
   urlSigningSecret: string;
   webhookSecret: string;
 }
@@ -26,9 +29,12 @@ export async function resolveServiceSecrets(opts: {
   const generated = (name: string, mirror: boolean, encode?: SecretEncoding) =>
     loadOrCreateServiceSecret({ database: opts.database, dataDir: opts.dataDir, name, now: opts.now, mirror, encode });
   let apiKeys = opts.configured.apiKeys;
+  let apiKeySource: ApiKeySource = { kind: 'configured' };
   if (apiKeys.length === 0) {
     const key = await generated('api-key', true);
     apiKeys = [key.value];
+    // A generated key is mirrored into the data dir (`mirror`), so it always has a file.
+    apiKeySource = { kind: 'file', file: key.file!, created: key.created };
     opts.log.warn(
       { file: key.file, created: key.created },
       'API_KEYS is not set: using the generated key kept in this file',
@@ -48,5 +54,5 @@ export async function resolveServiceSecrets(opts: {
       'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file',
     );
   }
-  return { apiKeys, urlSigningSecret, webhookSecret };
+  return { apiKeys, apiKeySource, urlSigningSecret, webhookSecret };
 }

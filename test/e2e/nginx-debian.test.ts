@@ -257,7 +257,7 @@ describe("docs/operations.md's nginx by hand, on Debian's nginx.conf", () => {
       .filter(Boolean)
       .map((line) => JSON.parse(line) as Record<string, string>)
       .filter((line) => line.cid === wav.cid);
-    expect(lines.map((line) => [line.uri.endsWith('?redacted'), line.upstream_time === ''])).toEqual([
+    expect(lines.map((line) => [String(line.uri).endsWith('?redacted'), line.upstream_time === ''])).toEqual([
       [false, false],
       [true, true],
     ]);

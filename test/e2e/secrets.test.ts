@@ -38,12 +38,19 @@ async function secretFile(name: string): Promise<{ value: string; mode: number; 
   return { value: (await readFile(file, 'utf8')).trim(), mode: info.mode & 0o777, ino: info.ino };
 }
 
-/** The log line that names the generated key's file, and proof that no secret reached the output. */
+/**
+ * The log line that names the generated key's file; the plain words on stderr that say where to
+ * open the page and where the key is; and proof that no secret reached the output.
+ */
 function expectLoggedSafely(svc: ServiceHandle, secrets: string[], created: boolean) {
   const keyFile = path.join(dataDir, 'api-key');
   const line = svc.logs.find((l) => l.file === keyFile);
   expect(line, 'a log line names the key file').toBeDefined();
   expect(line).toMatchObject({ created });
+  expect(svc.errorOutput()).toContain(`source-fetch is ready: open http://127.0.0.1:${svc.port}/ in a browser.\n`);
+  expect(svc.errorOutput()).toContain(
+    `The API key ${created ? 'was generated into' : 'is in'} ${keyFile} (read it with: cat ${keyFile})`,
+  );
   const output = svc.output();
   for (const secret of secrets) expect(output.includes(secret), 'a secret in the output').toBe(false);
 }
@@ -135,6 +142,8 @@ describe('secrets generated at first start', () => {
       await expect(stat(path.join(svc.dataDir, 'webhook-secret'))).rejects.toMatchObject({ code: 'ENOENT' });
       expect((await stat(path.join(svc.dataDir, 'url-signing-secret'))).mode & 0o777).toBe(0o600);
       expect(svc.logs.some((l) => typeof l.file === 'string' && l.file.endsWith('api-key'))).toBe(false);
+      expect(svc.errorOutput()).toContain('The API key is one of API_KEYS');
+      expect(svc.output()).not.toContain(svc.apiKey);
     } finally {
       await svc.stop();
     }

@@ -42,6 +42,8 @@ export interface ServiceHandle {
   logs: LogLine[];
   /** Raw stdout and stderr text so far. */
   output(): string;
+  /** Raw stderr text so far (the plain words at start-up, src/ops/welcome.ts). */
+  errorOutput(): string;
   /** fetch() against the service with the API key. */
   request(urlPath: string, init?: RequestInit & { auth?: boolean }): Promise<Response>;
   submit(url: string): Promise<JobBody>;
@@ -132,8 +134,10 @@ export async function startService(
       }
     }
   });
+  let rawStderr = '';
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
     raw += chunk;
+    rawStderr += chunk;
   });
   const exited = once(child, 'exit');
 
@@ -165,6 +169,7 @@ export async function startService(
     process: child,
     logs,
     output: () => raw,
+    errorOutput: () => rawStderr,
     request(urlPath, init = {}) {
       const headers = new Headers(init.headers);
       if (init.auth !== false && !headers.has('authorization')) headers.set('authorization', `Bearer ${apiKey}`);
