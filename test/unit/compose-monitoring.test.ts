@@ -125,7 +125,12 @@ describe('compose.yaml, the monitoring profile', () => {
     expect(prometheus.entrypoint).toEqual(['/bin/sh', '/etc/prometheus/entrypoint.sh']);
     expect(prometheus.command![0]).toBe('/bin/prometheus');
     // Without the nodes' keys the profile does not start (control: with them it does, above).
-    expect(() => env(prometheus)).toThrow(/API_KEYS is required/);
+    expect(() =>
+      execFileSync('sh', [path.join(ROOT, 'ops/prometheus/entrypoint.sh'), 'true'], {
+        env: { PATH: process.env.PATH, ...env(prometheus), SCRAPE_KEY_FILE: keyFile },
+        stdio: 'pipe',
+      }),
+    ).toThrow(/set API_KEYS for the monitoring profile/);
     expect(() =>
       execFileSync('sh', [path.join(ROOT, 'ops/prometheus/entrypoint.sh'), 'true'], {
         env: { PATH: process.env.PATH, SCRAPE_API_KEYS: ' ', SCRAPE_KEY_FILE: keyFile },
@@ -157,7 +162,23 @@ describe('compose.yaml, the monitoring profile', () => {
     expect((JSON.parse(read('ops/grafana/source-fetch.dashboard.json')) as { uid: string }).uid).toBe('source-fetch');
 
     expect(grafana.ports).toEqual(['127.0.0.1:${GRAFANA_PORT:-3000}:3000']);
-    expect(() => env(grafana)).toThrow(/GRAFANA_ADMIN_PASSWORD is required/);
+    // Without its password Grafana does not start (it would take admin/admin): the guard before
+    // its entrypoint stops it (control: with one, the command runs).
+    const [shell, , ...guardArgs] = grafana.entrypoint!;
+    expect(shell).toBe('/bin/sh');
+    const guard = (set: Record<string, string>) =>
+      execFileSync('sh', [path.join(ROOT, 'ops/require-env.sh'), ...guardArgs.slice(0, 3), 'echo', 'started'], {
+        env: { PATH: process.env.PATH, ...env(grafana, set) },
+        stdio: 'pipe',
+        encoding: 'utf8',
+      });
+    expect(guardArgs.slice(0, 2)).toEqual([
+      'GF_SECURITY_ADMIN_PASSWORD',
+      'set GRAFANA_ADMIN_PASSWORD for the monitoring profile',
+    ]);
+    expect(guardArgs.slice(2)).toEqual(['--', '/run.sh']);
+    expect(() => guard({})).toThrow(/set GRAFANA_ADMIN_PASSWORD for the monitoring profile/);
+    expect(guard({ GRAFANA_ADMIN_PASSWORD: 'grafana-pw' })).toBe('started\n');
     expect(Object.keys(compose.volumes)).toEqual(expect.arrayContaining(['prometheus-data', 'grafana-data']));
   });
 });

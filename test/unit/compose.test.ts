@@ -24,6 +24,8 @@ interface Service {
   cap_add?: string[];
   security_opt?: string[];
   image?: string;
+  entrypoint?: string[];
+  command?: string[];
   environment: Record<string, string>;
   volumes: string[];
   ports?: string[];
@@ -239,9 +241,22 @@ describe('compose.yaml, the scaled profile', () => {
     expect(String(node.deploy?.replicas)).toBe('${APP_REPLICAS:-3}');
     expect(node.depends_on?.postgres?.condition).toBe('service_healthy');
     expect(postgres.healthcheck?.test.join(' ')).toContain('pg_isready');
-    // The password comes from the operator, never a default in the file.
-    expect(() => interpolate(node.environment)).toThrow(/POSTGRES_PASSWORD/);
-    expect(() => interpolate(postgres.environment)).toThrow(/POSTGRES_PASSWORD/);
+    // The password comes from the operator, never a default in the file: unset, it is empty, and
+    // both containers refuse to start (ops/require-env.sh; test/unit/compose-config.test.ts).
+    for (const service of [node, postgres]) {
+      expect(interpolate(service.environment).POSTGRES_PASSWORD).toBe('');
+      expect(service.entrypoint?.slice(0, 4)).toEqual([
+        '/bin/sh',
+        '/opt/source-fetch/require-env.sh',
+        'POSTGRES_PASSWORD',
+        'set POSTGRES_PASSWORD for the scaled profile',
+      ]);
+    }
+    // After the check, the image's own: the app's CMD (as `app` runs it), postgres's entrypoint and command.
+    expect(node.entrypoint?.slice(4)).toEqual(['--', 'docker-entrypoint.sh']);
+    expect(node.command).toEqual(JSON.parse(/^CMD (\[.*\])$/m.exec(read('Dockerfile'))![1]!));
+    expect(postgres.entrypoint?.slice(4)).toEqual(['--', 'docker-entrypoint.sh']);
+    expect(postgres.command).toEqual(['postgres']);
   });
 
   it('shares one artifact volume between the nodes and nginx, apart from the single-node one', () => {
