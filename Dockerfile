@@ -32,12 +32,14 @@ RUN apt-get update \
 # script CI fetches it with (apt with a sources list and state of its own: this image's apt
 # configuration stays as it is). To update, set both arguments to the version and SHA-256 that
 # .ci/run printed; `--build-arg YTDLP_DEB_VERSION=newest --build-arg YTDLP_DEB_SHA256=` takes the
-# newest at build time, untested. docs/yt-dlp.md says more; /healthz warns 90 days after the
-# release.
+# newest at build time, untested. Unstable keeps only its current upload: once the pin has left
+# the archive, the build takes the newest version it offers instead (--or-newest), unpinned, and
+# says so in the build log ("... the pin, is no longer in ...: taking the newest ..."), as CI does
+# with the same script. docs/yt-dlp.md says more; /healthz warns 90 days after the release.
 ARG YTDLP_DEB_VERSION=2026.10.26-1
 ARG YTDLP_DEB_SHA256=43dc7dd74a341c6ceaf6aa810c42dfa6313c843ebf4187998251b9a4f616a645
 COPY scripts/fetch-current-ytdlp.sh /tmp/fetch-current-ytdlp.sh
-RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --into /opt/yt-dlp \
+RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --or-newest --into /opt/yt-dlp \
  && rm /tmp/fetch-current-ytdlp.sh \
  && /opt/yt-dlp/yt-dlp --version
 WORKDIR /app

@@ -7,6 +7,7 @@
 #
 #   scripts/fetch-current-ytdlp.sh                  # the newest, into .cache/yt-dlp/<version>/
 #   scripts/fetch-current-ytdlp.sh --version 2026.10.26-1 --sha256 <hex> --into /opt/yt-dlp
+#   scripts/fetch-current-ytdlp.sh --version 2026.10.26-1 --sha256 <hex> --or-newest --into /opt/yt-dlp
 #
 # The folder holds the package's own launcher script, `yt-dlp` (`from yt_dlp import main`), beside
 # its `yt_dlp` module: run as a script, Python puts the script's folder first on sys.path, and the
@@ -26,30 +27,41 @@
 #
 # Prints the launcher's absolute path on stdout, and what was fetched on stderr.
 #
+# Debian's unstable keeps only its current upload of a package: a pinned version leaves the archive
+# with the next one. With --or-newest (the image's build, Dockerfile; .ci/run), a pin no longer
+# offered is replaced by the newest version offered, unpinned, with a line on stderr that says so
+# and gives that package's SHA-256 (test/unit/fetch-current-ytdlp.test.ts runs this against an
+# archive of its own). A pinned version still offered whose package is not the pinned one is
+# refused all the same.
+#
 # Options:
 #   --version newest|VERSION   the Debian version to fetch (default: newest)
 #   --sha256 HEX               the .deb's SHA-256 (refused if it differs)
+#   --or-newest                a --version no longer offered: take the newest instead
 #   --into DIR                 where to unpack (default: .cache/yt-dlp/<version>, then the link)
 # Environment:
-#   DEBIAN_MIRROR              default http://deb.debian.org/debian
+#   DEBIAN_MIRROR              default http://deb.debian.org/debian (file:/... for a local archive)
 #   YTDLP_SUITES               the suites looked in, default "unstable experimental"
+#   DEBIAN_ARCHIVE_KEYRING     the keyring the archive is checked with, default Debian's
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 want=newest
 sha256=
 into=
+or_newest=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --version) want=${2:?--version needs a value}; shift 2 ;;
     --sha256) sha256=${2:?--sha256 needs a value}; shift 2 ;;
     --into) into=${2:?--into needs a value}; shift 2 ;;
+    --or-newest) or_newest=true; shift ;;
     *) echo "fetch-current-ytdlp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suites=${YTDLP_SUITES:-unstable experimental}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+keyring=${DEBIAN_ARCHIVE_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 [ -r "$keyring" ] || { echo "fetch-current-ytdlp: $keyring is missing (package debian-archive-keyring)" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -83,8 +95,13 @@ if [ "$want" = newest ]; then
 else
   version=$want
   if ! printf '%s\n' "${offered[@]}" | grep -qxF -- "$version"; then
-    echo "fetch-current-ytdlp: yt-dlp $version is not in $mirror ($suites), which offers $newest: move the pin (docs/yt-dlp.md)" >&2
-    exit 1
+    if [ "$or_newest" != true ]; then
+      echo "fetch-current-ytdlp: yt-dlp $version is not in $mirror ($suites), which offers $newest: move the pin (docs/yt-dlp.md)" >&2
+      exit 1
+    fi
+    echo "fetch-current-ytdlp: yt-dlp $version, the pin, is no longer in $mirror ($suites): taking the newest it offers, $newest, unpinned (move the pin: docs/yt-dlp.md)" >&2
+    version=$newest
+    sha256=
   fi
 fi
 # The upstream version: no epoch, no Debian revision (2026.10.26-1 → 2026.10.26).

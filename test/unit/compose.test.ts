@@ -300,7 +300,7 @@ describe('Dockerfile', () => {
     expect(isAtLeast(version!.replace(/-.*$/, ''), COOKIES_SAFE_SINCE)).toBe(true);
     expect(dockerfile).toMatch(/^COPY scripts\/fetch-current-ytdlp\.sh \/tmp\/fetch-current-ytdlp\.sh$/m);
     expect(dockerfile).toContain(
-      'RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --into /opt/yt-dlp',
+      'RUN /tmp/fetch-current-ytdlp.sh --version "$YTDLP_DEB_VERSION" ${YTDLP_DEB_SHA256:+--sha256 "$YTDLP_DEB_SHA256"} --or-newest --into /opt/yt-dlp',
     );
     const env = /^ENV (.*)$/m.exec(dockerfile)?.[1] ?? '';
     const ytdlpPath = /\bYTDLP_PATH=(\S+)/.exec(env)?.[1];
@@ -309,10 +309,14 @@ describe('Dockerfile', () => {
     expect(loadConfig({ YTDLP_PATH: ytdlpPath }).tools.ytdlp).toBe(ytdlpPath);
     // Debian's own stays installed as the fallback, and brings Python.
     expect(dockerfile).toMatch(/apt-get install[^\n]*\byt-dlp\b/);
-    // CI tests the pin: .ci/run reads these two lines.
+    // CI tests the pin: .ci/run reads these two lines, and fetches it as the image does (a pin
+    // that left the archive: the newest; test/unit/fetch-current-ytdlp.test.ts).
     const ci = read('.ci/run');
     expect(ci).toContain("sed -n 's/^ARG YTDLP_DEB_VERSION=//p' Dockerfile");
     expect(ci).toContain("sed -n 's/^ARG YTDLP_DEB_SHA256=//p' Dockerfile");
+    expect(ci).toContain(
+      'scripts/fetch-current-ytdlp.sh --version "$pinned_version" --sha256 "$pinned_sha256" --or-newest',
+    );
     // The docs name the image's pin.
     expect(read('docs/yt-dlp.md')).toContain(`YTDLP_DEB_VERSION=${version}`);
   });
