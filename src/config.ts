@@ -290,7 +290,7 @@ export const envSchema = z
         message: 'must be a path that starts and ends with "/", for example /_artifacts/',
       })
       .describe(
-        'When set (e.g. `/_artifacts/`), artifacts asked for through nginx (which says so with `X-Sendfile-Type: X-Accel-Redirect`) are answered with `X-Accel-Redirect` for nginx to stream ([delivery](delivery.md)); unset, and on the app\'s own port, the app streams them.',
+        "When set (e.g. `/_artifacts/`), artifacts asked for through nginx (which says so with `X-Sendfile-Type: X-Accel-Redirect`) are answered with `X-Accel-Redirect` for nginx to stream ([delivery](delivery.md)); unset, and on the app's own port, the app streams them.",
       ),
     NGINX_USAGE_LOG: optionalString.describe(
       "nginx's log of the artifacts it served without the app, on signed URLs or keys whose yes from the app it remembers (its `NGINX_USAGE_LOG`, on storage both share), read so that such content counts as used for eviction.",

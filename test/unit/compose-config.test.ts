@@ -145,7 +145,7 @@ describe('ops/require-env.sh', () => {
 
   it('runs the command when the variable is set, and stops with the sentence when it is empty or unset', async () => {
     expect((await guard({ NEEDED: 'x' })).stdout).toBe('ran the command\n');
-    for (const env of [{ NEEDED: '' }, {}]) {
+    for (const env of [{ NEEDED: '' }, {}] as Array<Record<string, string>>) {
       await expect(guard(env)).rejects.toMatchObject({ code: 1, stderr: 'set NEEDED for the test profile\n' });
     }
   });
