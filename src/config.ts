@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { parseUpstreamProxy, type UpstreamProxy } from './egress/upstream-proxy.js';
+import { parseAddressRanges, type AddressRanges } from './policy/client-address.js';
 import { parseAllowHosts, type AllowList } from './policy/destination.js';
 import { isNameServer } from './policy/name-resolver.js';
 import { splitWebhookSecrets, webhookSecretProblem } from './webhooks/signature.js';
@@ -54,6 +55,34 @@ export const envSchema = z
     ),
     HTTP_MAX_CONNECTIONS: positiveInt(1024).describe(
       'All connections on the app port; past it the oldest idle one is closed, or the new one when none is idle. What it has above `HTTP_MAX_IDLE_CONNECTIONS` is kept for requests under way.',
+    ),
+    HTTP_MAX_CONNECTIONS_PER_CLIENT: z.coerce.number().int().positive().optional().meta({
+      description:
+        'Connections from one client address (an IPv6 /64 counts as one), below `HTTP_MAX_CONNECTIONS`, so that one client never holds them all; past it its new connection is closed. Peers in `HTTP_PROXY_ADDRESSES` are not capped.',
+      defaultText: 'an eighth of `HTTP_MAX_CONNECTIONS` (128)',
+    }),
+    HTTP_PROXY_ADDRESSES: z
+      .string()
+      .default('127.0.0.0/8,::1')
+      .transform((value) =>
+        value
+          .split(',')
+          .map((entry) => entry.trim())
+          .filter((entry) => entry !== ''),
+      )
+      .transform((entries, ctx) => {
+        const ranges = parseAddressRanges(entries);
+        if (typeof ranges === 'string') {
+          ctx.addIssue({ code: 'custom', message: ranges });
+          return z.NEVER;
+        }
+        return { entries, ranges };
+      })
+      .describe(
+        "Addresses and CIDR ranges of the proxies in front of the app (nginx), comma-separated: they carry many clients' requests, so their connections are not capped per client. Default: loopback, where nginx on the same host connects from; empty: every peer is capped.",
+      ),
+    HTTP_SEND_TIMEOUT_S: positiveInt(60).describe(
+      "An answer whose waiting bytes the client takes none of for this many seconds is closed and its buffers freed, as nginx's `send_timeout`; an idle event stream has nothing waiting and stays open.",
     ),
     DATA_DIR: z
       .string()
@@ -427,6 +456,16 @@ export const envSchema = z
         message: 'must be at most HTTP_REQUEST_TIMEOUT_S',
       });
     }
+    if (
+      e.HTTP_MAX_CONNECTIONS_PER_CLIENT !== undefined &&
+      e.HTTP_MAX_CONNECTIONS_PER_CLIENT >= e.HTTP_MAX_CONNECTIONS
+    ) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['HTTP_MAX_CONNECTIONS_PER_CLIENT'],
+        message: "must be below HTTP_MAX_CONNECTIONS, so that one client's connections leave room for the others",
+      });
+    }
     if (e.HTTP_MAX_IDLE_CONNECTIONS >= e.HTTP_MAX_CONNECTIONS) {
       ctx.addIssue({
         code: 'custom',
@@ -440,7 +479,16 @@ export interface Config {
   host: string;
   port: number;
   /** The app port's bounds (src/http/server.ts): request head and request time limits, idle and all connections. */
-  http: { headersTimeoutMs: number; requestTimeoutMs: number; maxIdle: number; maxTotal: number };
+  /** The app port's bounds (src/http/server.ts ConnectionLimits). */
+  http: {
+    headersTimeoutMs: number;
+    requestTimeoutMs: number;
+    maxIdle: number;
+    maxTotal: number;
+    maxPerClient: number;
+    uncappedClients: AddressRanges;
+    sendTimeoutMs: number;
+  };
   dataDir: string;
   /** PostgreSQL, shared by every node; or SQLite in the data dir (one node). */
   database: { kind: 'postgres'; url: string; poolSize: number } | { kind: 'sqlite'; path: string };
@@ -553,6 +601,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_S * 1000,
       maxIdle: e.HTTP_MAX_IDLE_CONNECTIONS,
       maxTotal: e.HTTP_MAX_CONNECTIONS,
+      maxPerClient: e.HTTP_MAX_CONNECTIONS_PER_CLIENT ?? Math.max(1, Math.floor(e.HTTP_MAX_CONNECTIONS / 8)),
+      uncappedClients: e.HTTP_PROXY_ADDRESSES.ranges,
+      sendTimeoutMs: e.HTTP_SEND_TIMEOUT_S * 1000,
     },
     dataDir,
     database:

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
 import type { Logger } from '../logger.js';
+import { clientOf, type AddressRanges } from '../policy/client-address.js';
 import type { RequestEnvelope } from './request-envelope.js';
 
 /**
@@ -22,7 +23,8 @@ import type { RequestEnvelope } from './request-envelope.js';
  *   the client need not send a body that would be refused; the app answers at once (413).
  * - Connections are bounded (see boundConnections): a request head must arrive whole within
  *   `headersTimeoutMs`, connections without a request under way are capped (the oldest closed
- *   first), and so are all connections.
+ *   first), and so are all connections and each client's; an answer whose bytes the client does
+ *   not take for `sendTimeoutMs` is closed.
  */
 export interface HttpServerOptions {
   fetch: (request: Request, env: HttpBindings) => Response | Promise<Response>;
@@ -58,6 +60,18 @@ export interface ConnectionLimits {
    * head has arrived (health checks, keyed clients).
    */
   maxTotal: number;
+  /**
+   * Connections from one client address (an IPv6 /64 counts as one: ./client-address.ts), below
+   * maxTotal so that one client's connections never take them all; past it the new one is closed.
+   */
+  maxPerClient: number;
+  /** Peers not capped per client: the proxies in front of the app, which carry many clients' requests. */
+  uncappedClients: AddressRanges;
+  /**
+   * An answer with bytes waiting that the client has taken none of for this long is closed, and
+   * its buffers freed (nginx's send_timeout): a reader that stopped holds its slot no longer.
+   */
+  sendTimeoutMs: number;
 }
 
 /** How often node looks for requests past headersTimeoutMs or requestTimeoutMs. */
@@ -68,7 +82,7 @@ const CONNECTIONS_CHECK_MS = 1_000;
  * parsed but not yet answered are held in memory.
  */
 const MAX_WAITING_PER_CONNECTION = 32;
-/** Closings by the bounds are logged at most this often, with their count since the last line. */
+/** Closings by the bounds are logged at most this often, with their counts since the last line. */
 const SHED_LOG_INTERVAL_MS = 10_000;
 
 export function startHttpServer(options: HttpServerOptions, onListening: (address: AddressInfo) => void): Server {
@@ -119,6 +133,11 @@ interface Connection {
   paused: boolean;
   /** Closed by the bounds or gone: no longer counted. */
   gone: boolean;
+  /** The client address it counts against (clientOf), or null when its peer is uncapped. */
+  client: string | null;
+  /** What the socket had sent (sentBytes) when last seen to move, and when (performance.now()). */
+  written: number;
+  writtenAt: number;
 }
 
 /**
@@ -133,7 +152,12 @@ interface Connection {
  *   client a new connection for each one closed, while a client that sends its request at once
  *   is not idle long enough to be the oldest;
  * - past maxTotal connections, the oldest idle one is closed to make room for a new one, or the
- *   new one itself when none is idle (every connection is then answering a request).
+ *   new one itself when none is idle (every connection is then answering a request);
+ * - past maxPerClient connections from one client address, the new one is closed, so that one
+ *   client holding answers open (or idle connections) leaves room for every other client;
+ * - an answer that has bytes waiting and has sent none of them for sendTimeoutMs is closed,
+ *   checked every second: a client that stops reading (a small receive window, never read) frees
+ *   its slot and the answer's buffers. An idle event stream has nothing waiting and is not cut.
  *
  * It also answers one connection's requests in turn (answerInTurn).
  */
@@ -141,38 +165,78 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
   const bySocket = new WeakMap<Socket, Connection>();
   // In the order they became idle: the first is the one idle the longest.
   const idle = new Set<Connection>();
+  // Answering a request: watched for answers the client does not take.
+  const answering = new Set<Connection>();
+  const perClient = new Map<string, number>();
   let total = 0;
-  let shed = { idle: 0, total: 0 };
+  let shed = { idle: 0, total: 0, per_client: 0, send_timeout: 0 };
   let lastShedLog = Number.NEGATIVE_INFINITY;
+  let shedLogTimer: NodeJS.Timeout | undefined;
 
-  function close(connection: Connection, reason: 'idle' | 'total'): void {
+  type Reason = keyof typeof shed;
+
+  function close(connection: Connection, reason: Reason): void {
     forget(connection);
     shed[reason]++;
     connection.socket.destroy();
-    const now = performance.now();
-    if (now - lastShedLog >= SHED_LOG_INTERVAL_MS) {
-      lastShedLog = now;
-      log.warn(
-        {
-          closed_idle: shed.idle,
-          closed_over_total: shed.total,
-          connections: total,
-          idle: idle.size,
-          max_idle: limits.maxIdle,
-          max_total: limits.maxTotal,
-        },
-        'connections closed: over the bounds of the app port (HTTP_MAX_IDLE_CONNECTIONS, HTTP_MAX_CONNECTIONS)',
-      );
-      shed = { idle: 0, total: 0 };
+    const wait = lastShedLog + SHED_LOG_INTERVAL_MS - performance.now();
+    if (wait <= 0) logShed();
+    else if (shedLogTimer === undefined) {
+      // Closings within the interval are told together at its end.
+      shedLogTimer = setTimeout(logShed, wait);
+      shedLogTimer.unref();
     }
+  }
+
+  function logShed(): void {
+    shedLogTimer = undefined;
+    lastShedLog = performance.now();
+    log.warn(
+      {
+        closed_idle: shed.idle,
+        closed_over_total: shed.total,
+        closed_over_per_client: shed.per_client,
+        closed_send_timeout: shed.send_timeout,
+        connections: total,
+        idle: idle.size,
+        max_idle: limits.maxIdle,
+        max_total: limits.maxTotal,
+        max_per_client: limits.maxPerClient,
+      },
+      'connections closed: over the bounds of the app port (HTTP_MAX_IDLE_CONNECTIONS, HTTP_MAX_CONNECTIONS, HTTP_MAX_CONNECTIONS_PER_CLIENT, HTTP_SEND_TIMEOUT_S)',
+    );
+    shed = { idle: 0, total: 0, per_client: 0, send_timeout: 0 };
   }
 
   function forget(connection: Connection): void {
     if (connection.gone) return;
     connection.gone = true;
     idle.delete(connection);
+    answering.delete(connection);
     total--;
+    if (connection.client !== null) {
+      const left = perClient.get(connection.client)! - 1;
+      if (left > 0) perClient.set(connection.client, left);
+      else perClient.delete(connection.client);
+    }
   }
+
+  /** Closes the answers whose client has taken none of their waiting bytes for sendTimeoutMs. */
+  function closeStalledAnswers(): void {
+    const now = performance.now();
+    for (const connection of answering) {
+      const sent = sentBytes(connection.socket);
+      if (sent !== connection.written || connection.socket.writableLength === 0) {
+        connection.written = sent;
+        connection.writtenAt = now;
+      } else if (now - connection.writtenAt >= limits.sendTimeoutMs) {
+        close(connection, 'send_timeout');
+      }
+    }
+  }
+  const stallCheck = setInterval(closeStalledAnswers, Math.min(CONNECTIONS_CHECK_MS, limits.sendTimeoutMs));
+  stallCheck.unref();
+  server.once('close', () => clearInterval(stallCheck));
 
   function becomeIdle(connection: Connection): void {
     if (connection.gone) return;
@@ -188,10 +252,18 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
       closing: false,
       paused: false,
       gone: false,
+      client: limits.uncappedClients.includes(socket.remoteAddress) ? null : clientOf(socket.remoteAddress),
+      written: 0,
+      writtenAt: 0,
     };
     bySocket.set(socket, connection);
     total++;
+    if (connection.client !== null) perClient.set(connection.client, (perClient.get(connection.client) ?? 0) + 1);
     socket.once('close', () => forget(connection));
+    if (connection.client !== null && perClient.get(connection.client)! > limits.maxPerClient) {
+      close(connection, 'per_client');
+      return;
+    }
     if (total > limits.maxTotal) {
       const oldest = idle.values().next().value;
       close(oldest ?? connection, 'total');
@@ -220,8 +292,12 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
     }
     connection.current = res;
     idle.delete(connection);
+    connection.written = sentBytes(connection.socket);
+    connection.writtenAt = performance.now();
+    if (!connection.gone) answering.add(connection);
     res.once('close', () => {
       connection.current = undefined;
+      answering.delete(connection);
       if (closesConnection(res)) {
         connection.closing = true;
         const dropped = connection.waiting.splice(0);
@@ -240,6 +316,14 @@ function boundConnections(server: Server, limits: ConnectionLimits, log: Pick<Lo
   }
 
   return { answerInTurn };
+}
+
+/**
+ * Bytes handed on to the operating system: bytesWritten counts the bytes still queued in the
+ * socket too, which grow with the app's writes whether or not the client reads.
+ */
+function sentBytes(socket: Socket): number {
+  return socket.bytesWritten - socket.writableLength;
 }
 
 /** Node's server socket, with what its own backpressure uses (node:_http_server). */

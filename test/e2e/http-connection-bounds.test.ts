@@ -8,11 +8,14 @@
  * descriptors from its own metric.
  */
 import { execFile } from 'node:child_process';
-import { readdir } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, truncate } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { connect, type Socket } from 'node:net';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { createUrlSigner } from '../../src/delivery/signed-url.js';
+import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
 import { openEventStream, type EventStreamHandle } from '../support/event-stream.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
@@ -25,9 +28,11 @@ const HEADERS_TIMEOUT_S = 2;
 
 const services: ServiceHandle[] = [];
 const attacks: Attack[] = [];
+const heldSockets: Socket[] = [];
 
 afterEach(() => {
   for (const attack of attacks.splice(0)) attack.release();
+  for (const socket of heldSockets.splice(0)) socket.destroy();
 });
 afterAll(async () => {
   await Promise.all(services.map((svc) => svc.stop()));
@@ -244,5 +249,99 @@ describe('slowloris on the app port', () => {
     } finally {
       await Promise.all(streams.map((stream) => stream.close()));
     }
+  });
+});
+
+describe('answers nobody reads, on the app port', () => {
+  const ATTACKER = '127.0.0.2';
+  const HOLDERS = 150;
+  const TOTAL = 60;
+  const PER_CLIENT = 20;
+  const SEND_TIMEOUT_S = 2;
+  /** The attack's file: sparse, far larger than what the sockets' buffers absorb. */
+  const BIG_CID = 'b'.repeat(64);
+
+  /** A service whose store holds BIG_CID, and a signed URL for it (no key, not rate limited). */
+  async function startWithBigFile(env: Record<string, string>): Promise<{ svc: ServiceHandle; signed: string }> {
+    const svc = await startLimited({
+      HTTP_MAX_IDLE_CONNECTIONS: '30',
+      HTTP_MAX_CONNECTIONS: String(TOTAL),
+      // The attacker is on loopback too: no peer is taken for a proxy here.
+      HTTP_PROXY_ADDRESSES: '',
+      ...env,
+    });
+    const file = path.join(svc.dataDir, 'artifacts', artifactRelativePath(BIG_CID, 'audio.wav'));
+    await mkdir(path.dirname(file), { recursive: true });
+    await (await open(file, 'w')).close();
+    await truncate(file, 256 * 1024 * 1024);
+    const signer = createUrlSigner((await readFile(path.join(svc.dataDir, 'url-signing-secret'), 'utf8')).trim());
+    return { svc, signed: `${artifactUrlPath(BIG_CID, 'audio.wav')}?${signer.sign(BIG_CID, 'audio.wav', 3600).query}` };
+  }
+
+  /** `count` connections from ATTACKER, each asking for `target` and never reading its answer. */
+  async function holdAnswers(port: number, target: string, count: number) {
+    const sockets: Socket[] = [];
+    await Promise.all(
+      Array.from(
+        { length: count },
+        () =>
+          new Promise<void>((resolve) => {
+            const socket = connect({ host: '127.0.0.1', port, localAddress: ATTACKER }, () => {
+              socket.pause();
+              socket.write(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+              resolve();
+            });
+            socket.on('error', () => resolve());
+            sockets.push(socket);
+          }),
+      ),
+    );
+    // A paused socket sees its end only when it reads: what the server closed is read from its side.
+    heldSockets.push(...sockets);
+  }
+
+  /** The service's open descriptors, read from /proc: asking its metrics would take a connection. */
+  const procFds = async (svc: ServiceHandle) => (await readdir(`/proc/${svc.process.pid}/fd`)).length;
+
+  /** Connections the service has logged closing for these reasons, summed over its lines. */
+  const closedInAll = (svc: ServiceHandle, fields: string[]) =>
+    svc.logs
+      .filter((line) => line.msg.startsWith('connections closed: over the bounds'))
+      .reduce((sum, line) => sum + fields.reduce((n, field) => n + Number(line[field]), 0), 0);
+
+  it(`the control, caps as good as off: ${HOLDERS} unread answers from one client take every connection, and honest requests fail`, async () => {
+    // The attacker taken for a proxy: not capped per client.
+    const { svc, signed } = await startWithBigFile({ HTTP_PROXY_ADDRESSES: ATTACKER, HTTP_SEND_TIMEOUT_S: '3600' });
+    expect(await honestRequests(svc)).toEqual(['200', '200', '202']);
+    const fdsBefore = await procFds(svc);
+    await holdAnswers(svc.port, signed, HOLDERS);
+    // Every connection past the total closed (those still idle first): the rest are all answering.
+    await expect
+      .poll(() => closedInAll(svc, ['closed_idle', 'closed_over_total']), { timeout: 30_000 })
+      .toBe(HOLDERS - TOTAL);
+    expect((await procFds(svc)) - fdsBefore).toBeGreaterThanOrEqual(TOTAL - 5);
+    const during = await honestRequests(svc);
+    expect(during.filter((outcome) => /^\d{3}$/.test(outcome))).toEqual([]);
+  });
+
+  it(`bounded: ${PER_CLIENT} connections per client, stalled answers closed after ${SEND_TIMEOUT_S} s, and honest requests answered throughout`, async () => {
+    const { svc, signed } = await startWithBigFile({
+      HTTP_MAX_CONNECTIONS_PER_CLIENT: String(PER_CLIENT),
+      HTTP_SEND_TIMEOUT_S: String(SEND_TIMEOUT_S),
+    });
+    expect(await honestRequests(svc)).toEqual(['200', '200', '202']);
+    const fdsBefore = await procFds(svc);
+    await holdAnswers(svc.port, signed, HOLDERS);
+    // Those past the cap are closed at once...
+    await expect
+      .poll(() => closedInAll(svc, ['closed_over_per_client']), { timeout: 30_000 })
+      .toBe(HOLDERS - PER_CLIENT);
+    expect(await honestRequests(svc)).toEqual(['200', '200', '202']);
+    expect((await procFds(svc)) - fdsBefore).toBeLessThanOrEqual(PER_CLIENT + 5);
+    // ...and the others once their answers have stalled for the send timeout: their descriptors
+    // are given back (a paused client sees the end only when it reads).
+    await expect.poll(() => closedInAll(svc, ['closed_send_timeout']), { timeout: 30_000 }).toBe(PER_CLIENT);
+    await expect.poll(() => procFds(svc), { timeout: 30_000 }).toBeLessThanOrEqual(fdsBefore + 2);
+    expect(await honestRequests(svc)).toEqual(['200', '200', '202']);
   });
 });

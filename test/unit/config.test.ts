@@ -157,25 +157,60 @@ describe('configuration', () => {
     expect(attempt).not.toThrow(/hunter2/);
   });
 
-  it('bounds the app port: the head and request time limits, idle and all connections, each checked against the other', () => {
-    expect(loadConfig({}).http).toEqual({
+  it('bounds the app port: the head and request time limits, idle, all and per-client connections, the send timeout, each checked against the other', () => {
+    const { uncappedClients, ...defaults } = loadConfig({}).http;
+    expect(defaults).toEqual({
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 60_000,
       maxIdle: 256,
       maxTotal: 1024,
+      maxPerClient: 128,
+      sendTimeoutMs: 60_000,
     });
+    // Loopback, where nginx on the same host connects from, is taken for a proxy by default.
+    expect(['127.0.0.1', '127.9.9.9', '::1', '::ffff:127.0.0.1'].map((a) => uncappedClients.includes(a))).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    expect(['10.0.0.1', '::2', undefined].map((a) => uncappedClients.includes(a))).toEqual([false, false, false]);
     const config = loadConfig({
       HTTP_HEADERS_TIMEOUT_S: '2',
       HTTP_REQUEST_TIMEOUT_S: '5',
       HTTP_MAX_IDLE_CONNECTIONS: '10',
       HTTP_MAX_CONNECTIONS: '40',
+      HTTP_SEND_TIMEOUT_S: '7',
+      HTTP_PROXY_ADDRESSES: '10.1.0.0/16, fd00::5',
     });
-    expect(config.http).toEqual({ headersTimeoutMs: 2_000, requestTimeoutMs: 5_000, maxIdle: 10, maxTotal: 40 });
+    const { uncappedClients: proxies, ...set } = config.http;
+    expect(set).toEqual({
+      headersTimeoutMs: 2_000,
+      requestTimeoutMs: 5_000,
+      maxIdle: 10,
+      maxTotal: 40,
+      maxPerClient: 5,
+      sendTimeoutMs: 7_000,
+    });
+    expect(['10.1.2.3', 'fd00::5', '127.0.0.1', '10.2.0.1'].map((a) => proxies.includes(a))).toEqual([
+      true,
+      true,
+      false,
+      false,
+    ]);
+    expect(loadConfig({ HTTP_PROXY_ADDRESSES: '' }).http.uncappedClients.includes('127.0.0.1')).toBe(false);
+    expect(loadConfig({ HTTP_MAX_CONNECTIONS_PER_CLIENT: '1023' }).http.maxPerClient).toBe(1023);
     expect(() => loadConfig({ HTTP_HEADERS_TIMEOUT_S: '61' })).toThrow(
       /HTTP_HEADERS_TIMEOUT_S: must be at most HTTP_REQUEST_TIMEOUT_S/,
     );
     expect(() => loadConfig({ HTTP_MAX_IDLE_CONNECTIONS: '1024' })).toThrow(
       /HTTP_MAX_IDLE_CONNECTIONS: must be below HTTP_MAX_CONNECTIONS/,
+    );
+    expect(() => loadConfig({ HTTP_MAX_CONNECTIONS_PER_CLIENT: '1024' })).toThrow(
+      /HTTP_MAX_CONNECTIONS_PER_CLIENT: must be below HTTP_MAX_CONNECTIONS/,
+    );
+    expect(() => loadConfig({ HTTP_PROXY_ADDRESSES: '10.0.0.0/8,nginx' })).toThrow(
+      /HTTP_PROXY_ADDRESSES: "nginx" is neither an IP address nor a CIDR range/,
     );
     expect(() => loadConfig({ HTTP_MAX_CONNECTIONS: '0' })).toThrow(ConfigError);
   });
