@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { openRegularFile } from '../tools/regular-file.js';
 import { artifactRelativePath, contentDirRelative } from './layout.js';
 
 /**
@@ -13,6 +14,11 @@ import { artifactRelativePath, contentDirRelative } from './layout.js';
  * hashes it (a move keeps the file's inode, so that flush is the staged file's): the disk's write
  * overlaps the hash instead of following it. Identical bytes are stored once; two nodes storing
  * them at once both rename complete, identical files onto the address.
+ *
+ * A put reads its source through one descriptor, opened as a tool's output is
+ * (../tools/regular-file.ts: a regular file, no link followed, never blocking): the bytes hashed
+ * are the bytes flushed, and the file moved in is checked to be that file (same inode), so only
+ * a regular file whose bytes hash to its address ever enters the store.
  *
  * A put pins its content id (through `pins`, which the database keeps for every node) from the
  * moment its hash is known until the caller releases it (once the content is recorded, or given
@@ -72,14 +78,24 @@ export interface ByteObserver {
 
 const HASH_CHUNK_BYTES = 1024 * 1024;
 
+/** The SHA-256 of a regular file (../tools/regular-file.ts), and its size. */
 export async function sha256File(file: string, observer?: ByteObserver): Promise<{ hex: string; bytes: number }> {
+  const handle = await openRegularFile(file);
+  try {
+    return await sha256Of(handle, observer);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The SHA-256 of an open file's bytes, from its first, and their count. */
+async function sha256Of(handle: fs.FileHandle, observer?: ByteObserver): Promise<{ hex: string; bytes: number }> {
   const hash = createHash('sha256');
   // Two buffers, read into again and again (a file of any size allocates nothing more): the next
   // chunk is read on libuv's pool while this thread hashes the current one.
   let current = Buffer.allocUnsafe(HASH_CHUNK_BYTES);
   let next = Buffer.allocUnsafe(HASH_CHUNK_BYTES);
   let bytes = 0;
-  const handle = await fs.open(file, 'r');
   let reading: Promise<{ bytesRead: number }> | undefined = handle.read(current, 0, HASH_CHUNK_BYTES, 0);
   try {
     for (;;) {
@@ -96,7 +112,6 @@ export async function sha256File(file: string, observer?: ByteObserver): Promise
   } finally {
     // A read still under way writes into a buffer of ours and uses the descriptor: it ends first.
     await reading?.catch(() => undefined);
-    await handle.close();
   }
   return { hex: hash.digest('hex'), bytes };
 }
@@ -132,23 +147,37 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
     };
   }
 
-  /** The file in .incoming, and whether it is the source moved (its inode, so its flush, unchanged) or a copy. */
-  async function stageFile(sourceFile: string): Promise<{ staged: string; moved: boolean }> {
+  /**
+   * The file in .incoming, and whether it is the source moved (its inode, so its flush, unchanged)
+   * or a copy. `source` is the descriptor the put hashed: a file moved in must be that one (a path
+   * swapped since is refused), and a copy is made from it.
+   */
+  async function stageFile(
+    sourceFile: string,
+    source: fs.FileHandle,
+    identity: { dev: number; ino: number },
+  ): Promise<{ staged: string; moved: boolean }> {
     await fs.mkdir(incoming, { recursive: true });
     const staged = path.join(incoming, `${writer}.${Date.now()}.${randomBytes(12).toString('hex')}`);
     try {
       await fs.rename(sourceFile, staged);
-      return { staged, moved: true };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
       // A copy cut short (a full volume, say) leaves no partial file behind.
-      await fs.copyFile(sourceFile, staged).catch(async (copyErr: unknown) => {
+      // The file the descriptor holds, whatever is at its path now (Linux's /proc/self/fd).
+      await fs.copyFile(`/proc/self/fd/${source.fd}`, staged).catch(async (copyErr: unknown) => {
         await fs.rm(staged, { force: true });
         throw copyErr;
       });
       await fs.rm(sourceFile, { force: true });
       return { staged, moved: false };
     }
+    const moved = await fs.lstat(staged);
+    if (moved.dev !== identity.dev || moved.ino !== identity.ino) {
+      await fs.rm(staged, { force: true });
+      throw new Error('the file to store was replaced while it was being stored');
+    }
+    return { staged, moved: true };
   }
 
   /**
@@ -180,22 +209,29 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
     pathOf,
 
     async put(sourceFile, name, observer) {
-      const flushed = fsyncPath(sourceFile, 'r');
-      // Awaited when the file is moved in; a put that fails or finds the bytes stored lets it end alone.
-      flushed.catch(() => {});
-      const { hex: contentId, bytes } = await sha256File(sourceFile, observer);
-      const release = await pin(contentId);
+      const source = await openRegularFile(sourceFile);
       try {
-        const target = pathOf(contentId, name);
-        const existing = await fs.stat(target).catch(() => null);
-        // Already stored: the source stays where it is (its owner removes it).
-        if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true, release };
-        const { staged, moved } = await stageFile(sourceFile);
-        await enter(staged, contentId, target, moved ? { flushed } : {});
-        return { contentId, bytes, reused: false, release };
-      } catch (err) {
-        await release();
-        throw err;
+        const { dev, ino } = await source.stat();
+        const flushed = source.sync();
+        // Awaited when the file is moved in; a put that fails or finds the bytes stored lets it end alone.
+        flushed.catch(() => {});
+        const { hex: contentId, bytes } = await sha256Of(source, observer);
+        const release = await pin(contentId);
+        try {
+          const target = pathOf(contentId, name);
+          const existing = await fs.lstat(target).catch(() => null);
+          // Already stored: the source stays where it is (its owner removes it).
+          if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true, release };
+          const { staged, moved } = await stageFile(sourceFile, source, { dev, ino });
+          await enter(staged, contentId, target, moved ? { flushed } : {});
+          return { contentId, bytes, reused: false, release };
+        } catch (err) {
+          await release();
+          throw err;
+        }
+      } finally {
+        // Waits for the flush, should it still be under way.
+        await source.close();
       }
     },
 

@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { and, eq, notInArray } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
+import { openRegularFile } from '../tools/regular-file.js';
 import { parseWavHeader } from '../tools/wav.js';
 import { SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from './cache-entries.js';
 import { sha256File, type ContentStore } from './content-store.js';
@@ -137,7 +138,7 @@ async function adopt(
   try {
     const { hex, bytes } = await sha256File(file);
     if (hex !== contentId) return false;
-    const handle = await fs.open(file, 'r');
+    const handle = await openRegularFile(file);
     let header;
     try {
       const buf = Buffer.alloc(64 * 1024);

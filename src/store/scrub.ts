@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { constants, lstatSync, mkdirSync, renameSync, rmdirSync, rmSync, type BigIntStats } from 'node:fs';
+import { lstatSync, mkdirSync, renameSync, rmdirSync, rmSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { and, asc, eq, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
 import type { Logger } from '../logger.js';
+import { TOOL_FILE_FLAGS } from '../tools/regular-file.js';
 import { cacheEntryFor } from './cache-entries.js';
 import type { ContentStore } from './content-store.js';
 import { markEvicted } from './evicted.js';
@@ -139,8 +140,15 @@ function rowsAfter(q: Queryable, cursor: { contentId: string; name: string } | u
     .limit(BATCH_ROWS);
 }
 
+/**
+ * What reading an artifact found: its SHA-256 (null when what is at its path is a link, a FIFO, a
+ * socket or a device: corrupt, never followed nor read), missing, or a read that failed (a folder
+ * where the file should be, say).
+ */
 type ReadOutcome =
-  { kind: 'read'; sha256: string; file: BigIntStats } | { kind: 'missing' } | { kind: 'unreadable'; code: string };
+  | { kind: 'read'; sha256: string | null; file: BigIntStats }
+  | { kind: 'missing' }
+  | { kind: 'unreadable'; code: string };
 
 async function checkArtifact(
   deps: ScrubDeps,
@@ -201,16 +209,23 @@ function record(deps: ScrubDeps, progress: ScrubProgress, finding: ScrubFinding)
   deps.log.error(fields, FINDING_MESSAGES[finding.action === 'none' ? finding.problem : finding.action]);
 }
 
-/** Hashes the file through the pass's buffer, paced; its identity is taken from the open descriptor. */
+/**
+ * Hashes the file through the pass's buffer, paced; its identity is taken from the open descriptor.
+ * Opened as a tool's output is (../tools/regular-file.ts): what is not a regular file is corrupt.
+ */
 async function readArtifact(deps: ScrubDeps, file: string, progress: ScrubProgress): Promise<ReadOutcome> {
   let handle: fs.FileHandle;
   try {
-    handle = await fs.open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+    handle = await fs.open(file, TOOL_FILE_FLAGS);
   } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const found = code === 'ELOOP' || code === 'ENXIO' ? lstatOrNull(file) : null;
+    if (found !== null) return { kind: 'read', sha256: null, file: found };
     return failedRead(err);
   }
   try {
     const stats = await handle.stat({ bigint: true });
+    if (!stats.isFile() && !stats.isDirectory()) return { kind: 'read', sha256: null, file: stats };
     const hash = createHash('sha256');
     for (;;) {
       deps.signal.throwIfAborted();

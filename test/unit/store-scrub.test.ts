@@ -1,6 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.js';
@@ -146,6 +147,43 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     expect(await fx.contentIdsOnDisk()).toEqual([intact, intact]);
     expect((await evictedAt(fx.database, [bad])).has(bad)).toBe(true);
     expect(await readStoreTotals(fx.database)).toEqual({ bytes: FILE_BYTES + 300, artifacts: 2 });
+  });
+
+  it('a link or a FIFO where a file should be is corrupt: quarantined, never followed nor waited on', async () => {
+    const fx = await createStoreFixture(kind);
+    const intact = await fx.addArtifact(FILE_BYTES, 1, 'https://media.example/intact');
+    const linked = await fx.addArtifact(FILE_BYTES, 2, 'https://media.example/linked');
+    const piped = await fx.addArtifact(FILE_BYTES, 3, 'https://media.example/piped');
+    // A relative link to a file whose bytes are right for... another content id.
+    await rm(fx.store.pathOf(linked, AUDIO_ARTIFACT_NAME));
+    await symlink(
+      path.relative(
+        path.dirname(fx.store.pathOf(linked, AUDIO_ARTIFACT_NAME)),
+        fx.store.pathOf(intact, AUDIO_ARTIFACT_NAME),
+      ),
+      fx.store.pathOf(linked, AUDIO_ARTIFACT_NAME),
+    );
+    await rm(fx.store.pathOf(piped, AUDIO_ARTIFACT_NAME));
+    execFileSync('mkfifo', [fx.store.pathOf(piped, AUDIO_ARTIFACT_NAME)]);
+
+    const { progress, findings } = await pass(fx);
+    expect(progress).toMatchObject({
+      checked: 3,
+      corrupt: 2,
+      moved: 2,
+      missing: 0,
+      unreadable: 0,
+      bytesRead: FILE_BYTES,
+    });
+    expect(findings.map((f) => [f.contentId, f.problem, f.action, f.sha256]).sort()).toEqual(
+      [
+        [linked, 'corrupt', 'quarantined', null],
+        [piped, 'corrupt', 'quarantined', null],
+      ].sort(),
+    );
+    // The link's target, intact content of its own, stays.
+    expect(await fx.contentIdsOnDisk()).toEqual([intact]);
+    expect(await cacheEntryFor(fx.database, intact, AUDIO_ARTIFACT_NAME)).toBeDefined();
   });
 
   it('a missing file and an unreadable one are reported, not acted on', async () => {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type { JobError } from '../../db/database.js';
+import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
 import { streamableContainer } from '../../tools/streamable-container.js';
 import type { MakeFifo } from '../../tools/fifo.js';
 import { DOWNLOAD_BASENAME } from '../../tools/ytdlp-args.js';
@@ -212,10 +213,11 @@ export function convertWhileDownloading(
       if (stopped()) return undefined;
       const names = (await fs.readdir(downloadDir)).filter((name) => DOWNLOAD_FILE.test(name));
       if (names.length === 1) {
-        const handle = await fs.open(path.join(downloadDir, names[0]!), fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
-        if ((await handle.stat()).isFile()) return handle;
-        await handle.close();
-        return undefined;
+        // The download's file is what yt-dlp left: anything but a regular file is not read.
+        return await openRegularFile(path.join(downloadDir, names[0]!)).catch((err: unknown) => {
+          if (err instanceof NotRegularFile) return undefined;
+          throw err;
+        });
       }
       if (downloadEnd !== undefined) return undefined;
       await nextWake();

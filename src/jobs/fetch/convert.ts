@@ -4,6 +4,7 @@ import path from 'node:path';
 import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
+import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
 import { cleanToolMessage } from '../../tools/tool-message.js';
 import { followFile } from './follow-file.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome } from './step.js';
@@ -58,9 +59,19 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
     const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
     try {
-      const converted = await convert(ctx, input, wavPath);
+      const { identity, ...converted } = await convert(ctx, input, wavPath);
       if (!meter || !follower) return converted;
       await follower.finish(converted.header.dataOffset + converted.header.dataBytes);
+      // The file measured must be the file stored: a converter that wrote a decoy and then put
+      // another file at its path is caught here.
+      const measured = follower.opened();
+      if (measured?.dev !== identity.dev || measured.ino !== identity.ino) {
+        ctx.log.warn('the converter replaced its output while it was being measured');
+        throw new JobFailure({
+          code: 'conversion_failed',
+          message: 'The converter replaced its output file while it was being read.',
+        });
+      }
       return { ...converted, loudness: meter.finish() };
     } finally {
       await follower?.abandon();
@@ -76,7 +87,11 @@ export function conversionArgs(
   return ffmpeg.buildConvertArgs({ ...io, maxDurationS: limits.maxDurationS, maxAllocBytes: limits.tool.memoryBytes });
 }
 
-async function convert(ctx: FetchContext, input: ConversionInput, wavPath: string): Promise<Converted> {
+async function convert(
+  ctx: FetchContext,
+  input: ConversionInput,
+  wavPath: string,
+): Promise<Converted & { identity: { dev: number; ino: number } }> {
   const given =
     'file' in input
       ? { input: input.file }
@@ -113,14 +128,14 @@ async function convert(ctx: FetchContext, input: ConversionInput, wavPath: strin
       ),
     });
   }
-  const header = await readWavHeader(wavPath);
-  const incomplete = incompleteWav(header, (await fs.stat(wavPath)).size);
+  const { header, size, identity } = await readWavHeader(ctx, wavPath);
+  const incomplete = incompleteWav(header, size);
   if (incomplete !== null) {
     ctx.log.warn({ reason: incomplete }, 'the converter wrote an incomplete WAV');
     if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
     throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
   }
-  return { wavPath, header };
+  return { wavPath, header, identity };
 }
 
 async function nearlyFull(dir: string): Promise<boolean> {
@@ -143,18 +158,37 @@ function notAudio(stderrTail: string, hide: string[]): JobFailure {
 }
 
 async function exists(file: string): Promise<boolean> {
-  return fs.stat(file).then(
+  return fs.lstat(file).then(
     () => true,
     () => false,
   );
 }
 
-async function readWavHeader(file: string): Promise<WavHeader> {
-  const handle = await fs.open(file, 'r');
+/**
+ * The converter's WAV header, its size and which file it is, read once the converter has ended,
+ * through one checked descriptor (../../tools/regular-file.ts): what it left at its output path
+ * must be a regular file.
+ */
+async function readWavHeader(
+  ctx: FetchContext,
+  file: string,
+): Promise<{ header: WavHeader; size: number; identity: { dev: number; ino: number } }> {
+  let handle;
   try {
+    handle = await openRegularFile(file);
+  } catch (err) {
+    if (!(err instanceof NotRegularFile)) throw err;
+    ctx.log.warn({ found: err.found }, 'the converter left something other than a file at its output');
+    throw new JobFailure({
+      code: 'conversion_failed',
+      message: `The converter left ${err.found} instead of a WAV file.`,
+    });
+  }
+  try {
+    const { size, dev, ino } = await handle.stat();
     const buf = Buffer.alloc(64 * 1024);
     const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
-    return parseWavHeader(buf.subarray(0, bytesRead));
+    return { header: parseWavHeader(buf.subarray(0, bytesRead)), size, identity: { dev, ino } };
   } catch {
     throw new JobFailure({ code: 'conversion_failed', message: 'The converter produced no valid WAV file.' });
   } finally {

@@ -1,5 +1,6 @@
-import fs from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { openRegularFile } from '../../tools/regular-file.js';
 
 /**
  * A file read as another process writes it: its bytes are handed on in order, from its first, as
@@ -14,12 +15,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * faulted in, then freed) would cost more CPU than the copy. A read that finds less than a chunk
  * has caught up with the writer: the reader waits POLL_MS and looks again (also for the file to
  * appear), instead of reading each few kilobytes as they are written.
+ *
+ * The file is a tool's output: it is opened as ../../tools/regular-file.ts says (anything but a
+ * regular file fails the reading at once, never blocks it), and `opened` tells which file was
+ * read, so that the caller can check it is still the one at the path once the writer is done.
  */
 export interface FileFollower {
   /** The writer is done: hands on the file's bytes up to `length` (fewer if it holds fewer) and stops. */
   finish(length: number): Promise<void>;
   /** The writer failed: stops at once. Never rejects. */
   abandon(): Promise<void>;
+  /** The file read (device and inode), once it has been opened. */
+  opened(): { dev: number; ino: number } | undefined;
 }
 
 const CHUNK_BYTES = 1024 * 1024;
@@ -30,6 +37,7 @@ export function followFile(file: string, onBytes: (bytes: Buffer) => void): File
   let end: number | undefined;
   let abandoned = false;
   let wake: (() => void) | undefined;
+  let identity: { dev: number; ino: number } | undefined;
 
   async function pause(): Promise<void> {
     const timer = new AbortController();
@@ -41,12 +49,15 @@ export function followFile(file: string, onBytes: (bytes: Buffer) => void): File
     wake = undefined;
   }
 
-  async function open(): Promise<fs.FileHandle | undefined> {
+  async function open(): Promise<FileHandle | undefined> {
     for (;;) {
       if (abandoned) return undefined;
       const finishing = end !== undefined;
       try {
-        return await fs.open(file, 'r');
+        const handle = await openRegularFile(file);
+        const { dev, ino } = await handle.stat();
+        identity = { dev, ino };
+        return handle;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || finishing) throw err;
       }
@@ -92,5 +103,6 @@ export function followFile(file: string, onBytes: (bytes: Buffer) => void): File
       wake?.();
       await reading.catch(() => {});
     },
+    opened: () => identity,
   };
 }
