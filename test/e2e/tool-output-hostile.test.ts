@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startService, type ServiceHandle } from '../support/service.js';
 
-const ATTACKS = ['fifo', 'socket', 'link-absolute', 'link-relative', 'swap'] as const;
+const ATTACKS = ['fifo', 'socket', 'link-absolute', 'link-relative', 'swap', 'wide'] as const;
 type Attack = (typeof ATTACKS)[number];
 
 let media: MediaServer;
@@ -41,7 +41,7 @@ function makeM4a(file: string, marker: string, frequency: number): void {
  */
 function standIn(relativeLinkTarget: string): string {
   return `#!/usr/bin/python3
-import os, re, socket, subprocess, sys, time
+import os, re, socket, struct, subprocess, sys, time
 real = '/usr/bin/ffmpeg'
 args = sys.argv[1:]
 marker = None
@@ -64,6 +64,14 @@ elif marker == 'link-absolute':
     os.symlink(${JSON.stringify(outsideWav)}, out)
 elif marker == 'link-relative':
     os.symlink(${JSON.stringify(relativeLinkTarget)}, out)
+elif marker == 'wide':
+    # A header declaring 4,096 channels over 512 MiB of sparse data: 1.5 s of "audio".
+    data = 512 * 1024 * 1024
+    fmt = struct.pack('<HHIIHH', 1, 4096, 44100, 44100 * 4096 * 2, 4096 * 2, 16)
+    with open(out, 'wb') as f:
+        f.write(b'RIFF' + struct.pack('<I', 36 + data) + b'WAVEfmt ' + struct.pack('<I', 16) + fmt
+                + b'data' + struct.pack('<I', data))
+        f.truncate(44 + data)
 elif marker == 'swap':
     # A quiet decoy first, long enough for the meter to start reading it; then the real WAV in its place.
     subprocess.run([real, '-nostdin', '-y', '-loglevel', 'error', '-f', 'lavfi',
@@ -127,7 +135,7 @@ async function storedHashes(): Promise<string[]> {
   );
 }
 
-const FOUND: Record<Exclude<Attack, 'swap'>, string> = {
+const FOUND: Record<Exclude<Attack, 'swap' | 'wide'>, string> = {
   fifo: 'a FIFO',
   socket: 'a socket',
   'link-absolute': 'a symbolic link',
@@ -169,6 +177,18 @@ describe('a converter taken over by its input', () => {
     expect(after.status).toBe('done');
     const health = await svc.request('/healthz');
     expect(health.status).toBe(200);
+  });
+
+  it('declares 4,096 channels in its WAV header: refused before anything is derived from it', async () => {
+    const job = await svc.waitForJob((await svc.submit(media.url('/wide.m4a'))).job_id, ['done', 'failed']);
+    expect(job.status).toBe('failed');
+    expect(job.error).toMatchObject({
+      code: 'conversion_failed',
+      message: 'The converter wrote a WAV of another format than the one asked for.',
+    });
+    expect(svc.logs).toContainEqual(
+      expect.objectContaining({ msg: 'the converter wrote a WAV of another format than asked', channels: 4096 }),
+    );
   });
 
   it('replaces a quiet decoy, once measured, with the real WAV: refused, so no loudness of another file is recorded', async () => {

@@ -2,13 +2,35 @@ import type { Converted } from './convert.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 5, verify: the WAV holds audio, and no more than MAX_DURATION_S of it. The conversion ran
- * a little past the limit (ffmpeg.DURATION_OVERRUN_S), so a WAV longer than the limit means the
- * media is longer, whatever its container claimed.
+ * Step 5, verify: the WAV is the one asked for (16-bit integer PCM at 44.1 kHz, mono or stereo:
+ * what a converter taken over by its media declares in its header bounds nothing downstream, the
+ * waveform peaks' size among them), holds audio, and no more than MAX_DURATION_S of it. The
+ * conversion ran a little past the limit (ffmpeg.DURATION_OVERRUN_S), so a WAV longer than the
+ * limit means the media is longer, whatever its container claimed.
  */
 export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Outcome<Converted>> {
   return step(() => {
     const { header } = converted;
+    const asked =
+      header.audioFormat === 1 &&
+      header.bitsPerSample === 16 &&
+      header.sampleRate === 44_100 &&
+      (header.channels === 1 || header.channels === 2);
+    if (!asked) {
+      ctx.log.warn(
+        {
+          audio_format: header.audioFormat,
+          bits: header.bitsPerSample,
+          rate: header.sampleRate,
+          channels: header.channels,
+        },
+        'the converter wrote a WAV of another format than asked',
+      );
+      throw new JobFailure({
+        code: 'conversion_failed',
+        message: 'The converter wrote a WAV of another format than the one asked for.',
+      });
+    }
     if (header.dataBytes === 0)
       throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
     if (header.durationS > ctx.limits.maxDurationS) {
