@@ -1,3 +1,4 @@
+import { jobError } from '../../job-errors.js';
 import type { Converted } from './convert.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
@@ -10,12 +11,9 @@ export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Ou
   return step(() => {
     const { header } = converted;
     if (header.dataBytes === 0)
-      throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
+      throw new JobFailure(jobError('not_audio', { detail: 'The converter wrote a WAV without samples.' }));
     if (header.durationS > ctx.limits.maxDurationS) {
-      throw new JobFailure({
-        code: 'duration_exceeded',
-        message: `The media lasts more than the limit of ${ctx.limits.maxDurationS} s.`,
-      });
+      throw new JobFailure(jobError('duration_exceeded', { values: { limit: ctx.limits.maxDurationS } }));
     }
     return converted;
   });
