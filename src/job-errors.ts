@@ -305,18 +305,19 @@ export function httpStatusError(status: number, detail: string | null): JobError
   return jobError(httpStatusCode(status), { values: { status }, detail, httpStatus: status });
 }
 
-/** The job error for a connection to host:port that failed as `code` says. */
+/** The job error for a connection to host:port (an IPv6 host with or without its brackets) that failed as `code` says. */
 export function connectionError(
   code: UpstreamFailureCode,
   host: string,
   port: number,
   detail: string | null,
 ): JobError {
-  const address = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const bare = host.replace(/^\[(.*)\]$/, '$1');
+  const address = `${bare.includes(':') ? `[${bare}]` : bare}:${port}`;
   switch (code) {
     case 'host_not_found':
     case 'host_lookup_failed':
-      return jobError(code, { values: { host }, detail });
+      return jobError(code, { values: { host: bare }, detail });
     case 'network_error':
       return jobError(code, { detail });
     default:

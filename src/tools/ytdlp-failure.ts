@@ -127,7 +127,7 @@ export function describeYtDlpFailure(stderrTail: string, context: YtDlpFailureCo
     case 'network_error': {
       const url = new URL(context.url);
       const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
-      return connectionError(code, url.hostname.replace(/^\[|\]$/g, ''), port, detail);
+      return connectionError(code, url.hostname, port, detail);
     }
     default:
       return jobError(code, { detail });

@@ -99,9 +99,11 @@ describe('the list of job error codes', () => {
     expect(connectionError('host_not_found', 'gone.example', 80, null).message).toBe(
       'The host name gone.example does not exist.',
     );
-    expect(connectionError('connect_timeout', '2001:db8::1', 443, null).message).toBe(
-      'The source [2001:db8::1]:443 did not accept the connection in time.',
-    );
+    for (const host of ['2001:db8::1', '[2001:db8::1]']) {
+      expect(connectionError('connect_timeout', host, 443, null).message).toBe(
+        'The source [2001:db8::1]:443 did not accept the connection in time.',
+      );
+    }
     expect(connectionError('network_error', 'a.example', 80, 'reset').message).toBe(
       'The connection to the source failed.',
     );
