@@ -214,8 +214,11 @@ async function fetchCommand(
     view.finish();
   }
   if (job.status !== 'done' || !job.result) {
-    const reason = job.error ? `${job.error.code}: ${job.error.message}` : 'canceled';
-    out.write(`job ${job.job_id}: ${job.status}: ${reason}\n`);
+    if (!job.error) out.write(`job ${job.job_id}: ${job.status}\n`);
+    else {
+      out.write(`job ${job.job_id}: ${job.status}: ${job.error.message} (${job.error.code})\n`);
+      if (job.error.detail) out.write(indented('  detail: ', job.error.detail));
+    }
     return EXIT.jobFailed;
   }
   const contentId = job.result.content_id;
@@ -375,10 +378,16 @@ async function statusCommand(deps: CliDeps, api: ApiClient, jobId: string, json:
     ['finished', job.finished_at],
     ['content', job.result?.content_id ?? null],
     ['loudness', job.result?.loudness ? formatLoudness(job.result.loudness) : null],
-    ['error', job.error ? `${job.error.code}: ${job.error.message}` : null],
+    ['error', job.error ? `${job.error.message} (${job.error.code})` : null],
+    ['detail', job.error?.detail ?? null],
   ];
-  for (const [label, value] of lines) if (value !== null) deps.stdout.write(`${label.padEnd(9)}${value}\n`);
+  for (const [label, value] of lines) if (value !== null) deps.stdout.write(indented(label.padEnd(9), value));
   return EXIT.ok;
+}
+
+/** `text` after `label`, each further line of it aligned under the first. */
+function indented(label: string, text: string): string {
+  return `${label}${text.split('\n').join(`\n${' '.repeat(label.length)}`)}\n`;
 }
 
 /** EBU R128 loudness as people read it: "-23.0 LUFS, LRA 4.2 LU, true peak -1.5 dBTP". */

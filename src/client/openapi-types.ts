@@ -310,10 +310,7 @@ export interface components {
                 loudness: components["schemas"]["Loudness"] | null;
                 evicted: components["schemas"]["Evicted"] | null;
             } | null;
-            error: {
-                code: string;
-                message: string;
-            } | null;
+            error: components["schemas"]["JobError"];
             callback: components["schemas"]["Callback"] | null;
         };
         /** @description One file of the content. `sample_rate`, `channels` and `duration` are those of the WAV, null for `peaks.json`. */
@@ -360,6 +357,21 @@ export interface components {
             /** @description What happened, and that submitting the URL again fetches it again. */
             message: string;
         };
+        /** @description Why a failed job failed; null for any other status. */
+        JobError: {
+            code: components["schemas"]["JobErrorCode"];
+            /** @description The code's sentence, for people: plain words, one sentence, its values (a limit, a status, a host) filled in. */
+            message: string;
+            /** @description The specifics, in the words of the part that met the failure (the downloader's or converter's own text, trimmed, without secrets or server paths; the egress guard's reason), or null. */
+            detail: string | null;
+            /** @description The origin's HTTP status for the `http_*` codes (404 for `http_not_found`...); else null. */
+            http_status: number | null;
+        } | null;
+        /**
+         * @description Why a job failed: a stable code from one closed list, whose meanings and sentences are in docs/api.md's job error codes. A client may match on it; new codes can be added.
+         * @enum {string}
+         */
+        JobErrorCode: "host_not_found" | "host_lookup_failed" | "connection_refused" | "connect_timeout" | "no_answer" | "network_error" | "destination_refused" | "http_not_found" | "http_access_denied" | "http_gone" | "http_rate_limited" | "http_server_error" | "http_error" | "not_media" | "unsupported_url" | "unsupported_protocol" | "playlist_not_supported" | "live_stream" | "metadata_invalid" | "not_audio" | "media_corrupt" | "download_failed" | "conversion_failed" | "file_too_large" | "output_too_large" | "duration_exceeded" | "metadata_timeout" | "download_stalled" | "fetch_timeout" | "memory_exceeded" | "cpu_time_exceeded" | "process_limit_exceeded" | "key_storage_quota_exceeded" | "attempts_exhausted" | "storage_full" | "downloader_missing" | "converter_missing" | "confinement_unavailable" | "direct_connection_refused" | "internal_error";
         /** @description The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise). */
         Callback: {
             url: string;

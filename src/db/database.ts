@@ -117,12 +117,6 @@ export type NewJobRow = Tables['jobs']['$inferInsert'];
 export type CacheEntryRow = Tables['cacheEntries']['$inferSelect'];
 export type CallbackDeliveryRow = Tables['callbackDeliveries']['$inferSelect'];
 
-/** Why a job failed, as its row keeps it (error_code, error_message). */
-export interface JobError {
-  code: string;
-  message: string;
-}
-
 export type { AliasKind, JobStatus } from './schema/model.js';
 export { ALIAS_KINDS, JOB_STATUSES } from './schema/model.js';
 

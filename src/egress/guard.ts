@@ -4,6 +4,7 @@ import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { ServiceError } from '../errors.js';
+import type { UpstreamFailureCode } from '../job-errors.js';
 import { classifyAddress } from '../policy/address.js';
 import { checkDestination, splitHostPort, type AllowList, type Resolver } from '../policy/destination.js';
 
@@ -28,6 +29,12 @@ import { checkDestination, splitHostPort, type AllowList, type Resolver } from '
  * Where the operator's own addresses are blocked, the Dialer it is given is the upstream proxy's
  * (./upstream-proxy.ts): every check above happens first, and the upstream is asked for a tunnel
  * to the checked address only.
+ *
+ * A connection the guard cannot make reaches the downloader as a 502, which says nothing of why;
+ * so each session also records its upstream failures, with their cause in the job error's terms
+ * (../job-errors.ts): a name that does not exist or could not be looked up, a connection refused
+ * or not accepted in time, one that failed otherwise, and one the origin took and never answered
+ * (no byte back once the request went out, when the connection ended or the session closed).
  */
 
 /** Opens a TCP connection to a numeric address. Injected so tests never touch the network. */
@@ -62,10 +69,21 @@ export interface Refusal {
   message: string;
 }
 
+/** A connection the guard could not make, or that the origin never answered. */
+export interface UpstreamFailure {
+  host: string;
+  port: number;
+  code: UpstreamFailureCode;
+  /** The guard's own words, for the log. */
+  message: string;
+}
+
 export interface GuardSession {
   /** `http://<label>:<token>@<authority>`: give it to the downloader, never log it. */
   proxyUrlAt(authority: string): string;
   refusals(): Refusal[];
+  /** In the order they happened; those of connections still open are recorded when the session closes. */
+  upstreamFailures(): UpstreamFailure[];
   /** Host names (lower case, no trailing dot) the session has connected to, in first-use order. */
   hostsContacted(): string[];
   /** Revokes the credentials and destroys the session's connections. */
@@ -118,6 +136,10 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 const DEFAULT_IDLE_TIMEOUT_MS = 120_000;
 /** Bounds memory if a downloader hammers refused hosts; the first ones say what went wrong. */
 const MAX_REFUSALS_PER_SESSION = 100;
+/** The same for failed connections: the first ones, and always the last one, which the fetch reads. */
+const MAX_UPSTREAM_FAILURES_PER_SESSION = 100;
+/** Look-up failures that say the name does not exist (../policy/name-resolver.ts's codes), not that no answer came. */
+const NAME_DOES_NOT_EXIST = new Set(['ENOTFOUND', 'ENODATA', 'no addresses']);
 const LABEL = /^[A-Za-z0-9._~-]{1,64}$/;
 const REALM = 'Basic realm="egress-guard"';
 
@@ -140,12 +162,20 @@ interface SessionState {
   label: string;
   tokenDigest: Buffer;
   refusals: Refusal[];
+  upstreamFailures: UpstreamFailure[];
+  /** Upstream connections whose request went out and got no byte back yet. */
+  unanswered: Set<Unanswered>;
   hosts: Set<string>;
   sockets: Set<Duplex>;
   aborter: AbortController;
 }
 
 type Upstream = { ok: true; socket: Duplex } | { ok: false; status: number; reason: string };
+
+interface Unanswered {
+  host: string;
+  port: number;
+}
 
 export async function startEgressGuard(opts: EgressGuardOptions): Promise<EgressGuard> {
   const bindHost = opts.host ?? '127.0.0.1';
@@ -197,6 +227,27 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     return { ok: false, status: 403, reason: err.message };
   };
 
+  /** Records a connection that failed; past the bound, the newest replaces the one before it (the fetch reads the last). */
+  const noteFailure = (session: SessionState, failure: UpstreamFailure): void => {
+    if (session.upstreamFailures.length >= MAX_UPSTREAM_FAILURES_PER_SESSION) session.upstreamFailures.pop();
+    session.upstreamFailures.push(failure);
+  };
+
+  /**
+   * A request sent to host:port: `answered()` once the origin sends anything back; `ended()` when
+   * the connection ends, which records no_answer if nothing came (so does the session's close).
+   */
+  const awaitAnswer = (session: SessionState, host: string, port: number) => {
+    const entry: Unanswered = { host, port };
+    session.unanswered.add(entry);
+    return {
+      answered: () => void session.unanswered.delete(entry),
+      ended: () => {
+        if (session.unanswered.delete(entry)) noteFailure(session, noAnswer(entry));
+      },
+    };
+  };
+
   /** A plain-HTTP answer whose redirect leaves http(s) or smuggles yt-dlp options: refused. */
   const refuseRedirect = (session: SessionState, target: URL, location: string): string | null => {
     const problem = redirectProblem(target, location);
@@ -224,7 +275,11 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     } catch (err) {
       if (!(err instanceof ServiceError)) throw err;
       if (err.code === 'host_unresolvable') {
-        logger.info({ job_id: session.label, host, port }, 'egress guard could not resolve a host');
+        const reason = err.extra.fields?.reason;
+        const code =
+          typeof reason === 'string' && NAME_DOES_NOT_EXIST.has(reason) ? 'host_not_found' : 'host_lookup_failed';
+        noteFailure(session, { host, port, code, message: err.message });
+        logger.info({ job_id: session.label, host, port, reason }, 'egress guard could not resolve a host');
         return { ok: false, status: 502, reason: err.message };
       }
       if (err.kind === 'invalid_input') return { ok: false, status: 400, reason: err.message };
@@ -232,10 +287,12 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     }
     // Every address passed the check, so falling back to the next one (an AAAA the host cannot
     // route, say) never reaches anything unchecked.
+    let failure: UpstreamFailure | undefined;
     for (const address of addresses) {
       if (session.aborter.signal.aborted) break;
+      const timeout = AbortSignal.timeout(connectTimeoutMs);
       try {
-        const signal = AbortSignal.any([session.aborter.signal, AbortSignal.timeout(connectTimeoutMs)]);
+        const signal = AbortSignal.any([session.aborter.signal, timeout]);
         const socket = await opts.dial(address, port, signal);
         watch(socket, session);
         if (session.aborter.signal.aborted) {
@@ -245,10 +302,13 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
           return { ok: true, socket };
         }
       } catch (err) {
-        const fields = { job_id: session.label, host, address, port, err: String(err) };
+        // Given up when the session closed: not accepted in the time the job had.
+        failure = dialFailure(host, port, address, err, timeout.aborted || session.aborter.signal.aborted);
+        const fields = { job_id: session.label, host, address, port, err: String(err), cause: failure.code };
         logger.info(fields, 'egress guard dial failed');
       }
     }
+    if (failure) noteFailure(session, failure);
     return { ok: false, status: 502, reason: `Could not connect to ${host}:${port}.` };
   };
 
@@ -284,7 +344,14 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     const upstream = await openUpstream(session, target.hostname, port);
     if (!upstream.ok) return plainText(res, upstream.status, upstream.reason);
     if (req.socket.destroyed) return void upstream.socket.destroy();
-    forward(req, res, target, upstream.socket, (location) => refuseRedirect(session, target, location));
+    forward(
+      req,
+      res,
+      target,
+      upstream.socket,
+      (location) => refuseRedirect(session, target, location),
+      awaitAnswer(session, target.hostname, port),
+    );
   };
 
   const handleConnect = async (req: http.IncomingMessage, client: Duplex, head: Buffer): Promise<void> => {
@@ -307,7 +374,14 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
       return;
     }
     const remote = upstream.socket;
+    // The client speaks first (a TLS ClientHello): from then on, an origin that sends nothing back never answered.
+    let answered = false;
+    let awaiting: ReturnType<typeof awaitAnswer> | undefined;
+    const requestSent = (): void => {
+      if (!answered) awaiting ??= awaitAnswer(session, target.host, target.port!);
+    };
     const teardown = (): void => {
+      awaiting?.ended();
       client.destroy();
       remote.destroy();
     };
@@ -317,9 +391,17 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     if (client.destroyed) return teardown();
     (client as net.Socket).setTimeout(idleTimeoutMs, teardown);
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    if (head.length > 0) remote.write(head);
+    if (head.length > 0) {
+      requestSent();
+      remote.write(head);
+    }
     remote.pipe(client);
     client.pipe(remote);
+    client.once('data', requestSent);
+    remote.once('data', () => {
+      answered = true;
+      awaiting?.answered();
+    });
   };
 
   const server = http.createServer();
@@ -356,6 +438,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
 
   const closeSession = (state: SessionState): void => {
     sessions.delete(state);
+    for (const entry of state.unanswered) noteFailure(state, noAnswer(entry));
+    state.unanswered.clear();
     state.aborter.abort();
     for (const socket of state.sockets) socket.destroy();
     state.sockets.clear();
@@ -372,6 +456,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         label,
         tokenDigest: sha256(token),
         refusals: [],
+        upstreamFailures: [],
+        unanswered: new Set(),
         hosts: new Set(),
         sockets: new Set(),
         aborter: new AbortController(),
@@ -380,6 +466,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
       return {
         proxyUrlAt: (at) => `http://${label}:${token}@${at}`,
         refusals: () => state.refusals.map((x) => ({ ...x })),
+        upstreamFailures: () => state.upstreamFailures.map((x) => ({ ...x })),
         hostsContacted: () => [...state.hosts],
         close: () => closeSession(state),
       };
@@ -396,6 +483,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
 /**
  * Sends the request on over the checked socket and streams the answer back, both bodies piped.
  * `checkRedirect` sees every Location header first and returns a reason to refuse it, or null.
+ * `awaiting` is told when the answer comes, and when the exchange ends (answered or not).
  */
 function forward(
   req: http.IncomingMessage,
@@ -403,6 +491,7 @@ function forward(
   target: URL,
   upstream: Duplex,
   checkRedirect: (location: string) => string | null,
+  awaiting: { answered(): void; ended(): void },
 ): void {
   const outgoing = http.request({
     method: req.method,
@@ -412,6 +501,7 @@ function forward(
     createConnection: () => upstream,
   });
   outgoing.on('response', (answer) => {
+    awaiting.answered();
     const location = answer.headers.location;
     const refused = location === undefined ? null : checkRedirect(location);
     if (refused !== null) {
@@ -425,11 +515,32 @@ function forward(
     pipeline(answer, res, () => {});
   });
   outgoing.on('error', () => {
+    awaiting.ended();
     if (res.headersSent) res.destroy();
     else plainText(res, 502, 'The upstream connection failed.');
   });
-  res.once('close', () => upstream.destroy());
+  res.once('close', () => {
+    awaiting.ended();
+    upstream.destroy();
+  });
   pipeline(req, outgoing, () => {});
+}
+
+/** Why a dial failed, in the job error's terms. */
+function dialFailure(host: string, port: number, address: string, err: unknown, timedOut: boolean): UpstreamFailure {
+  const errno = (err as NodeJS.ErrnoException).code;
+  const code: UpstreamFailureCode =
+    timedOut || errno === 'ETIMEDOUT'
+      ? 'connect_timeout'
+      : errno === 'ECONNREFUSED'
+        ? 'connection_refused'
+        : 'network_error';
+  const why = timedOut ? 'not accepted in time' : (errno ?? 'failed');
+  return { host, port, code, message: `Connecting to ${address} port ${port} for ${host}: ${why}.` };
+}
+
+function noAnswer({ host, port }: Unanswered): UpstreamFailure {
+  return { host, port, code: 'no_answer', message: `${host}:${port} took the request and sent nothing back.` };
 }
 
 const SMUGGLED = /__youtubedl_smuggle/i;

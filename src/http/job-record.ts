@@ -102,7 +102,15 @@ export function toJobRecord(
     progress,
     media: job.extractor && job.mediaId ? { extractor: job.extractor, id: job.mediaId } : null,
     result,
-    error: job.status === 'failed' && job.errorCode ? { code: job.errorCode, message: job.errorMessage ?? '' } : null,
+    error:
+      job.status === 'failed' && job.errorCode
+        ? {
+            code: job.errorCode,
+            message: job.errorMessage ?? '',
+            detail: job.errorDetail,
+            http_status: job.errorHttpStatus,
+          }
+        : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
   };
 }

@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { JOB_STATUSES } from '../db/database.js';
+import { JobErrorCodeSchema as JobErrorCodes } from '../job-errors.js';
 import { CALLBACK_STATUSES } from '../db/schema/model.js';
 import { MAX_FINDINGS_LISTED } from '../store/scrub.js';
 import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
@@ -153,6 +154,28 @@ export const CallbackSchema = z
     description: "The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise).",
   });
 
+export const JobErrorCodeSchema = JobErrorCodes.openapi('JobErrorCode', {
+  description:
+    "Why a job failed: a stable code from one closed list, whose meanings and sentences are in docs/api.md's job error codes. A client may match on it; new codes can be added.",
+});
+
+export const JobErrorSchema = z
+  .object({
+    code: JobErrorCodeSchema,
+    message: z.string().openapi({
+      description:
+        "The code's sentence, for people: plain words, one sentence, its values (a limit, a status, a host) filled in.",
+    }),
+    detail: z.string().nullable().openapi({
+      description:
+        "The specifics, in the words of the part that met the failure (the downloader's or converter's own text, trimmed, without secrets or server paths; the egress guard's reason), or null.",
+    }),
+    http_status: z.number().int().nullable().openapi({
+      description: "The origin's HTTP status for the `http_*` codes (404 for `http_not_found`...); else null.",
+    }),
+  })
+  .openapi('JobError', { description: 'Why a failed job failed; null for any other status.' });
+
 export const JobSchema = z
   .object({
     job_id: z.string(),
@@ -179,7 +202,7 @@ export const JobSchema = z
         evicted: z.union([EvictedSchema, z.null()]),
       })
       .nullable(),
-    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    error: JobErrorSchema.nullable(),
     callback: z.union([CallbackSchema, z.null()]),
   })
   .openapi('Job');

@@ -1,10 +1,10 @@
 import { alias } from 'drizzle-orm/pg-core';
 import { and, asc, eq, getTableColumns, inArray, isNull, lt, or, sql, type SQL } from 'drizzle-orm';
 import { prepared } from '../db/prepared.js';
+import { jobError, type JobError } from '../job-errors.js';
 import {
   isUniqueViolation,
   type Database,
-  type JobError,
   type JobRow,
   type JobStatus,
   type NewJobRow,
@@ -509,7 +509,14 @@ async function failFollowers(q: Queryable, leaderId: string, error: JobError, no
 
 /** The columns of a job that ends failed with `error`. */
 function failedColumns(error: JobError, now: number) {
-  return { status: 'failed' as const, errorCode: error.code, errorMessage: error.message, finishedAt: now };
+  return {
+    status: 'failed' as const,
+    errorCode: error.code,
+    errorMessage: error.message,
+    errorDetail: error.detail,
+    errorHttpStatus: error.httpStatus,
+    finishedAt: now,
+  };
 }
 
 /**
@@ -661,10 +668,8 @@ export async function expireLeasesOfGoneHolders(q: Queryable, isGone: (owner: st
 
 async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
   const { jobs } = q.t;
-  const error = {
-    code: 'attempts_exhausted',
-    message: `The job was interrupted ${maxAttempts} times and is not retried again.`,
-  };
+  // Its followers were never interrupted themselves, but their fetch was, as many times.
+  const error = jobError('attempts_exhausted', { values: { attempts: maxAttempts } });
   const failed = await q.db
     .update(jobs)
     .set({ ...failedColumns(error, now), lockOwner: null, leaseExpiresAt: null, mediaKey: null })
@@ -674,12 +679,7 @@ async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: numbe
   for (const job of failed) {
     ended.push({
       job,
-      followers: await failFollowers(
-        q,
-        job.id,
-        { code: error.code, message: 'The job this one waited for failed.' },
-        now,
-      ),
+      followers: await failFollowers(q, job.id, error, now),
     });
   }
   return ended;

@@ -1,5 +1,6 @@
 import { and, eq, gte, isNotNull, sql } from 'drizzle-orm';
-import type { JobError, Queryable } from '../db/database.js';
+import type { Queryable } from '../db/database.js';
+import { jobError, type JobError } from '../job-errors.js';
 import { prepared } from '../db/prepared.js';
 
 /**
@@ -68,10 +69,9 @@ export async function allowanceRefusal(
 ): Promise<JobError | undefined> {
   const used = await storedBytesSince(q, apiKeyId, now - allowance.windowMs);
   if (used + adding <= allowance.bytes) return undefined;
-  return {
-    code: 'key_storage_quota_exceeded',
-    message:
-      `The new content (${adding} bytes: the WAV with its waveform peaks) would take this API key past its storage allowance: ${used} of ${allowance.bytes} bytes ` +
-      `stored in the last ${Math.round(allowance.windowMs / 3600_000)} h. Nothing was stored and nothing evicted; submit it again later.`,
-  };
+  const hours = Math.round(allowance.windowMs / 3600_000);
+  return jobError('key_storage_quota_exceeded', {
+    values: { limit: allowance.bytes, hours },
+    detail: `The new content is ${adding} bytes (the WAV with its waveform peaks); ${used} bytes were stored in the last ${hours} h. Nothing was stored and nothing evicted.`,
+  });
 }

@@ -234,10 +234,16 @@ describe('source-fetch fetch', () => {
 });
 
 describe('exit codes', () => {
-  it('1: the job failed (its error code printed)', async () => {
+  it("1: the job failed (its sentence and code printed, the downloader's words below)", async () => {
     const result = await cli(['fetch', media.url('/missing.wav')]);
     expect(result.code).toBe(EXIT.jobFailed);
-    expect(result.stdout).toMatch(/: failed: http_error: /);
+    expect(result.stdout).toMatch(
+      /: failed: Nothing was found at the source \(HTTP 404\)\. \(http_not_found\)\n {2}detail: ERROR: .*HTTP Error 404/,
+    );
+    const status = await cli(['status', jobIdIn(result.stdout)!]);
+    expect(status.stdout).toMatch(
+      /\nerror {4}Nothing was found at the source \(HTTP 404\)\. \(http_not_found\)\ndetail {3}ERROR: .*HTTP Error 404/,
+    );
   });
 
   it('2: usage: unknown command, missing argument, missing key, bad URL', async () => {

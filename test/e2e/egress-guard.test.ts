@@ -45,7 +45,9 @@ async function expectRefused(url: string, host: string) {
   const job = await svc.waitForJob((await svc.submit(url)).job_id, ['done', 'failed', 'canceled'], 60_000);
   expect(job.status).toBe('failed');
   expect(job.error?.code).toBe('destination_refused');
-  expect(job.error?.message).toContain(host);
+  expect(job.error?.message).toBe('The source led the downloader to a destination the service does not fetch from.');
+  // The guard's reason, naming the host.
+  expect(job.error?.detail).toContain(host);
   // The per-job proxy credentials never reach the job record.
   expect(JSON.stringify(job)).not.toMatch(/@127\.0\.0\.1:\d+/);
   return job;
@@ -259,7 +261,7 @@ describe('egress guard, end to end, with NO_PROXY in the service environment', (
     );
     expect(job.error?.code).toBe('destination_refused');
     expect(job.status).toBe('failed');
-    expect(job.error?.message).toContain('127.0.0.1');
+    expect(job.error?.detail).toContain('127.0.0.1');
     return job;
   }
 

@@ -83,7 +83,7 @@ describe('the egress guard through an upstream proxy', () => {
     const failed = await svc.waitForJob(job.job_id, ['done', 'failed']);
     expect(failed.status).toBe('failed');
     expect(failed.error!.code).toBe('destination_refused');
-    expect(failed.error!.message).toContain('10.20.30.40');
+    expect(failed.error!.detail).toContain('10.20.30.40');
     // The upstream saw the way to the redirect (the control: it records), and nothing of 10.20.30.40.
     const asked = proxy.asked.slice(before).map((entry) => entry.target);
     expect(asked).toContain(`127.0.0.1:${mediaPort()}`);

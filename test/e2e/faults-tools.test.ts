@@ -30,11 +30,11 @@ afterAll(async () => {
   await media?.close();
 });
 
-/** No server path, no data dir, no proxy credentials. */
+/** No server path, no data dir, no proxy credentials, in the sentence nor in the tool's words. */
 function expectCleanMessage(job: JobBody, svc: ServiceHandle) {
-  const message = job.error!.message;
-  expect(message.length).toBeGreaterThan(0);
-  expect(message.length).toBeLessThanOrEqual(500);
+  expect(job.error!.message.length).toBeGreaterThan(0);
+  expect(job.error!.detail?.length ?? 0).toBeLessThanOrEqual(500);
+  const message = `${job.error!.message}\n${job.error!.detail ?? ''}`;
   expect(message).not.toContain(svc.dataDir);
   expect(message).not.toMatch(/\/tmp\/|\/work\/|sf-data-|sf-fake-tools-|\.py"/);
   expect(message).not.toMatch(/@127\.0\.0\.1|:\/\/[^/\s]*:[^/\s]*@/);
@@ -93,7 +93,12 @@ describe('the downloader missing or not executable', () => {
         10_000,
       );
       expect(job.status).toBe('failed');
-      expect(job.error).toEqual({ code: 'downloader_missing', message: expect.any(String) });
+      expect(job.error).toEqual({
+        code: 'downloader_missing',
+        message: 'The downloader (yt-dlp) is not installed or not executable.',
+        detail: null,
+        http_status: null,
+      });
       expectCleanMessage(job, svc);
       expect(Date.now() - started).toBeLessThan(5_000);
       expect(media.requests.filter((r) => r.path.includes('noexec'))).toEqual([]);
@@ -105,7 +110,7 @@ describe('the downloader missing or not executable', () => {
 });
 
 describe('tools that exit non-zero', () => {
-  it('yt-dlp failing: download_failed, with its error line and neither paths nor proxy credentials', async () => {
+  it('yt-dlp failing: download_failed, its error line as the detail, and neither paths nor proxy credentials', async () => {
     const ytdlp = await writeFailingYtDlp(path.join(toolDir, 'yt'));
     const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, YTDLP_PATH: ytdlp } });
     try {
@@ -116,8 +121,9 @@ describe('tools that exit non-zero', () => {
       );
       expect(job.status).toBe('failed');
       expect(job.error!.code).toBe('download_failed');
-      expect(job.error!.message).toContain('ERROR: [generic] Unable to download webpage');
-      expect(job.error!.message).not.toContain('WARNING');
+      expect(job.error!.message).toBe('The downloader could not get the media.');
+      expect(job.error!.detail).toContain('ERROR: [generic] Unable to download webpage');
+      expect(job.error!.detail).not.toContain('WARNING');
       expectCleanMessage(job, svc);
       // Nor in the logs: the proxy URL with its token is never logged.
       expect(svc.output()).not.toMatch(/http:\/\/[^/\s"]+:[^/\s"]+@127\.0\.0\.1/);
@@ -126,7 +132,7 @@ describe('tools that exit non-zero', () => {
     }
   });
 
-  it('ffmpeg failing: conversion_failed with a cleaned message, nothing stored', async () => {
+  it("ffmpeg failing: conversion_failed, ffmpeg's cleaned words as the detail, nothing stored", async () => {
     const ffmpeg = await writeFailingFfmpeg(path.join(toolDir, 'ff'));
     const svc = await startService({ env: { FETCH_ALLOW_HOSTS: media.hostPort, FFMPEG_PATH: ffmpeg } });
     try {
@@ -137,7 +143,8 @@ describe('tools that exit non-zero', () => {
       );
       expect(job.status).toBe('failed');
       expect(job.error!.code).toBe('conversion_failed');
-      expect(job.error!.message).toMatch(/Header missing|Conversion failed/);
+      expect(job.error!.message).toBe('The conversion to WAV failed.');
+      expect(job.error!.detail).toMatch(/Header missing|Conversion failed/);
       expectCleanMessage(job, svc);
       expect(job.result).toBeNull();
       expect(await readdir(path.join(svc.dataDir, 'artifacts')).catch(() => [])).not.toContainEqual(
@@ -191,7 +198,7 @@ describe('damaged media served with an audio content type', () => {
     ['/garbage.mp3', 'not_audio'],
     ['/cut.m4a', 'not_audio'],
     ['/cut-faststart.m4a', 'media_corrupt'],
-    ['/server-error.mp3', 'http_error'],
+    ['/server-error.mp3', 'http_server_error'],
   ])('%s fails with %s and a cleaned message', async (urlPath, code) => {
     const job = await svc.waitForJob((await svc.submit(media.url(urlPath))).job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');

@@ -144,7 +144,12 @@ describe('conversion alongside the download', () => {
     const submitted = await svc.submit(media.url('/long.mp3'));
     const job = await svc.waitForJob(submitted.job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');
-    expect(job.error).toEqual({ code: 'file_too_large', message: expect.stringContaining(String(MAX_BYTES)) });
+    expect(job.error).toEqual({
+      code: 'file_too_large',
+      message: `The download is larger than the limit of ${MAX_BYTES} bytes.`,
+      detail: null,
+      http_status: null,
+    });
     // ffmpeg was running on it when the download failed.
     expect((await stepsOf(submitted.job_id)).during_download).toMatchObject({
       converter_input: 'stream',

@@ -219,22 +219,26 @@ describe('a submitted URL becomes a stored 44.1 kHz WAV', () => {
     expect(copy.result!.content_id).toBe(original.result!.content_id);
   });
 
-  it('a download that is not audio fails with not_audio, and nothing is stored', async () => {
+  it('a page without media fails with not_media, and nothing is stored', async () => {
     media.route('/page.html', (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' }).end('<html><body>no media here</body></html>');
     });
     const job = await svc.waitForJob((await svc.submit(media.url('/page.html'))).job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');
-    expect(job.error!.code).toMatch(/^(not_audio|unsupported_url)$/);
-    expect(job.error!.message).not.toMatch(/\/tmp\/|\/work\/|sf-data-/);
+    expect(job.error!.code).toBe('not_media');
+    expect(job.error!.detail).not.toMatch(/\/tmp\/|\/work\/|sf-data-/);
   });
 
-  it('an HTTP error at the origin fails the job with a code and a message free of server paths', async () => {
+  it("an HTTP error at the origin fails the job with its code and status, the downloader's words free of server paths", async () => {
     const job = await svc.waitForJob((await svc.submit(media.url('/missing.mp3'))).job_id, ['done', 'failed']);
     expect(job.status).toBe('failed');
-    expect(job.error!.code).toBe('http_error');
-    expect(job.error!.message).toContain('404');
-    expect(job.error!.message).not.toContain(svc.dataDir);
+    expect(job.error).toMatchObject({
+      code: 'http_not_found',
+      message: 'Nothing was found at the source (HTTP 404).',
+      http_status: 404,
+    });
+    expect(job.error!.detail).toMatch(/HTTP Error 404/);
+    expect(job.error!.detail).not.toContain(svc.dataDir);
   });
 
   it('leaves no working folders behind', async () => {

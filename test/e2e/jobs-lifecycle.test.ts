@@ -136,7 +136,7 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
       'failed',
     ]);
     expect(failed.status).toBe('failed');
-    expect(failed.error!.code).toBe('http_error');
+    expect(failed.error).toMatchObject({ code: 'http_not_found', http_status: 404 });
     const failedConflict = await svc.request(`/jobs/${failed.job_id}/cancel`, { method: 'POST' });
     expect(failedConflict.status).toBe(409);
     expect(failedConflict.headers.get('content-type')).toContain('application/problem+json');
@@ -221,7 +221,12 @@ describe('a missing downloader', () => {
         10_000,
       );
       expect(job.status).toBe('failed');
-      expect(job.error).toEqual({ code: 'downloader_missing', message: expect.any(String) });
+      expect(job.error).toEqual({
+        code: 'downloader_missing',
+        message: 'The downloader (yt-dlp) is not installed or not executable.',
+        detail: null,
+        http_status: null,
+      });
       expect(media.requestsFor('/nodownloader.wav')).toEqual([]);
     } finally {
       await svc.stop();

@@ -85,7 +85,7 @@ describe('metrics', () => {
     const value = async (line: string) => Number((await series(`${line} `))[0]?.split(' ').pop() ?? 0);
     const doneBefore = await value('source_fetch_jobs_finished_total{status="done",born_done="false"}');
     const bornDoneBefore = await value('source_fetch_jobs_finished_total{status="done",born_done="true"}');
-    const failedBefore = await value('source_fetch_job_failures_total{code="http_error"}');
+    const failedBefore = await value('source_fetch_job_failures_total{code="http_not_found"}');
     const bytesBefore = await value('source_fetch_downloaded_bytes_total');
     const durationsBefore = await value('source_fetch_job_duration_seconds_count{status="done"}');
 
@@ -103,11 +103,11 @@ describe('metrics', () => {
     expect((await svc.waitForJob(fast.job_id, ['done', 'failed'])).status).toBe('done');
     expect((await svc.submit(media.url('/metrics-tone.m4a'))).born_done).toBe(true);
     const missing = await svc.submit(media.url('/metrics-missing.m4a'));
-    expect((await svc.waitForJob(missing.job_id, ['done', 'failed'])).error?.code).toBe('http_error');
+    expect((await svc.waitForJob(missing.job_id, ['done', 'failed'])).error?.code).toBe('http_not_found');
 
     expect(await value('source_fetch_jobs_finished_total{status="done",born_done="false"}')).toBe(doneBefore + 2);
     expect(await value('source_fetch_jobs_finished_total{status="done",born_done="true"}')).toBe(bornDoneBefore + 1);
-    expect(await value('source_fetch_job_failures_total{code="http_error"}')).toBe(failedBefore + 1);
+    expect(await value('source_fetch_job_failures_total{code="http_not_found"}')).toBe(failedBefore + 1);
     expect(await value('source_fetch_job_duration_seconds_count{status="done"}')).toBe(durationsBefore + 2);
     expect(await value('source_fetch_downloaded_bytes_total')).toBe(bytesBefore + 2 * toneBytes);
     // Likewise a worker is free only once its job's end is durable and its runner has returned.

@@ -145,7 +145,9 @@ describe.each(BACKENDS)('the store allowance per API key on %s', (kind) => {
     expect(refused.status).toBe('failed');
     expect(refused.error).toEqual({
       code: 'key_storage_quota_exceeded',
-      message: expect.stringContaining(`${firstBytes} of ${CAP / 4} bytes`),
+      message: expect.stringContaining(`past its storage allowance of ${CAP / 4} bytes`),
+      detail: expect.stringContaining(`${firstBytes} bytes were stored`),
+      http_status: null,
     });
     // The job record names no key, nor any digest of one.
     expect(JSON.stringify(refused)).not.toContain(KEY_BULK);

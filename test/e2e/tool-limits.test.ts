@@ -184,7 +184,9 @@ describe('memory: TOOL_MEMORY_BYTES, set by the sandbox', () => {
       expect(job.status).toBe('failed');
       expect(job.error).toEqual({
         code: 'memory_exceeded',
-        message: expect.stringContaining('The downloader needed more than its memory limit of 256 MiB'),
+        message: 'The downloader needed more than its memory limit of 256 MiB and was stopped.',
+        detail: null,
+        http_status: null,
       });
       // The sampler saw the inflation grow (it would read 0 had it missed the run) and stop under the ceiling.
       expect(peakBytes).toBeGreaterThan(64 * MIB);
@@ -212,7 +214,12 @@ describe('memory: TOOL_MEMORY_BYTES, set by the sandbox', () => {
     const { result: bomb, peakBytes } = await fetchFailingJobSeen(media.url('/sample-table-bomb.m4a'));
     expect(bomb.status).toBe('failed');
     // ffmpeg drops, silently, the index it may not allocate, and then finds no audio to decode.
-    expect(bomb.error).toEqual({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
+    expect(bomb.error).toEqual({
+      code: 'not_audio',
+      message: 'The downloaded file holds no audio the converter can read.',
+      detail: 'The converter wrote a WAV without samples.',
+      http_status: null,
+    });
     // 2 GiB without the ceiling and ffmpeg's -max_alloc.
     expect(peakBytes).toBeGreaterThan(0);
     expect(peakBytes).toBeLessThan(128 * MIB);
@@ -231,6 +238,8 @@ describe('output: MAX_OUTPUT_BYTES, set by the sandbox as the converter file siz
     expect(job.error).toEqual({
       code: 'output_too_large',
       message: `The WAV would be larger than the limit of ${MAX_OUTPUT_BYTES} bytes.`,
+      detail: null,
+      http_status: null,
     });
     expect(job.result).toBeNull();
     expect(await workLeftovers(svc.dataDir)).toEqual([]);
@@ -309,9 +318,12 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
     const ends = await Promise.all([a, b].map((job) => slow.waitForJob(job.job_id, ['done', 'failed'], 60_000)));
     for (const ended of ends) {
       expect(ended.status).toBe('failed');
+      // The origin answered, and goes on trickling: a stall, not an origin that never answered.
       expect(ended.error).toEqual({
         code: 'download_stalled',
         message: `The download gained fewer than ${STALL_S * 1024} bytes in ${STALL_S} s and was stopped.`,
+        detail: null,
+        http_status: null,
       });
     }
     const done = await slow.waitForJob(honest.job_id, ['done', 'failed'], 60_000);
@@ -333,6 +345,8 @@ describe('stalled transfers: DOWNLOAD_STALL_S, METADATA_TIMEOUT_S', () => {
     expect(job.error).toEqual({
       code: 'metadata_timeout',
       message: `Reading the media's metadata took longer than ${METADATA_S} s and was stopped.`,
+      detail: null,
+      http_status: null,
     });
     expect(Date.now() - started).toBeGreaterThanOrEqual(METADATA_S * 1000);
     expect(Date.now() - started).toBeLessThan(30_000);

@@ -158,7 +158,8 @@ describe('a converter taken over by its input', () => {
       expect(job.status).toBe('failed');
       expect(job.error).toMatchObject({
         code: 'conversion_failed',
-        message: `The converter left ${FOUND[attack]} instead of a WAV file.`,
+        message: 'The conversion to WAV failed.',
+        detail: `The converter left ${FOUND[attack]} instead of a WAV file.`,
       });
       // Nothing entered the store: not the link, not the WAV it pointed at.
       const outsideId = createHash('sha256')
@@ -184,7 +185,7 @@ describe('a converter taken over by its input', () => {
     expect(job.status).toBe('failed');
     expect(job.error).toMatchObject({
       code: 'conversion_failed',
-      message: 'The converter wrote a WAV of another format than the one asked for.',
+      detail: 'The converter wrote a WAV of another format than the one asked for.',
     });
     expect(svc.logs).toContainEqual(
       expect.objectContaining({ msg: 'the converter wrote a WAV of another format than asked', channels: 4096 }),
@@ -196,7 +197,7 @@ describe('a converter taken over by its input', () => {
     expect(job.status).toBe('failed');
     expect(job.error).toMatchObject({
       code: 'conversion_failed',
-      message: 'The converter replaced its output file while it was being read.',
+      detail: 'The converter replaced its output file while it was being read.',
     });
   });
 });

@@ -225,7 +225,7 @@ if (KEEPS_COOKIES_HOME)
           'failed',
         ]);
         expect(job.status).toBe('failed');
-        expect(job.error?.code).toBe('http_error');
+        expect(job.error).toMatchObject({ code: 'http_access_denied', http_status: 403 });
       } finally {
         await svc.stop();
       }
@@ -290,7 +290,7 @@ if (KEEPS_COOKIES_HOME)
           'failed',
         ]);
         expect(job.status).toBe('failed');
-        expect(job.error?.code).toBe('http_error');
+        expect(job.error).toMatchObject({ code: 'http_gone', http_status: 410 });
         expectNoCookieTrace(JSON.stringify(job));
         expectNoCookieTrace(svc.output());
       });

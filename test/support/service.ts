@@ -74,7 +74,7 @@ export interface JobBody {
     }>;
     loudness: { integrated_lufs: number; range_lu: number; true_peak_dbtp: number } | null;
   } | null;
-  error: { code: string; message: string } | null;
+  error: { code: string; message: string; detail: string | null; http_status: number | null } | null;
   [key: string]: unknown;
 }
 

@@ -24,6 +24,8 @@ describe('watchForStall', () => {
     expect(watch.signal.reason).toEqual({
       code: 'download_stalled',
       message: 'The download gained fewer than 1000 bytes in 10 s and was stopped.',
+      detail: null,
+      httpStatus: null,
     });
     watch.stop();
   });

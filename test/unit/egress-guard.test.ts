@@ -14,6 +14,7 @@ import {
 } from '../../src/egress/guard.js';
 import { classifyAddress } from '../../src/policy/address.js';
 import { parseAllowHosts, type AllowList, type Resolver } from '../../src/policy/destination.js';
+import { until } from '../support/until.js';
 
 /*
  * Only loopback is ever connected to. Non-loopback destinations go through an injected resolver
@@ -104,6 +105,7 @@ async function startGuard(opts: {
   dial: Dialer;
   allowHosts?: AllowList;
   idleTimeoutMs?: number;
+  connectTimeoutMs?: number;
 }): Promise<{ guard: EgressGuard; session: GuardSession; logged: Logged }> {
   const logged: Logged = { warn: [], info: [] };
   const guard = await startEgressGuard({
@@ -111,7 +113,7 @@ async function startGuard(opts: {
     dial: opts.dial,
     allowHosts: opts.allowHosts ?? [],
     logger: { warn: (o) => logged.warn.push(o), info: (o) => logged.info.push(o) },
-    connectTimeoutMs: 2000,
+    connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
     idleTimeoutMs: opts.idleTimeoutMs,
   });
   cleanup.push(() => guard.close());
@@ -646,3 +648,161 @@ describe('egress guard: teardown', () => {
     ).rejects.toThrow();
   });
 });
+
+/** A loopback port nothing listens on (it was free a moment ago). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A TCP server on loopback that accepts and reads, and never sends a byte; `received` resolves at the first byte in. */
+async function startSilentOrigin(): Promise<{ port: number; received: Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  let gotBytes!: () => void;
+  const received = new Promise<void>((resolve) => (gotBytes = resolve));
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.once('data', () => gotBytes());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanup.push(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  );
+  return { port: (server.address() as AddressInfo).port, received };
+}
+
+const failed = (host: string, port: number, code: string) => ({ host, port, code, message: expect.any(String) });
+
+describe('egress guard: upstream failures, recorded per session with their cause', () => {
+  it('a closed port: connection_refused, for a plain request and a CONNECT alike', async () => {
+    const port = await closedPort();
+    const { guard, session } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${port}`]),
+    });
+    const auth = authOf(session);
+    expect((await viaProxy(guard.port!, `http://127.0.0.1:${port}/a.mp3`, { auth })).status).toBe(502);
+    expect((await connectVia(guard.port!, `127.0.0.1:${port}`, auth)).status).toBe(502);
+    expect(session.upstreamFailures()).toEqual([
+      failed('127.0.0.1', port, 'connection_refused'),
+      failed('127.0.0.1', port, 'connection_refused'),
+    ]);
+    expect(session.refusals()).toEqual([]);
+  });
+
+  it('a name that does not exist, and one the name servers did not answer: host_not_found, host_lookup_failed', async () => {
+    const failing = (code: string) => Object.assign(new Error(code), { code });
+    const resolve: Resolver = (name) =>
+      Promise.reject(
+        failing(name.startsWith('gone') ? 'ENOTFOUND' : name.startsWith('empty') ? 'ENODATA' : 'ETIMEOUT'),
+      );
+    const { guard, session } = await startGuard({ resolve, dial: recordingDialer() });
+    const auth = authOf(session);
+    expect((await viaProxy(guard.port!, 'http://gone.example/a.mp3', { auth })).status).toBe(502);
+    expect((await connectVia(guard.port!, 'empty.example:443', auth)).status).toBe(502);
+    expect((await viaProxy(guard.port!, 'http://silent.example/a.mp3', { auth })).status).toBe(502);
+    expect(session.upstreamFailures()).toEqual([
+      failed('gone.example', 80, 'host_not_found'),
+      failed('empty.example', 443, 'host_not_found'),
+      failed('silent.example', 80, 'host_lookup_failed'),
+    ]);
+  });
+
+  it('a connection not accepted in time: connect_timeout; another failed dial: network_error', async () => {
+    const resolve = tableResolver({ 'slow.example': [['93.184.216.34']], 'odd.example': [['8.8.8.8']] });
+    // Plays a host whose SYNs go unanswered: the dial ends only when its signal aborts.
+    const dial: Dialer = (address, _port, signal) =>
+      address === '8.8.8.8'
+        ? Promise.reject(new Error('the upstream proxy answered 502 to CONNECT'))
+        : new Promise((_resolve, reject) =>
+            signal?.addEventListener('abort', () => reject(new Error('connect aborted'))),
+          );
+    const { guard, session } = await startGuard({ resolve, dial, connectTimeoutMs: 50 });
+    const auth = authOf(session);
+    expect((await viaProxy(guard.port!, 'http://slow.example/a.mp3', { auth })).status).toBe(502);
+    expect((await viaProxy(guard.port!, 'http://odd.example/a.mp3', { auth })).status).toBe(502);
+    expect(session.upstreamFailures()).toEqual([
+      failed('slow.example', 80, 'connect_timeout'),
+      failed('odd.example', 80, 'network_error'),
+    ]);
+  });
+
+  it('an origin that takes the request and never answers: no_answer, once the client gives up', async () => {
+    const origin = await startSilentOrigin();
+    const { guard, session } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+    });
+    const controller = new AbortController();
+    const asked = fetchVia(guard.port!, `http://127.0.0.1:${origin.port}/a.mp3`, authOf(session), controller.signal);
+    await origin.received;
+    // Still waiting: nothing recorded yet.
+    expect(session.upstreamFailures()).toEqual([]);
+    controller.abort();
+    await expect(asked).rejects.toThrow();
+    const recorded = await until('the failure recorded', () =>
+      session.upstreamFailures().length > 0 ? session.upstreamFailures() : undefined,
+    );
+    expect(recorded).toEqual([failed('127.0.0.1', origin.port, 'no_answer')]);
+  });
+
+  it('a tunnel whose origin never answers: no_answer when the session closes; a tunnel nobody spoke in: nothing', async () => {
+    const origin = await startSilentOrigin();
+    const quiet = await startSilentOrigin();
+    const { guard, session } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`, `127.0.0.1:${quiet.port}`]),
+    });
+    const auth = authOf(session);
+    const spoken = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, auth);
+    const unspoken = await connectVia(guard.port!, `127.0.0.1:${quiet.port}`, auth);
+    expect([spoken.status, unspoken.status]).toEqual([200, 200]);
+    spoken.socket.write('\x16\x03\x01 a ClientHello');
+    await origin.received;
+    session.close();
+    expect(session.upstreamFailures()).toEqual([failed('127.0.0.1', origin.port, 'no_answer')]);
+  });
+
+  it('the control: answered requests and tunnels record nothing', async () => {
+    const origin = await startOrigin();
+    const { guard, session } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+    });
+    const auth = authOf(session);
+    expect((await viaProxy(guard.port!, `http://127.0.0.1:${origin.port}/a`, { auth })).status).toBe(200);
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, auth);
+    expect(await overTunnel(tunnel.socket, '127.0.0.1', '/b')).toContain('hello GET /b');
+    session.close();
+    expect(session.upstreamFailures()).toEqual([]);
+  });
+});
+
+/** A plain request through the guard that `signal` can abandon mid-way. */
+function fetchVia(guardPort: number, target: string, auth: string, signal: AbortSignal): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: '127.0.0.1',
+      port: guardPort,
+      path: target,
+      headers: { 'proxy-authorization': auth },
+      agent: false,
+      signal,
+    });
+    req.on('response', (res) => resolve(res.statusCode ?? 0));
+    req.on('error', reject);
+    req.end();
+  });
+}

@@ -157,6 +157,7 @@ async function runJob(
     openEgressSession: () => ({
       proxyUrlAt: (at) => `http://job:secret@${at}`,
       refusals: () => [],
+      upstreamFailures: () => [],
       hostsContacted: () => opts.hostsContacted ?? [],
       close: () => {},
     }),

@@ -322,6 +322,8 @@ const row = (overrides: Partial<JobRow> = {}): JobRow =>
     contentId: null,
     errorCode: null,
     errorMessage: null,
+    errorDetail: null,
+    errorHttpStatus: null,
     extractor: null,
     mediaId: null,
     mediaKey: null,
@@ -372,8 +374,9 @@ describe('job event streams', () => {
         attempts: 1,
         startedAt: 1_700_000_001_000,
         finishedAt: 1_700_000_002_000,
-        errorCode: 'http_error',
-        errorMessage: 'HTTP 404',
+        errorCode: 'http_not_found',
+        errorMessage: 'Nothing was found at the source (HTTP 404).',
+        errorHttpStatus: 404,
       }),
     );
     await stream.ended;
@@ -441,8 +444,9 @@ describe('job event streams', () => {
     const failed = row({
       status: 'failed',
       finishedAt: 1_700_000_004_000,
-      errorCode: 'http_error',
-      errorMessage: 'HTTP 404',
+      errorCode: 'http_not_found',
+      errorMessage: 'Nothing was found at the source (HTTP 404).',
+      errorHttpStatus: 404,
     });
     const delivery = (attempts: number): JobRecord['callback'] => ({
       url: 'https://hooks.example/done',
@@ -460,7 +464,8 @@ describe('job event streams', () => {
     const later = { ...render(failed), callback: delivery(2) };
     expect(eventIdOf(later)).toBe(eventIdOf(streamed));
     // The control: a change of the job itself is a new id.
-    expect(eventIdOf({ ...later, error: { code: 'http_error', message: 'HTTP 410' } })).not.toBe(eventIdOf(streamed));
+    const gone = { code: 'http_gone', message: 'The media has been removed from the source (HTTP 410).' } as const;
+    expect(eventIdOf({ ...later, error: { ...gone, detail: null, http_status: 410 } })).not.toBe(eventIdOf(streamed));
 
     const streams = createJobEventStreams({
       watcher: manualWatcher().watcher,

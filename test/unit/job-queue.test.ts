@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
+import { httpStatusError, jobError } from '../../src/job-errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import {
   activeLeaderFor,
@@ -87,7 +88,7 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     for (const id of ['a', 'f1', 'f2'])
       expect(await get(id)).toMatchObject({ status: 'done', contentId: 'cid', finishedAt: 2000 });
     // A finished job does not change again.
-    expect(await markFailed(database, 'a', 'n1', { code: 'x', message: 'y' }, 3000)).toBeUndefined();
+    expect(await markFailed(database, 'a', 'n1', jobError('internal_error'), 3000)).toBeUndefined();
     expect(await markDone(database, 'a', 'n1', 'other', 3000)).toBeUndefined();
   });
 
@@ -95,9 +96,18 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await queued('a');
     await queued('f', 'https://m.example/a');
     await claimNextJob(database, lease('n1'));
-    const ended = await markFailed(database, 'a', 'n1', { code: 'http_error', message: 'HTTP Error 404' }, 2000);
+    const error = httpStatusError(404, 'ERROR: HTTP Error 404: Not Found');
+    const ended = await markFailed(database, 'a', 'n1', error, 2000);
     expect(ended?.followers.map((row) => row.id)).toEqual(['f']);
-    expect(await get('f')).toMatchObject({ status: 'failed', errorCode: 'http_error', errorMessage: 'HTTP Error 404' });
+    for (const id of ['a', 'f']) {
+      expect(await get(id)).toMatchObject({
+        status: 'failed',
+        errorCode: 'http_not_found',
+        errorMessage: 'Nothing was found at the source (HTTP 404).',
+        errorDetail: 'ERROR: HTTP Error 404: Not Found',
+        errorHttpStatus: 404,
+      });
+    }
   });
 
   it('a follower canceled while queued does not end again with its leader', async () => {
@@ -156,8 +166,12 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
       const ended = await releaseJob(database, 'a', 'n1', 3, clock);
       expect(ended === undefined, `attempt ${attempt}`).toBe(attempt < 3);
     }
-    expect(await get('a')).toMatchObject({ status: 'failed', errorCode: 'attempts_exhausted', lockOwner: null });
-    expect(await get('fa')).toMatchObject({ status: 'failed', errorCode: 'attempts_exhausted' });
+    const exhausted = {
+      errorCode: 'attempts_exhausted',
+      errorMessage: 'The fetch was interrupted 3 times and is not tried again.',
+    };
+    expect(await get('a')).toMatchObject({ status: 'failed', ...exhausted, lockOwner: null });
+    expect(await get('fa')).toMatchObject({ status: 'failed', ...exhausted });
   });
 
   it('takes back running jobs whose lease ran out, and only those; fails those out of attempts', async () => {

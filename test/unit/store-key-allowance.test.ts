@@ -86,7 +86,14 @@ describe.each(BACKENDS)("the store's allowance per key on %s", (kind) => {
     const over = await commitJob(fx, { apiKeyId: KEY_A, bytes: 1001, now: 11_000 });
     expect(over.outcome).toEqual({
       ok: false,
-      error: { code: 'key_storage_quota_exceeded', message: expect.stringContaining('1500 of 2500 bytes') },
+      error: {
+        code: 'key_storage_quota_exceeded',
+        message: expect.stringContaining('past its storage allowance of 2500 bytes'),
+        detail: expect.stringContaining(
+          'The new content is 1001 bytes (the WAV with its waveform peaks); 1500 bytes were stored',
+        ),
+        httpStatus: null,
+      },
     });
     // Nothing recorded, nothing left in the store or half-written in it.
     expect(over.row).toMatchObject({ status: 'running', storedBytes: null, contentId: null });

@@ -284,7 +284,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     const page = await download(buildDownloadArgs({ url: server.url('/page.html'), outputDir }), { cwd: jobDir });
     expect(page.result.exitCode).not.toBe(0);
     expect(page.info).toEqual([]);
-    expect(classifyYtDlpFailure(page.result.stderrTail)).toBe('unsupported_url');
+    expect(classifyYtDlpFailure(page.result.stderrTail)).toEqual({ code: 'not_media', httpStatus: null });
 
     const { result: missing, info } = await download(
       buildDownloadArgs({ url: server.url('/missing.mp3'), outputDir }),
@@ -294,7 +294,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
     );
     expect(missing.exitCode).not.toBe(0);
     expect(info).toEqual([]);
-    expect(classifyYtDlpFailure(missing.stderrTail)).toBe('http_error');
+    expect(classifyYtDlpFailure(missing.stderrTail)).toEqual({ code: 'http_not_found', httpStatus: 404 });
     const message = cleanToolMessage(missing.stderrTail, [jobDir, dirname(jobDir)]);
     expect(message).toMatch(/^ERROR: .*HTTP Error 404/);
     expect(message).not.toMatch(/please report|\/tmp\//);

@@ -8,7 +8,7 @@ import {
   isGuardedProtocol,
   netscapeCookiesProblem,
 } from '../../src/tools/ytdlp-args.js';
-import { classifyYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
+import { classifyYtDlpFailure, describeYtDlpFailure } from '../../src/tools/ytdlp-failure.js';
 import { parseInfoJson, parseProgressLine } from '../../src/tools/ytdlp-output.js';
 
 describe('configFileText', () => {
@@ -326,24 +326,103 @@ describe('cleanToolMessage', () => {
   });
 });
 
+/** yt-dlp's own words (Debian's 2023.03.04, then a current one where they differ), as seen through the egress guard or without it. */
+const SAID = {
+  pageWithoutMedia:
+    'WARNING: [generic] Falling back on generic information extractor\nERROR: Unsupported URL: http://127.0.0.1:8000/page.html',
+  notFound:
+    "ERROR: [generic] None: Unable to download webpage: HTTP Error 404: Not Found (caused by <HTTPError 404: 'Not Found'>); please report this issue on  https://github.com/yt-dlp/yt-dlp/issues?q= , filling out the appropriate issue template. Confirm you are on the latest version using  yt-dlp -U",
+  notFoundCurrent:
+    'ERROR: [generic] e404: Unable to download webpage: HTTP Error 404: Not Found (caused by <HTTPError 404: Not Found>)',
+  guards502:
+    'ERROR: [generic] x: Unable to download webpage: HTTP Error 502: Bad Gateway (caused by <HTTPError 502: Bad Gateway>)',
+  guards502Tunnel:
+    "ERROR: [generic] None: Unable to download webpage: <urlopen error Tunnel connection failed: 502 Bad Gateway> (caused by URLError(OSError('Tunnel connection failed: 502 Bad Gateway')))",
+  refusedConnect:
+    "ERROR: [generic] None: Unable to download webpage: <urlopen error Tunnel connection failed: 403 Forbidden> (caused by URLError(OSError('Tunnel connection failed: 403 Forbidden')))",
+  connectionRefused:
+    "ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused> (caused by URLError(ConnectionRefusedError(111, 'Connection refused')))",
+  connectionRefusedCurrent:
+    "ERROR: [generic] x: Unable to download webpage: [Errno 111] Connection refused (caused by TransportError('[Errno 111] Connection refused'))",
+};
+
 describe('classifyYtDlpFailure', () => {
   it.each([
-    ['ERROR: Unsupported URL: http://127.0.0.1:1/page.html', 'unsupported_url'],
-    ['ERROR: [generic] None: Unable to download webpage: HTTP Error 404: File not found', 'http_error'],
-    ['[download] File is larger than max-filesize (37764 bytes > 1000 bytes). Aborting.', 'file_too_large'],
-    [
-      "ERROR: [generic] None: Unable to download webpage: <urlopen error Tunnel connection failed: 403 Forbidden> (caused by URLError(OSError('Tunnel connection failed: 403 Forbidden')))",
-      'destination_refused',
-    ],
-    [
-      'ERROR: [generic] None: Unable to download webpage: <urlopen error [Errno 111] Connection refused>',
-      'network_error',
-    ],
-    ['ERROR: The read operation timed out', 'network_error'],
-    ['ERROR: [generic] rtmp: Requested format is not available', 'unsupported_protocol'],
-    ['ERROR: something new', 'download_failed'],
-    ['', 'download_failed'],
-  ])('%s → %s', (tail, code) => {
-    expect(classifyYtDlpFailure(tail)).toBe(code);
+    [SAID.pageWithoutMedia, 'not_media', null],
+    ['ERROR: Unsupported URL: https://www.example.com/feed/', 'unsupported_url', null],
+    [SAID.notFound, 'http_not_found', 404],
+    [SAID.notFoundCurrent, 'http_not_found', 404],
+    ['ERROR: unable to download video data: HTTP Error 403: Forbidden', 'http_access_denied', 403],
+    ['ERROR: unable to download video data: HTTP Error 401: Unauthorized', 'http_access_denied', 401],
+    ['ERROR: [generic] x: Unable to download webpage: HTTP Error 410: Gone', 'http_gone', 410],
+    ['ERROR: [generic] x: Unable to download webpage: HTTP Error 429: Too Many Requests', 'http_rate_limited', 429],
+    ['ERROR: [generic] x: Unable to download webpage: HTTP Error 500: Internal Server Error', 'http_server_error', 500],
+    [SAID.guards502, 'http_server_error', 502],
+    ['ERROR: [generic] x: Unable to download webpage: HTTP Error 405: Method Not Allowed', 'http_error', 405],
+    ['[download] File is larger than max-filesize (37764 bytes > 1000 bytes). Aborting.', 'file_too_large', null],
+    [SAID.refusedConnect, 'destination_refused', null],
+    [SAID.guards502Tunnel, 'network_error', null],
+    [SAID.connectionRefused, 'connection_refused', null],
+    [SAID.connectionRefusedCurrent, 'connection_refused', null],
+    ['ERROR: <urlopen error [Errno -2] Name or service not known>', 'host_not_found', null],
+    ['ERROR: <urlopen error [Errno -3] Temporary failure in name resolution>', 'host_lookup_failed', null],
+    ['ERROR: Connection to example.com timed out. (connect timeout=20.0)', 'connect_timeout', null],
+    ['ERROR: The read operation timed out', 'no_answer', null],
+    ['ERROR: [Errno 104] Connection reset by peer', 'network_error', null],
+    ['ERROR: [generic] rtmp: Requested format is not available', 'unsupported_protocol', null],
+    ['ERROR: [Errno 28] No space left on device', 'storage_full', null],
+    ['ERROR: something new', 'download_failed', null],
+    ['', 'download_failed', null],
+  ])('%s → %s', (tail, code, httpStatus) => {
+    expect(classifyYtDlpFailure(tail)).toEqual({ code, httpStatus });
+  });
+});
+
+describe('describeYtDlpFailure', () => {
+  const context = { hide: ['/srv/work/job-1'], url: 'http://media.example:8000/a.mp3', maxBytes: 1000 };
+
+  it("says what happened in a sentence, and keeps yt-dlp's cleaned words as the detail", () => {
+    expect(describeYtDlpFailure(SAID.notFound, context)).toEqual({
+      code: 'http_not_found',
+      message: 'Nothing was found at the source (HTTP 404).',
+      detail:
+        "ERROR: [generic] None: Unable to download webpage: HTTP Error 404: Not Found (caused by <HTTPError 404: 'Not Found'>)",
+      httpStatus: 404,
+    });
+    expect(describeYtDlpFailure(SAID.pageWithoutMedia, context)).toEqual({
+      code: 'not_media',
+      message: 'The page at the URL holds no media the downloader can find.',
+      detail: 'ERROR: Unsupported URL: http://127.0.0.1:8000/page.html',
+      httpStatus: null,
+    });
+  });
+
+  it("names the job URL's host and port for a connection that failed, and the limit for a file too large", () => {
+    expect(describeYtDlpFailure(SAID.connectionRefusedCurrent, context)).toMatchObject({
+      code: 'connection_refused',
+      message: 'The source media.example:8000 refused the connection: no server is listening there.',
+    });
+    expect(describeYtDlpFailure(SAID.connectionRefused, { ...context, url: 'https://[::1]/a' })).toMatchObject({
+      message: 'The source [::1]:443 refused the connection: no server is listening there.',
+    });
+    expect(describeYtDlpFailure('ERROR: <urlopen error [Errno -2] Name or service not known>', context)).toMatchObject({
+      message: 'The host name media.example does not exist.',
+    });
+    expect(
+      describeYtDlpFailure(
+        '[download] File is larger than max-filesize (37764 bytes > 1000 bytes). Aborting.',
+        context,
+      ),
+    ).toMatchObject({ code: 'file_too_large', message: 'The download is larger than the limit of 1000 bytes.' });
+  });
+
+  it('keeps paths and the proxy out of the detail', () => {
+    const error = describeYtDlpFailure(
+      'ERROR: unable to open for writing: /srv/work/job-1/download/source.mp3 via http://job:t0ken@127.0.0.1:9/',
+      { ...context, hide: [...context.hide, 'http://job:t0ken@127.0.0.1:9'] },
+    );
+    expect(error.code).toBe('download_failed');
+    expect(error.message).toBe('The downloader could not get the media.');
+    expect(error.detail).not.toMatch(/\/srv|t0ken/);
   });
 });

@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
+import { httpStatusError } from '../../src/job-errors.js';
 import {
   claimNextJob,
   getJobRow,
@@ -109,7 +110,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
 
     clock += 1;
     await markDone(database, done.id, 'n1', 'cid-1', clock);
-    await markFailed(database, failed.id, 'n1', { code: 'http_error', message: 'HTTP 404' }, clock);
+    await markFailed(database, failed.id, 'n1', httpStatusError(404, null), clock);
     await markCanceled(database, canceledQueued.id, clock);
     await markCanceled(database, canceledRunning.id, clock);
     await releaseJob(database, thrown.id, 'n1', 1, clock);

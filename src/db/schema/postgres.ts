@@ -10,6 +10,7 @@ import {
   text,
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
+import { JOB_ERROR_CODES } from '../../job-errors.js';
 import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
 
 /**
@@ -38,8 +39,10 @@ export const jobs = pgTable(
     progressBytes: int64('progress_bytes'),
     progressTotalBytes: int64('progress_total_bytes'),
     contentId: text('content_id'),
-    errorCode: text('error_code'),
+    errorCode: text('error_code', { enum: JOB_ERROR_CODES }),
     errorMessage: text('error_message'),
+    errorDetail: text('error_detail'),
+    errorHttpStatus: integer('error_http_status'),
     extractor: text('extractor'),
     mediaId: text('media_id'),
     mediaKey: text('media_key'),

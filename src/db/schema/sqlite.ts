@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { JOB_ERROR_CODES } from '../../job-errors.js';
 import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
 
 /**
@@ -30,8 +31,11 @@ export const jobs = sqliteTable(
     progressBytes: integer('progress_bytes'),
     progressTotalBytes: integer('progress_total_bytes'),
     contentId: text('content_id'),
-    errorCode: text('error_code'),
+    /** Why it failed (src/job-errors.ts): its stable code, the code's sentence, the specifics, the origin's HTTP status. */
+    errorCode: text('error_code', { enum: JOB_ERROR_CODES }),
     errorMessage: text('error_message'),
+    errorDetail: text('error_detail'),
+    errorHttpStatus: integer('error_http_status'),
     extractor: text('extractor'),
     mediaId: text('media_id'),
     /** The media alias key, once the metadata step named a trusted one (src/store/aliases.ts). */

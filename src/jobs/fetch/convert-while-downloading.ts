@@ -4,7 +4,7 @@ import { Socket } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import type { JobError } from '../../db/database.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
 import { streamableContainer } from '../../tools/streamable-container.js';
 import type { MakeFifo } from '../../tools/fifo.js';
@@ -78,9 +78,9 @@ const COPY_CHUNK_BYTES = 256 * 1024;
 const FEED_OPEN_POLL_MS = 2;
 /** The download's file while it grows: `source.<ext>` (fragments, `source.<ext>-Frag1`, do not match). */
 const DOWNLOAD_FILE = new RegExp(`^${DOWNLOAD_BASENAME}\\.[A-Za-z0-9]+$`);
-const COPY_FAILED: JobError = { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
+const COPY_FAILED: JobError = jobError('internal_error');
 /** ffmpeg's reason to stop when its result is no longer wanted: never a job's error. */
-const NOT_NEEDED: JobError = { code: 'internal_error', message: 'The conversion was not needed.' };
+const NOT_NEEDED: JobError = jobError('internal_error', { detail: 'The conversion was not needed.' });
 
 type Settled = { outcome: Outcome<Converted> } | { thrown: unknown };
 

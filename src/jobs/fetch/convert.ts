@@ -4,8 +4,10 @@ import path from 'node:path';
 import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
+import { jobError, type JobErrorCode } from '../../job-errors.js';
+import type { SandboxedResult } from '../../sandbox/sandbox.js';
+import { cleanToolMessage, toolOutputForLog } from '../../tools/tool-message.js';
 import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
-import { cleanToolMessage } from '../../tools/tool-message.js';
 import { followFile } from './follow-file.js';
 import { JobFailure, step, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome } from './step.js';
 import type { WaitingConversion } from './waiting-converter.js';
@@ -67,10 +69,9 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
       const measured = follower.opened();
       if (measured?.dev !== identity.dev || measured.ino !== identity.ino) {
         ctx.log.warn('the converter replaced its output while it was being measured');
-        throw new JobFailure({
-          code: 'conversion_failed',
-          message: 'The converter replaced its output file while it was being read.',
-        });
+        throw new JobFailure(
+          jobError('conversion_failed', { detail: 'The converter replaced its output file while it was being read.' }),
+        );
       }
       return { ...converted, loudness: meter.finish() };
     } finally {
@@ -111,29 +112,17 @@ async function convert(
     const inputRefused =
       NO_AUDIO_STREAM.test(run.stderrTail) ||
       run.stderrTail.split('\n').some((line) => line.startsWith(`${ffmpeg.inputUrl(given)}: `));
-    if (inputRefused && !(await exists(wavPath))) throw notAudio(run.stderrTail, ctx.hide);
-    throw new JobFailure({
-      code: 'conversion_failed',
-      message: cleanToolMessage(run.stderrTail, ctx.hide) || 'The conversion to WAV failed.',
-    });
+    throw converterFailure(ctx, inputRefused && !(await exists(wavPath)) ? 'not_audio' : 'conversion_failed', run);
   }
   // ffmpeg exits 0 on a damaged or cut-off input and writes what it could decode: that partial
   // audio must not be stored as the URL's content.
-  if (CORRUPT_INPUT.test(run.stderrTail)) {
-    throw new JobFailure({
-      code: 'media_corrupt',
-      message: `The downloaded media is damaged or incomplete: ${cleanToolMessage(run.stderrTail, ctx.hide)}`.slice(
-        0,
-        500,
-      ),
-    });
-  }
+  if (CORRUPT_INPUT.test(run.stderrTail)) throw converterFailure(ctx, 'media_corrupt', run);
   const { header, size, identity } = await readWavHeader(ctx, wavPath);
   const incomplete = incompleteWav(header, size);
   if (incomplete !== null) {
     ctx.log.warn({ reason: incomplete }, 'the converter wrote an incomplete WAV');
     if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
-    throw new JobFailure({ code: 'conversion_failed', message: 'The converter wrote an incomplete WAV file.' });
+    throw new JobFailure(jobError('conversion_failed', { detail: 'The converter wrote an incomplete WAV file.' }));
   }
   return { wavPath, header, identity };
 }
@@ -143,18 +132,21 @@ async function nearlyFull(dir: string): Promise<boolean> {
   return volume.bavail * volume.bsize < NEARLY_FULL_BYTES;
 }
 
-/** Not media at all, media without audio, or media too damaged to open (a truncated MP4 without its index, say). */
-function notAudio(stderrTail: string, hide: string[]): JobFailure {
-  if (NO_AUDIO_STREAM.test(stderrTail))
-    return new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio stream.' });
-  const reason = cleanToolMessage(stderrTail, hide)
-    .split('\n')
-    .pop()
-    ?.replace(/^(?:file:)?\S*\[(?:path|redacted)\]\S*:\s*/, '');
-  return new JobFailure({
-    code: 'not_audio',
-    message: `The downloaded file could not be read as audio${reason ? ` (${reason.slice(0, 200)})` : ''}.`,
-  });
+/**
+ * A conversion that failed: `not_audio` (not media at all, media without audio, or media too
+ * damaged to open: a truncated MP4 without its index, say), `media_corrupt` or `conversion_failed`,
+ * with ffmpeg's words as the detail, and in the job's log.
+ */
+function converterFailure(
+  ctx: FetchContext,
+  code: Extract<JobErrorCode, 'not_audio' | 'media_corrupt' | 'conversion_failed'>,
+  run: SandboxedResult,
+): JobFailure {
+  ctx.log.warn(
+    { tool: 'ffmpeg', exit_code: run.exitCode, output: toolOutputForLog(run.stderrTail, ctx.hide), code },
+    'the converter failed',
+  );
+  return new JobFailure(jobError(code, { detail: cleanToolMessage(run.stderrTail, ctx.hide) || null }));
 }
 
 async function exists(file: string): Promise<boolean> {
@@ -179,10 +171,9 @@ async function readWavHeader(
   } catch (err) {
     if (!(err instanceof NotRegularFile)) throw err;
     ctx.log.warn({ found: err.found }, 'the converter left something other than a file at its output');
-    throw new JobFailure({
-      code: 'conversion_failed',
-      message: `The converter left ${err.found} instead of a WAV file.`,
-    });
+    throw new JobFailure(
+      jobError('conversion_failed', { detail: `The converter left ${err.found} instead of a WAV file.` }),
+    );
   }
   try {
     const { size, dev, ino } = await handle.stat();
@@ -190,7 +181,7 @@ async function readWavHeader(
     const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
     return { header: parseWavHeader(buf.subarray(0, bytesRead)), size, identity: { dev, ino } };
   } catch {
-    throw new JobFailure({ code: 'conversion_failed', message: 'The converter produced no valid WAV file.' });
+    throw new JobFailure(jobError('conversion_failed', { detail: 'The converter produced no valid WAV file.' }));
   } finally {
     await handle.close();
   }

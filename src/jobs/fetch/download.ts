@@ -1,10 +1,12 @@
 import { constants as fsConstants } from 'node:fs';
 import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import type { JobError } from '../../db/database.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import { buildDownloadArgs, GATE_FIFO, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
 import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
 import { parseProgressLine } from '../../tools/ytdlp-output.js';
+import { toolOutputForLog } from '../../tools/tool-message.js';
+import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
@@ -52,7 +54,7 @@ export interface DownloadTimings {
 }
 
 /** The run's reason for stopping once the decision said not to download: never a job's error. */
-const DECIDED: JobError = { code: 'internal_error', message: 'The download was not needed.' };
+const DECIDED: JobError = jobError('internal_error', { detail: 'The download was not needed.' });
 
 const PROGRESS_INTERVAL_MS = 500;
 const FILE_SIZE_SLACK_BYTES = 1024 * 1024;
@@ -73,10 +75,9 @@ export function watchForStall({ windowMs, minBytes }: { windowMs: number; minByt
     const oldest = samples[0]!;
     if (now - oldest.at >= windowMs && bytes - oldest.bytes < Math.max(1, minBytes)) {
       clearInterval(timer);
-      stalled.abort({
-        code: 'download_stalled',
-        message: `The download gained fewer than ${Math.max(1, minBytes)} bytes in ${windowMs / 1000} s and was stopped.`,
-      });
+      stalled.abort(
+        jobError('download_stalled', { values: { bytes: Math.max(1, minBytes), seconds: windowMs / 1000 } }),
+      );
     }
     samples.push({ at: now, bytes });
   }, windowMs / STALL_SAMPLES_PER_WINDOW);
@@ -119,11 +120,7 @@ export function downloadMedia(
     const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
-    const tooLarge = () =>
-      new JobFailure({
-        code: 'file_too_large',
-        message: `The download exceeds the limit of ${maxBytes} bytes and was stopped.`,
-      });
+    const tooLarge = () => new JobFailure(jobError('file_too_large', { values: { limit: maxBytes } }));
     const started = performance.now();
     const stopRun = new AbortController();
     const stop = (reason: JobError) => {
@@ -134,11 +131,7 @@ export function downloadMedia(
     deps.stop?.addEventListener('abort', stopFromOutside, { once: true });
     const seconds = ctx.limits.metadataTimeoutMs / 1000;
     const metadataTimer = setTimeout(
-      () =>
-        stop({
-          code: 'metadata_timeout',
-          message: `Reading the media's metadata took longer than ${seconds} s and was stopped.`,
-        }),
+      () => stop(jobError('metadata_timeout', { values: { limit: seconds } })),
       ctx.limits.metadataTimeoutMs,
     );
     let decision: Promise<boolean> | undefined;
@@ -159,7 +152,7 @@ export function downloadMedia(
       gate = openGate(path.join(ctx.workDir, GATE_FIFO));
       gate.catch((err: unknown) => {
         ctx.log.error({ err }, 'opening the download gate failed');
-        stop({ code: 'internal_error', message: 'The fetch failed for an internal reason.' });
+        stop(jobError('internal_error'));
       });
     };
     const onInfo = (infoText: string) => {
@@ -238,12 +231,12 @@ export function downloadMedia(
       await gate?.then((handle) => handle.close()).catch(() => {});
     }
     if (decision === undefined) {
-      if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
-      throw new JobFailure({ code: 'download_failed', message: 'The downloader found no media at the URL.' });
+      if (run.exitCode !== 0) throw downloaderFailure(ctx, run);
+      throw new JobFailure(jobError('not_media', { detail: 'The downloader exited without naming any media.' }));
     }
     // A refusal (the decision's JobFailure) comes first; so does media that is not to be downloaded.
     if (!(await decision)) return null;
-    if (run.exitCode !== 0) throw new JobFailure(describeYtDlpFailure(run.stderrTail, ctx.hide));
+    if (run.exitCode !== 0) throw downloaderFailure(ctx, run);
     // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
     // carried on without it; the task reports the refusal itself.
     if (deps.refusals().length > 0) throw new Error('destination refused during download');
@@ -251,17 +244,30 @@ export function downloadMedia(
       // yt-dlp's one silent way out (its HTTP downloader, read in 2023.03.04): an announced size
       // over --max-filesize, reported under --quiet by nothing but exit 0 and no file. Its other
       // failures raise, exit non-zero and say why on stderr.
-      throw new JobFailure({ code: 'file_too_large', message: `The download exceeds the limit of ${maxBytes} bytes.` });
+      throw tooLarge();
     }
     const downloaded = await fs.stat(downloadedPath).catch(() => null);
     if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
-      throw new JobFailure({
-        code: 'download_failed',
-        message: 'The downloader reported success but produced no file.',
-      });
+      throw new JobFailure(
+        jobError('download_failed', { detail: 'The downloader reported success but produced no file.' }),
+      );
     }
     if (downloaded.size > maxBytes) throw tooLarge();
     deps.onProgress(downloaded.size, downloaded.size);
     return { path: downloadedPath, bytes: downloaded.size };
   });
+}
+
+/** A yt-dlp run that exited non-zero: its words go to the job's log, and its job error says why in plain words. */
+function downloaderFailure(ctx: FetchContext, run: SandboxedResult): JobFailure {
+  const error = describeYtDlpFailure(run.stderrTail, {
+    hide: ctx.hide,
+    url: ctx.job.url,
+    maxBytes: ctx.limits.maxDownloadBytes,
+  });
+  ctx.log.warn(
+    { tool: 'ytdlp', exit_code: run.exitCode, output: toolOutputForLog(run.stderrTail, ctx.hide), code: error.code },
+    'the downloader failed',
+  );
+  return new JobFailure(error);
 }

@@ -1,4 +1,4 @@
-import type { JobError } from '../../db/database.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import { mediaAliasKey } from '../../store/aliases.js';
 import { isGuardedProtocol } from '../../tools/ytdlp-args.js';
 import { parseInfoJson, type MediaInfo } from '../../tools/ytdlp-output.js';
@@ -15,10 +15,7 @@ export interface Extracted {
   mediaKey: string | undefined;
 }
 
-export const METADATA_INVALID: JobError = {
-  code: 'metadata_invalid',
-  message: 'The downloader returned metadata that could not be read.',
-};
+export const METADATA_INVALID: JobError = jobError('metadata_invalid');
 
 /** Reads the info JSON's text and checks it; throws JobFailure with the refusal. */
 export function checkExtracted(
@@ -33,25 +30,24 @@ export function checkExtracted(
     throw new JobFailure(METADATA_INVALID);
   }
   if (info.isPlaylist) {
-    throw new JobFailure({
-      code: 'playlist_not_supported',
-      message: 'The URL is a playlist; submit the URL of one item.',
-    });
+    throw new JobFailure(jobError('playlist_not_supported'));
   }
-  if (info.isLive) throw new JobFailure({ code: 'live_stream', message: 'Live streams cannot be fetched.' });
+  if (info.isLive) throw new JobFailure(jobError('live_stream'));
   // Formats fetched by an external program (rtmpdump, mpv...) would connect around the guard.
   if (info.protocols.length > 0 && !info.protocols.some(isGuardedProtocol)) {
-    throw new JobFailure({
-      code: 'unsupported_protocol',
-      message: `The media is only offered over ${[...new Set(info.protocols)].slice(0, 5).join(', ')}; only HTTP(S), HLS and DASH are fetched.`,
-    });
+    throw new JobFailure(
+      jobError('unsupported_protocol', {
+        detail: `The media is only offered over ${[...new Set(info.protocols)].slice(0, 5).join(', ')}; only HTTP(S), HLS and DASH are fetched.`,
+      }),
+    );
   }
   if (info.overridesProxy) {
-    throw new JobFailure({
-      code: 'direct_connection_refused',
-      message:
-        "The media's formats ask the downloader to replace its proxy (a Ytdl-request-proxy header), which would take it around the egress guard; nothing was downloaded.",
-    });
+    throw new JobFailure(
+      jobError('direct_connection_refused', {
+        detail:
+          "The media's formats ask the downloader to replace its proxy (a Ytdl-request-proxy header), which would take it around the egress guard; nothing was downloaded.",
+      }),
+    );
   }
   if (info.durationS !== undefined && info.durationS > limits.maxDurationS)
     throw durationExceeded(info.durationS, limits.maxDurationS);

@@ -1,5 +1,6 @@
 import type { Logger } from '../../logger.js';
-import type { JobError, JobRow } from '../../db/database.js';
+import type { JobRow } from '../../db/database.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import type { YtDlpNetworkOptions } from '../../tools/ytdlp-args.js';
 import type { WaitingConversion } from './waiting-converter.js';
@@ -106,14 +107,13 @@ export function abortAfter(ms: number, error: JobError): AbortSignal {
   return controller.signal;
 }
 
-export const STORAGE_FULL: JobError = {
-  code: 'storage_full',
-  message: 'The service has no storage space left for this file.',
-};
+export const STORAGE_FULL: JobError = jobError('storage_full');
 
 export function durationExceeded(durationS: number, maxDurationS: number): JobFailure {
-  return new JobFailure({
-    code: 'duration_exceeded',
-    message: `The media lasts ${Math.round(durationS)} s, more than the limit of ${maxDurationS} s.`,
-  });
+  return new JobFailure(
+    jobError('duration_exceeded', {
+      values: { limit: maxDurationS },
+      detail: `The media lasts ${Math.round(durationS)} s.`,
+    }),
+  );
 }

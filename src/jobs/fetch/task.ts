@@ -1,8 +1,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Database, JobError, JobRow } from '../../db/database.js';
+import type { Database, JobRow } from '../../db/database.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type SandboxedResult, type ToolNetwork } from '../../sandbox/sandbox.js';
+import type { GuardSession } from '../../egress/guard.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
@@ -14,6 +16,7 @@ import { commitContent } from './commit.js';
 import { convertToWav } from './convert.js';
 import { convertWhileDownloading } from './convert-while-downloading.js';
 import { downloadMedia, type DownloadTimings } from './download.js';
+import { explainByUpstream } from './upstream-failure.js';
 import { resolveMedia, type MediaDecision } from './media-alias.js';
 import { checkExtracted, type Extracted } from './media-info.js';
 import {
@@ -38,12 +41,8 @@ import type { ConverterWaiting, WaitingConversion } from './waiting-converter.js
  * for progress); everything else happens in a per-attempt folder under the work dir, removed at
  * the end whatever happens.
  */
-export interface EgressSession {
-  proxyUrlAt(authority: string): string;
-  refusals(): Array<{ host: string; port: number; code: string; message: string }>;
-  hostsContacted(): string[];
-  close(): void;
-}
+/** A job's session of the egress guard (src/egress/guard.ts). */
+export type EgressSession = GuardSession;
 
 export interface FetchTaskDeps {
   database: Database;
@@ -73,10 +72,9 @@ export interface FetchTaskDeps {
   converterWaiting?: ConverterWaiting;
 }
 
-const COOKIES_UNUSABLE: JobError = {
-  code: 'internal_error',
-  message: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used.",
-};
+const COOKIES_UNUSABLE: JobError = jobError('internal_error', {
+  detail: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used.",
+});
 
 export function createFetchTask(deps: FetchTaskDeps) {
   async function runAttempt(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
@@ -154,18 +152,11 @@ export function createFetchTask(deps: FetchTaskDeps) {
     ): SandboxedResult {
       if (result.confinementFailure !== null) {
         log.error({ reason: result.confinementFailure }, 'tool confinement failed');
-        throw new JobFailure({
-          code: 'confinement_unavailable',
-          message: 'The tools could not be confined to the egress guard, so nothing was fetched.',
-        });
+        throw new JobFailure(jobError('confinement_unavailable'));
       }
       if (directAttempt !== null) throw new Error('a tool tried to connect around the egress guard');
       if (result.notFound) {
-        throw new JobFailure(
-          name === 'ytdlp'
-            ? { code: 'downloader_missing', message: 'The downloader (yt-dlp) is not installed or not executable.' }
-            : { code: 'converter_missing', message: 'The converter (ffmpeg) is not installed or not executable.' },
-        );
+        throw new JobFailure(jobError(name === 'ytdlp' ? 'downloader_missing' : 'converter_missing'));
       }
       if (signal.aborted) throw new Error('aborted');
       if (stop?.aborted) throw new JobFailure(stop.reason as JobError);
@@ -335,27 +326,31 @@ export function createFetchTask(deps: FetchTaskDeps) {
       await fs.writeFile(to, text, { mode: 0o600, flag: 'wx' });
     }
 
-    /** A refusal by the guard or the sandbox explains a failure better than the tool's own words. */
+    /**
+     * A refusal by the guard or the sandbox explains a failure better than the tool's own words,
+     * and so does what the guard saw of the connections it could not make (./upstream-failure.ts).
+     * Called once the guard session is closed: every connection of the job has ended.
+     */
     async function fail(error: JobError): Promise<Ended | undefined> {
       const refusal = egress?.refusals()[0];
-      const reported: JobError = refusal
-        ? { code: 'destination_refused', message: refusal.message }
+      const stopped: JobError = refusal
+        ? jobError('destination_refused', { detail: refusal.message })
         : directAttempt !== null
-          ? {
-              code: 'direct_connection_refused',
-              message: `The downloader tried to connect around the egress guard and the sandbox refused it (${directAttempt}).`,
-            }
+          ? jobError('direct_connection_refused', {
+              detail: `The sandbox refused a connection the downloader tried to make around the egress guard (${directAttempt}).`,
+            })
           : deadline.aborted
-            ? {
-                code: 'fetch_timeout',
-                message: `The fetch took longer than ${deps.limits.timeoutMs / 1000} s and was stopped.`,
-              }
+            ? jobError('fetch_timeout', { values: { limit: deps.limits.timeoutMs / 1000 } })
             : error;
+      const reported = refusal ? stopped : explainByUpstream(stopped, egress?.upstreamFailures() ?? []);
       if (jobCtx.signal.aborted) {
         log.info({ reason: jobCtx.signal.reason }, 'job aborted');
         return undefined;
       }
-      log.warn({ code: reported.code }, 'job failed');
+      log.warn(
+        { code: reported.code, message: reported.message, detail: reported.detail, http_status: reported.httpStatus },
+        'job failed',
+      );
       return markFailed(deps.database, job.id, jobCtx.owner, reported, deps.now());
     }
 
@@ -367,7 +362,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
       const explained =
         jobCtx.signal.aborted || deadline.aborted || directAttempt !== null || (egress?.refusals().length ?? 0) > 0;
       if (!explained) log.error({ err }, 'unexpected error in fetch task');
-      return { code: 'internal_error', message: 'The fetch failed for an internal reason.' };
+      return jobError('internal_error');
     }
   }
 
@@ -394,26 +389,16 @@ export function limitFailure(
   const who = TOOL_WORDS[tool];
   switch (exceeded) {
     case 'memory':
-      return {
-        code: 'memory_exceeded',
-        message: `${who} needed more than its memory limit of ${Math.round(limits.tool.memoryBytes / MIB)} MiB and was stopped.`,
-      };
+      return jobError('memory_exceeded', {
+        values: { tool: who, limit: Math.round(limits.tool.memoryBytes / MIB) },
+      });
     case 'cpu':
-      return {
-        code: 'cpu_time_exceeded',
-        message: `${who} used more than its CPU time limit of ${limits.tool.cpuSeconds} s and was stopped.`,
-      };
+      return jobError('cpu_time_exceeded', { values: { tool: who, limit: limits.tool.cpuSeconds } });
     case 'processes':
-      return {
-        code: 'process_limit_exceeded',
-        message: `${who} started more than its limit of ${limits.tool.processes} processes and threads and was stopped.`,
-      };
+      return jobError('process_limit_exceeded', { values: { tool: who, limit: limits.tool.processes } });
     case 'file_size':
       return tool === 'ffmpeg'
-        ? { code: 'output_too_large', message: `The WAV would be larger than the limit of ${maxFileBytes} bytes.` }
-        : {
-            code: 'file_too_large',
-            message: `The download exceeds the limit of ${limits.maxDownloadBytes} bytes and was stopped.`,
-          };
+        ? jobError('output_too_large', { values: { limit: maxFileBytes } })
+        : jobError('file_too_large', { values: { limit: limits.maxDownloadBytes } });
   }
 }

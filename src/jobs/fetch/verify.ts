@@ -1,3 +1,4 @@
+import { jobError } from '../../job-errors.js';
 import type { Converted } from './convert.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
@@ -26,18 +27,16 @@ export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Ou
         },
         'the converter wrote a WAV of another format than asked',
       );
-      throw new JobFailure({
-        code: 'conversion_failed',
-        message: 'The converter wrote a WAV of another format than the one asked for.',
-      });
+      throw new JobFailure(
+        jobError('conversion_failed', {
+          detail: 'The converter wrote a WAV of another format than the one asked for.',
+        }),
+      );
     }
     if (header.dataBytes === 0)
-      throw new JobFailure({ code: 'not_audio', message: 'The downloaded file holds no audio.' });
+      throw new JobFailure(jobError('not_audio', { detail: 'The converter wrote a WAV without samples.' }));
     if (header.durationS > ctx.limits.maxDurationS) {
-      throw new JobFailure({
-        code: 'duration_exceeded',
-        message: `The media lasts more than the limit of ${ctx.limits.maxDurationS} s.`,
-      });
+      throw new JobFailure(jobError('duration_exceeded', { values: { limit: ctx.limits.maxDurationS } }));
     }
     return converted;
   });
