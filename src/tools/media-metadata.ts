@@ -122,7 +122,7 @@ export function readStoredMedia(stored: string | null): SourceMedia | null {
   }
   if (typeof value !== 'object' || value === null) return null;
   const row = value as Record<string, unknown>;
-  const text = (key: keyof SourceMedia) => (typeof row[key] === 'string' ? (row[key]) : null);
+  const text = (key: keyof SourceMedia) => (typeof row[key] === 'string' ? row[key] : null);
   const extractor = text('extractor');
   const id = text('id');
   if (extractor === null || id === null) return null;
