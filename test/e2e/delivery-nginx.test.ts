@@ -528,7 +528,7 @@ describe('download names (filename)', () => {
     for (const name of names) {
       const target = `${path()}?${accelApp.signer.sign(wav.cid, 'audio.wav', 600, name).query}`;
       accelApp.seen.length = 0;
-      for (const headers of [{}, { range: 'bytes=0-3' }]) {
+      for (const headers of [{}, { range: 'bytes=0-3' }] as Array<Record<string, string>>) {
         const viaNginx = await fetch(nginx.url(target), { headers });
         const viaApp = await fetch(fallbackUrl(target), { headers });
         for (const res of [viaNginx, viaApp]) {
