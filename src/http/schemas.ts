@@ -137,13 +137,10 @@ export const MediaSchema = z
       'The album; for a file found by the generic extractor, its album tag when the downloader had none.',
     ),
     track: mediaText(MEDIA_TEXT_BOUNDS.track, "The track's title, as music sites give it."),
-    duration: z
-      .number()
-      .nullable()
-      .openapi({
-        description:
-          "Seconds, as the downloader gave them before the download (the WAV's own is its artifact's `duration`).",
-      }),
+    duration: z.number().nullable().openapi({
+      description:
+        "Seconds, as the downloader gave them before the download (the WAV's own is its artifact's `duration`).",
+    }),
     upload_date: z.string().nullable().openapi({ description: 'YYYY-MM-DD.', example: '2026-11-30' }),
     webpage_url: z
       .string()

@@ -189,10 +189,12 @@ describe('the default output file', () => {
         evicted: null,
       },
     });
-    return (async (url: URL) =>
-      url.pathname === '/sources'
-        ? new Response(JSON.stringify(record), { status: 202, headers: { 'content-type': 'application/json' } })
-        : new Response(wav, { headers: { 'content-length': String(wav.length) } })) as unknown as typeof fetch;
+    return ((url: URL) =>
+      Promise.resolve(
+        url.pathname === '/sources'
+          ? new Response(JSON.stringify(record), { status: 202, headers: { 'content-type': 'application/json' } })
+          : new Response(wav, { headers: { 'content-length': String(wav.length) } }),
+      )) as unknown as typeof fetch;
   }
   async function fetchInto(folder: string, downloadName: string, argv: string[] = []) {
     let stdout = '';
