@@ -5,9 +5,10 @@ import { currentYtDlps } from './test/support/ytdlp-under-test.js';
 
 /**
  * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
- * formats, the egress guard and confinement around it, and the operator's cookies.
+ * formats, the egress guard and confinement around it, the operator's cookies, and what the
+ * generic extractor says of a file and of a page (the source's metadata).
  */
-const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies'].map(
+const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies', 'source-metadata'].map(
   (name) => `test/e2e/${name}.test.ts`,
 );
 
