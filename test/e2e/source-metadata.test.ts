@@ -238,9 +238,8 @@ describe.each(SOURCES)('$label', (source) => {
 });
 
 describe('the CLI', () => {
-  it('saves the WAV under its title when -o is not given, through nginx', async () => {
+  it.each(SOURCES)('saves the WAV under its title when -o is not given, through nginx: $label', async (source) => {
     const folder = await mkdtemp(path.join(work, 'cli-'));
-    const source = SOURCES[1];
     const child = spawn(process.execPath, [CLI, 'fetch', media.url(source.path)], {
       cwd: folder,
       env: {
