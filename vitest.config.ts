@@ -5,10 +5,11 @@ import { currentYtDlps } from './test/support/ytdlp-under-test.js';
 
 /**
  * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
- * formats, the egress guard and confinement around it, the operator's cookies, and the job errors
- * read from yt-dlp's words.
+ * formats, the egress guard and confinement around it, the operator's cookies, the job errors
+ * read from yt-dlp's words, and what the generic extractor says of a file and of a page (the
+ * source's metadata).
  */
-const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies', 'job-errors'].map(
+const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies', 'job-errors', 'source-metadata'].map(
   (name) => `test/e2e/${name}.test.ts`,
 );
 

@@ -196,8 +196,8 @@ async function main(): Promise<void> {
     }),
     onEnded: (ended, mayHaveCallback) => signals.jobEnded.emit({ ended, mayHaveCallback }),
   });
-  const renderView = createJobRenderer((cid, name) => {
-    const signed = signer.sign(cid, name, config.signedUrlTtlS);
+  const renderView = createJobRenderer((cid, name, filename) => {
+    const signed = signer.sign(cid, name, config.signedUrlTtlS, filename);
     return { query: signed.query, expiresAt: signed.expires * 1000 };
   }, now);
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));

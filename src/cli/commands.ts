@@ -1,8 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { open, rename, rm } from 'node:fs/promises';
+import { link, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import { requestedDownloadName } from '../delivery/download-name.js';
 import { ApiError, createApiClient, TransportError, type ApiClient, type Job, type ScrubReport } from './api.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import {
@@ -35,8 +36,9 @@ export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
 
 export const USAGE = `Usage:
   source-fetch fetch <url> [-o FILE]   Fetch a URL's audio as a 44.1 kHz WAV: submit it, follow the job's
-                                       progress, save the WAV (default: <content id>.wav) and check that
-                                       its SHA-256 is the content id.
+                                       progress, save the WAV and check that its SHA-256 is the content id.
+                                       Default FILE: the source's title (made a safe file name) with .wav,
+                                       "<title> (2).wav"... when taken; <content id>.wav without a title.
   source-fetch status <job-id> [--json]
                                        Show a job (--json: its whole record).
   source-fetch cancel <job-id>         Cancel a queued or running job.
@@ -228,8 +230,10 @@ async function fetchCommand(
     deps.stderr.write(`source-fetch: job ${job.job_id} is done but lists no artifact\n`);
     return EXIT.unavailable;
   }
-  const target = output ?? `${contentId}.wav`;
-  const saved = await save(deps, api, artifact.path, artifact.bytes, path.resolve(deps.cwd, target), contentId, view);
+  const target = output ?? defaultOutputName(artifact, contentId);
+  const saved = await save(deps, api, artifact.path, artifact.bytes, path.resolve(deps.cwd, target), contentId, view, {
+    replace: output !== undefined,
+  });
   view.finish();
   if (saved.result === 'write_failed') {
     deps.stderr.write(`source-fetch: cannot write ${target}: ${saved.reason}\n`);
@@ -247,8 +251,19 @@ async function fetchCommand(
     artifact.channels ? `${artifact.channels} ch` : null,
     job.result.loudness ? formatLoudness(job.result.loudness) : null,
   ];
-  out.write(`wrote ${target} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
+  const written = output ?? path.basename(saved.path);
+  out.write(`wrote ${written} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
   return EXIT.ok;
+}
+
+/**
+ * -o's default: the download's name the service gives (the source's title with `.wav`), made safe
+ * here again (the CLI writes into the user's folder whatever the answer says); without a title,
+ * `<content id>.wav`.
+ */
+function defaultOutputName(artifact: { name: string; download_name?: string }, contentId: string): string {
+  const name = requestedDownloadName(artifact.download_name ?? '', artifact.name);
+  return name === artifact.name ? `${contentId}.wav` : name;
 }
 
 /** Follows the job's events to its end: reconnecting from the last event id, polling when streams are refused. */
@@ -290,11 +305,18 @@ async function follow(api: ApiClient, start: Job, view: ProgressView, signal: Ab
 }
 
 type Saved =
-  { result: 'ok'; bytes: number } | { result: 'mismatch'; digest: string } | { result: 'write_failed'; reason: string };
+  | { result: 'ok'; bytes: number; path: string }
+  | { result: 'mismatch'; digest: string }
+  | { result: 'write_failed'; reason: string };
+
+/** The most other names tried for a default output name that is taken: "<name> (2).wav" to "<name> (100).wav". */
+const MAX_NAME_TRIES = 100;
 
 /**
- * Streams the artifact into a temporary file beside the target while hashing it, and renames it
- * into place only when its SHA-256 is the content id.
+ * Streams the artifact into a temporary file beside the target while hashing it, and moves it
+ * into place only when its SHA-256 is the content id: onto the target (`replace`, a name the user
+ * gave), or else under the first free one of the target and "<name> (2).wav"... (a name from a
+ * title, which another file may have: it is never replaced).
  */
 async function save(
   deps: CliDeps,
@@ -304,6 +326,7 @@ async function save(
   target: string,
   contentId: string,
   view: ProgressView,
+  { replace }: { replace: boolean },
 ): Promise<Saved> {
   const res = await api.download(artifactPath, deps.signal);
   const total = Number(res.headers.get('content-length')) || expectedBytes;
@@ -340,9 +363,11 @@ async function save(
     const digest = hash.digest('hex');
     if (digest !== contentId) return { result: 'mismatch', digest };
     await file.close();
-    await rename(partial, target);
-    kept = true;
-    return { result: 'ok', bytes };
+    let written = target;
+    if (replace) await rename(partial, target);
+    else written = await linkUnderFreeName(partial, target);
+    kept = replace;
+    return { result: 'ok', bytes, path: written };
   } catch (e) {
     if (e instanceof TransportError || deps.signal.aborted) throw e;
     const code = (e as NodeJS.ErrnoException).code;
@@ -352,6 +377,25 @@ async function save(
     await file.close().catch(() => {});
     if (!kept) await rm(partial, { force: true });
   }
+}
+
+/**
+ * Links `file` under `target`, or, when that name is taken, the first free "<stem> (n)<ext>"; a
+ * link (not a rename) fails rather than replace a file. Returns the name used; `file` stays.
+ */
+async function linkUnderFreeName(file: string, target: string): Promise<string> {
+  const extension = path.extname(target);
+  const stem = target.slice(0, target.length - extension.length);
+  for (let n = 1; n <= MAX_NAME_TRIES; n++) {
+    const candidate = n === 1 ? target : `${stem} (${n})${extension}`;
+    try {
+      await link(file, candidate);
+      return candidate;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
+  throw Object.assign(new Error(`${target} and ${MAX_NAME_TRIES - 1} other names are taken`), { code: 'EEXIST' });
 }
 
 async function statusCommand(deps: CliDeps, api: ApiClient, jobId: string, json: boolean): Promise<ExitCode> {

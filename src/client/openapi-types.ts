@@ -300,10 +300,7 @@ export interface components {
                 bytes_total: number | null;
                 percent: number | null;
             } | null;
-            media: {
-                extractor: string;
-                id: string;
-            } | null;
+            media: components["schemas"]["Media"] | null;
             result: {
                 content_id: string;
                 artifacts: components["schemas"]["Artifact"][];
@@ -313,6 +310,33 @@ export interface components {
             error: components["schemas"]["JobError"];
             callback: components["schemas"]["Callback"] | null;
         };
+        /** @description What the downloader said of the source, and for a file found by yt-dlp's generic extraction what its own tags add: every text without control characters, bidirectional overrides or markup (HTML tags are removed, and a `<` that could open one becomes `＜`), cut at its bound with `…`. A job born done shows what the job that stored its URL knew. Null until the downloader has read the media, and for jobs that never got that far. */
+        Media: {
+            /**
+             * @description The downloader's extractor (`Generic` for a direct link to a file).
+             * @example Generic
+             */
+            extractor: string;
+            /** @description The media id the extractor gave (for a direct link, the file name). */
+            id: string;
+            /** @description The media's title; for a direct link to a file, its own title tag (ID3, Vorbis comment, ...) rather than its file name when it has one. At most 300 characters. */
+            title: string | null;
+            /** @description The artist, else the creator, else the uploader; for a file found by the generic extractor, its own artist tag when the downloader had none. At most 200 characters. */
+            artist: string | null;
+            /** @description The album; for a file found by the generic extractor, its album tag when the downloader had none. At most 200 characters. */
+            album: string | null;
+            /** @description The track's title, as music sites give it. At most 200 characters. */
+            track: string | null;
+            /** @description Seconds, as the downloader gave them before the download (the WAV's own is its artifact's `duration`). */
+            duration: number | null;
+            /**
+             * @description YYYY-MM-DD.
+             * @example 2026-11-30
+             */
+            upload_date: string | null;
+            /** @description The media's page, http or https only, without user or password. At most 2048 characters (a longer one is left out). */
+            webpage_url: string | null;
+        };
         /** @description One file of the content. `sample_rate`, `channels` and `duration` are those of the WAV, null for `peaks.json`. */
         Artifact: {
             /**
@@ -320,9 +344,14 @@ export interface components {
              * @example audio.wav
              */
             name: string;
+            /**
+             * @description The name to save the file under: the source's title (`media.title`) with the artifact's suffix (`My Song.wav`, `My Song.peaks.json`), made safe for every common file system (docs/delivery.md); the artifact's `name` when there is no title. `signed_url` answers with a `Content-Disposition` naming it; a keyed request gets it with `?filename=` and the name.
+             * @example My Song.wav
+             */
+            download_name: string;
             /** @description Path of getArtifact; needs the API key. */
             path: string;
-            /** @description Path with an expiring signature, usable without a key (e.g. <audio src>). */
+            /** @description Path with an expiring signature, usable without a key (e.g. <audio src>); it carries `download_name` as `filename` (covered by the signature) when that is not the artifact's `name`. */
             signed_url: string;
             signed_url_expires_at: string;
             bytes: number;
@@ -490,6 +519,8 @@ export interface operations {
                 expires?: string;
                 /** @description Signature of a signed URL. */
                 sig?: string;
+                /** @description The name the answer's `Content-Disposition` gives the file (an artifact's `download_name`). In a signed URL it is covered by the signature; with the API key any name may be asked for, and it is made safe (characters Windows refuses become `_`, control and direction characters go, the artifact's extension is added when missing, at most 200 bytes). Without it the file is named as the artifact (`audio.wav`). */
+                filename?: string;
             };
             header?: never;
             path: {

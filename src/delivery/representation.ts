@@ -44,7 +44,13 @@ export function etagOf(cid: string): string {
 const MAX_DISPOSITIONS = 256;
 const dispositions = new Map<string, string>();
 
-/** RFC 6266: an ASCII `filename` fallback and the exact name as RFC 8187 `filename*`. */
+/**
+ * RFC 6266: an ASCII `filename` fallback and the exact name as RFC 8187 `filename*`. The fallback
+ * is the name with each character (code point) outside printable ASCII, and each `"`, `\` and `%`,
+ * replaced by `_`; `filename*` is its UTF-8 with every byte but the letters, digits and `-._!~`
+ * percent-encoded (upper-case hex). nginx/lua/source_fetch_signed_url.lua writes the same header
+ * for a signed URL's `filename`, byte for byte.
+ */
 export function contentDisposition(name: string): string {
   let disposition = dispositions.get(name);
   if (disposition === undefined) {
@@ -56,7 +62,7 @@ export function contentDisposition(name: string): string {
 }
 
 function formatContentDisposition(name: string): string {
-  const fallback = name.replace(/[^\x20-\x7e]|["\\%]/g, '_');
+  const fallback = name.replace(/[^\x20-\x7e]|["\\%]/gu, '_');
   const exact = encodeURIComponent(name).replace(/['()*]/g, (ch) => `%${ch.charCodeAt(0).toString(16).toUpperCase()}`);
   return `inline; filename="${fallback}"; filename*=UTF-8''${exact}`;
 }

@@ -1,13 +1,15 @@
 import type { CacheEntryRow, JobRow } from '../db/database.js';
+import { downloadName } from '../delivery/download-name.js';
 import type { JobView } from '../jobs/job-service.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../store/layout.js';
+import { readStoredMedia, type SourceMedia } from '../tools/media-metadata.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
 import type { CallbackRecord, EvictedRecord, JobRecord, LoudnessRecord } from './schemas.js';
 
-/** Renders a job row as the API's job record (job_id first). */
+/** Signs an artifact's URL; `filename`, when given, is the download name the URL carries, signed with it. */
 export interface SignArtifact {
-  (cid: string, name: string): { query: string; expiresAt: number };
+  (cid: string, name: string, filename?: string): { query: string; expiresAt: number };
 }
 
 /**
@@ -65,15 +67,19 @@ export function toJobRecord(
               : null,
         }
       : null;
+  const media = mediaOf(job);
   const result =
     job.status === 'done' && job.contentId
       ? {
           content_id: job.contentId,
           artifacts: context.artifacts.map((artifact) => {
             const path = artifactUrlPath(artifact.contentId, artifact.name);
-            const signed = context.sign(artifact.contentId, artifact.name);
+            const name = downloadName(media?.title ?? null, artifact.name);
+            // A URL names its download only when the name is not the artifact's own.
+            const signed = context.sign(artifact.contentId, artifact.name, name === artifact.name ? undefined : name);
             return {
               name: artifact.name,
+              download_name: name,
               path,
               signed_url: `${path}?${signed.query}`,
               signed_url_expires_at: new Date(signed.expiresAt).toISOString(),
@@ -100,7 +106,7 @@ export function toJobRecord(
     finished_at: iso(job.finishedAt),
     attempts: job.attempts,
     progress,
-    media: job.extractor && job.mediaId ? { extractor: job.extractor, id: job.mediaId } : null,
+    media,
     result,
     error:
       job.status === 'failed' && job.errorCode
@@ -112,6 +118,27 @@ export function toJobRecord(
           }
         : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
+  };
+}
+
+/**
+ * What the job knows of its source (src/tools/media-metadata.ts); for a job recorded before that
+ * was kept, its extractor and media id alone.
+ */
+function mediaOf(job: JobRow): SourceMedia | null {
+  const stored = readStoredMedia(job.media);
+  if (stored !== null) return stored;
+  if (!job.extractor || !job.mediaId) return null;
+  return {
+    extractor: job.extractor,
+    id: job.mediaId,
+    title: null,
+    artist: null,
+    album: null,
+    track: null,
+    duration: null,
+    upload_date: null,
+    webpage_url: null,
   };
 }
 

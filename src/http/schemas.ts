@@ -3,6 +3,7 @@ import { JOB_STATUSES } from '../db/database.js';
 import { JobErrorCodeSchema as JobErrorCodes } from '../job-errors.js';
 import { CALLBACK_STATUSES } from '../db/schema/model.js';
 import { MAX_FINDINGS_LISTED } from '../store/scrub.js';
+import { MEDIA_TEXT_BOUNDS } from '../tools/media-metadata.js';
 import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
 
 /** The zod schemas of the API: they validate requests and generate openapi.json. */
@@ -78,10 +79,16 @@ export const ArtifactSchema = z
         "`audio.wav`: the PCM WAV. `peaks.json`: its waveform peaks in BBC audiowaveform's JSON format (version 2: `channels`, `sample_rate`, `samples_per_pixel`, `bits` 8, `length`, `data` as min,max per channel per pixel), which peaks.js, waveform-data and wavesurfer.js read as they are; absent for content stored before peaks were kept.",
       example: 'audio.wav',
     }),
+    download_name: z.string().openapi({
+      description:
+        "The name to save the file under: the source's title (`media.title`) with the artifact's suffix (`My Song.wav`, `My Song.peaks.json`), made safe for every common file system (docs/delivery.md); the artifact's `name` when there is no title. `signed_url` answers with a `Content-Disposition` naming it; a keyed request gets it with `?filename=` and the name.",
+      example: 'My Song.wav',
+    }),
     path: z.string().openapi({ description: 'Path of getArtifact; needs the API key.' }),
-    signed_url: z
-      .string()
-      .openapi({ description: 'Path with an expiring signature, usable without a key (e.g. <audio src>).' }),
+    signed_url: z.string().openapi({
+      description:
+        "Path with an expiring signature, usable without a key (e.g. <audio src>); it carries `download_name` as `filename` (covered by the signature) when that is not the artifact's `name`.",
+    }),
     signed_url_expires_at: z.string(),
     bytes: z.number().int(),
     content_type: z.string(),
@@ -103,6 +110,49 @@ export const LoudnessSchema = z
   .openapi('Loudness', {
     description:
       "The WAV's loudness per EBU R128 (ITU-R BS.1770), measured from its bytes as the store hashes them. Null when unknown: content stored before loudness was measured, or with LOUDNESS=off, or silent (no true peak).",
+  });
+
+const mediaText = (bound: number, description: string) =>
+  z
+    .string()
+    .nullable()
+    .openapi({ description: `${description} At most ${bound} characters.` });
+
+export const MediaSchema = z
+  .object({
+    extractor: z.string().openapi({
+      description: "The downloader's extractor (`Generic` for a direct link to a file).",
+      example: 'Generic',
+    }),
+    id: z.string().openapi({ description: 'The media id the extractor gave (for a direct link, the file name).' }),
+    title: mediaText(
+      MEDIA_TEXT_BOUNDS.title,
+      "The media's title; for a direct link to a file, its own title tag (ID3, Vorbis comment, ...) rather than its file name when it has one.",
+    ),
+    artist: mediaText(
+      MEDIA_TEXT_BOUNDS.artist,
+      'The artist, else the creator, else the uploader; for a file found by the generic extractor, its own artist tag when the downloader had none.',
+    ),
+    album: mediaText(
+      MEDIA_TEXT_BOUNDS.album,
+      'The album; for a file found by the generic extractor, its album tag when the downloader had none.',
+    ),
+    track: mediaText(MEDIA_TEXT_BOUNDS.track, "The track's title, as music sites give it."),
+    duration: z.number().nullable().openapi({
+      description:
+        "Seconds, as the downloader gave them before the download (the WAV's own is its artifact's `duration`).",
+    }),
+    upload_date: z.string().nullable().openapi({ description: 'YYYY-MM-DD.', example: '2026-11-30' }),
+    webpage_url: z
+      .string()
+      .nullable()
+      .openapi({
+        description: `The media's page, http or https only, without user or password. At most ${MEDIA_TEXT_BOUNDS.webpage_url} characters (a longer one is left out).`,
+      }),
+  })
+  .openapi('Media', {
+    description:
+      "What the downloader said of the source, and for a file found by yt-dlp's generic extraction what its own tags add: every text without control characters, bidirectional overrides or markup (HTML tags are removed, and a `<` that could open one becomes `＜`), cut at its bound with `…`. A job born done shows what the job that stored its URL knew. Null until the downloader has read the media, and for jobs that never got that far.",
   });
 
 export const EvictedSchema = z
@@ -193,7 +243,7 @@ export const JobSchema = z
         percent: z.number().nullable(),
       })
       .nullable(),
-    media: z.object({ extractor: z.string(), id: z.string() }).nullable(),
+    media: z.union([MediaSchema, z.null()]),
     result: z
       .object({
         content_id: z.string(),

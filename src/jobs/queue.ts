@@ -84,10 +84,17 @@ export interface BornDoneJob {
   apiKeyId: string;
 }
 
-/** Inserts a job that is done as it is made: its URL's content is already stored. */
+/**
+ * Inserts a job that is done as it is made: its URL's content is already stored. It shows what its
+ * URL's alias says of the source (its `media`), read by the insert itself.
+ */
 export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise<JobRow> {
-  const query = prepared(q, 'insert_born_done_job', ({ db, t: { jobs } }) => {
+  const query = prepared(q, 'insert_born_done_job', ({ db, t: { jobs, aliases } }) => {
     const at = sql.placeholder('at');
+    const aliasMedia = db
+      .select({ media: aliases.media })
+      .from(aliases)
+      .where(and(eq(aliases.kind, 'url'), eq(aliases.key, sql.placeholder('urlKey'))));
     return db
       .insert(jobs)
       .values({
@@ -102,6 +109,7 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
         finishedAt: at,
         requestId: sql.placeholder('requestId'),
         apiKeyId: sql.placeholder('apiKeyId'),
+        media: sql`(${aliasMedia})`,
       })
       .returning()
       .prepare('insert_born_done_job');
@@ -112,7 +120,7 @@ export async function insertBornDoneJob(q: Queryable, job: BornDoneJob): Promise
 
 /**
  * PostgreSQL: a born-done job in one round trip and no transaction of the caller's, by the
- * migrations' born_done_job() (drizzle/postgres/0007_born_done_key_identity.sql): under the
+ * migrations' born_done_job() (drizzle/postgres/0012_source_media.sql): under the
  * content's 'use' lock, if the URL's alias still points to this content and it is still stored,
  * its use is recorded and the job inserted. Undefined when the alias moved or the content went.
  * One round trip, where a transaction of the caller's would take six (BEGIN, four statements,
@@ -130,7 +138,7 @@ export async function insertBornDoneJobLocked(q: Queryable, job: BornDoneJob): P
 
 /**
  * insertBornDoneJobLocked for many jobs in one round trip and one commit, by the migrations'
- * born_done_jobs() (drizzle/postgres/0007_born_done_key_identity.sql), which takes the items in
+ * born_done_jobs() (drizzle/postgres/0012_source_media.sql), which takes the items in
  * the order given: sorted here by content id, as lockContent takes its locks. The jobs made, by id.
  */
 export async function insertBornDoneJobsLocked(q: Queryable, jobs: BornDoneJob[]): Promise<Map<string, JobRow>> {
@@ -386,8 +394,16 @@ export async function recordProgress(
   await query.execute({ id, owner, bytes, totalBytes });
 }
 
-export async function recordMediaIdentity(q: Queryable, id: string, extractor: string, mediaId: string): Promise<void> {
-  await q.db.update(q.t.jobs).set({ extractor, mediaId }).where(eq(q.t.jobs.id, id));
+/**
+ * What the extraction said of the job's media: its extractor and id, and the record's `media`
+ * (JSON, src/tools/media-metadata.ts), shown while the job runs.
+ */
+export async function recordMediaIdentity(
+  q: Queryable,
+  id: string,
+  identity: { extractor: string; mediaId: string; media: string },
+): Promise<void> {
+  await q.db.update(q.t.jobs).set(identity).where(eq(q.t.jobs.id, id));
 }
 
 /**
@@ -455,7 +471,10 @@ export async function followMediaDownload(
 /**
  * running → done, with every follower. `storedBytes`: the new content the job put into the store,
  * which counts against its key's allowance (src/store/key-allowance.ts); null when it stored none.
- * Undefined when the job was no longer running under `owner`.
+ * `media`: what the job knows of its source once converted (the record's `media` in JSON), kept
+ * as recorded at its extraction when not given; a follower keeps its own (it extracted the same
+ * media through another URL), or takes the job's. Undefined when the job was no longer running
+ * under `owner`.
  */
 export async function markDone(
   q: Queryable,
@@ -464,17 +483,32 @@ export async function markDone(
   contentId: string,
   now: number,
   storedBytes: number | null = null,
+  media?: string,
 ): Promise<Ended | undefined> {
   const { jobs } = q.t;
   const [job] = await q.db
     .update(jobs)
-    .set({ status: 'done', contentId, finishedAt: now, lockOwner: null, leaseExpiresAt: null, storedBytes })
+    .set({
+      status: 'done',
+      contentId,
+      finishedAt: now,
+      lockOwner: null,
+      leaseExpiresAt: null,
+      storedBytes,
+      ...(media === undefined ? {} : { media }),
+    })
     .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
     .returning();
   if (!job) return undefined;
   const followers = await q.db
     .update(jobs)
-    .set({ status: 'done', contentId, finishedAt: now, startedAt: sql`coalesce(${jobs.startedAt}, ${now})` })
+    .set({
+      status: 'done',
+      contentId,
+      finishedAt: now,
+      startedAt: sql`coalesce(${jobs.startedAt}, ${now})`,
+      media: sql`coalesce(${jobs.media}, ${job.media})`,
+    })
     .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
     .returning();
   return { job, followers };

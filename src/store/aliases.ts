@@ -15,18 +15,23 @@ export function mediaAliasKey(extractorKey: string, site: string, mediaId: strin
   return `${extractorKey.toLowerCase()}:${site.toLowerCase()}:${mediaId}`;
 }
 
+/**
+ * Points the alias at `contentId`. `media`: for a 'url' alias, what the job that stored it knew
+ * of the source (the record's `media` in JSON), which jobs born done from the alias show.
+ */
 export async function setAlias(
   q: Queryable,
   kind: AliasKind,
   key: string,
   contentId: string,
   now: number,
+  media: string | null = null,
 ): Promise<void> {
   const { aliases } = q.t;
   await q.db
     .insert(aliases)
-    .values({ kind, key, contentId, createdAt: now })
-    .onConflictDoUpdate({ target: [aliases.kind, aliases.key], set: { contentId, createdAt: now } });
+    .values({ kind, key, contentId, createdAt: now, media })
+    .onConflictDoUpdate({ target: [aliases.kind, aliases.key], set: { contentId, createdAt: now, media } });
 }
 
 /** The content id an alias points to, only while that content still has a cache row. */

@@ -19,7 +19,7 @@ const DEFAULT_PIN_TTL_MS = 60 * 60 * 1000;
  * popular URL do not queue behind each other; a removal waits for every use under way, and every
  * use waits for a removal under way. Postgres: transaction-level advisory locks (shared or
  * exclusive), in a fixed order (no deadlock between two lockers); born_done_job() takes the same
- * key in SQL (drizzle/postgres/0007_born_done_key_identity.sql): they change together. SQLite: nothing
+ * key in SQL (drizzle/postgres/0012_source_media.sql): they change together. SQLite: nothing
  * to do, its transactions run one at a time.
  */
 export type ContentLock = 'use' | 'remove';

@@ -54,6 +54,13 @@ export interface ConvertArgsOptions {
    * 64 KiB (a one-hour mp3's conversion took some 15 % longer without it).
    */
   fedThroughFifo?: boolean;
+  /**
+   * A second output, a path the caller owns and that does not exist yet: the input's tags (its
+   * global ones and its first audio stream's, where Ogg and Opus keep their Vorbis comments) in
+   * ffmpeg's FFMETADATA text (./ffmpeg-tags.ts reads it). The WAV is not touched by it: it still
+   * carries no metadata.
+   */
+  tagsOutput?: string;
 }
 
 /**
@@ -73,7 +80,9 @@ export function inputUrl(opts: Pick<ConvertArgsOptions, 'input' | 'fedThroughFif
  * ffmpeg's standard downmix does the rest, byte for byte what `-ac 1` or `-ac 2` chosen from the
  * input's channel count give (checked with ffmpeg 5.1 on mono, stereo, 2.1, 3.0, 4.0, quad, 5.1
  * and 7.1), without having to know that count first.
- * The WAV carries no metadata and no encoder tag, so the same input gives the same bytes.
+ * The WAV carries no metadata and no encoder tag, so the same input gives the same bytes. The
+ * input's tags go, when asked for, to a text file of their own (`tagsOutput`), written by the same
+ * run: no second process reads the input.
  * ffmpeg opens its output only once it has opened the input and found an audio stream in it: an
  * output file that does not exist after a failure means the input is not audio.
  */
@@ -117,5 +126,25 @@ export function buildConvertArgs(opts: ConvertArgsOptions): string[] {
     '-f',
     'wav',
     `file:${opts.output}`,
+    ...(opts.tagsOutput === undefined ? [] : tagsOutputArgs(opts.tagsOutput)),
+  ];
+}
+
+/**
+ * An output of no streams, the input's tags alone: its global ones (an MP3's ID3, a FLAC's
+ * comments), then its first audio stream's (an Ogg's or Opus's comments) where a global one of
+ * the same name is missing: of two mappings to one output, ffmpeg keeps the first one's values.
+ */
+function tagsOutputArgs(file: string): string[] {
+  return [
+    '-map_metadata:g',
+    '0:g',
+    '-map_metadata:g',
+    '0:s:a:0',
+    '-fflags',
+    '+bitexact',
+    '-f',
+    'ffmetadata',
+    `file:${file}`,
   ];
 }

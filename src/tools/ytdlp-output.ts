@@ -9,6 +9,10 @@
  *   format whose protocol is 'http'. The id is not a stable media identity across sites.
  * - An item of a playlist carries the playlist's fields (playlist_index, playlist_autonumber);
  *   a single video has them null or not at all.
+ * - For a page whose one <audio> or <video> the generic extractor finds (2023.03.04 and
+ *   2026.10.26 alike): extractor 'html5', extractor_key 'HTML5MediaEmbed', id '<page name>-1',
+ *   title the page's og:title (else its <title>) followed by ' (1)', upload_date from the media's
+ *   Last-Modified; no artist, album or duration.
  */
 
 /** One progress line of a download. */
@@ -36,7 +40,17 @@ export interface MediaInfo {
   mediaId: string;
   /** The canonical page of the media, as the extractor names it. */
   webpageUrl?: string;
+  /** yt-dlp's fields as it gives them, unchecked (../tools/media-metadata.ts makes them fit to show). */
   title?: string;
+  /** `artist` (or `artists`), else `creator` (or `creators`), else `uploader`. */
+  artist?: string;
+  album?: string;
+  /** The track's title, as music sites give it (not its number). */
+  track?: string;
+  /** `YYYYMMDD`, as yt-dlp gives it. */
+  uploadDate?: string;
+  /** A direct link to a media file: the generic extractor's title is then the file's name. */
+  direct?: boolean;
   durationS?: number;
   isLive?: boolean;
   /** A playlist (or multi-video), or one of its items, instead of one item; the worker refuses it. */
@@ -87,7 +101,27 @@ export function parseInfoJson(text: string): MediaInfo {
     overridesProxy: overridesProxy(info),
     protocols: formatProtocols(info),
   };
-  if (typeof info.title === 'string') result.title = info.title;
+  const textOf = (key: string): string | undefined => {
+    const value = info[key];
+    if (typeof value === 'string' && value.trim() !== '') return value;
+    // Newer yt-dlps give lists (artists, creators) beside the older joined fields.
+    if (Array.isArray(value)) {
+      const joined = value.filter((item): item is string => typeof item === 'string' && item.trim() !== '');
+      if (joined.length > 0) return joined.join(', ');
+    }
+    return undefined;
+  };
+  const title = textOf('title');
+  if (title !== undefined) result.title = title;
+  const artist = textOf('artist') ?? textOf('artists') ?? textOf('creator') ?? textOf('creators') ?? textOf('uploader');
+  if (artist !== undefined) result.artist = artist;
+  const album = textOf('album');
+  if (album !== undefined) result.album = album;
+  const track = textOf('track');
+  if (track !== undefined) result.track = track;
+  const uploadDate = textOf('upload_date');
+  if (uploadDate !== undefined) result.uploadDate = uploadDate;
+  if (info.direct === true) result.direct = true;
   if (typeof info.webpage_url === 'string') result.webpageUrl = info.webpage_url;
   if (typeof info.duration === 'number' && Number.isFinite(info.duration)) result.durationS = info.duration;
   if (typeof info.is_live === 'boolean') result.isLive = info.is_live;

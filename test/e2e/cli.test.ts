@@ -221,11 +221,12 @@ describe('source-fetch fetch', () => {
     },
   );
 
-  it('writes <content id>.wav by default; a URL already stored is born done', async () => {
+  it("writes the source's title by default (a direct link's own name when the file has no title tag); a URL already stored is born done", async () => {
     const first = await cli(['fetch', media.url('/short.wav')]);
     expect(first.code, first.stderr).toBe(EXIT.ok);
     const cid = contentIdIn(first.stdout)!;
-    expect(await sha256(path.join(work, `${cid}.wav`))).toBe(cid);
+    expect(first.stdout).toContain('wrote short.wav (');
+    expect(await sha256(path.join(work, 'short.wav'))).toBe(cid);
     const again = await cli(['fetch', media.url('/short.wav'), '-o', 'again.wav']);
     expect(again.code).toBe(EXIT.ok);
     expect(again.stdout).toContain(`done (already stored), content id ${cid}`);

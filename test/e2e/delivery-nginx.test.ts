@@ -11,6 +11,8 @@ import { Agent, get } from 'node:http';
 import { mkdir, symlink, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { downloadName, requestedDownloadName } from '../../src/delivery/download-name.js';
+import { contentDisposition } from '../../src/delivery/representation.js';
 import { createUrlSigner } from '../../src/delivery/signed-url.js';
 import { artifactRelativePath, artifactUrlPath } from '../../src/store/layout.js';
 import {
@@ -507,6 +509,109 @@ describe('signed URLs behind nginx', () => {
     }
   });
 });
+
+describe('download names (filename)', () => {
+  // Quotes, a slash, right-to-left letters, emoji, and titles too long for a file name.
+  const titles = [
+    `Ein "Lied" / Teil 2: 'live'`,
+    'שיר ערש (הקלטה)',
+    '🎵 👩‍👩‍👧 Émoji ✓',
+    'x'.repeat(2000),
+    'ש'.repeat(2000),
+    '🎵'.repeat(500),
+  ];
+  const names = titles.map((title) => downloadName(title, 'audio.wav'));
+  const path = () => artifactUrlPath(wav.cid, 'audio.wav');
+  const fallbackUrl = (target: string) => `http://127.0.0.1:${fallbackApp.port}${target}`;
+
+  it("a signed URL naming its download: nginx alone answers with the app's Content-Disposition for it, as the fallback does", async () => {
+    for (const name of names) {
+      const target = `${path()}?${accelApp.signer.sign(wav.cid, 'audio.wav', 600, name).query}`;
+      accelApp.seen.length = 0;
+      for (const headers of [{}, { range: 'bytes=0-3' }] as Array<Record<string, string>>) {
+        const viaNginx = await fetch(nginx.url(target), { headers });
+        const viaApp = await fetch(fallbackUrl(target), { headers });
+        for (const res of [viaNginx, viaApp]) {
+          expect(res.status, name).toBe('range' in headers ? 206 : 200);
+          expect(res.headers.get('content-disposition'), name).toBe(contentDisposition(name));
+          const body = Buffer.from(await res.arrayBuffer());
+          if (!('range' in headers)) expect(sha256(body)).toBe(wav.cid);
+        }
+      }
+      expect(accelApp.seen, name).toEqual([]);
+    }
+  });
+
+  it('a keyed request names its download with ?filename=, made safe: through the X-Accel-Redirect nginx completes, and the fallback', async () => {
+    const asked = [...names, '../../etc/passwd', 'evil.exe', 'a\u202evaw.exe'];
+    for (const filename of asked) {
+      const target = `${path()}?filename=${encodeURIComponent(filename)}`;
+      // A name the record gives comes back as it is; any other is made safe.
+      const expected = contentDisposition(names.includes(filename) ? filename : downloadNameOfRequest(filename));
+      accelApp.seen.length = 0;
+      const viaNginx = await fetch(nginx.url(target), { headers: { 'x-api-key': API_KEY } });
+      const viaApp = await fetch(fallbackUrl(target), { headers: { 'x-api-key': API_KEY } });
+      for (const res of [viaNginx, viaApp]) {
+        expect(res.status, filename).toBe(200);
+        expect(res.headers.get('content-disposition'), filename).toBe(expected);
+        expect(res.headers.get('cache-control')).toBe('private, max-age=31536000, immutable');
+        expect(sha256(Buffer.from(await res.arrayBuffer()))).toBe(wav.cid);
+      }
+      // Through the app, which made the name safe; nginx sent the bytes.
+      expect(accelApp.seen.map((seen) => seen.path)).toEqual([path()]);
+    }
+    expect(contentDisposition(downloadNameOfRequest('../../etc/passwd'))).toContain('filename="_.._etc_passwd.wav"');
+  });
+
+  it('a name the signature does not cover is refused, by nginx handing it to the app and by the fallback; a URL without one keeps its old form', async () => {
+    const name = names[0]!;
+    const named = accelApp.signer.sign(wav.cid, 'audio.wav', 600, name);
+    const plain = accelApp.signer.sign(wav.cid, 'audio.wav', 600);
+    const forgeries = [
+      // Another name under the named URL's signature.
+      `expires=${named.expires}&sig=${named.signature}&filename=${encodeURIComponent(names[1]!)}`,
+      // The name taken off it.
+      `expires=${named.expires}&sig=${named.signature}`,
+      // A name added to a URL signed without one.
+      `${plain.query}&filename=${encodeURIComponent(name)}`,
+      `${plain.query}&filename=`,
+    ];
+    for (const query of forgeries) {
+      for (const url of [nginx.url(`${path()}?${query}`), fallbackUrl(`${path()}?${query}`)]) {
+        const res = await fetch(url);
+        expect(res.status, url).toBe(403);
+        expect(((await res.json()) as { code: string }).code, url).toBe('signature_invalid');
+      }
+    }
+    // The controls: both genuine URLs are served, each with its name.
+    for (const [query, disposition] of [
+      [named.query, contentDisposition(name)],
+      [plain.query, contentDisposition('audio.wav')],
+    ] as const) {
+      const res = await fetch(nginx.url(`${path()}?${query}`));
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-disposition')).toBe(disposition);
+      await res.arrayBuffer();
+    }
+  });
+
+  it('a named URL in another encoding than the one issued (+ for spaces) goes to the app, which checks the decoded name', async () => {
+    const name = 'A song with spaces.wav';
+    const signed = accelApp.signer.sign(wav.cid, 'audio.wav', 600, name);
+    const plus = `${path()}?expires=${signed.expires}&sig=${signed.signature}&filename=${name.replaceAll(' ', '+')}`;
+    accelApp.seen.length = 0;
+    const res = await fetch(nginx.url(plus));
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-disposition')).toBe(contentDisposition(name));
+    expect(sha256(Buffer.from(await res.arrayBuffer()))).toBe(wav.cid);
+    expect(accelApp.seen.map((seen) => seen.path)).toEqual([path()]);
+  });
+});
+
+/** What a keyed request's `filename` is named as (src/delivery/download-name.ts). */
+function downloadNameOfRequest(filename: string): string {
+  return requestedDownloadName(filename, 'audio.wav');
+}
 
 describe('keyed requests behind nginx', () => {
   it("are answered by nginx alone after the app's yes to the key; another key still goes to the app", async () => {

@@ -87,7 +87,17 @@ describe('another URL of a media already stored is recognised from the metadata 
     expect(first.status).toBe('done');
     expect(first.born_done).toBe(false);
     // Proves the plugin was loaded in yt-dlp (the env reached it): the generic extractor would say 'Generic'.
-    expect(first.media).toEqual({ extractor: EXTRACTOR_KEY, id: MEDIA_ID });
+    expect(first.media).toEqual({
+      extractor: EXTRACTOR_KEY,
+      id: MEDIA_ID,
+      title: 'A loopback video',
+      artist: null,
+      album: null,
+      track: null,
+      duration: null,
+      upload_date: null,
+      webpage_url: media.url(`/watch?v=${MEDIA_ID}`),
+    });
     expect(media.requestsFor(apiPath(MEDIA_ID)).length).toBeGreaterThanOrEqual(1);
     expect(media.requestsFor(audioPath[MEDIA_ID]!).length).toBeGreaterThanOrEqual(1);
 
@@ -110,7 +120,7 @@ describe('another URL of a media already stored is recognised from the metadata 
     expect(second.url).toBe(formB);
     // Not an alias of its URL: a worker ran the downloader's metadata step...
     expect(second.born_done).toBe(false);
-    expect(second.media).toEqual({ extractor: EXTRACTOR_KEY, id: MEDIA_ID });
+    expect(second.media).toEqual(first.media);
     expect(media.requestsFor(apiPath(MEDIA_ID)).length).toBeGreaterThan(apiBefore);
     // ...and no media was downloaded: only the site's API was asked.
     expect(duringB.filter((p) => p.startsWith('/media/'))).toEqual([]);
@@ -124,6 +134,8 @@ describe('another URL of a media already stored is recognised from the metadata 
     expect(again.status).toBe('done');
     expect(again.born_done).toBe(true);
     expect(again.result!.content_id).toBe(first.result!.content_id);
+    // What form B's own job knew of the media, kept on its URL's alias.
+    expect(again.media).toEqual(first.media);
     expect(media.requests.length).toBe(requestsBefore);
   });
 
@@ -133,7 +145,7 @@ describe('another URL of a media already stored is recognised from the metadata 
     expect(other.error).toBeNull();
     expect(other.status).toBe('done');
     expect(other.born_done).toBe(false);
-    expect(other.media).toEqual({ extractor: EXTRACTOR_KEY, id: OTHER_ID });
+    expect(other.media).toMatchObject({ extractor: EXTRACTOR_KEY, id: OTHER_ID, title: 'Another loopback video' });
     expect(media.requestsFor(audioPath[OTHER_ID]!).length).toBeGreaterThan(audioBefore);
     const cid = other.result!.content_id;
     expect(cid).not.toBe(first.result!.content_id);

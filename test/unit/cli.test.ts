@@ -1,4 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { createHash } from 'node:crypto';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Job } from '../../src/cli/api.js';
 import { runCli, type CliDeps } from '../../src/cli/commands.js';
 import { EXIT } from '../../src/cli/exit-codes.js';
@@ -154,5 +158,90 @@ describe('arguments', () => {
     });
     expect(await cli([], {})).toMatchObject({ code: EXIT.ok, stdout: expect.stringContaining('Exit codes:') });
     expect(await cli(['--version'], {})).toMatchObject({ code: EXIT.ok, stdout: '9.9.9\n' });
+  });
+});
+
+describe('the default output file', () => {
+  const wav = Buffer.from('RIFF....WAVE: stands in for the WAV');
+  const cid = createHash('sha256').update(wav).digest('hex');
+  /** A service whose every submission is born done with `downloadName` for its WAV. */
+  function bornDone(downloadName: string): typeof fetch {
+    const record = job({
+      status: 'done',
+      born_done: true,
+      result: {
+        content_id: cid,
+        artifacts: [
+          {
+            name: 'audio.wav',
+            download_name: downloadName,
+            path: `/artifacts/${cid}/audio.wav`,
+            signed_url: `/artifacts/${cid}/audio.wav?expires=1&sig=x`,
+            signed_url_expires_at: '2026-01-01T00:00:00.000Z',
+            bytes: wav.length,
+            content_type: 'audio/wav',
+            sample_rate: 44100,
+            channels: 2,
+            duration: null,
+          },
+        ],
+        loudness: null,
+        evicted: null,
+      },
+    });
+    return ((url: URL) =>
+      Promise.resolve(
+        url.pathname === '/sources'
+          ? new Response(JSON.stringify(record), { status: 202, headers: { 'content-type': 'application/json' } })
+          : new Response(wav, { headers: { 'content-length': String(wav.length) } }),
+      )) as unknown as typeof fetch;
+  }
+  async function fetchInto(folder: string, downloadName: string, argv: string[] = []) {
+    let stdout = '';
+    let stderr = '';
+    const code = await runCli({
+      argv: ['fetch', 'http://m.example/a.mp3', ...argv],
+      env: { SOURCE_FETCH_API_KEY: 'k-0123456789abcdef' },
+      stdout: { isTTY: false, write: (text) => (stdout += text) },
+      stderr: { write: (text) => (stderr += text) },
+      cwd: folder,
+      version: '9.9.9',
+      signal: new AbortController().signal,
+      fetch: bornDone(downloadName),
+    });
+    return { code, stdout, stderr };
+  }
+  async function folder() {
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-cli-name-'));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    return dir;
+  }
+
+  it("is the download's name from the record, and never replaces a file: the next free '<name> (n).wav'", async () => {
+    const dir = await folder();
+    const name = 'Ein _Lied_ – שיר 🎵.wav';
+    await writeFile(path.join(dir, name), 'another song with the same title');
+    const first = await fetchInto(dir, name);
+    expect(first.code, first.stderr).toBe(EXIT.ok);
+    expect(first.stdout).toContain(`wrote Ein _Lied_ – שיר 🎵 (2).wav (`);
+    const second = await fetchInto(dir, name);
+    expect(second.stdout).toContain(`wrote Ein _Lied_ – שיר 🎵 (3).wav (`);
+    expect((await readdir(dir)).sort()).toEqual(
+      [name, 'Ein _Lied_ – שיר 🎵 (2).wav', 'Ein _Lied_ – שיר 🎵 (3).wav'].sort(),
+    );
+    expect(await readFile(path.join(dir, name), 'utf8')).toBe('another song with the same title');
+    expect((await readFile(path.join(dir, 'Ein _Lied_ – שיר 🎵 (2).wav'))).equals(wav)).toBe(true);
+    // -o replaces, as it always did.
+    const given = await fetchInto(dir, name, ['-o', name]);
+    expect(given.stdout).toContain(`wrote ${name} (`);
+    expect((await readFile(path.join(dir, name))).equals(wav)).toBe(true);
+  });
+
+  it('is made safe again, whatever the answer says; without a title it is <content id>.wav', async () => {
+    const dir = await folder();
+    expect((await fetchInto(dir, '../../escape\u202e.wav')).code).toBe(EXIT.ok);
+    expect((await fetchInto(dir, 'audio.wav')).code).toBe(EXIT.ok);
+    expect((await readdir(dir)).sort()).toEqual(['_.._escape.wav', `${cid}.wav`].sort());
+    expect((await readdir(path.dirname(dir))).filter((entry) => entry.startsWith('escape'))).toEqual([]);
   });
 });

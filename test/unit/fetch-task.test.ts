@@ -107,7 +107,8 @@ function fakeTools(media: { extractorKey: string; id: string; page?: string }, w
       return { ...OK, exitCode: null, signal: 'SIGTERM', aborted: true };
     }
     calls.push('ffmpeg');
-    await writeFile(opts.args.at(-1)!.replace(/^file:/, ''), wavBytes);
+    // The WAV is the output after `-f wav` (the input's tags are another, after it).
+    await writeFile(opts.args[opts.args.indexOf('wav') + 1]!.replace(/^file:/, ''), wavBytes);
     return OK;
   };
   return { run, calls };

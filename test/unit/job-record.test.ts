@@ -81,3 +81,88 @@ describe('the job renderer', () => {
     expect(Object.isFrozen(render(kept))).toBe(true);
   });
 });
+
+describe("the record's source metadata and download names", () => {
+  const peaks = { ...artifact, name: 'peaks.json', contentType: 'application/json' };
+  const media = {
+    extractor: 'Generic',
+    id: 'tone',
+    title: 'AC/DC: "Live" – שיר 🎵',
+    artist: 'Art',
+    album: null,
+    track: null,
+    duration: null,
+    upload_date: '2026-11-30',
+    webpage_url: 'http://127.0.0.1:8000/tone.mp3',
+  };
+  /** Records what each artifact was signed with. */
+  function signing() {
+    const signed: Array<[string, string | undefined]> = [];
+    const render = createJobRenderer(
+      (cid, name, filename) => {
+        signed.push([name, filename]);
+        return {
+          query: `expires=1&sig=s${filename === undefined ? '' : `&filename=${encodeURIComponent(filename)}`}`,
+          expiresAt: 1000,
+        };
+      },
+      () => 0,
+    );
+    return { render, signed };
+  }
+
+  it("shows the job's media, names each artifact from its title, and signs each URL with that name", () => {
+    const { render, signed } = signing();
+    const record = render({
+      job: { ...job, media: JSON.stringify(media) },
+      leader: undefined,
+      artifacts: [artifact, peaks],
+      callback: undefined,
+    });
+    expect(record.media).toEqual(media);
+    const names = ['AC_DC_ _Live_ – שיר 🎵.wav', 'AC_DC_ _Live_ – שיר 🎵.peaks.json'];
+    expect(record.result?.artifacts.map((a) => a.download_name)).toEqual(names);
+    expect(signed).toEqual([
+      ['audio.wav', names[0]],
+      ['peaks.json', names[1]],
+    ]);
+    expect(record.result?.artifacts[0]?.signed_url).toBe(
+      `/artifacts/${'c'.repeat(64)}/audio.wav?expires=1&sig=s&filename=${encodeURIComponent(names[0]!)}`,
+    );
+  });
+
+  it('without a title, names each artifact as itself and signs it without a name; a job recorded before media was kept shows its extractor and id', () => {
+    const { render, signed } = signing();
+    const record = render({
+      job: { ...job, media: null, extractor: 'Generic', mediaId: 'tone' },
+      leader: undefined,
+      artifacts: [artifact, peaks],
+      callback: undefined,
+    });
+    expect(record.media).toEqual({
+      extractor: 'Generic',
+      id: 'tone',
+      title: null,
+      artist: null,
+      album: null,
+      track: null,
+      duration: null,
+      upload_date: null,
+      webpage_url: null,
+    });
+    expect(record.result?.artifacts.map((a) => a.download_name)).toEqual(['audio.wav', 'peaks.json']);
+    expect(signed).toEqual([
+      ['audio.wav', undefined],
+      ['peaks.json', undefined],
+    ]);
+    // Nothing known at all (queued): no media.
+    expect(
+      render({
+        job: { ...job, status: 'queued', media: null, extractor: null, mediaId: null },
+        leader: undefined,
+        artifacts: [],
+        callback: undefined,
+      }).media,
+    ).toBeNull();
+  });
+});

@@ -85,6 +85,29 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     expect(await submit(URL_A)).toMatchObject({ bornDone: true, apiKeyId: '' });
   });
 
+  it("a job born done shows what its URL's alias says of the source: alone and at once; none for an alias without it", async () => {
+    const fx = await createStoreFixture(kind);
+    const content = await fx.addArtifact(1000, 1000, URL_A);
+    const media = JSON.stringify({ extractor: 'Generic', id: 'a', title: 'Ein Lied — שיר 🎵' });
+    // Another URL of the same content, stored by a job that knew nothing of the source.
+    const plain = 'https://media.example/plain';
+    await setAlias(fx.database, 'url', URL_A, content, 1000, media);
+    await setAlias(fx.database, 'url', plain, content, 1000);
+    const deps = submitDeps(fx, 5000);
+    const submit = (url: string) => submitSource({ deps, input: { url } }).then(({ job }) => job);
+    expect(await submit(URL_A)).toMatchObject({ bornDone: true, media });
+    const together = await Promise.all([submit(URL_A), submit(plain), submit(URL_A)]);
+    expect(together.map((job) => [job.bornDone, job.media])).toEqual([
+      [true, media],
+      [true, null],
+      [true, media],
+    ]);
+    // As the database has them, not only as returned.
+    const { jobs } = fx.database.t;
+    const stored = await fx.database.db.select({ id: jobs.id, media: jobs.media }).from(jobs);
+    expect(stored.map((row) => row.media).sort()).toEqual([media, media, media, null].sort());
+  });
+
   it('writes a reuse only when other content was used since (the rank changes), and never back in time', async () => {
     const fx = await createStoreFixture(kind);
     const aliased = await fx.addArtifact(1000, 1000, URL_A);

@@ -64,7 +64,7 @@ async function claimedJob(fx: StoreFixture, opts: { apiKeyId: string; bytes?: nu
   return {
     data,
     async commit() {
-      const outcome = await commitContent(ctx, deps, { wavPath, header: HEADER }, undefined, async () => {});
+      const outcome = await commitContent(ctx, deps, { wavPath, header: HEADER, tags: null }, {}, async () => {});
       return { outcome, row: (await getJobRow(fx.database, id))!, data };
     },
   };

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildConvertArgs, DURATION_OVERRUN_S, INPUT_FORMAT_WHITELIST, inputUrl } from '../../src/tools/ffmpeg.js';
+import { parseFfmetadata } from '../../src/tools/ffmpeg-tags.js';
 import { runProcess } from '../../src/tools/process.js';
 import { parseWavHeader } from '../../src/tools/wav.js';
 import { generateMediaFixtures, type MediaFixtureName, type MediaFixture } from '../support/media.js';
@@ -124,6 +125,62 @@ describe('with the real ffmpeg', () => {
     createHash('sha256')
       .update(await readFile(p))
       .digest('hex');
+
+  it.each([
+    ['an MP3 with ID3', 'mp3', ['-c:a', 'libmp3lame'], {}],
+    ["an Ogg with Vorbis comments (its stream's)", 'ogg', ['-c:a', 'libvorbis'], {}],
+    ['a FLAC with Vorbis comments', 'flac', ['-c:a', 'flac'], {}],
+    ['an Opus in Ogg', 'opus', ['-c:a', 'libopus'], {}],
+    ['an M4A', 'm4a', ['-c:a', 'aac'], {}],
+    [
+      'a Matroska file whose stream has its own title (the global one wins)',
+      'mka',
+      ['-c:a', 'libopus'],
+      { 'metadata:s:a:0': 'title=Stream title' },
+    ],
+  ] as const)(
+    "writes the input's tags beside the WAV when asked, in the same run, and the WAV's bytes stay the same: %s",
+    async (_label, extension, codec, extra) => {
+      const title = 'Ein "Lied" = a;b#c\\d / שיר 🎵';
+      const input = join(dir, `tagged.${extension}`);
+      const tagArgs = [
+        ...['-metadata', `title=${title}`, '-metadata', 'artist=Line one\nline two', '-metadata', 'album=Alb'],
+        ...Object.entries(extra).flatMap(([option, value]) => [`-${option}`, value]),
+      ];
+      const made = await runProcess({
+        command: 'ffmpeg',
+        args: [
+          '-nostdin',
+          '-loglevel',
+          'error',
+          '-y',
+          '-f',
+          'lavfi',
+          '-i',
+          'sine=duration=1',
+          ...codec,
+          ...tagArgs,
+          input,
+        ],
+      });
+      expect(made.stderrTail).toBe('');
+      const tagsOutput = join(dir, `tagged-${extension}.tags`);
+      const withTags = join(dir, `tagged-${extension}.wav`);
+      const result = await runProcess({
+        command: 'ffmpeg',
+        args: buildConvertArgs({ input, output: withTags, tagsOutput, maxDurationS: 600, maxAllocBytes: 1024 ** 3 }),
+      });
+      expect(result.stderrTail).toBe('');
+      expect(result.exitCode).toBe(0);
+      expect(parseFfmetadata(await readFile(tagsOutput, 'utf8'))).toEqual({
+        title,
+        artist: 'Line one\nline two',
+        album: 'Alb',
+      });
+      expect(await sha(withTags)).toBe(await sha(await convert(input, `untagged-${extension}.wav`)));
+      expect((await readFile(withTags)).includes(Buffer.from('Alb'))).toBe(false);
+    },
+  );
 
   it('converts byte-for-byte the same twice (no encoder tag, no metadata)', async () => {
     const a = await convert(fixtures.aac_m4a.path, 'a.wav');

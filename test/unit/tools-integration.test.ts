@@ -155,6 +155,7 @@ describe('yt-dlp and ffmpeg with the argument builders', () => {
       extractorKey: 'Generic',
       mediaId: 'a',
       title: 'a',
+      direct: true,
       webpageUrl: url,
       isPlaylist: false,
       overridesProxy: false,

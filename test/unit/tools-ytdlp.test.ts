@@ -175,11 +175,28 @@ describe('parseInfoJson', () => {
       extractorKey: 'Generic',
       mediaId: 'a',
       title: 'a',
+      direct: true,
       webpageUrl: 'http://127.0.0.1:8000/a.m4a',
       isPlaylist: false,
       overridesProxy: false,
       protocols: [],
     });
+  });
+
+  it('reads the source metadata: artist, else creator, else uploader; lists joined; blanks and non-strings left out', () => {
+    const base = { id: 'v', extractor: 'x', extractor_key: 'X' };
+    const read = (fields: Record<string, unknown>) => parseInfoJson(JSON.stringify({ ...base, ...fields }));
+    expect(
+      read({ title: 'T', artist: 'A', creator: 'C', uploader: 'U', album: 'Al', track: 'Tr', upload_date: '20261130' }),
+    ).toMatchObject({ title: 'T', artist: 'A', album: 'Al', track: 'Tr', uploadDate: '20261130' });
+    expect(read({ creator: 'C', uploader: 'U' }).artist).toBe('C');
+    expect(read({ artist: ' ', uploader: 'U' }).artist).toBe('U');
+    expect(read({ artists: ['A', 'B', 3], creator: 'C' }).artist).toBe('A, B');
+    expect(read({ creators: ['C1'], uploader: 'U' }).artist).toBe('C1');
+    const none = read({ title: 42, artist: null, album: ['x', 'y'], upload_date: 20261130, direct: 'yes' });
+    // A list where text is expected is joined too (yt-dlp's newer list fields); numbers and the rest are not text.
+    expect(none).toMatchObject({ album: 'x, y' });
+    for (const key of ['title', 'artist', 'track', 'uploadDate', 'direct'] as const) expect(none[key]).toBeUndefined();
   });
 
   it('lists the protocol of every format, or of the item itself', () => {

@@ -49,6 +49,7 @@ export const jobs = pgTable(
     requestId: text('request_id'),
     apiKeyId: text('api_key_id').notNull().default(''),
     storedBytes: int64('stored_bytes'),
+    media: text('media'),
   },
   (t) => [
     index('jobs_claim_idx')
@@ -107,6 +108,7 @@ export const aliases = pgTable(
     key: text('key').notNull(),
     contentId: text('content_id').notNull(),
     createdAt: int64('created_at').notNull(),
+    media: text('media'),
   },
   (t) => [primaryKey({ columns: [t.kind, t.key] }), index('aliases_content_idx').on(t.contentId)],
 );

@@ -49,6 +49,11 @@ export const jobs = sqliteTable(
     apiKeyId: text('api_key_id').notNull().default(''),
     /** Bytes of new content this job put into the store (none: null); counted against its key's allowance. */
     storedBytes: integer('stored_bytes'),
+    /**
+     * What the downloader (and the file's tags) said of the source, as the record's `media` in
+     * JSON (src/tools/media-metadata.ts); a born-done job's is its URL's alias's.
+     */
+    media: text('media'),
   },
   (t) => [
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job
@@ -123,6 +128,8 @@ export const aliases = sqliteTable(
     key: text('key').notNull(),
     contentId: text('content_id').notNull(),
     createdAt: integer('created_at').notNull(),
+    /** A 'url' alias: the source's `media` (JSON) as the job that stored it for this URL knew it; null otherwise. */
+    media: text('media'),
   },
   (t) => [primaryKey({ columns: [t.kind, t.key] }), index('aliases_content_idx').on(t.contentId)],
 );

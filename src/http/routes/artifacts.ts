@@ -2,8 +2,14 @@ import { z, type OpenAPIHono } from '@hono/zod-openapi';
 import { createArtifactResolver, invalidArtifactPath, type ResolvedArtifact } from '../../delivery/artifact-path.js';
 import { httpDate, ifRangeAllows, isNotModified, type Validators } from '../../delivery/conditional.js';
 import { parseRange } from '../../delivery/range.js';
-import { cachingHeaders, representationHeaders, type AccessGrant } from '../../delivery/representation.js';
-import { EXPIRES_PARAM, SIGNATURE_PARAM, type UrlSigner } from '../../delivery/signed-url.js';
+import { requestedDownloadName } from '../../delivery/download-name.js';
+import {
+  cachingHeaders,
+  contentDisposition,
+  representationHeaders,
+  type AccessGrant,
+} from '../../delivery/representation.js';
+import { EXPIRES_PARAM, FILENAME_PARAM, SIGNATURE_PARAM, type UrlSigner } from '../../delivery/signed-url.js';
 import { ServiceError } from '../../errors.js';
 import type { AppEnv } from '../env.js';
 import { problemResponseSpec } from '../error-responses.js';
@@ -90,8 +96,11 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     return described;
   }
 
-  /** A valid API key (counted against its rate limit), or else a valid signature for exactly this cid and name. */
-  function authorize(request: ApiRequest, cid: string, name: string): Admitted {
+  /**
+   * A valid API key (counted against its rate limit), or else a valid signature for exactly this
+   * cid, name and filename (when the URL names one).
+   */
+  function authorize(request: ApiRequest, cid: string, name: string, filename: string | undefined): Admitted {
     const key = deps.admission.validKey(request);
     if (key !== undefined) {
       deps.admission.count(key);
@@ -99,11 +108,12 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     }
     const expires = request.query(EXPIRES_PARAM);
     const signature = request.query(SIGNATURE_PARAM);
-    const url = `${cid}/${name}?${expires}&${signature}`;
+    // JSON: no two sets of values share a string, whatever the filename holds.
+    const url = JSON.stringify([cid, name, expires, signature, filename]);
     const known = verified.get(url);
     // The expiry is checked on every request; only the MAC is not made again.
     if (known !== undefined && known.grant.expiresAtMs > now()) return known;
-    const verdict = deps.signer.verify(cid, name, expires, signature);
+    const verdict = deps.signer.verify(cid, name, expires, signature, filename);
     if (verdict === 'ok') {
       // verify accepted the expiry's form (digits only).
       const grant = { by: 'signature', expiresAtMs: Number(expires) * 1000 } as const;
@@ -124,9 +134,16 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     async answer(request): Promise<Answer> {
       const { cid, name } = request.params;
       if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
-      const { caching } = authorize(request, cid, name);
+      const filename = request.query(FILENAME_PARAM);
+      const { caching } = authorize(request, cid, name, filename);
       const file = await resolve(cid, name);
-      const { headers, validators } = describe(file, cid, name);
+      const described = describe(file, cid, name);
+      const { validators } = described;
+      // Named as the request asks (free with a key; covered by the signature otherwise), made safe.
+      const headers =
+        filename === undefined || filename === ''
+          ? described.headers
+          : { ...described.headers, 'content-disposition': contentDisposition(requestedDownloadName(filename, name)) };
 
       if (isNotModified({ get: (field) => request.header(field) ?? null }, validators)) {
         served(cid);
@@ -206,6 +223,15 @@ const SignatureQuery = z.object({
     .string()
     .optional()
     .openapi({ param: { name: 'sig', in: 'query' }, description: 'Signature of a signed URL.' }),
+  filename: z
+    .string()
+    .optional()
+    .openapi({
+      param: { name: 'filename', in: 'query' },
+      description:
+        "The name the answer's `Content-Disposition` gives the file (an artifact's `download_name`). In a signed URL it is covered by the signature; with the API key any name may be asked for, and it is made safe (characters Windows refuses become `_`, control and direction characters go, the artifact's extension is added when missing, at most 200 bytes). Without it the file is named as the artifact (`audio.wav`).",
+      example: 'My Song.wav',
+    }),
 });
 
 /**

@@ -43,7 +43,11 @@ export function commitContent(
   ctx: FetchContext,
   deps: CommitDeps,
   converted: Converted,
-  mediaKey: string | undefined,
+  /**
+   * The media alias key, when one can be trusted; and what the job knows of its source (the
+   * record's `media` in JSON), recorded on the job and on its URLs' aliases.
+   */
+  source: { mediaKey?: string; media?: string },
   discardWork: () => Promise<void>,
   /**
    * Filled with the commit's parts, in ms: the WAV's put (hash, peaks, flush, move), the peaks'
@@ -90,7 +94,7 @@ export function commitContent(
           const refusal = await allowanceRefusal(q, deps.keyAllowance, apiKeyId, storedBytes, now);
           if (refusal) return { refusal };
         }
-        const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now, storedBytes);
+        const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now, storedBytes, source.media);
         if (!ended) return 'lost' as const;
         await recordCacheEntry(
           q,
@@ -126,7 +130,7 @@ export function commitContent(
           );
         }
         await aliasUrlsOf(q, ended, stored.contentId, now);
-        if (mediaKey) await setAlias(q, 'media', mediaKey, stored.contentId, now);
+        if (source.mediaKey) await setAlias(q, 'media', source.mediaKey, stored.contentId, now);
         return ended;
       });
       lap('record');

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import fs from 'node:fs/promises';
+import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
+import { MAX_TAGS_BYTES, parseFfmetadata, type FileTags } from '../../tools/ffmpeg-tags.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
 import { jobError, type JobErrorCode } from '../../job-errors.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
@@ -31,6 +32,8 @@ export interface Converted {
   header: WavHeader;
   /** Absent when not asked for; null for a WAV with no loudness (digital silence). */
   loudness?: Loudness | null;
+  /** The input's own tags, as the same ffmpeg run wrote them beside the WAV; null when it wrote none. */
+  tags: FileTags | null;
 }
 
 /** What ffmpeg (at -loglevel error) says about an input it could only partly decode. */
@@ -80,12 +83,25 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
   });
 }
 
-/** ffmpeg's arguments for a conversion under the job's limits (../../tools/ffmpeg.ts). */
+/**
+ * ffmpeg's arguments for a conversion under the job's limits (../../tools/ffmpeg.ts), with the
+ * input's tags written beside the WAV (tagsPathOf).
+ */
 export function conversionArgs(
   limits: FetchLimits,
   io: Pick<ffmpeg.ConvertArgsOptions, 'input' | 'fedThroughFifo' | 'output'>,
 ): string[] {
-  return ffmpeg.buildConvertArgs({ ...io, maxDurationS: limits.maxDurationS, maxAllocBytes: limits.tool.memoryBytes });
+  return ffmpeg.buildConvertArgs({
+    ...io,
+    tagsOutput: tagsPathOf(io.output),
+    maxDurationS: limits.maxDurationS,
+    maxAllocBytes: limits.tool.memoryBytes,
+  });
+}
+
+/** Where a conversion writes its input's tags: beside its WAV. */
+export function tagsPathOf(wavPath: string): string {
+  return `${wavPath.replace(/\.wav$/, '')}.tags`;
 }
 
 async function convert(
@@ -124,7 +140,27 @@ async function convert(
     if (await nearlyFull(ctx.workDir)) throw new JobFailure(STORAGE_FULL);
     throw new JobFailure(jobError('conversion_failed', { detail: 'The converter wrote an incomplete WAV file.' }));
   }
-  return { wavPath, header, identity };
+  return { wavPath, header, identity, tags: await readTags(tagsPathOf(wavPath)) };
+}
+
+/**
+ * The tags file's first MAX_TAGS_BYTES, read; null when there is none, or it is not a regular file
+ * (opened as ../../tools/regular-file.ts says: a FIFO there never blocks the read).
+ */
+async function readTags(file: string): Promise<FileTags | null> {
+  let handle: FileHandle;
+  try {
+    handle = await openRegularFile(file);
+  } catch {
+    return null;
+  }
+  try {
+    const buf = Buffer.alloc(MAX_TAGS_BYTES);
+    const { bytesRead } = await handle.read(buf, 0, buf.length, 0);
+    return parseFfmetadata(buf.subarray(0, bytesRead).toString('utf8'));
+  } finally {
+    await handle.close();
+  }
 }
 
 async function nearlyFull(dir: string): Promise<boolean> {

@@ -5,6 +5,7 @@ import { AUDIO_ARTIFACT_NAME } from '../../store/layout.js';
 import { lockContent } from '../../store/pins.js';
 import { recordUse } from '../../store/usage.js';
 import { claimMediaDownload, followMediaDownload, markDone, recordMediaIdentity, type Ended } from '../queue.js';
+import { sourceMediaOf, storedMedia } from '../../tools/media-metadata.js';
 import type { Extracted } from './media-info.js';
 import { step, type FetchContext, type Outcome } from './step.js';
 
@@ -36,7 +37,11 @@ export function resolveMedia(
 ): Promise<Outcome<MediaDecision>> {
   return step(async () => {
     const { job, owner } = ctx;
-    await recordMediaIdentity(deps.database, job.id, extracted.info.extractorKey, extracted.info.mediaId);
+    await recordMediaIdentity(deps.database, job.id, {
+      extractor: extracted.info.extractorKey,
+      mediaId: extracted.info.mediaId,
+      media: storedMedia(sourceMediaOf(extracted.info)),
+    });
     const mediaKey = extracted.mediaKey;
     if (mediaKey === undefined) return { kind: 'download' };
     for (let round = 0; round < MAX_ROUNDS; round++) {
@@ -89,8 +94,14 @@ async function reuseStored(
   });
 }
 
-/** Every URL a finished job and its followers were submitted with now names its content. */
+/**
+ * Every URL a finished job and its followers were submitted with now names its content, with what
+ * the job submitted with it knew of the source (the first such job's, for a URL given twice).
+ */
 export async function aliasUrlsOf(q: Queryable, ended: Ended, contentId: string, now: number): Promise<void> {
-  const keys = new Set([ended.job.urlKey, ...ended.followers.map((follower) => follower.urlKey)]);
-  for (const key of keys) await setAlias(q, 'url', key, contentId, now);
+  const mediaByKey = new Map<string, string | null>();
+  for (const job of [ended.job, ...ended.followers]) {
+    if (!mediaByKey.has(job.urlKey)) mediaByKey.set(job.urlKey, job.media);
+  }
+  for (const [key, media] of mediaByKey) await setAlias(q, 'url', key, contentId, now, media);
 }

@@ -8,6 +8,7 @@ import type { GuardSession } from '../../egress/guard.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
+import { sourceMediaOf, storedMedia } from '../../tools/media-metadata.js';
 import { namesMp4File } from '../../tools/streamable-container.js';
 import { configFileText, COOKIES_FILE_NAME, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
 import { markFailed, recordProgress, type Ended } from '../queue.js';
@@ -288,9 +289,13 @@ export function createFetchTask(deps: FetchTaskDeps) {
         if (!audio.ok) return audio;
         if (signal.aborted) throw new Error('aborted');
         deps.onDownloaded?.(file.bytes);
-        const mediaKey = extracted.mediaKey;
+        // What the extraction said, with the file's own tags where they add to it.
+        const source = {
+          mediaKey: extracted.mediaKey,
+          media: storedMedia(sourceMediaOf(extracted.info, audio.value.tags)),
+        };
         const committed = await timed('commit', () =>
-          commitContent(ctx, deps, audio.value, mediaKey, cleanUp, commitPartMs),
+          commitContent(ctx, deps, audio.value, source, cleanUp, commitPartMs),
         );
         if (committed.ok && committed.value) deps.onStored?.(committed.value.job.contentId!, file.bytes);
         return committed;
