@@ -9,9 +9,14 @@ import { currentYtDlps } from './test/support/ytdlp-under-test.js';
  * read from yt-dlp's words, and what the generic extractor says of a file and of a page (the
  * source's metadata).
  */
-const FETCH_FILES = ['fetch-pipeline', 'egress-guard', 'confinement', 'ytdlp-cookies', 'job-errors', 'source-metadata'].map(
-  (name) => `test/e2e/${name}.test.ts`,
-);
+const FETCH_FILES = [
+  'fetch-pipeline',
+  'egress-guard',
+  'confinement',
+  'ytdlp-cookies',
+  'job-errors',
+  'source-metadata',
+].map((name) => `test/e2e/${name}.test.ts`);
 
 export default defineConfig({
   test: {
