@@ -158,6 +158,8 @@ async function main(): Promise<void> {
   const metrics = createMetrics({
     queueDepth: () => countQueued(database),
     busyWorkers: () => workers.busyCount(),
+    // Read at scrape time, once the streams below exist.
+    eventStreams: () => jobEvents.openCount(),
     storeTotals: () => readStoreTotals(database),
     storeFreeBytes: () => upkeep.space.freeBytes(),
     storeMinFreeBytes: config.storeMinFreeBytes,
@@ -282,6 +284,7 @@ async function main(): Promise<void> {
     operations,
     bodies,
     getJob: (id) => jobs.get(id),
+    getJobs: (ids) => readJobRows(database, ids),
     jobEvents,
     checkHealth,
     metrics,
