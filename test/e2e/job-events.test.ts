@@ -8,9 +8,11 @@
  * so that clients resume on another node, and a job's end told to every node at once (a third,
  * API-only node that reads its jobs once a minute streams it without waiting). getEvents: many
  * jobs in one stream, directly and through nginx, with 200 ids on its request line, unknown ids
- * refused, and one place in the per-key limit.
+ * refused, and one place in the per-key limit. And nginx with TLS and HTTP/2 as
+ * docs/operations.md says: eight streams and a getJob on one connection.
  */
-import { rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect, type ClientHttp2Session } from 'node:http2';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,6 +21,7 @@ import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
+import { writeSelfSignedCertificate } from '../support/self-signed-certificate.js';
 import { ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -418,5 +421,55 @@ describe('job events', () => {
     expect(await metrics.text()).toMatch(new RegExp(`^source_fetch_event_streams ${PER_KEY}$`, 'm'));
     await Promise.all(held.map((stream) => stream.close()));
     await Promise.all(jobs.map((job) => api.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })));
+  });
+
+  it('nginx with TLS and HTTP/2 (docs/operations.md): eight job streams and a getJob share one connection, the getJob answered while all eight stream', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-h2-'));
+    const tls = await writeSelfSignedCertificate(dir, '127.0.0.1');
+    // The worker node: its limits take eight streams of one key.
+    const h2 = await startNginx({ appPort: worker.port, artifactRoot: sharedRoot, tls });
+    let session: ClientHttp2Session | undefined;
+    try {
+      const jobs = await Promise.all(Array.from({ length: 8 }, (_, i) => api.submit(media.url(`/hang.wav?h2=${i}`))));
+      session = connect(h2.url(''), { rejectUnauthorized: false });
+      const ask = (path: string) => session!.request({ ':path': path, ...auth() });
+      // Each stream open until its first event has come.
+      const streams = await Promise.all(
+        jobs.map(
+          (job) =>
+            new Promise<{ status: number; close: () => void }>((resolve, reject) => {
+              const request = ask(`/jobs/${job.job_id}/events`);
+              let status = 0;
+              request.on('response', (headers) => (status = Number(headers[':status'])));
+              request.setEncoding('utf8');
+              request.on('data', (chunk: string) => {
+                if (chunk.includes('event: job')) resolve({ status, close: () => request.close() });
+              });
+              request.on('error', reject);
+            }),
+        ),
+      );
+      expect(streams.map((stream) => stream.status)).toEqual(Array(8).fill(200));
+      const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const request = ask(`/jobs/${jobs[0]!.job_id}`);
+        let status = 0;
+        let body = '';
+        request.on('response', (headers) => (status = Number(headers[':status'])));
+        request.setEncoding('utf8');
+        request.on('data', (chunk: string) => (body += chunk));
+        request.on('end', () => resolve({ status, body }));
+        request.on('error', reject);
+      });
+      expect(answer.status).toBe(200);
+      expect((JSON.parse(answer.body) as { job_id: string }).job_id).toBe(jobs[0]!.job_id);
+      // One session is one connection: nginx spoke HTTP/2 on it.
+      expect(session.alpnProtocol).toBe('h2');
+      for (const stream of streams) stream.close();
+      await Promise.all(jobs.map((job) => api.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })));
+    } finally {
+      session?.close();
+      await h2.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
