@@ -125,6 +125,10 @@ $('forget-key').addEventListener('click', () => {
   sessionStorage.removeItem(KEY_STORAGE);
   for (const id of [...jobs.keys()]) removeJob(id);
   localStorage.removeItem(JOBS_STORAGE);
+  // And the URLs typed or refused under it.
+  $('urls').value = '';
+  $('submit-error').textContent = '';
+  updateList();
   showKeyForm();
   announce('API key forgotten, and the jobs listed with it.');
 });

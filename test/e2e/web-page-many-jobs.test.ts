@@ -125,8 +125,11 @@ describe.each(Object.keys(BROWSERS) as BrowserName[])('a hundred jobs on the pag
       const canceledAnswer = page.waitForResponse((response) => response.url().endsWith(`/jobs/${targetId}/cancel`));
       const cancelStarted = Date.now();
       await item.getByRole('button', { name: 'Cancel' }).click();
-      expect((await canceledAnswer).status()).toBe(200);
+      const cancelResponse = await canceledAnswer;
+      expect(cancelResponse.status()).toBe(200);
       const answeredMs = Date.now() - cancelStarted;
+      // Where that time went: before the request was sent (a connection to wait for), and the service's answer.
+      const timing = cancelResponse.request().timing();
       await expect.poll(() => item.getAttribute('data-status')).toBe('canceled');
       const cancelMs = Date.now() - cancelStarted;
       const othersUnderWay = await underWay();
@@ -161,7 +164,9 @@ describe.each(Object.keys(BROWSERS) as BrowserName[])('a hundred jobs on the pag
       const underWayWhilePlaying = await underWay();
       await audio.evaluate((element) => (element as unknown as { pause(): void }).pause());
       console.log(
-        `${browserName} via ${via.name}: cancel answered after ${answeredMs} ms, shown after ${cancelMs} ms (${othersUnderWay} jobs under way), ` +
+        `${browserName} via ${via.name}: cancel answered after ${answeredMs} ms (sent ${Math.round(timing.requestStart)} ms ` +
+          `after the fetch began, answered ${Math.round(timing.responseStart - timing.requestStart)} ms later), ` +
+          `shown after ${cancelMs} ms (${othersUnderWay} jobs under way), ` +
           `new job listed after ${submitMs} ms, audio playing after ${playMs} ms (${underWayWhilePlaying} under way)`,
       );
 

@@ -603,6 +603,8 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     expect(await jobItems().count()).toBe(1);
     expect(await page.locator('#jobs').textContent()).toContain(url);
 
+    // And a URL typed, not submitted yet.
+    await urlsField().fill(mediaUrl('/typed-not-sent.m4a'));
     await page.getByRole('button', { name: 'Forget API key' }).click();
     await page.locator('#key-section').waitFor({ state: 'visible' });
     expect(await page.locator('#submit-section').isHidden()).toBe(true);
@@ -615,6 +617,7 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     expect(await jobItems().count()).toBe(0);
     expect(await page.locator('#no-jobs').isVisible()).toBe(true);
     expect(await page.content()).not.toContain(url);
+    expect(await urlsField().inputValue()).toBe('');
     expect(await page.evaluate<string>('JSON.stringify({ ...localStorage })')).not.toContain('-');
     // Nor after a reload.
     await page.reload();
