@@ -28,6 +28,7 @@ export function renderOpenApiJson(): string {
     operations: [],
     bodies: { body: unused, send: unused },
     getJob: unused,
+    getJobs: unused,
     jobEvents: { open: unused, head: unused, openCount: unused, closeAll: unused },
     checkHealth: unused,
     // Static files are not part of the API's description.

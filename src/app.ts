@@ -12,7 +12,8 @@ import type { OperationBinding } from './http/operation.js';
 import { createErrorHandler, problemResponse, validationProblem } from './http/problem.js';
 import { registerArtifactContract } from './http/routes/artifacts.js';
 import { registerHealthRoute } from './http/routes/health.js';
-import { cancelJobRoute, getJobRoute, registerJobEventsRoute } from './http/routes/jobs.js';
+import { registerEventRoutes } from './http/routes/events.js';
+import { cancelJobRoute, getJobRoute } from './http/routes/jobs.js';
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
 import { registerStoreRoutes } from './http/routes/store.js';
@@ -36,7 +37,9 @@ export interface AppDeps {
   /** Sends the files of getArtifact's answers. */
   bodies: FileBodies;
   getJob: (id: string) => Promise<JobRow>;
-  /** getJobEvents' streams (src/http/job-events.ts). */
+  /** The rows of those of `ids` that exist. */
+  getJobs: (ids: string[]) => Promise<JobRow[]>;
+  /** getJobEvents' and getEvents' streams (src/http/job-events.ts). */
   jobEvents: JobEventStreams;
   checkHealth: () => Promise<HealthReport>;
   metrics: Metrics;
@@ -76,7 +79,12 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: admitted(deps.admission) });
   for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute])
     app.openAPIRegistry.registerPath(contract);
-  registerJobEventsRoute(app, { admission: deps.admission, get: deps.getJob, events: deps.jobEvents });
+  registerEventRoutes(app, {
+    admission: deps.admission,
+    get: deps.getJob,
+    getMany: deps.getJobs,
+    events: deps.jobEvents,
+  });
   for (const { method, path, operation } of deps.operations)
     app.on(method, path, honoOperation(operation, deps.bodies));
 

@@ -357,7 +357,7 @@ export const envSchema = z
       .max(50, { message: "must be at most 50, below nginx's proxy_read_timeout (60 s)" })
       .default(15)
       .describe(
-        "A comment line on every open job event stream this often, at most 50, so that nothing between client and node (nginx's `proxy_read_timeout` is 60 s) closes an idle one.",
+        "A comment line on every open job event stream this often, at most 50, so that nothing between client and node (nginx's `proxy_read_timeout` is 60 s) closes an idle one. A client that leaves 64 KiB unread and takes none of the states waiting past them for a whole interval has its stream ended.",
       ),
     EVENTS_POLL_MS: z.coerce
       .number()
@@ -369,7 +369,7 @@ export const envSchema = z
         "How often a node's job event streams read their jobs (one query for all of them), in ms: how soon a stream shows a claim or the progress, which is recorded every half second. A job's end is told to every node as it happens and does not wait for this.",
       ),
     EVENT_STREAMS_PER_KEY: positiveInt(20).describe(
-      'Job event streams one API key may hold open on a node; past it 429 `too_many_event_streams`.',
+      'Job event streams one API key may hold open on a node, a stream of many jobs (`GET /events`) counting once; past it 429 `too_many_event_streams`.',
     ),
     EVENT_STREAMS_PER_NODE: positiveInt(500).describe(
       'Job event streams a node holds open at once, all keys together; past it the same 429.',
@@ -559,7 +559,7 @@ export interface Config {
   signedUrlTtlS: number;
   /** The operator's HTTP proxy that the egress guard reaches checked addresses through; unset: direct. */
   egressUpstreamProxy: UpstreamProxy | undefined;
-  /** getJobEvents: comment keep-alives this often, how many streams a key and the node may hold, and how often they read their jobs. */
+  /** getJobEvents and getEvents: comment keep-alives this often, how many streams a key and the node may hold, and how often they read their jobs. */
   events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number; pollMs: number };
   /**
    * Callbacks (src/webhooks): signing secrets, space-separated, each of which signs (undefined:

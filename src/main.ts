@@ -159,6 +159,8 @@ async function main(): Promise<void> {
   const metrics = createMetrics({
     queueDepth: () => countQueued(database),
     busyWorkers: () => workers.busyCount(),
+    // Read at scrape time, once the streams below exist.
+    eventStreams: () => jobEvents.openCount(),
     storeTotals: () => readStoreTotals(database),
     storeFreeBytes: () => upkeep.space.freeBytes(),
     storeMinFreeBytes: config.storeMinFreeBytes,
@@ -283,6 +285,7 @@ async function main(): Promise<void> {
     operations,
     bodies,
     getJob: (id) => jobs.get(id),
+    getJobs: (ids) => readJobRows(database, ids),
     jobEvents,
     checkHealth,
     metrics,

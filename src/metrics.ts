@@ -34,6 +34,8 @@ export interface MetricsSources {
   downloaderPresent: () => Promise<boolean>;
   /** The downloader's version and the release date it names (Unix ms); null when it names none. */
   downloaderRelease: () => Promise<{ version: string; releasedAtMs: number } | null>;
+  /** Job event streams open on this node (one or many jobs each). */
+  eventStreams?: () => number;
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
@@ -145,6 +147,14 @@ export function createMetrics(sources: MetricsSources) {
     registers: [registry],
     collect() {
       this.set(sources.busyWorkers());
+    },
+  });
+  new Gauge({
+    name: prefixed('event_streams'),
+    help: 'Job event streams open on this node, each counted once whatever the number of jobs it carries (NaN: not counted).',
+    registers: [registry],
+    collect() {
+      this.set(sources.eventStreams?.() ?? Number.NaN);
     },
   });
   new Gauge({

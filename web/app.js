@@ -1,23 +1,33 @@
 // The page for people (docs/web-page.md): asks for the API key once (session storage), submits
-// URLs, follows each job's event stream, plays finished jobs with their waveform. Plain ES
-// module, no build step; the waveform component is wavesurfer.js, served from its npm package.
+// URLs, follows every job of the page over one event stream (GET /events), plays finished jobs
+// with their waveform. Plain ES module, no build step; the waveform component is wavesurfer.js,
+// served from its npm package.
 import WaveSurfer from '/vendor/wavesurfer.js@8.0.1/wavesurfer.esm.js';
 
 const KEY_STORAGE = 'source-fetch.api-key';
 const JOBS_STORAGE = 'source-fetch.jobs';
-/** Job ids remembered by this browser. */
-const MAX_REMEMBERED = 50;
+/**
+ * Jobs the page lists and remembers: the most one event stream carries (GET /events), so that
+ * the page follows all of them over one connection.
+ */
+const MAX_JOBS = 200;
+/** The most URLs one POST /sources/batch takes; more are sent in turn. */
+const MAX_BATCH_URLS = 100;
+/** Cancels sent at once by "Cancel all": a browser has six connections to a host, one is the stream. */
+const CANCELS_AT_ONCE = 3;
 const FINAL = new Set(['done', 'failed', 'canceled']);
 /** Without peaks.json the WAV is decoded in the browser for its waveform only up to this size. */
 const MAX_DECODED_BYTES = 16 * 1024 * 1024;
 /** A stream that ended early, or could not open, is opened again after this long. */
 const RECONNECT_MS = 2000;
+/** Download speed is measured over the progress of about this long. */
+const SPEED_WINDOW_MS = 5000;
 const SEEK_STEP_S = 5;
 const SEEK_PAGE_S = 30;
 
 const $ = (id) => document.getElementById(id);
 const status = $('status');
-/** job id → { element, record, stream (AbortController), player } */
+/** job id → { element, record, player, samples: [{ at, bytes }] } */
 const jobs = new Map();
 
 class Unauthorized extends Error {}
@@ -64,7 +74,7 @@ function showKeyForm(error = '') {
   $('forget-key').hidden = true;
   $('key-error').textContent = error;
   $('key-input').setAttribute('aria-invalid', error ? 'true' : 'false');
-  for (const id of [...jobs.keys()]) stopStream(id);
+  stopStream();
   $('key-input').focus();
 }
 
@@ -109,9 +119,18 @@ $('key-form').addEventListener('submit', async (event) => {
   $('urls').focus();
 });
 
+// The jobs listed were this key's: forgetting the key forgets them, so that another key's holder
+// at this browser does not see them.
 $('forget-key').addEventListener('click', () => {
   sessionStorage.removeItem(KEY_STORAGE);
+  for (const id of [...jobs.keys()]) removeJob(id);
+  localStorage.removeItem(JOBS_STORAGE);
+  // And the URLs typed or refused under it.
+  $('urls').value = '';
+  $('submit-error').textContent = '';
+  updateList();
   showKeyForm();
+  announce('API key forgotten, and the jobs listed with it.');
 });
 
 // --- Remembered jobs ----------------------------------------------------------------------
@@ -119,19 +138,19 @@ $('forget-key').addEventListener('click', () => {
 function rememberedIds() {
   try {
     const ids = JSON.parse(localStorage.getItem(JOBS_STORAGE) ?? '[]');
-    return Array.isArray(ids) ? ids.filter((id) => typeof id === 'string') : [];
+    return Array.isArray(ids) ? ids.filter((id) => typeof id === 'string').slice(0, MAX_JOBS) : [];
   } catch {
     return [];
   }
 }
 
-function remember(id) {
-  const ids = [id, ...rememberedIds().filter((known) => known !== id)].slice(0, MAX_REMEMBERED);
-  localStorage.setItem(JOBS_STORAGE, JSON.stringify(ids));
+/** The jobs listed, newest first, as the page lists them. */
+function listedIds() {
+  return [...$('jobs').children].map((item) => item.dataset.jobId);
 }
 
-function forget(id) {
-  localStorage.setItem(JOBS_STORAGE, JSON.stringify(rememberedIds().filter((known) => known !== id)));
+function saveList() {
+  localStorage.setItem(JOBS_STORAGE, JSON.stringify(listedIds()));
 }
 
 function startWithKey() {
@@ -139,83 +158,91 @@ function startWithKey() {
   $('submit-section').hidden = false;
   $('jobs-section').hidden = false;
   $('forget-key').hidden = false;
-  const ids = rememberedIds();
-  // Oldest first, each placed at the top: the newest ends first.
-  for (const id of [...ids].reverse()) if (!jobs.has(id)) addJob(id, null);
-  for (const id of ids) void refresh(id);
-  updateEmpty();
-}
-
-async function refresh(id) {
-  try {
-    const response = await api(`/jobs/${encodeURIComponent(id)}`);
-    if (response.status === 404) {
-      forget(id);
-      removeJob(id);
-      return;
-    }
-    if (!response.ok) return showJobProblem(id, await problemText(response));
-    update(await response.json());
-  } catch (err) {
-    if (!(err instanceof Unauthorized)) showJobProblem(id, `Could not read the job: ${err.message}`);
-  }
+  // Oldest first, each placed at the top: the newest ends first. Their states come with the stream.
+  for (const id of [...rememberedIds()].reverse()) if (!jobs.has(id)) addJob(id, null);
+  updateList();
+  syncStream();
 }
 
 // --- Submitting ---------------------------------------------------------------------------
 
+const urlsField = $('urls');
+let submitting = false;
+
+// In the textarea Enter is a new line: Ctrl+Enter (Cmd+Enter on a Mac) submits, as the label says.
+urlsField.addEventListener('keydown', (event) => {
+  if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) {
+    event.preventDefault();
+    $('submit-form').requestSubmit();
+  }
+});
+
+/** Submits `urls` (batches of at most MAX_BATCH_URLS); the accepted jobs are listed. Returns the refused lines. */
+async function submitUrls(urls) {
+  const refused = [];
+  let accepted = 0;
+  for (let at = 0; at < urls.length; at += MAX_BATCH_URLS) {
+    const chunk = urls.slice(at, at + MAX_BATCH_URLS);
+    const single = urls.length === 1;
+    const response = await api(single ? '/sources' : '/sources/batch', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(single ? { url: chunk[0] } : { urls: chunk }),
+    });
+    if (!response.ok) {
+      const problem = await problemText(response);
+      for (const url of urls.slice(at)) refused.push({ url, why: problem });
+      break;
+    }
+    const body = await response.json();
+    const items = single ? [{ outcome: 'accepted', url: chunk[0], job: body }] : body.results;
+    for (const item of items) {
+      if (item.outcome === 'accepted') {
+        accepted++;
+        update(item.job);
+      } else {
+        refused.push({ url: item.url, why: `${item.problem.detail ?? item.problem.title} (${item.problem.code})` });
+      }
+    }
+  }
+  saveList();
+  syncStream();
+  return { accepted, refused };
+}
+
 $('submit-form').addEventListener('submit', async (event) => {
   event.preventDefault();
-  const urls = $('urls')
-    .value.split('\n')
+  if (submitting) return;
+  const urls = urlsField.value
+    .split('\n')
     .map((line) => line.trim())
     .filter(Boolean);
   const error = $('submit-error');
   error.textContent = '';
   if (urls.length === 0) {
     error.textContent = 'Enter at least one URL.';
-    $('urls').focus();
+    urlsField.focus();
     return;
   }
-  const button = $('submit-button');
-  button.disabled = true;
+  // Not disabled while it waits: a disabled button would drop the keyboard's focus out of the form.
+  submitting = true;
+  $('submit-form').setAttribute('aria-busy', 'true');
   try {
-    const single = urls.length === 1;
-    const response = await api(single ? '/sources' : '/sources/batch', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(single ? { url: urls[0] } : { urls }),
-    });
-    if (!response.ok) {
-      error.textContent = await problemText(response);
-      return;
-    }
-    const body = await response.json();
-    const items = single ? [{ outcome: 'accepted', url: urls[0], job: body }] : body.results;
-    const refused = [];
-    for (const item of items) {
-      if (item.outcome === 'accepted') {
-        remember(item.job.job_id);
-        update(item.job);
-      } else {
-        refused.push(`${item.url}: ${item.problem.detail ?? item.problem.title} (${item.problem.code})`);
-      }
-    }
-    const accepted = items.length - refused.length;
-    error.textContent = refused.length ? `Refused: ${refused.join('; ')}` : '';
-    if (accepted > 0) $('urls').value = refused.length ? refused.map((line) => line.split(': ')[0]).join('\n') : '';
+    const { accepted, refused } = await submitUrls(urls);
+    error.textContent = refused.length ? `Refused: ${refused.map(({ url, why }) => `${url}: ${why}`).join('; ')}` : '';
+    if (accepted > 0) urlsField.value = refused.map(({ url }) => url).join('\n');
     announce(`${accepted} job${accepted === 1 ? '' : 's'} submitted${refused.length ? `, ${refused.length} refused` : ''}.`);
   } catch (err) {
     if (!(err instanceof Unauthorized)) error.textContent = `Could not submit: ${err.message}`;
   } finally {
-    button.disabled = false;
+    submitting = false;
+    $('submit-form').removeAttribute('aria-busy');
   }
+  // The focus stays in the form, for the next URLs.
+  if (!$('submit-form').contains(document.activeElement) && !$('submit-section').hidden) urlsField.focus();
 });
 
 // --- Jobs ---------------------------------------------------------------------------------
-
-function updateEmpty() {
-  $('no-jobs').hidden = jobs.size > 0;
-}
 
 function el(tag, attributes = {}, ...children) {
   const node = document.createElement(tag);
@@ -227,46 +254,135 @@ function el(tag, attributes = {}, ...children) {
   return node;
 }
 
+function button(text, className, onClick, describedBy) {
+  const node = el('button', { type: 'button', class: className, hidden: '', 'aria-describedby': describedBy, text });
+  node.addEventListener('click', onClick);
+  return node;
+}
+
+/** Players are made when their job comes near the screen: a hundred finished jobs make no hundred requests. */
+const nearScreen = new IntersectionObserver(
+  (entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      const job = jobs.get(entry.target.dataset.jobId);
+      if (job && job.record?.status === 'done' && !job.shown) showResult(job, job.record);
+    }
+  },
+  { rootMargin: '600px 0px' },
+);
+
 function addJob(id, record) {
-  const headingId = `job-${id}-title`;
+  const titleId = `job-${id}-title`;
   const element = el(
     'li',
-    { class: 'job', 'data-job-id': id, 'aria-labelledby': headingId },
-    el('h3', { id: headingId, class: 'job-url', text: record?.url ?? id }),
-    el('p', { class: 'job-state' }, el('span', { class: 'badge', 'data-field': 'status', text: 'loading' }), el('span', { 'data-field': 'detail' })),
+    { class: 'job', 'data-job-id': id, 'aria-labelledby': titleId },
+    el('h3', { id: titleId, class: 'job-title', tabindex: '-1', text: record?.url ?? id }),
+    el('p', { class: 'job-url', hidden: '' }),
+    el(
+      'p',
+      { class: 'job-state' },
+      el('span', { class: 'badge', 'data-field': 'status', text: 'loading' }),
+      el('span', { class: 'badge born-done', hidden: '', text: 'already stored' }),
+      el('span', { 'data-field': 'detail' }),
+    ),
     el('progress', { max: '100', 'aria-label': 'Progress', hidden: '' }),
+    el('p', { class: 'job-times', 'data-field': 'times' }),
     el('p', { class: 'problem', 'data-field': 'error', hidden: '' }),
+    el('p', { class: 'error-detail', 'data-field': 'error-detail', hidden: '' }),
     el('div', { class: 'job-actions' }),
     el('div', { class: 'job-result' }),
   );
-  const cancel = el('button', { type: 'button', class: 'cancel', hidden: '', 'aria-describedby': headingId, text: 'Cancel' });
-  cancel.addEventListener('click', () => void cancelJob(id, cancel));
-  element.querySelector('.job-actions').append(cancel);
+  const job = { element, record: null, player: null, shown: false, samples: [] };
+  element
+    .querySelector('.job-actions')
+    .append(
+      button('Cancel', 'quiet cancel', () => void cancelJob(id), titleId),
+      button('Retry', 'quiet retry', () => void retryJob(id), titleId),
+      button('Remove', 'quiet remove', () => removeFromList(id), titleId),
+    );
   $('jobs').prepend(element);
-  const job = { element, record: null, stream: null, player: null };
   jobs.set(id, job);
-  updateEmpty();
+  nearScreen.observe(element);
   return job;
 }
 
 function removeJob(id) {
   const job = jobs.get(id);
   if (!job) return;
-  stopStream(id);
+  nearScreen.unobserve(job.element);
   job.player?.destroy();
   job.element.remove();
   jobs.delete(id);
-  updateEmpty();
 }
 
-function showJobProblem(id, text) {
-  const field = jobs.get(id)?.element.querySelector('[data-field="error"]');
-  if (!field) return;
+/** Remove, Clear finished: the job leaves the list (at the service it stays as it is). */
+function removeFromList(id) {
+  const item = jobs.get(id)?.element;
+  if (!item) return;
+  const next = item.nextElementSibling ?? item.previousElementSibling;
+  const hadFocus = item.contains(document.activeElement);
+  removeJob(id);
+  saveList();
+  updateList();
+  if (hadFocus) (next?.querySelector('.job-title') ?? $('jobs-heading')).focus();
+}
+
+/** Keeps the list within MAX_JOBS: the oldest finished jobs go first, then the oldest. */
+function trimList() {
+  const ids = listedIds();
+  let over = ids.length - MAX_JOBS;
+  for (const id of [...ids].reverse()) {
+    if (over <= 0) return;
+    if (FINAL.has(jobs.get(id)?.record?.status)) {
+      removeJob(id);
+      over--;
+    }
+  }
+  for (const id of listedIds().reverse().slice(0, over)) removeJob(id);
+}
+
+/** The list's empty note, its counts and the buttons for all jobs. */
+function updateList() {
+  const records = [...jobs.values()].map((job) => job.record);
+  const active = records.filter((record) => record && !FINAL.has(record.status)).length;
+  const finished = records.filter((record) => record && FINAL.has(record.status)).length;
+  $('no-jobs').hidden = jobs.size > 0;
+  $('jobs-tools').hidden = jobs.size === 0;
+  $('cancel-all').hidden = active === 0;
+  $('cancel-all').textContent = `Cancel all (${active})`;
+  $('clear-finished').hidden = finished === 0;
+  $('clear-finished').textContent = `Clear finished (${finished})`;
+  for (const control of [$('cancel-all'), $('clear-finished')]) {
+    if (control.hidden && document.activeElement === control) $('jobs-heading').focus();
+  }
+}
+
+function showJobProblem(id, text, detail = '') {
+  const item = jobs.get(id)?.element;
+  if (!item) return;
+  const field = item.querySelector('[data-field="error"]');
   field.textContent = text;
   field.hidden = false;
+  const secondary = item.querySelector('[data-field="error-detail"]');
+  secondary.textContent = detail;
+  secondary.hidden = !detail;
 }
 
-/** Shows a job record (from a GET, a submit or an event). */
+/** What a person calls the job: the media's title when the service knows it, else its URL. */
+function nameOf(record) {
+  const title = typeof record.media?.title === 'string' ? record.media.title.trim() : '';
+  return title || record.url;
+}
+
+/** Hides a control; the keyboard's focus, if it was there, goes to the job's title. */
+function setShown(item, selector, shown) {
+  const control = item.querySelector(selector);
+  if (!shown && document.activeElement === control) item.querySelector('.job-title').focus();
+  control.hidden = !shown;
+}
+
+/** Shows a job record (from the stream, a submit, a cancel). */
 function update(record) {
   const id = record.job_id;
   const job = jobs.get(id) ?? addJob(id, record);
@@ -274,94 +390,240 @@ function update(record) {
   job.record = record;
   const { element } = job;
   element.dataset.status = record.status;
-  element.querySelector('.job-url').textContent = record.url;
-  element.querySelector('[data-field="status"]').textContent = record.status;
+  element.dataset.bornDone = String(record.born_done === true);
+  const name = nameOf(record);
+  element.querySelector('.job-title').textContent = name;
+  const url = element.querySelector('.job-url');
+  url.textContent = record.url;
+  url.hidden = name === record.url;
+  element.querySelector('.born-done').hidden = record.born_done !== true;
+
+  const phase = phaseOf(job, record);
+  element.dataset.phase = phase.name;
+  element.querySelector('[data-field="status"]').textContent = phase.name;
+  element.querySelector('[data-field="detail"]').textContent = phase.detail;
   const progress = element.querySelector('progress');
-  const percent = record.progress?.percent;
-  const detail = element.querySelector('[data-field="detail"]');
-  if (record.status === 'running' && typeof percent === 'number') {
-    progress.hidden = false;
-    progress.value = percent;
-    progress.setAttribute('aria-valuetext', `${percent} %`);
-    detail.textContent = `${percent} %`;
-  } else if (record.status === 'running' && record.progress) {
-    progress.hidden = false;
-    progress.removeAttribute('value');
-    detail.textContent = `${formatBytes(record.progress.bytes_done)} received`;
+  progress.hidden = phase.percent === undefined;
+  if (typeof phase.percent === 'number') {
+    progress.value = phase.percent;
+    progress.setAttribute('aria-valuetext', `${phase.percent} %`);
   } else {
-    progress.hidden = true;
-    detail.textContent = '';
+    progress.removeAttribute('value');
+    progress.removeAttribute('aria-valuetext');
   }
+  showTimes(element, record);
+
   const error = element.querySelector('[data-field="error"]');
+  const detail = element.querySelector('[data-field="error-detail"]');
   error.hidden = !record.error;
-  error.textContent = record.error ? `${record.error.message} (${record.error.code})` : '';
-  element.querySelector('.cancel').hidden = FINAL.has(record.status);
-  if (record.status === 'done' && !job.player) showResult(job, record);
+  error.textContent = record.error?.message ?? '';
+  const said = [record.error?.code, record.error?.detail].filter((part) => typeof part === 'string' && part);
+  detail.hidden = !record.error || said.length === 0;
+  detail.textContent = record.error ? said.join(': ') : '';
+
+  const ended = FINAL.has(record.status);
+  setShown(element, '.cancel', !ended);
+  setShown(element, '.retry', record.status === 'failed' || record.status === 'canceled');
+  setShown(element, '.remove', ended);
+  if (record.status === 'done' && !job.shown && isNearScreen(element)) showResult(job, record);
   if (record.status === 'done' && record.result?.evicted) showJobProblem(id, record.result.evicted.message);
-  if (FINAL.has(record.status)) stopStream(id);
-  else if (!job.stream) followEvents(id);
   if (before && before !== record.status) {
-    announce(`${record.url}: ${record.status}${record.error ? `: ${record.error.message}` : ''}`);
+    announce(`${name}: ${record.status}${record.error ? `: ${record.error.message}` : ''}`);
   }
+  updateList();
 }
 
-async function cancelJob(id, button) {
-  button.disabled = true;
+function isNearScreen(element) {
+  const box = element.getBoundingClientRect();
+  return box.bottom > -600 && box.top < innerHeight + 600;
+}
+
+/**
+ * The job's phase as its record tells it: queued, downloading (with what has arrived, the speed
+ * over the last seconds of progress and the time left), converting (the download complete: the
+ * WAV is being made, checked and stored), then its end.
+ */
+function phaseOf(job, record) {
+  if (record.status !== 'running') {
+    job.samples = [];
+    return { name: record.status, detail: '' };
+  }
+  const progress = record.progress;
+  if (!progress) return { name: 'downloading', detail: 'starting', percent: null };
+  const { bytes_done: done, bytes_total: total } = progress;
+  if (total && done >= total) return { name: 'converting', detail: `${formatBytes(total)} downloaded`, percent: null };
+  const now = performance.now();
+  job.samples = [...job.samples.filter((sample) => now - sample.at <= SPEED_WINDOW_MS && sample.bytes <= done)];
+  job.samples.push({ at: now, bytes: done });
+  const first = job.samples[0];
+  const seconds = (now - first.at) / 1000;
+  const speed = seconds >= 0.5 ? (done - first.bytes) / seconds : null;
+  const parts = [total ? `${formatBytes(done)} of ${formatBytes(total)}` : `${formatBytes(done)} received`];
+  if (speed !== null) parts.push(`${formatBytes(speed)}/s`);
+  if (speed && total) parts.push(`${formatDuration((total - done) / speed)} left`);
+  return { name: 'downloading', detail: parts.join(' · '), percent: progress.percent };
+}
+
+/** Submitted at, and how long it took once it ended. */
+function showTimes(element, record) {
+  const field = element.querySelector('[data-field="times"]');
+  const created = new Date(record.created_at);
+  if (Number.isNaN(created.getTime())) {
+    field.replaceChildren();
+    return;
+  }
+  const sameDay = created.toDateString() === new Date().toDateString();
+  const at = el('time', {
+    datetime: record.created_at,
+    text: sameDay ? created.toLocaleTimeString() : created.toLocaleString(),
+  });
+  const parts = ['Submitted ', at];
+  const finished = record.finished_at ? new Date(record.finished_at) : null;
+  if (record.born_done) parts.push(', already stored: nothing downloaded');
+  else if (finished && FINAL.has(record.status))
+    parts.push(`, took ${formatDuration((finished.getTime() - created.getTime()) / 1000)}`);
+  field.replaceChildren(...parts);
+}
+
+async function cancelJob(id) {
   try {
     const response = await api(`/jobs/${encodeURIComponent(id)}/cancel`, { method: 'POST' });
     if (response.ok) update(await response.json());
     else showJobProblem(id, await problemText(response));
   } catch (err) {
     if (!(err instanceof Unauthorized)) showJobProblem(id, `Could not cancel: ${err.message}`);
-  } finally {
-    button.disabled = false;
   }
 }
 
-// --- Event streams (fetch, since EventSource cannot send the key in a header) ---------------
-
-function stopStream(id) {
-  const job = jobs.get(id);
-  job?.stream?.abort();
-  if (job) job.stream = null;
+/** Retry: the URL submitted again; its new job takes the failed one's place in the list. */
+async function retryJob(id) {
+  const old = jobs.get(id);
+  if (!old?.record) return;
+  try {
+    const response = await api('/sources', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ url: old.record.url }),
+    });
+    if (!response.ok) {
+      showJobProblem(id, `Could not retry: ${await problemText(response)}`);
+      return;
+    }
+    const record = await response.json();
+    const hadFocus = old.element.contains(document.activeElement);
+    const job = jobs.get(record.job_id) ?? addJob(record.job_id, record);
+    old.element.replaceWith(job.element);
+    removeJob(id);
+    update(record);
+    saveList();
+    syncStream();
+    announce(`${nameOf(record)}: submitted again.`);
+    if (hadFocus) job.element.querySelector('.job-title').focus();
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) showJobProblem(id, `Could not retry: ${err.message}`);
+  }
 }
 
-function followEvents(id) {
-  const job = jobs.get(id);
-  const controller = new AbortController();
-  job.stream = controller;
-  void readEvents(id, controller.signal).then(
-    () => reconnect(id, controller),
+$('cancel-all').addEventListener('click', async () => {
+  const ids = [...jobs.entries()]
+    .filter(([, job]) => job.record && !FINAL.has(job.record.status))
+    .map(([id]) => id);
+  announce(`Canceling ${ids.length} job${ids.length === 1 ? '' : 's'}…`);
+  let next = 0;
+  const lane = async () => {
+    while (next < ids.length) await cancelJob(ids[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(CANCELS_AT_ONCE, ids.length) }, lane));
+  announce(`${ids.length} job${ids.length === 1 ? '' : 's'} canceled.`);
+});
+
+$('clear-finished').addEventListener('click', () => {
+  const ids = [...jobs.entries()].filter(([, job]) => FINAL.has(job.record?.status)).map(([id]) => id);
+  for (const id of ids) removeJob(id);
+  saveList();
+  updateList();
+  $('jobs-heading').focus();
+  announce(`${ids.length} finished job${ids.length === 1 ? '' : 's'} removed from the list.`);
+});
+
+// --- The event stream: every job of the page over one connection (GET /events) ---------------
+// Read with fetch() and a stream reader, since EventSource cannot send the key in a header.
+
+/** The stream open now: its jobs and its AbortController; null when none is open. */
+let stream = null;
+let reconnectTimer;
+
+/** The jobs the page waits on: those whose state is not known yet, or not final. */
+function wantedIds() {
+  trimList();
+  return listedIds().filter((id) => !FINAL.has(jobs.get(id)?.record?.status));
+}
+
+function stopStream() {
+  clearTimeout(reconnectTimer);
+  stream?.controller.abort();
+  stream = null;
+}
+
+/**
+ * Opens the stream the page needs, once: when a job is added that the open stream does not
+ * carry, it is replaced by one that carries every job still under way. Jobs that end, or leave
+ * the list, need no new stream.
+ */
+function syncStream() {
+  if (!apiKey()) return;
+  const wanted = wantedIds();
+  if (stream && wanted.every((id) => stream.ids.has(id))) return;
+  stopStream();
+  if (wanted.length === 0) return;
+  const current = { ids: new Set(wanted), controller: new AbortController() };
+  stream = current;
+  void readEvents(wanted, current.controller.signal).then(
+    (retryAfterMs) => streamEnded(current, retryAfterMs),
     (err) => {
-      if (err instanceof Unauthorized || controller.signal.aborted) return;
-      reconnect(id, controller);
+      if (err instanceof Unauthorized || current.controller.signal.aborted) return;
+      streamEnded(current, RECONNECT_MS);
     },
   );
 }
 
-function reconnect(id, controller) {
-  const job = jobs.get(id);
-  if (!job || job.stream !== controller || controller.signal.aborted) return;
-  job.stream = null;
-  if (FINAL.has(job.record?.status)) return;
-  // The stream ended or failed before the job did: read the record, then follow it again.
-  setTimeout(() => {
-    if (jobs.get(id) === job && !job.stream) void refresh(id);
-  }, RECONNECT_MS);
+/** The stream ended (its jobs all ended, or it failed): another follows if jobs are still wanted. */
+function streamEnded(ended, retryAfterMs) {
+  if (stream !== ended) return;
+  stream = null;
+  if (retryAfterMs === 0) syncStream();
+  else reconnectTimer = setTimeout(syncStream, retryAfterMs);
 }
 
-async function readEvents(id, signal) {
-  const job = jobs.get(id);
-  const response = await api(`/jobs/${encodeURIComponent(id)}/events`, {
+/**
+ * Reads the stream of `ids` until it ends. Returns how long to wait before opening the next
+ * (0 once the server has ended it: its jobs have all ended, or some ids were unknown and are
+ * forgotten).
+ */
+async function readEvents(ids, signal) {
+  const response = await api(`/events?jobs=${ids.map(encodeURIComponent).join(',')}`, {
     headers: { accept: 'text/event-stream' },
     signal,
   });
+  if (response.status === 404) {
+    const problem = await response.json().catch(() => ({}));
+    const unknown = Array.isArray(problem.job_ids) ? problem.job_ids : [];
+    // Jobs the service does not know (another service, or its data reset): no longer listed.
+    for (const id of unknown) removeJob(id);
+    saveList();
+    updateList();
+    return unknown.length > 0 ? 0 : RECONNECT_MS;
+  }
+  if (response.status === 429) {
+    announce(`Following jobs: ${await problemText(response)}; trying again shortly.`);
+    return Number(response.headers.get('retry-after') ?? 5) * 1000;
+  }
   if (!response.ok) throw new Error(await problemText(response));
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return;
+    if (done) break;
     buffer += value.replace(/\r\n?/g, '\n');
     let end;
     while ((end = buffer.indexOf('\n\n')) >= 0) {
@@ -373,9 +635,14 @@ async function readEvents(id, signal) {
         if (line.startsWith('event:')) event = line.slice(6).trim();
         else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
       }
-      if (event === 'job' && data.length && jobs.get(id) === job) update(JSON.parse(data.join('\n')));
+      if (event !== 'job' || data.length === 0 || signal.aborted) continue;
+      const record = JSON.parse(data.join('\n'));
+      // A job removed from the list meanwhile stays removed.
+      if (jobs.has(record.job_id)) update(record);
     }
   }
+  // Ended by the server: at once again if some of its jobs have not ended (a node's shutdown).
+  return ids.some((id) => jobs.has(id) && !FINAL.has(jobs.get(id).record?.status)) ? RECONNECT_MS : 0;
 }
 
 // --- A finished job: player, waveform, facts ------------------------------------------------
@@ -389,8 +656,17 @@ function formatTime(seconds) {
   return h ? `${h}:${String(m).padStart(2, '0')}:${s}` : `${m}:${s}`;
 }
 
+/** A length of time in words: "12 s", "3 min 5 s", "1 h 2 min". */
+function formatDuration(seconds) {
+  const whole = Math.max(0, Math.round(seconds));
+  if (whole < 60) return `${whole} s`;
+  const m = Math.floor(whole / 60);
+  if (m < 60) return `${m} min ${whole % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
 function formatBytes(bytes) {
-  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024) return `${Math.round(bytes)} B`;
   const units = ['KiB', 'MiB', 'GiB'];
   let value = bytes / 1024;
   let unit = 0;
@@ -416,24 +692,38 @@ function peaksOf(json) {
   return out;
 }
 
+/** The name a downloaded WAV is saved under: the service's `download_name`, else audio.wav. */
+function downloadNameOf(artifact) {
+  const name = typeof artifact.download_name === 'string' ? artifact.download_name.trim() : '';
+  return name || 'audio.wav';
+}
+
 function showResult(job, record) {
   const wav = record.result?.artifacts.find((artifact) => artifact.name === 'audio.wav');
   if (!wav) return;
+  job.shown = true;
   const peaksArtifact = record.result.artifacts.find((artifact) => artifact.name === 'peaks.json');
   const container = job.element.querySelector('.job-result');
-  const title = job.element.querySelector('.job-url').id;
+  const title = job.element.querySelector('.job-title').id;
   // Absolute, as the element reports it: wavesurfer then keeps the element's source as it is.
   const src = new URL(wav.signed_url, location.href).href;
-  const audio = el('audio', { controls: '', preload: 'metadata', 'aria-labelledby': title, src });
+  const duration = wav.duration ?? 0;
+  // With its duration known, the WAV is read only when played.
+  const audio = el('audio', {
+    controls: '',
+    preload: wav.duration ? 'none' : 'metadata',
+    'aria-labelledby': title,
+    src,
+  });
   const waveform = el('div', {
     class: 'waveform',
     role: 'slider',
     tabindex: '0',
     'aria-label': 'Waveform: position in the audio',
     'aria-valuemin': '0',
-    'aria-valuemax': String(Math.round(wav.duration ?? 0)),
+    'aria-valuemax': String(Math.round(duration)),
     'aria-valuenow': '0',
-    'aria-valuetext': `0:00 of ${formatTime(wav.duration ?? 0)}`,
+    'aria-valuetext': `0:00 of ${formatTime(duration)}`,
   });
   const loudness = record.result.loudness;
   const facts = el(
@@ -450,10 +740,15 @@ function showResult(job, record) {
     ),
     ...fact('Size', formatBytes(wav.bytes)),
   );
-  const download = el('a', { class: 'download', href: wav.signed_url, download: 'audio.wav', text: 'Download WAV' });
+  const download = el('a', {
+    class: 'download',
+    href: wav.signed_url,
+    download: downloadNameOf(wav),
+    'aria-describedby': title,
+    text: 'Download WAV',
+  });
   container.append(audio, waveform, facts, download);
 
-  const duration = wav.duration ?? 0;
   const seek = (seconds) => {
     const end = Number.isFinite(audio.duration) ? audio.duration : duration;
     audio.currentTime = Math.max(0, Math.min(end, seconds));
@@ -518,6 +813,7 @@ function showResult(job, record) {
       waveform.dataset.ready = 'true';
     });
   };
+  const known = wav.duration ? { duration } : {};
   if (peaksArtifact) {
     // The service's own peaks: the WAV is not read for the waveform.
     fetch(peaksArtifact.signed_url)
@@ -527,7 +823,7 @@ function showResult(job, record) {
   } else if (wav.bytes <= MAX_DECODED_BYTES) {
     // Content stored without peaks: wavesurfer fetches the WAV once, decodes it for the waveform
     // and plays it from that copy.
-    create({ url: src });
+    create({ url: src, ...known });
   } else {
     // Too large to decode here: a flat line, still a seek bar.
     create({ url: src, peaks: [new Float32Array(2)], duration });

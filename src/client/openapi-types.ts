@@ -153,9 +153,29 @@ export interface paths {
         };
         /**
          * The job's record as Server-Sent Events, each time its status or progress changes, until it ends.
-         * @description A `text/event-stream`: one `job` event per change, whose `data` is the job record (the same JSON as getJob) and whose `id` names that state; the first event is the current state, the last one the final state (done, failed or canceled), after which the stream ends. Comment lines (`: keep-alive`) keep an idle stream open. Reconnecting with `Last-Event-ID` sends the current state only if it differs from that one; 204 when that was the final state already. Answers the same on every node, whichever node runs the job.
+         * @description A `text/event-stream`: one `job` event per change, whose `data` is the job record (the same JSON as getJob) and whose `id` names that state; the first event is the current state, the last one the final state (done, failed or canceled), after which the stream ends. Comment lines (`: keep-alive`) keep an idle stream open. Reconnecting with `Last-Event-ID` sends the current state only if it differs from that one; 204 when that was the final state already. Answers the same on every node, whichever node runs the job. getEvents follows many jobs in one stream.
          */
         get: operations["getJobEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The records of many jobs as one stream of Server-Sent Events, each time one of them changes, until all have ended.
+         * @description The stream of getJobEvents for up to 200 jobs at once, on one connection: the same `job` events, each the whole record of one job (its `job_id` says which) with the same `id` as that job's own stream would give it. First the state of each job now, in the order named; a job that has ended sends its final state and nothing more; then every change of the others, until the last of them has ended, when the stream ends. Counts as one stream against the limits per key and per node. Reconnecting with `Last-Event-ID` sends every job's current state but that one (a client loses nothing but repeats): name only the jobs not yet ended. 204 when there is nothing to send: every job has ended and the one state left is the Last-Event-ID.
+         */
+        get: operations["getEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1127,6 +1147,84 @@ export interface operations {
                 };
             };
             /** @description No such job. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests (`rate_limited`), or too many event streams open for this key or on this node (`too_many_event_streams`, with `limit`: `per_key` or `per_node`); see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getEvents: {
+        parameters: {
+            query: {
+                /** @description The job ids, separated by commas (`,` or `%2C`): 1 to 200, each named once or more (carried once). */
+                jobs: string;
+            };
+            header?: {
+                /** @description The `id` of the last event received, to resume from. */
+                "last-event-id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Nothing to send: every job named has ended, and the only state left is the one Last-Event-ID names. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `validation_failed` (no `jobs`, an empty or over-long id), or `too_many_jobs` (more than 200 ids: `max_jobs` says how many a stream takes; open another stream for the rest). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `job_not_found`: some of the ids name no job; `job_ids` lists them. Nothing is streamed: name only jobs that exist. */
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -6,17 +6,25 @@ import { FINAL_STATUSES } from '../jobs/queue.js';
 import type { JobRecord } from './schemas.js';
 
 /**
- * getJobEvents: a job's record as Server-Sent Events, one `job` event each time it changes, until
- * the job ends. Every event is the whole record (what GET /jobs/{id} answers), so a client that
- * missed some states has lost nothing but those states. Its `id` is a digest of the record (what
- * changes without the job changing left out: eventIdOf): a client that reconnects with
- * `Last-Event-ID` gets the current state only if it differs from what it had, and a 204 when it
- * already had the final one (which tells EventSource to stop reconnecting).
+ * Job event streams: the records of one job (getJobEvents) or of many (getEvents) as Server-Sent
+ * Events, one `job` event each time one of them changes, until every one of them has ended. Both
+ * are this one implementation; a stream of one job is a stream of many with one in it. Every event
+ * is the whole record (what GET /jobs/{id} answers), so a client that missed some states has lost
+ * nothing but those states. Its `id` is a digest of the record (what changes without the job
+ * changing left out: eventIdOf), the same on every node and in both kinds of stream: a client that
+ * reconnects with `Last-Event-ID` is not sent that state again, and gets a 204 when there is
+ * nothing left to send (its one job had ended in that state).
+ *
+ * At the open, each job's state now, in the order named: a job already ended sends its final
+ * state and nothing more; the stream follows the others and ends once all of them have ended.
  *
  * Through nginx: `X-Accel-Buffering: no` turns its response buffering off for the stream, and a
  * comment every keep-alive interval (shorter than nginx's proxy_read_timeout) keeps an idle
- * stream open. Streams are bounded per API key and per node (429 `too_many_event_streams`); a
- * client that stops reading has its stream ended once 64 KiB are waiting for it, and reconnects.
+ * stream open. Streams are bounded per API key and per node (429 `too_many_event_streams`), a
+ * stream counting once whatever the number of its jobs. A stream queues at most 64 KiB its client
+ * has not read; past that it keeps each job's newest state only (one per job: a client slower
+ * than the changes misses states in between, and loses nothing else), and a client that takes
+ * none of them for a whole keep-alive interval has its stream ended, and reconnects.
  *
  * A stream holds its place in those bounds only as long as the HTTP exchange that carries it: it
  * ends, and gives its place back, when the exchange does (`closed`), however it ends, even when
@@ -36,7 +44,8 @@ export interface JobEventStreamsDeps {
 }
 
 export interface OpenStreamInput {
-  job: JobRow;
+  /** The jobs the stream carries, as read before it opens; a job named twice is carried once. */
+  jobs: readonly JobRow[];
   lastEventId: string | undefined;
   /** Whose streams count against the per-key limit (a digest of the key, never the key). */
   keyIdentity: string;
@@ -48,7 +57,7 @@ export interface OpenStreamInput {
   onEnd?: (reason: StreamEnd) => void;
 }
 
-export type StreamEnd = 'job_ended' | 'client_closed' | 'client_too_slow' | 'exchange_ended' | 'shutdown';
+export type StreamEnd = 'jobs_ended' | 'client_closed' | 'client_too_slow' | 'exchange_ended' | 'shutdown';
 
 export interface JobEventStreams {
   open(input: OpenStreamInput): Promise<Response>;
@@ -60,7 +69,10 @@ export interface JobEventStreams {
 }
 
 const RETRY_AFTER_S = 5;
-/** Unread bytes a client may leave waiting before its stream is ended. */
+/**
+ * Unread bytes a stream queues for its client; past them it keeps only each job's newest state
+ * until the client reads.
+ */
 const MAX_UNREAD_BYTES = 64 * 1024;
 
 export const SSE_HEADERS = {
@@ -150,34 +162,46 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     }
   }
 
-  /** The job's current record, or the 204 for a client that has its final state already. */
-  async function current(job: JobRow, lastEventId: string | undefined): Promise<JobRecord | Response> {
-    const record = await deps.render(job);
-    // The record, not the row: its view reads a follower again whose leader has just ended.
-    const ended = FINAL_STATUSES.has(record.status);
-    // The client has the final state already: nothing more will come.
-    if (ended && lastEventId === eventIdOf(record))
+  /**
+   * Each job's current record, in the order given, or the 204 for a client that has been sent
+   * everything already: every job has ended and the only state left to send is its Last-Event-ID.
+   */
+  async function current(jobs: readonly JobRow[], lastEventId: string | undefined): Promise<JobRecord[] | Response> {
+    const unique = [...new Map(jobs.map((job) => [job.id, job])).values()];
+    const records = await Promise.all(unique.map((job) => deps.render(job)));
+    // The records, not the rows: a view reads a follower again whose leader has just ended.
+    const ended = records.every((record) => FINAL_STATUSES.has(record.status));
+    if (ended && records.every((record) => eventIdOf(record) === lastEventId))
       return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
-    return record;
+    return records;
   }
 
   return {
-    async head({ job, lastEventId, keyIdentity }) {
+    async head({ jobs, lastEventId, keyIdentity }) {
       admit(keyIdentity);
-      const record = await current(job, lastEventId);
-      if (record instanceof Response) return record;
+      const records = await current(jobs, lastEventId);
+      if (records instanceof Response) return records;
       return new Response(null, { status: 200, headers: SSE_HEADERS });
     },
-    async open({ job, lastEventId, keyIdentity, closed: exchangeClosed, onEnd }) {
+    async open({ jobs, lastEventId, keyIdentity, closed: exchangeClosed, onEnd }) {
       admit(keyIdentity);
-      const record = await current(job, lastEventId);
-      if (record instanceof Response) return record;
+      const records = await current(jobs, lastEventId);
+      if (records instanceof Response) return records;
       // Checked again: rendering awaited, and other streams may have opened meanwhile.
       admit(keyIdentity);
 
       let controller!: ReadableStreamDefaultController<Uint8Array>;
-      let lastSentId = lastEventId;
-      let unwatch: (() => void) | undefined;
+      /** Per job, the id of the state the client was sent last (or told of by Last-Event-ID). */
+      const lastSentIds = new Map(records.map((record) => [record.job_id, lastEventId]));
+      /** The jobs not ended yet, each with its unsubscribe function once watched. */
+      const following = new Map<string, (() => void) | undefined>(records.map((record) => [record.job_id, undefined]));
+      /**
+       * Per job, its newest event that did not fit in the stream's queue (MAX_UNREAD_BYTES), in
+       * the order they came: sent as the client reads, a newer state of the job replacing it.
+       */
+      const waiting = new Map<string, Uint8Array>();
+      /** States have waited since the last keep-alive tick without the client taking any. */
+      let stalled = false;
       let closed = false;
 
       const stream: OpenStream = {
@@ -185,7 +209,9 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         end(reason) {
           if (closed) return;
           closed = true;
-          unwatch?.();
+          for (const unwatch of following.values()) unwatch?.();
+          following.clear();
+          waiting.clear();
           untrack(stream);
           // The client going away cancels the body; anything else closes it from here.
           if (reason !== 'client_closed') {
@@ -198,30 +224,56 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
           onEnd?.(reason);
         },
         keepAlive() {
-          if (!closed) write(': keep-alive\n\n');
+          if (closed) return;
+          if (waiting.size === 0) {
+            if (room()) controller.enqueue(encoder.encode(': keep-alive\n\n'));
+            return;
+          }
+          // States wait: the stream is not idle. A client that took none of them for a whole
+          // interval is too slow; it reconnects.
+          if (stalled) stream.end('client_too_slow');
+          else stalled = true;
         },
       };
 
-      function write(text: string): void {
-        if (closed) return;
-        controller.enqueue(encoder.encode(text));
-        // desiredSize counts down from the high-water mark as bytes wait unread.
-        if ((controller.desiredSize ?? 0) <= 0) stream.end('client_too_slow');
+      /** desiredSize counts down from the high-water mark as bytes wait unread. */
+      const room = () => (controller.desiredSize ?? 0) > 0;
+
+      /** Moves waiting states into the queue while it has room (the client has read). */
+      function drain(): void {
+        for (const [jobId, bytes] of waiting) {
+          if (closed || !room()) return;
+          waiting.delete(jobId);
+          stalled = false;
+          controller.enqueue(bytes);
+        }
       }
 
       function send(record: JobRecord): void {
+        if (closed) return;
         const id = eventIdOf(record);
-        if (id !== lastSentId) {
-          lastSentId = id;
-          write(formatEvent(record, id));
+        if (lastSentIds.get(record.job_id) !== id) {
+          lastSentIds.set(record.job_id, id);
+          const bytes = encoder.encode(formatEvent(record, id));
+          if (waiting.size === 0 && room()) controller.enqueue(bytes);
+          else waiting.set(record.job_id, bytes);
         }
-        if (FINAL_STATUSES.has(record.status)) stream.end('job_ended');
+        if (FINAL_STATUSES.has(record.status) && following.has(record.job_id)) {
+          following.get(record.job_id)?.();
+          following.delete(record.job_id);
+          // Closed once the client has read what waits (close() keeps the queue readable).
+          if (following.size === 0 && waiting.size === 0) stream.end('jobs_ended');
+        }
       }
 
       const body = new ReadableStream<Uint8Array>(
         {
           start(c) {
             controller = c;
+          },
+          pull() {
+            drain();
+            if (!closed && waiting.size === 0 && following.size === 0) stream.end('jobs_ended');
           },
           cancel() {
             stream.end('client_closed');
@@ -230,16 +282,16 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         { highWaterMark: MAX_UNREAD_BYTES, size: (chunk) => chunk.byteLength },
       );
       track(stream);
-      // The exchange may have ended while the record was read: then the place is given back at once.
+      // The exchange may have ended while the records were read: then the place is given back at once.
       if (exchangeClosed) {
         if (exchangeClosed.aborted) stream.end('exchange_ended');
         else exchangeClosed.addEventListener('abort', () => stream.end('exchange_ended'), { once: true });
       }
       // The first bytes go out at once, so the client (and nginx) see the answer start even when
-      // the client already has the current state.
-      write(`retry: ${deps.retryMs ?? 1000}\n\n`);
-      send(record);
-      if (!closed) unwatch = deps.watcher.watch(job.id, send);
+      // the client already has the current states.
+      if (!closed) controller.enqueue(encoder.encode(`retry: ${deps.retryMs ?? 1000}\n\n`));
+      for (const record of records) send(record);
+      for (const jobId of following.keys()) following.set(jobId, deps.watcher.watch(jobId, send));
       return new Response(body, { status: 200, headers: SSE_HEADERS });
     },
     openCount: () => streams.size,

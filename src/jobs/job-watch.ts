@@ -4,8 +4,8 @@ import type { Ended } from './queue.js';
 
 /**
  * Watches jobs for changes on behalf of this node's event streams, whichever node runs them:
- * everything is read from the database. One timer and one query per tick serve every watched
- * job on the node (plus one query for the leaders that queued followers show), so an open stream
+ * everything is read from the database. One timer and one query per tick (per thousand jobs)
+ * serve every watched job on the node (plus one query for the leaders that queued followers show), so an open stream
  * costs a row in that query, not a query of its own. A job's new state is rendered once per
  * change, however many streams watch it.
  *
@@ -171,8 +171,22 @@ function stateOf(job: JobRow, leader: JobRow | undefined): string {
   return JSON.stringify([shown(job), leader ? shown(leader) : null]);
 }
 
-/** The rows of the jobs `ids` that exist, in one query. */
+/**
+ * Ids per query: a node's streams may follow tens of thousands of jobs (EVENT_STREAMS_PER_NODE
+ * streams of up to 200 each), more than a statement may bind (PostgreSQL 65,535 parameters).
+ */
+const IDS_PER_READ = 1000;
+
+/** The rows of the jobs `ids` that exist: one query per thousand ids. */
 export async function readJobRows(q: Queryable, ids: string[]): Promise<JobRow[]> {
-  if (ids.length === 0) return [];
-  return q.db.select().from(q.t.jobs).where(inArray(q.t.jobs.id, ids));
+  const rows: JobRow[] = [];
+  for (let at = 0; at < ids.length; at += IDS_PER_READ) {
+    rows.push(
+      ...(await q.db
+        .select()
+        .from(q.t.jobs)
+        .where(inArray(q.t.jobs.id, ids.slice(at, at + IDS_PER_READ)))),
+    );
+  }
+  return rows;
 }

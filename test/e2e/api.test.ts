@@ -213,6 +213,7 @@ describe('the interface description', () => {
     expect(operations).toEqual([
       'cancelJob',
       'getArtifact',
+      'getEvents',
       'getHealth',
       'getJob',
       'getJobEvents',

@@ -6,9 +6,13 @@
  * nginx (and what its proxy_read_timeout does to a stream without them), the API key, cancel
  * seen on the stream, the per-key and per-node limits, a node's shutdown ending its streams
  * so that clients resume on another node, and a job's end told to every node at once (a third,
- * API-only node that reads its jobs once a minute streams it without waiting).
+ * API-only node that reads its jobs once a minute streams it without waiting). getEvents: many
+ * jobs in one stream, directly and through nginx, with 200 ids on its request line, unknown ids
+ * refused, and one place in the per-key limit. And nginx with TLS and HTTP/2 as
+ * docs/operations.md says: eight streams and a getJob on one connection.
  */
-import { rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect, type ClientHttp2Session } from 'node:http2';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,6 +21,7 @@ import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { startNginx, type RunningNginx } from '../support/nginx.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
+import { writeSelfSignedCertificate } from '../support/self-signed-certificate.js';
 import { ROOT, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
@@ -335,5 +340,136 @@ describe('job events', () => {
     await keyed.waitFor(() => keyed.records.some((record) => record.job_id === submitted.job_id), 'the job record');
     await keyed.close();
     await api.request(`/jobs/${submitted.job_id}/cancel`, { method: 'POST' });
+  });
+
+  it('getEvents: two running jobs and a finished one in one stream through nginx, each job as its own stream gives it, until both have ended', async () => {
+    const finished = await api.submit(media.url('/one.wav'));
+    await api.waitForJob(finished.job_id, ['done']);
+    const [a, b] = [await api.submit(media.url('/two.wav?many')), await api.submit(media.url('/three.wav?many'))];
+    const ids = [a.job_id, finished.job_id, b.job_id];
+    const [many, ownA] = await Promise.all([
+      openEventStream(nginx.url(`/events?jobs=${ids.join(',')}`), auth()),
+      openEventStream(directUrl(a.job_id), auth()),
+    ]);
+    expect(many.response.status).toBe(200);
+    expect(many.response.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    // Progress of the running ones arrives as it happens.
+    await many.waitFor(
+      () => many.records.some((record) => record.job_id !== finished.job_id && (record.progress?.percent ?? 0) > 0),
+      'progress of a running job',
+    );
+    await Promise.all([many.ended, ownA.ended]);
+    // The opening states in the order named.
+    expect(many.records.slice(0, 3).map((record) => record.job_id)).toEqual(ids);
+    expect(many.records.filter((record) => record.job_id === finished.job_id)).toHaveLength(1);
+    for (const id of [a.job_id, b.job_id]) {
+      const states = many.records.filter((record) => record.job_id === id).map((record) => record.status);
+      expect(states.at(-1)).toBe('done');
+      expect(states).toEqual([...states].sort((x, y) => STATUS_ORDER.indexOf(x) - STATUS_ORDER.indexOf(y)));
+    }
+    // a's final event here is the one its own stream sent: the same record, the same id.
+    const finalA = many.events[many.records.findLastIndex((record) => record.job_id === a.job_id)]!;
+    expect(finalA.id).toBe(ownA.events.at(-1)!.id);
+    expect(unsigned(JSON.parse(finalA.data) as StreamedRecord)).toEqual(unsigned(ownA.records.at(-1)!));
+    // nginx logged it without its ids.
+    const [line] = await nginx.accessLines(
+      (entry) => entry.route === '/events',
+      (lines) => lines.length >= 1,
+    );
+    expect(line!.uri).toBe('/events?redacted');
+    expect(line!.status).toBe('200');
+  });
+
+  it('getEvents: 200 ids on the request line through nginx stream; 201 are 400 too_many_jobs; an unknown id is 404 naming it', async () => {
+    const hang = await api.submit(media.url('/hang.wav?many'));
+    const known = Array.from({ length: 199 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`);
+    // 199 ids of jobs that do not exist, and one that does: the 404 names the 199.
+    const missing = await fetch(nginx.url(`/events?jobs=${[...known, hang.job_id].join(',')}`), { headers: auth() });
+    expect(missing.status).toBe(404);
+    const problem = (await missing.json()) as { code: string; job_ids: string[] };
+    expect(problem.code).toBe('job_not_found');
+    expect(problem.job_ids).toEqual(known);
+
+    // 200 ids, every one the running job's (named 200 times: carried once), through nginx.
+    const twoHundred = Array.from({ length: 200 }, () => hang.job_id).join(',');
+    expect(`GET /events?jobs=${twoHundred} HTTP/1.1`.length).toBeGreaterThan(7_000);
+    const stream = await openEventStream(nginx.url(`/events?jobs=${twoHundred}`), auth());
+    expect(stream.response.status).toBe(200);
+    await stream.waitFor(() => stream.records.some((record) => record.status === 'running'), 'running');
+
+    const tooMany = await fetch(nginx.url(`/events?jobs=${twoHundred},${hang.job_id}`), { headers: auth() });
+    expect(tooMany.status).toBe(400);
+    expect(await tooMany.json()).toMatchObject({ code: 'too_many_jobs', max_jobs: 200 });
+
+    await api.request(`/jobs/${hang.job_id}/cancel`, { method: 'POST' });
+    await stream.ended;
+    expect(stream.records.map((record) => record.status).at(-1)).toBe('canceled');
+    expect(new Set(stream.records.map((record) => record.job_id))).toEqual(new Set([hang.job_id]));
+  });
+
+  it(`getEvents: a stream of many jobs takes one of the key's ${PER_KEY} places, as a stream of one does`, async () => {
+    const jobs = await Promise.all(
+      ['a', 'b', 'c', 'd'].map((name) => api.submit(media.url(`/hang.wav?places-${name}`))),
+    );
+    const many = `${api.baseUrl}/events?jobs=${jobs.map((job) => job.job_id).join(',')}`;
+    const held = await Promise.all(Array.from({ length: PER_KEY }, () => openEventStream(many, auth(OTHER_KEY))));
+    expect(held.map((stream) => stream.response.status)).toEqual(Array(PER_KEY).fill(200));
+    const refused = await fetch(many, { headers: auth(OTHER_KEY) });
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({ code: 'too_many_event_streams', limit: 'per_key' });
+    const metrics = await api.request('/metrics');
+    expect(await metrics.text()).toMatch(new RegExp(`^source_fetch_event_streams ${PER_KEY}$`, 'm'));
+    await Promise.all(held.map((stream) => stream.close()));
+    await Promise.all(jobs.map((job) => api.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })));
+  });
+
+  it('nginx with TLS and HTTP/2 (docs/operations.md): eight job streams and a getJob share one connection, the getJob answered while all eight stream', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'sf-h2-'));
+    const tls = await writeSelfSignedCertificate(dir, '127.0.0.1');
+    // The worker node: its limits take eight streams of one key.
+    const h2 = await startNginx({ appPort: worker.port, artifactRoot: sharedRoot, tls });
+    let session: ClientHttp2Session | undefined;
+    try {
+      const jobs = await Promise.all(Array.from({ length: 8 }, (_, i) => api.submit(media.url(`/hang.wav?h2=${i}`))));
+      session = connect(h2.url(''), { rejectUnauthorized: false });
+      const ask = (path: string) => session!.request({ ':path': path, ...auth() });
+      // Each stream open until its first event has come.
+      const streams = await Promise.all(
+        jobs.map(
+          (job) =>
+            new Promise<{ status: number; close: () => void }>((resolve, reject) => {
+              const request = ask(`/jobs/${job.job_id}/events`);
+              let status = 0;
+              request.on('response', (headers) => (status = Number(headers[':status'])));
+              request.setEncoding('utf8');
+              request.on('data', (chunk: string) => {
+                if (chunk.includes('event: job')) resolve({ status, close: () => request.close() });
+              });
+              request.on('error', reject);
+            }),
+        ),
+      );
+      expect(streams.map((stream) => stream.status)).toEqual(Array(8).fill(200));
+      const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const request = ask(`/jobs/${jobs[0]!.job_id}`);
+        let status = 0;
+        let body = '';
+        request.on('response', (headers) => (status = Number(headers[':status'])));
+        request.setEncoding('utf8');
+        request.on('data', (chunk: string) => (body += chunk));
+        request.on('end', () => resolve({ status, body }));
+        request.on('error', reject);
+      });
+      expect(answer.status).toBe(200);
+      expect((JSON.parse(answer.body) as { job_id: string }).job_id).toBe(jobs[0]!.job_id);
+      // One session is one connection: nginx spoke HTTP/2 on it.
+      expect(session.alpnProtocol).toBe('h2');
+      for (const stream of streams) stream.close();
+      await Promise.all(jobs.map((job) => api.request(`/jobs/${job.job_id}/cancel`, { method: 'POST' })));
+    } finally {
+      session?.close();
+      await h2.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -3,10 +3,13 @@
  * playwright-core: test/support/browser.ts), one after the other, against the built service with the real yt-dlp and ffmpeg, behind a real nginx rendering
  * nginx/templates, fetching from a media server on loopback: the API key asked once and a wrong
  * one refused, two URLs pasted and followed live to done over the job event stream (through
- * nginx), one played and seeked by clicking its waveform and with the keyboard, a slow one
- * canceled, a failing one showing its error, the list kept across a reload, the peaks artifact
- * and loudness used when a job lists them, and an accessibility check (axe-core, WCAG 2.2 AA
- * rules) of the page with a finished job, whose screenshot is saved for people to look at.
+ * nginx, all on one stream), one played and seeked by clicking its waveform and with the keyboard,
+ * a slow one canceled, a failing one showing its error and retried, a born-done one marked and
+ * removed, the list kept across a reload, what the record carries shown (title, download name,
+ * the error's detail, the phases), the peaks artifact and loudness used when a job lists them,
+ * Cancel all and Clear finished, the key forgotten with its jobs, and an accessibility check
+ * (axe-core, WCAG 2.2 AA rules) of the page with a finished job, whose screenshot is saved for
+ * people to look at. test/e2e/web-page-many-jobs.test.ts has the page with a hundred jobs.
  * Both browsers use the same service, nginx and media server, each with URLs of its own, so that
  * each follows its own jobs from queued to done.
  */
@@ -31,6 +34,20 @@ const AXE_SCRIPT = path.join(ROOT, 'node_modules', 'axe-core', 'axe.min.js');
 
 const BROWSER_NAMES = Object.keys(BROWSERS) as BrowserName[];
 
+/** A job record as a test changes it before the page sees it. */
+interface EditableRecord {
+  url: string;
+  status: string;
+  media: Record<string, unknown> | null;
+  result: { artifacts: Array<{ name: string; download_name?: string }>; loudness?: unknown } | null;
+  error: { code: string; message: string; detail?: string } | null;
+  [field: string]: unknown;
+}
+
+const KEY = 'web-page-key-one-0123456789abcdef';
+/** Another key of the same service, entered after the first is forgotten. */
+const OTHER_KEY = 'web-page-key-two-0123456789abcdef';
+
 let media: MediaServer;
 let svc: ServiceHandle;
 let nginx: RunningNginx;
@@ -48,7 +65,10 @@ beforeAll(async () => {
     // 23 MB at 64 KiB/s: running for minutes unless canceled.
     media.serveFile(`/${name}/slow.wav`, slow.path, { contentType: 'audio/wav', throttleBytesPerSec: 64 * 1024 });
   }
-  ({ svc, nginx } = await startServiceBehindNginx({ env: { FETCH_ALLOW_HOSTS: media.hostPort } }));
+  ({ svc, nginx } = await startServiceBehindNginx({
+    apiKey: KEY,
+    env: { FETCH_ALLOW_HOSTS: media.hostPort, API_KEYS: `${KEY},${OTHER_KEY}` },
+  }));
 });
 
 afterAll(async () => {
@@ -90,6 +110,13 @@ describe('the page and its files', () => {
       const css = await fetch(`${origin}/web/style.css`);
       expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
 
+      // The favicon the page names is served, so no browser asks for a /favicon.ico that 404s.
+      expect(html).toContain('<link rel="icon" href="/web/favicon.svg" type="image/svg+xml" />');
+      const icon = await fetch(`${origin}/web/favicon.svg`);
+      expect(icon.status).toBe(200);
+      expect(icon.headers.get('content-type')).toBe('image/svg+xml');
+      expect(await icon.text()).toMatch(/^<svg /);
+
       // Everything else is the API's as before: unmatched routes are its 404, jobs need the key.
       for (const missing of ['/web/nope.js', '/web/', '/index.html', '/vendor/wavesurfer.js@0.0.0/wavesurfer.esm.js']) {
         const answer = await fetch(origin + missing);
@@ -107,6 +134,10 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
   let page: Page;
   /** What the page's console said about the Content-Security-Policy, and uncaught errors. */
   const pageProblems: string[] = [];
+  /** Every answer of 400 or more the page got: path and status. */
+  const failedAnswers: string[] = [];
+  /** The event streams the page asked for (path and query). */
+  const streamRequests: string[] = [];
   /** This browser's own copy of a media file, so that its jobs are fetched, not born done. */
   const mediaUrl = (file: string) => media.url(`/${browserName}${file}`);
 
@@ -118,6 +149,13 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
       if (/Content.Security.Policy|Refused to/i.test(message.text())) pageProblems.push(message.text());
     });
     page.on('pageerror', (error) => pageProblems.push(String(error)));
+    page.on('response', (response) => {
+      if (response.status() >= 400) failedAnswers.push(`${new URL(response.url()).pathname} ${response.status()}`);
+    });
+    page.on('request', (request) => {
+      const { pathname, search } = new URL(request.url());
+      if (pathname === '/events' || pathname.endsWith('/events')) streamRequests.push(pathname + search);
+    });
   });
 
   afterAll(async () => {
@@ -126,6 +164,7 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
 
   const jobItems = () => page.locator('#jobs > li');
   const jobFor = (url: string) => page.locator('#jobs > li', { has: page.locator('.job-url', { hasText: url }) });
+  const urlsField = () => page.getByLabel('Media URLs, one per line');
   // The project's TypeScript has no DOM library: what runs in the page is typed by hand.
   const audioTime = (url: string) =>
     jobFor(url)
@@ -139,6 +178,7 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     );
   const ids = () => itemData('jobId');
   const states = () => itemData('status');
+  const focused = () => page.evaluate<string>('document.activeElement.id || document.activeElement.className');
 
   /** currentTime of `url`'s <audio>, once `holds` is true of it. */
   async function waitForTime(url: string, holds: (time: number) => boolean, what: string): Promise<number> {
@@ -146,15 +186,65 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     return audioTime(url);
   }
 
-  it('refuses a wrong API key, then takes the right one', async () => {
+  /** Types `urls` into the box and submits them with Ctrl+Enter, as a keyboard user does. */
+  async function submitByKeyboard(urls: string[]): Promise<void> {
+    await urlsField().fill(urls.join('\n'));
+    await urlsField().press('Control+Enter');
+    await expect.poll(() => urlsField().inputValue()).toBe('');
+  }
+
+  /**
+   * Until `undo` is called, every record the page's event streams carry goes through `edit`
+   * first: what the page shows of fields this service may not send. The streams asked for while
+   * it holds are answered whole, so the jobs they name must all have ended.
+   */
+  async function editStreamedRecords(edit: (record: EditableRecord) => void): Promise<() => Promise<void>> {
+    const handler = async (route: import('playwright-core').Route) => {
+      const response = await route.fetch();
+      const body = (await response.text()).replace(/^data: (.*)$/gm, (_line, json: string) => {
+        const record = JSON.parse(json) as EditableRecord;
+        edit(record);
+        return `data: ${JSON.stringify(record)}`;
+      });
+      await route.fulfill({ response, body });
+    };
+    await page.route('**/events?*', handler);
+    return () => page.unroute('**/events?*', handler);
+  }
+
+  /**
+   * What the page shows of a job, by the record the service gives now: its name (the media's
+   * title when there is one, else its URL), whether the URL is shown under it, the download's
+   * file name, and the error's secondary line (its code and the tool's detail, when there is one).
+   */
+  async function shownFor(id: string) {
+    const record = (await svc.getJob(id)) as unknown as EditableRecord;
+    const title = typeof record.media?.title === 'string' ? record.media.title.trim() : '';
+    const wav = record.result?.artifacts.find((artifact) => artifact.name === 'audio.wav');
+    return {
+      name: title || record.url,
+      urlShown: title !== '' && title !== record.url,
+      downloadName: wav?.download_name?.trim() || 'audio.wav',
+      errorLine: record.error ? [record.error.code, record.error.detail].filter(Boolean).join(': ') : '',
+      record,
+    };
+  }
+
+  it('says where the key comes from, refuses a wrong API key, then takes the right one', async () => {
     await page.goto(nginx.url('/'));
+    const source = (await page.locator('#key-source').textContent())!.replace(/\s+/g, ' ');
+    expect(source).toContain('data/api-key');
+    expect(source).toContain('API_KEYS');
+    // Said to screen readers with the field.
+    expect(await page.getByLabel('API key of this service').getAttribute('aria-describedby')).toContain('key-source');
     await page.getByLabel('API key of this service').fill('wrong-key-0123456789abcdef');
     await page.getByRole('button', { name: 'Use key' }).click();
     await expect.poll(() => page.locator('#key-error').textContent()).toContain('Wrong API key');
     expect(await page.locator('#submit-section').isHidden()).toBe(true);
 
     await page.getByLabel('API key of this service').fill(svc.apiKey);
-    await page.getByRole('button', { name: 'Use key' }).click();
+    // Enter in the key's field submits it.
+    await page.getByLabel('API key of this service').press('Enter');
     await page.locator('#submit-section').waitFor({ state: 'visible' });
     expect(await page.locator('#key-section').isHidden()).toBe(true);
     // Kept for this tab only, and nowhere else.
@@ -165,46 +255,69 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     expect(storage.local + storage.cookies + storage.url).not.toContain(svc.apiKey);
   });
 
-  it('takes two pasted URLs as a batch, and follows both jobs live to done', async () => {
+  it('takes two pasted URLs with Ctrl+Enter as a batch, keeps the focus in the box, and follows both jobs live to done over one event stream', async () => {
     const urls = [mediaUrl('/first.m4a'), mediaUrl('/second.m4a')];
-    // Every state each job's item shows, as it shows it.
+    const isStream = (line: Record<string, string>) => line.route === '/events' || line.route === '/jobs/{id}/events';
+    const streamsBefore = nginx.wholeAccessLines().filter(isStream).length;
+    // Every state and phase each job's item shows, as it shows it.
     await page.evaluate(`{
       const seen = (window.seenStates = {});
+      const phases = (window.seenPhases = {});
       new MutationObserver(() => {
         for (const item of document.querySelectorAll('#jobs > li')) {
           const states = (seen[item.dataset.jobId] ??= []);
           const state = item.dataset.status;
           if (state && states.at(-1) !== state) states.push(state);
+          const shown = (phases[item.dataset.jobId] ??= []);
+          const phase = item.dataset.phase;
+          if (phase && shown.at(-1) !== phase) shown.push(phase);
         }
       }).observe(document.getElementById('jobs'), { subtree: true, attributes: true, childList: true });
     }`);
-    await page.getByLabel('Media URLs, one per line').fill(urls.join('\n'));
-    await page.getByRole('button', { name: 'Fetch' }).click();
+    // The label says how to submit from the box.
+    expect(
+      await urlsField().evaluate(
+        (box) => (box as unknown as { labels: Array<{ textContent: string }> }).labels[0]!.textContent,
+      ),
+    ).toContain('Ctrl+Enter');
+    await submitByKeyboard(urls);
+    expect(await focused()).toBe('urls');
     await expect.poll(() => jobItems().count()).toBe(2);
     for (const url of urls) await jobFor(url).locator('audio').waitFor({ state: 'attached', timeout: 90_000 });
     const seen = await page.evaluate<Record<string, string[]>>('window.seenStates');
+    const phases = await page.evaluate<Record<string, string[]>>('window.seenPhases');
     expect(Object.keys(seen)).toHaveLength(2);
     for (const states of Object.values(seen)) expect(states.at(-1)).toBe('done');
-    // The page learnt each state from the event stream through nginx, not from one answer.
+    for (const shown of Object.values(phases)) {
+      expect(shown.at(-1)).toBe('done');
+      expect(shown.every((phase) => ['queued', 'downloading', 'converting', 'done'].includes(phase))).toBe(true);
+    }
+    // The page learnt each state from one event stream through nginx, naming both jobs.
     const jobIds = Object.keys(seen);
-    const streams = await nginx.accessLines(
-      (line) => line.route === '/jobs/{id}/events' && jobIds.some((id) => line.uri!.includes(id)),
-      (lines) => jobIds.every((id) => lines.some((line) => line.uri!.includes(id))),
-      10_000,
-    );
-    expect(streams.every((line) => line.status === '200')).toBe(true);
+    const streams = await nginx.accessLines(isStream, (lines) => lines.length >= streamsBefore + 1, 10_000);
+    expect(streams.slice(streamsBefore).map((line) => [line.route, line.status])).toEqual([['/events', '200']]);
+    expect(streamRequests).toHaveLength(1);
+    expect(streamRequests[0]!.replace('/events?jobs=', '').split(',').sort()).toEqual([...jobIds].sort());
     for (const url of urls) {
       const item = jobFor(url);
-      expect(await item.locator('.badge').textContent()).toBe('done');
+      expect(await item.locator('.badge').first().textContent()).toBe('done');
       expect(await item.locator('.facts').textContent()).toContain('44100 Hz');
-      expect(await item.getByRole('link', { name: 'Download WAV' }).getAttribute('href')).toMatch(
-        /^\/artifacts\/[0-9a-f]{64}\/audio\.wav\?expires=\d+&sig=/,
-      );
+      const download = item.getByRole('link', { name: 'Download WAV' });
+      expect(await download.getAttribute('href')).toMatch(/^\/artifacts\/[0-9a-f]{64}\/audio\.wav\?expires=\d+&sig=/);
+      const shown = await shownFor((await item.getAttribute('data-job-id'))!);
+      // The record's download_name, else audio.wav.
+      expect(await download.getAttribute('download')).toBe(shown.downloadName);
       expect(await item.locator('.cancel').isHidden()).toBe(true);
+      // When it was submitted and how long it took.
+      expect(await item.locator('.job-times').textContent()).toMatch(/^Submitted .+, took \d+ s$/);
+      expect(await item.locator('.job-times time').getAttribute('datetime')).toMatch(/^\d{4}-\d\d-\d\dT/);
+      // The media's title when the record has one, the URL under it; else the URL, said once.
+      expect(await item.locator('.job-title').textContent()).toBe(shown.name);
+      expect(await item.locator('.job-url').isVisible()).toBe(shown.urlShown);
+      expect(await item.locator('.born-done').isHidden()).toBe(true);
     }
     expect(await jobFor(urls[0]!).locator('.facts').textContent()).toMatch(/Duration0:20.*Channels2/);
   });
-
   it('plays a finished job, and seeks by clicking its waveform and with the keyboard', async () => {
     const url = mediaUrl('/first.m4a');
     const item = jobFor(url);
@@ -257,37 +370,84 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     expect(heights.players).toEqual([heights.bare, heights.bare]);
   });
 
-  it('shows a failing URL’s error in words', async () => {
+  it('shows a failing URL’s error in words, with its code as a secondary line, and retries it: its URL submitted again, the new job in its place', async () => {
     const url = mediaUrl('/missing.m4a');
     await page.getByLabel('Media URLs, one per line').fill(url);
     await page.getByRole('button', { name: 'Fetch' }).click();
+    // The focus stays in the form after submitting with the button.
+    await expect.poll(() => urlsField().inputValue()).toBe('');
+    expect(await focused()).toBe('submit-button');
     const item = jobFor(url);
     await expect.poll(() => item.getAttribute('data-status'), { timeout: 60_000 }).toBe('failed');
     const id = (await item.getAttribute('data-job-id'))!;
     const record = await svc.getJob(id);
     const error = (record as unknown as { error: { code: string; message: string } }).error;
     expect(error.message.length).toBeGreaterThan(0);
-    expect(await item.locator('.problem').textContent()).toBe(`${error.message} (${error.code})`);
+    expect(await item.locator('.problem').textContent()).toBe(error.message);
+    const shown = await shownFor(id);
+    expect(await item.locator('.error-detail').textContent()).toBe(shown.errorLine);
+    expect(shown.errorLine.startsWith(error.code)).toBe(true);
     expect(await item.locator('audio').count()).toBe(0);
     // Said in the live region too, for screen readers.
-    await expect.poll(() => page.locator('#status').textContent()).toBe(`${url}: failed: ${error.message}`);
+    await expect.poll(() => page.locator('#status').textContent()).toBe(`${shown.name}: failed: ${error.message}`);
     expect(await page.locator('#status').getAttribute('role')).toBe('status');
+
+    // Retry: a new job of the same URL, in the failed one's place in the list.
+    const place = (await ids()).indexOf(id);
+    const count = await jobItems().count();
+    await item.getByRole('button', { name: 'Retry' }).click();
+    await expect.poll(async () => (await ids())[place]).not.toBe(id);
+    const retried = (await ids())[place]!;
+    expect(await jobItems().count()).toBe(count);
+    expect((await svc.getJob(retried)).url).toBe(url);
+    await expect.poll(() => jobFor(url).getAttribute('data-status'), { timeout: 60_000 }).toBe('failed');
+    // The keyboard's focus, on the Retry button, went to the new job's title.
+    expect(await focused()).toBe(`job-${retried}-title`);
   });
 
-  it('cancels a slow job while it runs', async () => {
+  it('cancels a slow job while it runs, its download shown with size, speed and time left', async () => {
     const url = mediaUrl('/slow.wav');
-    await page.getByLabel('Media URLs, one per line').fill(url);
-    await page.getByRole('button', { name: 'Fetch' }).click();
+    await submitByKeyboard([url]);
     const item = jobFor(url);
     // Running, with its progress shown, before the cancel: the control that it could have ended otherwise.
     await expect.poll(() => item.getAttribute('data-status'), { timeout: 60_000 }).toBe('running');
     await item.locator('progress').waitFor({ state: 'visible', timeout: 60_000 });
+    expect(await item.locator('.badge').first().textContent()).toBe('downloading');
+    // 23 MB at 64 KiB/s: what has arrived of the whole, the speed over the last seconds, minutes left.
+    await expect
+      .poll(() => item.locator('[data-field="detail"]').textContent(), { timeout: 30_000 })
+      .toMatch(/^[\d.]+ (KiB|MiB) of 22\.\d MiB · [\d.]+ KiB\/s · \d+ min \d+ s left$/);
     await item.getByRole('button', { name: 'Cancel' }).click();
     await expect.poll(() => item.getAttribute('data-status'), { timeout: 30_000 }).toBe('canceled');
     expect(await item.getByRole('button', { name: 'Cancel' }).isHidden()).toBe(true);
+    expect(await item.getByRole('button', { name: 'Remove' }).isVisible()).toBe(true);
     const id = (await item.getAttribute('data-job-id'))!;
     expect((await svc.getJob(id)).status).toBe('canceled');
     expect(media.downloadsOf(`/${browserName}/slow.wav`)).toBe(0);
+  });
+
+  it('marks a born-done job, and removes a job from the list when asked', async () => {
+    const url = mediaUrl('/first.m4a');
+    const before = await ids();
+    await submitByKeyboard([url]);
+    await expect.poll(() => jobItems().count()).toBe(before.length + 1);
+    const born = jobItems().first();
+    expect(await born.getAttribute('data-born-done')).toBe('true');
+    expect(await born.locator('.born-done').isVisible()).toBe(true);
+    expect(await born.locator('.born-done').textContent()).toBe('already stored');
+    expect(await born.locator('.job-times').textContent()).toMatch(
+      /^Submitted .+, already stored: nothing downloaded$/,
+    );
+    // The control: the job that downloaded it is not marked.
+    expect(await page.locator(`#jobs > li[data-job-id="${before.at(-1)}"]`).getAttribute('data-born-done')).toBe(
+      'false',
+    );
+
+    await born.getByRole('button', { name: 'Remove' }).click();
+    await expect.poll(ids).toEqual(before);
+    // Gone from what the browser remembers too, and the focus on the next job's title.
+    expect(JSON.parse(await page.evaluate<string>("localStorage.getItem('source-fetch.jobs')"))).toEqual(before);
+    expect(await focused()).toBe(`job-${before[0]}-title`);
   });
 
   it('lists this browser’s jobs again after a reload, newest first', async () => {
@@ -320,16 +480,11 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     // The records as the service gives them, changed by `edit`: a known loudness here, to read its
     // figures back; the control takes peaks.json and the loudness out, as for content stored
     // before either was kept.
-    const editRecords = (edit: (result: { artifacts: Array<{ name: string }>; loudness?: unknown }) => void) =>
-      page.route('**/jobs/*', async (route) => {
-        const response = await route.fetch();
-        const record = (await response.json()) as {
-          result: null | { artifacts: Array<{ name: string }>; loudness?: unknown };
-        };
+    const editRecords = (edit: (result: NonNullable<EditableRecord['result']>) => void) =>
+      editStreamedRecords((record) => {
         if (record.result) edit(record.result);
-        await route.fulfill({ response, json: record });
       });
-    await editRecords((result) => {
+    let undo = await editRecords((result) => {
       result.loudness = { integrated_lufs: -23.04, range_lu: 4.2, true_peak_dbtp: -1.5 };
     });
     try {
@@ -341,10 +496,10 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
       expect(wavFetched).toEqual([]);
       expect(await item.locator('.facts').textContent()).toContain('-23.0 LUFS, range 4.2 LU, true peak -1.5 dBTP');
     } finally {
-      await page.unrouteAll();
+      await undo();
     }
     // The control: without peaks.json the page fetches the WAV to decode it.
-    await editRecords((result) => {
+    undo = await editRecords((result) => {
       result.artifacts = result.artifacts.filter((artifact) => artifact.name !== 'peaks.json');
       result.loudness = null;
     });
@@ -354,8 +509,75 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
       await expect.poll(() => wavFetched.length).toBeGreaterThanOrEqual(2);
       expect(await jobFor(mediaUrl('/first.m4a')).locator('.facts').textContent()).toContain('Loudnessnot measured');
     } finally {
-      await page.unrouteAll();
+      await undo();
     }
+  });
+
+  it("shows what the record carries: the media's title before its URL, the download's name, the error's detail, a conversion under way (the control: without them, the URL, audio.wav, the code alone)", async () => {
+    const first = mediaUrl('/first.m4a');
+    const second = mediaUrl('/second.m4a');
+    const missing = mediaUrl('/missing.m4a');
+    const title = 'Ein „Lied“ / with slashes: עברית 🎵';
+    const undo = await editStreamedRecords((record) => {
+      if (record.url === first) {
+        record.media = { ...(record.media ?? {}), title };
+        for (const artifact of record.result!.artifacts) artifact.download_name = `${title}.wav`;
+      }
+      if (record.url === missing) record.error!.detail = 'the tool said: not found (7f3c)';
+      // The second as its record reads while its WAV is being made: running, the download whole.
+      if (record.url === second) {
+        Object.assign(record, {
+          status: 'running',
+          finished_at: null,
+          result: null,
+          progress: { bytes_done: 300_000, bytes_total: 300_000, percent: 100 },
+        });
+      }
+    });
+    try {
+      await page.reload();
+      const item = jobFor(first);
+      await expect.poll(() => item.locator('.job-title').textContent()).toBe(title);
+      // The URL, second.
+      expect(await item.locator('.job-url').isVisible()).toBe(true);
+      expect(await item.locator('.job-url').textContent()).toBe(first);
+      expect(await item.getByRole('link', { name: 'Download WAV' }).getAttribute('download')).toBe(`${title}.wav`);
+      // Its player is named by the title.
+      expect(await item.locator('audio').getAttribute('aria-labelledby')).toBe(
+        await item.locator('.job-title').getAttribute('id'),
+      );
+
+      const failed = jobFor(missing);
+      await expect
+        .poll(() => failed.locator('.error-detail').textContent())
+        .toMatch(/^[a-z_]+: the tool said: not found \(7f3c\)$/);
+      expect(await failed.locator('.problem').textContent()).not.toContain('7f3c');
+
+      const converting = jobFor(second);
+      await expect.poll(() => converting.getAttribute('data-phase')).toBe('converting');
+      expect(await converting.locator('.badge').first().textContent()).toBe('converting');
+      expect(await converting.locator('[data-field="detail"]').textContent()).toBe('293.0 KiB downloaded');
+      expect(await converting.locator('progress').isVisible()).toBe(true);
+      expect(await converting.getByRole('button', { name: 'Cancel' }).isVisible()).toBe(true);
+    } finally {
+      await undo();
+    }
+    // The control: the records as this service sends them. The second job's stream, which ended
+    // with the job still "running", is opened again and brings its real state.
+    await expect.poll(() => jobFor(second).getAttribute('data-status'), { timeout: 20_000 }).toBe('done');
+    await page.reload();
+    await expect.poll(() => jobFor(first).getAttribute('data-status')).toBe('done');
+    const firstShown = await shownFor((await jobFor(first).getAttribute('data-job-id'))!);
+    expect(firstShown.name).not.toBe(title);
+    expect(await jobFor(first).locator('.job-title').textContent()).toBe(firstShown.name);
+    expect(await jobFor(first).locator('.job-url').isVisible()).toBe(firstShown.urlShown);
+    await jobFor(first).getByRole('link', { name: 'Download WAV' }).waitFor();
+    expect(await jobFor(first).getByRole('link', { name: 'Download WAV' }).getAttribute('download')).toBe(
+      firstShown.downloadName,
+    );
+    const missingShown = await shownFor((await jobFor(missing).getAttribute('data-job-id'))!);
+    expect(await jobFor(missing).locator('.error-detail').textContent()).toBe(missingShown.errorLine);
+    expect(missingShown.errorLine).not.toContain('7f3c');
   });
 
   it('fits a phone’s screen without scrolling sideways', async () => {
@@ -373,18 +595,79 @@ describe.each(BROWSER_NAMES)('a person using the page through nginx, in %s', (br
     }
   });
 
-  it('forgets the key when asked, and asks for it again, keeping the list of jobs', async () => {
-    const before = await ids();
+  it('cancels every running job with Cancel all, leaving the finished ones, then clears the finished ones from the list', async () => {
+    const slow = [mediaUrl('/slow.wav?all=1'), mediaUrl('/slow.wav?all=2')];
+    const finishedBefore = await ids();
+    await submitByKeyboard(slow);
+    for (const url of slow)
+      await expect.poll(() => jobFor(url).getAttribute('data-status'), { timeout: 60_000 }).not.toBe('queued');
+    const cancelAll = page.getByRole('button', { name: 'Cancel all (2)' });
+    await cancelAll.click();
+    for (const url of slow)
+      await expect.poll(() => jobFor(url).getAttribute('data-status'), { timeout: 30_000 }).toBe('canceled');
+    // The finished jobs are as they were.
+    expect((await states()).slice(2)).toEqual(['canceled', 'failed', 'done', 'done']);
+    expect(await cancelAll.isHidden()).toBe(true);
+    for (const url of slow) {
+      const id = (await jobFor(url).getAttribute('data-job-id'))!;
+      expect((await svc.getJob(id)).status).toBe('canceled');
+    }
+
+    await page.getByRole('button', { name: `Clear finished (${finishedBefore.length + 2})` }).click();
+    await expect.poll(() => jobItems().count()).toBe(0);
+    expect(await page.locator('#no-jobs').isVisible()).toBe(true);
+    expect(await page.evaluate<string>("localStorage.getItem('source-fetch.jobs')")).toBe('[]');
+    expect(await focused()).toBe('jobs-heading');
+    // Cleared from the list only: the service still has them.
+    expect((await svc.getJob(finishedBefore[0]!)).status).toBe('canceled');
+  });
+
+  it("forgets the key and its jobs when asked: another key's holder sees none of them (the control: they were shown)", async () => {
+    // A job of the first key, shown: born done, listed with its URL.
+    const url = mediaUrl('/first.m4a');
+    await submitByKeyboard([url]);
+    await expect.poll(() => jobFor(url).getAttribute('data-status')).toBe('done');
+    expect(await jobItems().count()).toBe(1);
+    expect(await page.locator('#jobs').textContent()).toContain(url);
+
+    // And a URL typed, not submitted yet.
+    await urlsField().fill(mediaUrl('/typed-not-sent.m4a'));
     await page.getByRole('button', { name: 'Forget API key' }).click();
     await page.locator('#key-section').waitFor({ state: 'visible' });
     expect(await page.locator('#submit-section').isHidden()).toBe(true);
     expect(await page.evaluate<string>('JSON.stringify({ ...sessionStorage })')).not.toContain(svc.apiKey);
     // Focus moves to the key's field, for a keyboard user.
     expect(await page.evaluate<string>('document.activeElement.id')).toBe('key-input');
-    await page.keyboard.type(svc.apiKey);
+    await page.keyboard.type(OTHER_KEY);
     await page.keyboard.press('Enter');
     await page.locator('#submit-section').waitFor({ state: 'visible' });
-    await expect.poll(ids).toEqual(before);
+    expect(await jobItems().count()).toBe(0);
+    expect(await page.locator('#no-jobs').isVisible()).toBe(true);
+    expect(await page.content()).not.toContain(url);
+    expect(await urlsField().inputValue()).toBe('');
+    expect(await page.evaluate<string>('JSON.stringify({ ...localStorage })')).not.toContain('-');
+    // Nor after a reload.
+    await page.reload();
+    await page.locator('#submit-section').waitFor({ state: 'visible' });
+    expect(await jobItems().count()).toBe(0);
+    expect(await page.content()).not.toContain(url);
+  });
+
+  it('asked for nothing that failed but the key checks (no favicon 404), and for job states on /events only', async () => {
+    // GET /jobs/00000000-… checks a key: 401 for the wrong one, 404 for a right one.
+    expect(new Set(failedAnswers)).toEqual(
+      new Set(['/jobs/00000000-0000-0000-0000-000000000000 401', '/jobs/00000000-0000-0000-0000-000000000000 404']),
+    );
+    expect(streamRequests.length).toBeGreaterThan(0);
+    expect(streamRequests.every((request) => request.startsWith('/events?jobs='))).toBe(true);
+    // The browser asked for the page's icon, and not for /favicon.ico, which would be 404 (as it
+    // would have been without the page's link: both browsers ask for it then).
+    const mine = nginx
+      .wholeAccessLines()
+      .filter((line) => line.user_agent!.includes(browserName === 'chromium' ? 'Chrome/' : 'Firefox/'));
+    expect(mine.filter((line) => line.uri === '/web/favicon.svg').map((line) => line.status)).toContain('200');
+    expect(mine.filter((line) => line.uri === '/favicon.ico')).toEqual([]);
+    expect((await fetch(nginx.url('/favicon.ico'))).status).toBe(404);
   });
 
   it('ran without a Content-Security-Policy violation or an uncaught error', async () => {

@@ -37,6 +37,11 @@ export interface NginxOptions {
    * nginx does to an answer that stays silent longer than that.
    */
   proxyReadTimeoutS?: number;
+  /**
+   * TLS with HTTP/2 on the template's listen line, as docs/operations.md#http2-at-nginx says:
+   * `listen … ssl http2;` and the certificate's two lines. url() is then https.
+   */
+  tls?: { cert: string; key: string };
 }
 
 /** One line of the template's JSON access log. */
@@ -115,6 +120,14 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
     if (!directive.test(site)) throw new Error('the nginx template sets no proxy_read_timeout to shorten');
     site = site.replace(directive, `proxy_read_timeout ${options.proxyReadTimeoutS}s;`);
   }
+  if (options.tls) {
+    const listen = `listen 127.0.0.1:${port};`;
+    if (!site.includes(listen)) throw new Error('the nginx template has no listen line to give TLS');
+    site = site.replace(
+      listen,
+      `listen 127.0.0.1:${port} ssl http2;\n    ssl_certificate ${options.tls.cert};\n    ssl_certificate_key ${options.tls.key};`,
+    );
+  }
   await mkdir(path.join(prefix, 'conf.d'));
   await writeFile(path.join(prefix, 'conf.d', 'default.conf'), site);
   const errorLogPath = path.join(prefix, 'error.log');
@@ -178,7 +191,7 @@ ${options.extraHttpConfig ?? ''}
   return {
     port,
     pid: child.pid!,
-    url: (pathAndQuery) => `http://127.0.0.1:${port}${pathAndQuery}`,
+    url: (pathAndQuery) => `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}${pathAndQuery}`,
     errorLog: () => safeRead(errorLogPath),
     stderr: () => stderr,
     accessLog: () => safeRead(accessLogPath),

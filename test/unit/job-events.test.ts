@@ -1,7 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database, JobRow } from '../../src/db/database.js';
 import { ServiceError } from '../../src/errors.js';
+import { createApp } from '../../src/app.js';
 import { createJobEventStreams, eventIdOf, type StreamEnd } from '../../src/http/job-events.js';
+import { createKeyAdmission } from '../../src/http/key-admission.js';
+import { jobIdsOf, MAX_JOBS_PER_EVENT_STREAM } from '../../src/http/routes/events.js';
+import { createLogger } from '../../src/logger.js';
+import { createMetrics } from '../../src/metrics.js';
 import { toJobRecord } from '../../src/http/job-record.js';
 import type { JobRecord } from '../../src/http/schemas.js';
 import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
@@ -21,8 +26,9 @@ import { BACKENDS, openTestDatabase } from '../support/test-database.js';
 
 /**
  * The job watcher on a real database of each kind (one query a tick for every watched job, one
- * render per change), and the event streams' own logic (ids, resume, limits, slow clients,
- * shutdown) over a watcher the test drives.
+ * render per change), the event streams' own logic (ids, resume, limits, slow clients,
+ * shutdown) over a watcher the test drives, for one job and for many in one stream, and getEvents'
+ * request rules (ids, their bound, unknown ids) through the app.
  */
 
 const render = (job: JobRow, leader?: JobRow): JobRecord =>
@@ -344,7 +350,7 @@ describe('job event streams', () => {
     });
     const open = (job: JobRow, opts: { lastEventId?: string; key?: string } = {}) =>
       streams.open({
-        job,
+        jobs: [job],
         lastEventId: opts.lastEventId,
         keyIdentity: opts.key ?? 'key-a',
         onEnd: (reason) => ends.push(reason),
@@ -391,7 +397,7 @@ describe('job event streams', () => {
     expect(new Set(stream.events.map((event) => event.id)).size).toBe(4);
     expect(stream.events.map((event) => event.id)).toEqual(records.map(eventIdOf));
     expect(stream.retryMs()).toBe(1000);
-    expect(ends).toEqual(['job_ended']);
+    expect(ends).toEqual(['jobs_ended']);
     expect(streams.openCount()).toBe(0);
   });
 
@@ -474,7 +480,7 @@ describe('job event streams', () => {
       maxPerKey: 10,
       maxPerNode: 10,
     });
-    const again = await streams.open({ job: failed, lastEventId: eventIdOf(streamed), keyIdentity: 'key-a' });
+    const again = await streams.open({ jobs: [failed], lastEventId: eventIdOf(streamed), keyIdentity: 'key-a' });
     expect(again.status).toBe(204);
   });
 
@@ -491,7 +497,7 @@ describe('job event streams', () => {
     });
     const stream = readEvents(
       await streams.open({
-        job: staleRow,
+        jobs: [staleRow],
         lastEventId: undefined,
         keyIdentity: 'key-a',
         onEnd: (reason) => ends.push(reason),
@@ -499,10 +505,10 @@ describe('job event streams', () => {
     );
     await stream.ended;
     expect(stream.records.map((record) => record.status)).toEqual(['done']);
-    expect(ends).toEqual(['job_ended']);
+    expect(ends).toEqual(['jobs_ended']);
     // And one that already has that state gets 204, as for a row read done.
     expect(
-      (await streams.open({ job: staleRow, lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status,
+      (await streams.open({ jobs: [staleRow], lastEventId: eventIdOf(doneRecord), keyIdentity: 'key-a' })).status,
     ).toBe(204);
   });
 
@@ -532,7 +538,7 @@ describe('job event streams', () => {
     const { streams, watcher } = make({ maxPerKey: 1 });
     const openFor = (closed?: AbortSignal) =>
       streams.open({
-        job: row(),
+        jobs: [row()],
         lastEventId: undefined,
         keyIdentity: 'key-a',
         closed,
@@ -563,7 +569,8 @@ describe('job event streams', () => {
 
   it('HEAD: the head a GET would get (200, 204, 429) and no stream', async () => {
     const { streams, open, watcher } = make({ maxPerKey: 1 });
-    const head = (job: JobRow, lastEventId?: string) => streams.head({ job, lastEventId, keyIdentity: 'key-a' });
+    const head = (job: JobRow, lastEventId?: string) =>
+      streams.head({ jobs: [job], lastEventId, keyIdentity: 'key-a' });
     for (let i = 0; i < 5; i++) {
       const res = await head(row());
       expect(res.status).toBe(200);
@@ -591,18 +598,43 @@ describe('job event streams', () => {
     await stream.ended;
   });
 
-  it('ends the stream of a client that stops reading once 64 KiB wait for it', async () => {
-    const { open, push } = make();
+  it('a client that stops reading: past 64 KiB unread only the newest state waits, and the stream ends once it has taken nothing for a keep-alive interval', async () => {
+    const { open, push } = make({ keepAliveMs: 20 });
     const res = await open(row());
-    // Nobody reads the body. Each state carries a 2 KiB URL.
+    // Nobody reads the body. Each state carries a 2 KiB URL: 40 of them are 80 KiB.
     const url = `https://m.example/${'x'.repeat(2048)}`;
-    for (let i = 1; i <= 40 && ends.length === 0; i++)
-      push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
+    for (let i = 1; i <= 40; i++) push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
+    expect(ends).toEqual([]);
+    await new Promise<void>((resolve) => {
+      const poll = setInterval(() => {
+        if (ends.length === 0) return;
+        clearInterval(poll);
+        resolve();
+      }, 5);
+    });
     expect(ends).toEqual(['client_too_slow']);
     // What was queued before the end can still be read, then the stream is closed.
     const stream = readEvents(res);
     await stream.ended;
-    expect(stream.events.length).toBeGreaterThan(25);
+    const done = stream.records.slice(1).map((record) => record.progress!.bytes_done);
+    expect(done.length).toBeGreaterThan(25);
+    expect(done).toEqual(Array.from({ length: done.length }, (_, i) => i + 1));
+  });
+
+  it('the control: a client that reads as the states come keeps its stream, and gets the newest state of those that waited', async () => {
+    const { open, push, streams } = make({ keepAliveMs: 20 });
+    const stream = readEvents(await open(row()));
+    const url = `https://m.example/${'x'.repeat(2048)}`;
+    // All at once, before the reader has taken anything: most fit, the rest wait as one.
+    for (let i = 1; i <= 40; i++) push(row({ url, status: 'running', progressBytes: i, progressTotalBytes: 100 }));
+    await stream.waitFor(() => stream.records.at(-1)?.progress?.bytes_done === 40, 'the newest state');
+    await stream.waitFor(() => stream.comments >= 3, 'three keep-alive intervals');
+    expect(ends).toEqual([]);
+    const done = stream.records.slice(1).map((record) => record.progress!.bytes_done);
+    // Some states in between were never sent: the client missed them, and nothing else.
+    expect(done.length).toBeLessThan(40);
+    expect(done).toEqual([...done].sort((x, y) => x - y));
+    streams.closeAll();
   });
 
   it('a shutdown ends every stream', async () => {
@@ -629,5 +661,271 @@ describe('job event streams', () => {
     // The largest value the configuration takes is still below it; the timeout itself is refused.
     expect(() => loadConfig({ EVENTS_KEEPALIVE_S: String(timeoutS) })).toThrow(/EVENTS_KEEPALIVE_S/);
     expect(loadConfig({ EVENTS_KEEPALIVE_S: '50' }).events.keepAliveMs).toBeLessThan(timeoutS * 1000);
+  });
+});
+
+describe('a stream of many jobs (getEvents)', () => {
+  const ends: StreamEnd[] = [];
+  beforeEach(() => {
+    ends.length = 0;
+  });
+  const make = (limits: { maxPerKey?: number; maxPerNode?: number; keepAliveMs?: number } = {}) => {
+    const { watcher, push } = manualWatcher();
+    const streams = createJobEventStreams({
+      watcher,
+      render: (job) => Promise.resolve(render(job)),
+      keepAliveMs: limits.keepAliveMs ?? 60_000,
+      maxPerKey: limits.maxPerKey ?? 10,
+      maxPerNode: limits.maxPerNode ?? 100,
+    });
+    const open = (jobs: JobRow[], opts: { lastEventId?: string; key?: string } = {}) =>
+      streams.open({
+        jobs,
+        lastEventId: opts.lastEventId,
+        keyIdentity: opts.key ?? 'key-a',
+        onEnd: (reason) => ends.push(reason),
+      });
+    return { streams, push, open, watcher };
+  };
+  const at = 1_700_000_000_000;
+  const done = (id: string) =>
+    row({ id, status: 'done', contentId: id.padEnd(64, '0'), startedAt: at + 1, finishedAt: at + 2 });
+  const running = (id: string, bytes: number) =>
+    row({ id, status: 'running', attempts: 1, startedAt: at + 1, progressBytes: bytes, progressTotalBytes: 100 });
+
+  it("opens with each job's state in the order named, a job already ended sending its final state only; streams every change of the others, and ends when the last has ended", async () => {
+    const { open, push, streams, watcher } = make();
+    const res = await open([row({ id: 'a' }), done('b'), row({ id: 'c' }), row({ id: 'a' })]);
+    expect(res.status).toBe(200);
+    const stream = readEvents(res);
+    await stream.waitFor(() => stream.records.length === 3, 'the opening states');
+    expect(stream.records.map((record) => [record.job_id, record.status])).toEqual([
+      ['a', 'queued'],
+      ['b', 'done'],
+      ['c', 'queued'],
+    ]);
+    // The ended job is not followed; the two others are; one stream, one place.
+    expect(watcher.size()).toBe(2);
+    expect(streams.openCount()).toBe(1);
+
+    push(running('c', 10));
+    push(running('c', 10)); // the same state: no event
+    push(done('b')); // an ended job's state again: it is no longer followed
+    push(running('a', 50));
+    push(
+      row({ id: 'c', status: 'failed', attempts: 1, finishedAt: at + 3, errorCode: 'http_error', errorMessage: 'x' }),
+    );
+    await stream.waitFor(() => stream.records.length === 5, 'two changes and an end');
+    expect(ends).toEqual([]);
+    expect(watcher.size()).toBe(1);
+    push(row({ id: 'a', status: 'canceled', finishedAt: at + 4 }));
+    await stream.ended;
+    expect(
+      stream.records.slice(3).map((record) => [record.job_id, record.status, record.progress?.percent ?? null]),
+    ).toEqual([
+      ['c', 'running', 10],
+      ['a', 'running', 50],
+      ['c', 'failed', null],
+      ['a', 'canceled', null],
+    ]);
+    // Each event is the job's own stream's: the same record, the same id.
+    expect(stream.events.map((event) => event.id)).toEqual((stream.records as unknown as JobRecord[]).map(eventIdOf));
+    expect(stream.events.every((event) => event.event === 'job')).toBe(true);
+    expect(ends).toEqual(['jobs_ended']);
+    expect([streams.openCount(), watcher.size()]).toEqual([0, 0]);
+  });
+
+  it('every job ended at the open: their final states, then the end, nothing followed', async () => {
+    const { open, watcher } = make();
+    const stream = readEvents(await open([done('a'), done('b')]));
+    await stream.ended;
+    expect(stream.records.map((record) => record.job_id)).toEqual(['a', 'b']);
+    expect(ends).toEqual(['jobs_ended']);
+    expect(watcher.size()).toBe(0);
+  });
+
+  it('resumes: the state Last-Event-ID names is not sent again, every other job is; 204 only when nothing is left to send', async () => {
+    const { open, push } = make();
+    const aRunning = render(running('a', 20));
+    const stream = readEvents(await open([running('a', 20), row({ id: 'b' })], { lastEventId: eventIdOf(aRunning) }));
+    await stream.waitFor(() => stream.records.length === 1, "b's state");
+    expect(stream.records.map((record) => record.job_id)).toEqual(['b']);
+    push(running('a', 20)); // the watcher's first tick: what the client has already
+    push(running('a', 30));
+    await stream.waitFor(() => stream.records.length === 2, "a's change");
+    expect(stream.records[1]).toMatchObject({ job_id: 'a', progress: { bytes_done: 30 } });
+    await stream.close();
+
+    // Both ended; the client has one of the final states: it gets the other, then the end.
+    const finalA = render(done('a'));
+    const late = readEvents(await open([done('a'), done('b')], { lastEventId: eventIdOf(finalA) }));
+    await late.ended;
+    expect(late.records.map((record) => record.job_id)).toEqual(['b']);
+    // One job, ended, whose final state the client has: nothing to send.
+    expect((await open([done('a')], { lastEventId: eventIdOf(finalA) })).status).toBe(204);
+  });
+
+  it('counts once against the limits per key and per node, whatever the number of its jobs', async () => {
+    const { open, streams } = make({ maxPerKey: 1, maxPerNode: 2 });
+    const many = Array.from({ length: MAX_JOBS_PER_EVENT_STREAM }, (_, i) => row({ id: `job-${i}` }));
+    const first = readEvents(await open(many, { key: 'a' }));
+    expect(streams.openCount()).toBe(1);
+    await expect(open([row()], { key: 'a' })).rejects.toMatchObject({
+      code: 'too_many_event_streams',
+      extra: { fields: { limit: 'per_key' } },
+    });
+    readEvents(await open(many, { key: 'b' }));
+    await expect(open([row()], { key: 'c' })).rejects.toMatchObject({
+      code: 'too_many_event_streams',
+      extra: { fields: { limit: 'per_node' } },
+    });
+    await first.close();
+    await first.ended;
+    expect((await open([row()], { key: 'a' })).status).toBe(200);
+    streams.closeAll();
+  });
+
+  it("a slow reader: the opening states of 200 jobs (some 450 KiB) and their changes wait one per job; a client that takes none of them for a keep-alive interval is cut (the control: one that reads gets each job's newest state)", async () => {
+    // Each state carries a 2 KiB URL.
+    const url = `https://m.example/${'x'.repeat(2048)}`;
+    const jobs = Array.from({ length: MAX_JOBS_PER_EVENT_STREAM }, (_, i) => row({ id: `job-${i}`, url }));
+    const progress = (i: number, bytes: number) =>
+      row({ id: `job-${i}`, url, status: 'running', attempts: 1, progressBytes: bytes, progressTotalBytes: 1000 });
+
+    const { open, push } = make({ keepAliveMs: 20 });
+    const unread = await open(jobs);
+    for (let round = 1; round <= 3; round++)
+      for (let i = 0; i < MAX_JOBS_PER_EVENT_STREAM; i++) push(progress(i, round));
+    expect(ends).toEqual([]);
+    await new Promise<void>((resolve) => {
+      const poll = setInterval(() => {
+        if (ends.length === 0) return;
+        clearInterval(poll);
+        resolve();
+      }, 5);
+    });
+    expect(ends).toEqual(['client_too_slow']);
+    const drained = readEvents(unread);
+    await drained.ended;
+    // What the queue held: some 30 states of 2 KiB.
+    expect(drained.records.length).toBeGreaterThan(25);
+    expect(drained.records.length).toBeLessThan(40);
+
+    // The control: a client that reads keeps its stream through the same, and ends with the newest state of every job.
+    ends.length = 0;
+    const { open: openRead, push: pushRead, streams } = make({ keepAliveMs: 20 });
+    const read = readEvents(await openRead(jobs));
+    for (let round = 1; round <= 3; round++)
+      for (let i = 0; i < MAX_JOBS_PER_EVENT_STREAM; i++) pushRead(progress(i, round));
+    const newest = () => {
+      const byJob = new Map(read.records.map((record) => [record.job_id, record.progress?.bytes_done]));
+      return [...byJob.values()].filter((bytes) => bytes === 3).length;
+    };
+    await read.waitFor(() => newest() === MAX_JOBS_PER_EVENT_STREAM, "every job's newest state");
+    await read.waitFor(() => read.comments >= 3, 'three keep-alive intervals');
+    expect(ends).toEqual([]);
+    // Fewer than every state: those replaced while they waited were never sent.
+    expect(read.records.length).toBeLessThan(MAX_JOBS_PER_EVENT_STREAM * 4);
+    expect(read.records.length).toBeGreaterThan(MAX_JOBS_PER_EVENT_STREAM);
+    streams.closeAll();
+  });
+
+  it('a shutdown ends it, and unwatches every job', async () => {
+    const { open, streams, watcher } = make();
+    const stream = readEvents(await open([row({ id: 'a' }), row({ id: 'b' }), row({ id: 'c' })]));
+    expect(watcher.size()).toBe(3);
+    streams.closeAll();
+    await stream.ended;
+    expect(ends).toEqual(['shutdown']);
+    expect(watcher.size()).toBe(0);
+  });
+});
+
+describe("getEvents' request", () => {
+  const KEY = 'events-unit-key-0123456789abcdef';
+  const known = new Map(['a', 'b', 'c'].map((id) => [id, row({ id })]));
+  const unused = () => {
+    throw new Error('not used');
+  };
+  function app() {
+    const events = createJobEventStreams({
+      watcher: manualWatcher().watcher,
+      render: (job) => Promise.resolve(render(job)),
+      keepAliveMs: 60_000,
+      maxPerKey: 10,
+      maxPerNode: 10,
+    });
+    return {
+      events,
+      app: createApp({
+        log: createLogger('silent'),
+        admission: createKeyAdmission({ checkKey: (key) => key === KEY }),
+        operations: [],
+        bodies: { body: unused, send: unused },
+        getJob: unused,
+        getJobs: (ids) => Promise.resolve(ids.flatMap((id) => known.get(id) ?? [])),
+        jobEvents: events,
+        checkHealth: unused,
+        webFiles: new Map(),
+        metrics: createMetrics({
+          queueDepth: unused,
+          busyWorkers: unused,
+          storeTotals: unused,
+          downloaderPresent: unused,
+          downloaderRelease: unused,
+        }),
+        scrubber: { request: unused, latest: unused },
+      }),
+    };
+  }
+  const ask = (query: string, key = KEY) =>
+    app().app.request(`/events${query}`, { headers: { authorization: `Bearer ${key}` } });
+
+  it('names its jobs separated by commas, each carried once; more than the bound is 400 too_many_jobs, saying the bound', async () => {
+    const ids = Array.from({ length: MAX_JOBS_PER_EVENT_STREAM }, (_, i) => `job-${i}`);
+    expect(jobIdsOf(ids.join(','))).toEqual(ids);
+    expect(jobIdsOf('a,b,a')).toEqual(['a', 'b']);
+    expect(() => jobIdsOf([...ids, 'one-more'].join(','))).toThrow(
+      expect.objectContaining({ kind: 'invalid_input', code: 'too_many_jobs', extra: { fields: { max_jobs: 200 } } }),
+    );
+
+    const res = await ask(`?jobs=${[...ids, 'one-more'].join(',')}`);
+    expect(res.status).toBe(400);
+    expect(res.headers.get('content-type')).toBe('application/problem+json');
+    const problem = (await res.json()) as Record<string, unknown>;
+    expect(problem).toMatchObject({ status: 400, code: 'too_many_jobs', max_jobs: MAX_JOBS_PER_EVENT_STREAM });
+    expect(problem.detail).toBe(
+      'One event stream carries at most 200 jobs; this request names 201. Open another stream for the rest.',
+    );
+  });
+
+  it('no jobs, an empty id or one over 64 characters: 400 validation_failed naming the field', async () => {
+    for (const query of ['', '?jobs=', '?jobs=a,,b', `?jobs=a,${'x'.repeat(65)}`]) {
+      const res = await ask(query);
+      expect([query, res.status]).toEqual([query, 400]);
+      const problem = (await res.json()) as { code: string; errors: Array<{ path: string }> };
+      expect(problem.code).toBe('validation_failed');
+      expect(problem.errors[0]!.path).toMatch(/^jobs/);
+    }
+  });
+
+  it('unknown ids: 404 job_not_found listing them, and no stream (the control: the known ones alone stream)', async () => {
+    const { app: asked, events } = app();
+    const headers = { authorization: `Bearer ${KEY}` };
+    const res = await asked.request('/events?jobs=a,nope,b,gone', { headers });
+    expect(res.status).toBe(404);
+    expect(await res.json()).toMatchObject({ code: 'job_not_found', job_ids: ['nope', 'gone'] });
+    expect(events.openCount()).toBe(0);
+    const known = await asked.request('/events?jobs=a%2Cb', { headers });
+    expect(known.status).toBe(200);
+    const stream = readEvents(known);
+    await stream.waitFor(() => stream.records.length === 2, 'both states');
+    expect(stream.records.map((record) => record.job_id)).toEqual(['a', 'b']);
+    expect(events.openCount()).toBe(1);
+    events.closeAll();
+  });
+
+  it('needs the API key', async () => {
+    expect((await ask('?jobs=a', 'not-the-key-0123456789abcdef')).status).toBe(401);
   });
 });

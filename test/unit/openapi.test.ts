@@ -94,6 +94,7 @@ describe('src/client/openapi-types.ts', () => {
       'getJob',
       'cancelJob',
       'getJobEvents',
+      'getEvents',
       'scrubStore',
       'getStoreScrub',
     ];
