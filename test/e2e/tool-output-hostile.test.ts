@@ -36,8 +36,9 @@ function makeM4a(file: string, marker: string, frequency: number): void {
 }
 
 /**
- * The stand-in converter. Arguments as the service gives them: `-i file:<input>` and the output,
- * `file:<output>`, last. It runs in the converter's sandbox, which sees its folder and the system.
+ * The stand-in converter. Arguments as the service gives them: `-i file:<input>`, and the WAV's
+ * output `file:<name>.wav` (beside an output of the input's tags). It runs in the converter's
+ * sandbox, which sees its folder and the system.
  */
 function standIn(relativeLinkTarget: string): string {
   return `#!/usr/bin/python3
@@ -55,7 +56,8 @@ if '-i' in args:
         pass
 if marker is None:
     os.execv(real, [real] + args)
-out = args[-1][5:] if args[-1].startswith('file:') else args[-1]
+at = max(i for i, arg in enumerate(args) if arg.endswith('.wav'))
+out = args[at][5:] if args[at].startswith('file:') else args[at]
 if marker == 'fifo':
     os.mkfifo(out)
 elif marker == 'socket':
@@ -78,8 +80,8 @@ elif marker == 'swap':
                     '-i', 'sine=frequency=440:duration=3,volume=0.001', '-ac', '2', '-ar', '44100',
                     '-c:a', 'pcm_s16le', '-bitexact', 'file:' + out], check=True)
     time.sleep(1)
-    subprocess.run([real] + args[:-1] + ['file:' + out + '.real'], check=True)
-    os.rename(out + '.real', out)
+    subprocess.run([real] + args[:at] + ['file:' + out + '.real.wav'] + args[at + 1:], check=True)
+    os.rename(out + '.real.wav', out)
 sys.exit(0)
 `;
 }
