@@ -121,11 +121,11 @@ export async function startNginx(options: NginxOptions): Promise<RunningNginx> {
     site = site.replace(directive, `proxy_read_timeout ${options.proxyReadTimeoutS}s;`);
   }
   if (options.tls) {
-    const listen = `listen 127.0.0.1:${port};`;
+    const listen = `listen 127.0.0.1:${port} default_server;`;
     if (!site.includes(listen)) throw new Error('the nginx template has no listen line to give TLS');
     site = site.replace(
       listen,
-      `listen 127.0.0.1:${port} ssl http2;\n    ssl_certificate ${options.tls.cert};\n    ssl_certificate_key ${options.tls.key};`,
+      `listen 127.0.0.1:${port} default_server ssl http2;\n    ssl_certificate ${options.tls.cert};\n    ssl_certificate_key ${options.tls.key};`,
     );
   }
   await mkdir(path.join(prefix, 'conf.d'));

@@ -35,15 +35,15 @@ const OK: RunProcessResult = {
   stdoutTruncated: false,
 };
 
-/** One second of 8 kHz mono 16-bit silence with a distinct first sample. */
+/** A tenth of a second of 44.1 kHz mono 16-bit silence (the format the conversion asks for) with a distinct first sample. */
 function wav(seed: number): Buffer {
-  const data = Buffer.alloc(16_000);
+  const data = Buffer.alloc(8_820);
   data.writeInt16LE(seed, 0);
   const fmt = Buffer.alloc(16);
   fmt.writeUInt16LE(1, 0);
   fmt.writeUInt16LE(1, 2);
-  fmt.writeUInt32LE(8000, 4);
-  fmt.writeUInt32LE(16_000, 8);
+  fmt.writeUInt32LE(44_100, 4);
+  fmt.writeUInt32LE(88_200, 8);
   fmt.writeUInt16LE(2, 12);
   fmt.writeUInt16LE(16, 14);
   const chunk = (id: string, body: Buffer) => {
