@@ -8,6 +8,7 @@
  * Content-Disposition of the app's port and of nginx's signed and keyed paths, and in the name
  * of the file the CLI saves.
  */
+import type { components } from '../../src/client/openapi-types.js';
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
@@ -31,18 +32,9 @@ const LONG = 'A very long title, '.repeat(106).slice(0, 2000);
 /** Served with every file, as a server's Last-Modified: yt-dlp's upload date. */
 const LAST_MODIFIED = 'Mon, 30 Nov 2026 12:00:00 GMT';
 
-interface Media {
-  extractor: string;
-  id: string;
-  title: string | null;
-  artist: string | null;
-  album: string | null;
-  track: string | null;
-  duration: number | null;
-  upload_date: string | null;
-  webpage_url: string | null;
-}
-type Artifact = NonNullable<JobBody['result']>['artifacts'][number] & { download_name: string };
+/** The record's parts as the contract (openapi.json) gives them to clients. */
+type Media = NonNullable<components['schemas']['Job']['media']>;
+type Artifact = components['schemas']['Artifact'];
 
 let work: string;
 let media: MediaServer;

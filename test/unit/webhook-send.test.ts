@@ -181,8 +181,9 @@ describe('a callback attempt', () => {
     const started = performance.now();
     expect(await send(request('http://hooks.example/hook'), never)).toEqual({ status: null, error: 'connect_timeout' });
     const took = performance.now() - started;
+    // Ended by the connect's limit, not the attempt's: a behaviour, not a speed.
     expect(took).toBeGreaterThanOrEqual(190);
-    expect(took).toBeLessThan(5_000);
+    expect(took).toBeLessThan(deps.timeoutMs);
     expect(dials).toEqual([{ address: PUBLIC_A, port: 80 }]);
     // Control: the same sender connects to an address that answers.
     expect(await createCallbackSender(deps)(request('http://hooks.example/hook'), never)).toEqual({
