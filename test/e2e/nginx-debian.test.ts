@@ -24,6 +24,7 @@ import { readDoc, relocate, shellBlocks } from '../support/doc-blocks.js';
 import { makeTone } from '../support/media.js';
 import { freePort } from '../support/nginx.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+import { until } from '../support/until.js';
 
 const run = promisify(execFile);
 const HEADING = "### By hand, on Debian's nginx";
@@ -251,12 +252,17 @@ describe("docs/operations.md's nginx by hand, on Debian's nginx.conf", () => {
     const bySignature = await request(port, `${artifactUrlPath(wav.cid, 'audio.wav')}?${signed.query}`);
     expect(bySignature.status).toBe(200);
     expect(sha256(bySignature.body)).toBe(wav.cid);
-    // nginx's access log (the steps' NGINX_ACCESS_LOG): the signed one never went upstream.
-    const lines = (await readFile(path.join(logDir, 'source-fetch.json'), 'utf8'))
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => JSON.parse(line) as Record<string, string>)
-      .filter((line) => line.cid === wav.cid);
+    // nginx's access log (the steps' NGINX_ACCESS_LOG): the signed one never went upstream. nginx
+    // writes a request's line once it has finished the request, which may be after the client has
+    // the last byte: wait for both lines.
+    const lines = await until('both requests in the access log', async () => {
+      const logged = (await readFile(path.join(logDir, 'source-fetch.json'), 'utf8'))
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as Record<string, string>)
+        .filter((line) => line.cid === wav.cid);
+      return logged.length >= 2 ? logged : undefined;
+    });
     expect(lines.map((line) => [String(line.uri).endsWith('?redacted'), line.upstream_time === ''])).toEqual([
       [false, false],
       [true, true],
