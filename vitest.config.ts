@@ -29,6 +29,9 @@ export default defineConfig({
           // Repository tests run on both databases: one PostgreSQL cluster for the unit run too.
           globalSetup: ['test/support/postgres-global.ts'],
           testTimeout: 20_000,
+          // Both cores (vitest's default leaves one idle): most of these files wait on SQLite,
+          // PostgreSQL or a child process rather than compute.
+          maxWorkers: 2,
           // Projects with different maxWorkers must run as separate groups: unit tests first.
           sequence: { groupOrder: 0 },
         },
