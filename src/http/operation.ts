@@ -4,7 +4,7 @@ import type { RequestFacts } from './request-envelope.js';
 
 /**
  * The API's operations, each written once as a function from a request to an answer: its key
- * check and rate limit (./admission.ts), its body limit and validation (./json-request-body.ts),
+ * check and rate limit (./key-admission.ts), its body limit and validation (./json-request-body.ts),
  * its handler and its problem documents. Two dispatchers hand requests to the same operations:
  * node's server directly (./node-router.ts), for the requests the API answers most, and the Hono
  * app (./hono-operation.ts), for everything node's router passes on (a request under shutdown, an

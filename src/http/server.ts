@@ -61,7 +61,7 @@ export interface ConnectionLimits {
    */
   maxTotal: number;
   /**
-   * Connections from one client address (an IPv6 /64 counts as one: ./client-address.ts), below
+   * Connections from one client address (an IPv6 /64 counts as one: src/policy/client-address.ts), below
    * maxTotal so that one client's connections never take them all; past it the new one is closed.
    */
   maxPerClient: number;

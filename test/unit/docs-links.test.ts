@@ -8,7 +8,8 @@ import { ROOT } from '../support/service.js';
 /**
  * Every relative link in README.md and docs/*.md leads to a file or folder of the repository, and
  * every `#anchor` into a markdown file to one of its headings, named as GitHub names them. Links
- * inside code (fenced blocks, `inline spans`) are not links; absolute URLs are not checked.
+ * inside code (fenced blocks, `inline spans`) are not links; absolute URLs are not checked. And
+ * every file path a comment of the code names is a file of the repository.
  */
 
 /** The markdown files whose links are checked, relative to the root. */
@@ -96,6 +97,45 @@ function brokenLinks(root: string, files: string[]): string[] {
   return broken;
 }
 
+
+/** The folders whose files' comments are checked for the paths they name. */
+const COMMENTED_FOLDERS = ['src', 'web', 'nginx', 'scripts', 'bench', 'ops', 'test/support'];
+/** A path a comment names: from a top folder of the repository, or relative (./, ../). */
+const NAMED_PATH =
+  /(?<![\w/.-])((?:\.\.?\/)+|(?:src|test|docs|nginx|scripts|bench|web|ops|drizzle)\/)[\w./-]*\w\.(?:ts|js|md|sql|conf|lua|py|sh|json|html|css|template)\b/g;
+
+/** The files under `folder`, relative to `root`, but for generated and binary ones. */
+function sourceFiles(root: string, folder: string): string[] {
+  const dir = path.join(root, folder);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const relative = `${folder}/${entry.name}`;
+    if (entry.isDirectory()) return entry.name === 'node_modules' ? [] : sourceFiles(root, relative);
+    return /\.(ts|js|py|sh|conf|lua|template|html|css)$/.test(entry.name) ? [relative] : [];
+  });
+}
+
+/**
+ * "file:line: path" for each path a comment in `folders` names that is not in the repository. A
+ * comment line starts with `*`, `//` or `#`; `.js` also stands for its `.ts` source.
+ */
+function missingCommentPaths(root: string, folders: string[]): string[] {
+  const missing: string[] = [];
+  for (const file of folders.flatMap((folder) => sourceFiles(root, folder))) {
+    readFileSync(path.join(root, file), 'utf8')
+      .split('\n')
+      .forEach((line, index) => {
+        if (!/^\s*(\*|\/\/|#)/.test(line)) return;
+        for (const [named] of line.matchAll(NAMED_PATH)) {
+          const resolved = named.startsWith('.') ? path.resolve(root, path.dirname(file), named) : path.join(root, named);
+          if (!existsSync(resolved) && !existsSync(resolved.replace(/\.js$/, '.ts')))
+            missing.push(`${file}:${index + 1}: ${named}`);
+        }
+      });
+  }
+  return missing;
+}
+
 describe('links in README.md and docs/', () => {
   it('lead to files that exist, and anchors to headings that exist', () => {
     const files = documents(ROOT);
@@ -142,5 +182,38 @@ describe('links in README.md and docs/', () => {
     expect(slug('compose: the monitoring profile')).toBe('compose-the-monitoring-profile');
     expect(slug('Delivery: at least once')).toBe('delivery-at-least-once');
     expect(anchors('# Notes\n\n## Notes\n\n```\n# not a heading\n```\n')).toEqual(new Set(['notes', 'notes-1']));
+  });
+});
+
+describe('paths named in comments of the code', () => {
+  it('are files of the repository', () => {
+    expect(sourceFiles(ROOT, 'src')).toContain('src/main.ts');
+    expect(missingCommentPaths(ROOT, COMMENTED_FOLDERS)).toEqual([]);
+  });
+
+  it('are checked: a comment naming a file that is gone is reported, code is not (control)', async () => {
+    const root = await mkdtemp(path.join(tmpdir(), 'comment-paths-'));
+    try {
+      await mkdir(path.join(root, 'src/http'), { recursive: true });
+      await writeFile(path.join(root, 'src/http/here.ts'), '');
+      await writeFile(
+        path.join(root, 'src/http/a.ts'),
+        [
+          "import { x } from './gone.js';",
+          '/**',
+          ' * Uses ./here.ts and ./here.js, src/http/here.ts, ../http/here.ts; not ./gone.ts',
+          ' */',
+          '// nor src/delivery/handler.ts',
+        ].join('\n'),
+      );
+      await writeFile(path.join(root, 'src/http/b.sh'), '# see docs/nowhere.md\n');
+      expect(missingCommentPaths(root, ['src'])).toEqual([
+        'src/http/a.ts:3: ./gone.ts',
+        'src/http/a.ts:5: src/delivery/handler.ts',
+        'src/http/b.sh:1: docs/nowhere.md',
+      ]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });

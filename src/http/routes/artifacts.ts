@@ -235,7 +235,7 @@ const SignatureQuery = z.object({
 });
 
 /**
- * getArtifact's contract. Its operation is src/delivery/artifact-operation.ts (it answers Range,
+ * getArtifact's contract. Its operation is createArtifactOperation above (it answers Range,
  * conditional requests and internal redirects itself), mounted for GET and HEAD with the others.
  */
 export function registerArtifactContract(app: OpenAPIHono<AppEnv>): void {
