@@ -23,7 +23,10 @@ export default class SummaryReporter implements Reporter {
       if (mod.state() === 'failed' && !mod.children.size) failed++;
     }
     const slowest = [...testModules]
-      .map((mod) => ({ seconds: mod.diagnostic().duration / 1000, name: `${mod.project.name}: ${mod.relativeModuleId}` }))
+      .map((mod) => ({
+        seconds: mod.diagnostic().duration / 1000,
+        name: `${mod.project.name}: ${mod.relativeModuleId}`,
+      }))
       .sort((a, b) => b.seconds - a.seconds)
       .slice(0, SLOWEST_SHOWN);
     if (slowest.length > 0) {

@@ -97,7 +97,6 @@ function brokenLinks(root: string, files: string[]): string[] {
   return broken;
 }
 
-
 /** The folders whose files' comments are checked for the paths they name. */
 const COMMENTED_FOLDERS = ['src', 'web', 'nginx', 'scripts', 'bench', 'ops', 'test/support'];
 /** A path a comment names: from a top folder of the repository, or relative (./, ../). */
@@ -127,7 +126,9 @@ function missingCommentPaths(root: string, folders: string[]): string[] {
       .forEach((line, index) => {
         if (!/^\s*(\*|\/\/|#)/.test(line)) return;
         for (const [named] of line.matchAll(NAMED_PATH)) {
-          const resolved = named.startsWith('.') ? path.resolve(root, path.dirname(file), named) : path.join(root, named);
+          const resolved = named.startsWith('.')
+            ? path.resolve(root, path.dirname(file), named)
+            : path.join(root, named);
           if (!existsSync(resolved) && !existsSync(resolved.replace(/\.js$/, '.ts')))
             missing.push(`${file}:${index + 1}: ${named}`);
         }
