@@ -1,4 +1,4 @@
-/** Writes the table of job error codes in docs/api.md from src/job-errors.ts (see error-codes-doc.ts). */
+/** Writes docs/api.md's tables of API and job error codes from src/api-errors.ts and src/job-errors.ts (see error-codes-doc.ts). */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { ERROR_CODES_DOC_FILE, renderErrorCodesDoc } from './error-codes-doc.js';
 

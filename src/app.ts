@@ -67,7 +67,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // The request id, access log and metrics are the request envelope's (src/http/request-envelope.ts).
   app.use('*', requestContext({ log: deps.log }));
   app.onError(createErrorHandler((c) => c.get('facts')?.log ?? deps.log));
-  app.notFound((c) => problemResponse(404, 'route_not_found', 'No such route.', { requestId: c.get('facts').id }));
+  app.notFound((c) => problemResponse('route_not_found', 'No such route.', { requestId: c.get('facts').id }));
 
   // Open: the health check (for probes) and the interface description.
   registerHealthRoute(app, { check: deps.checkHealth });

@@ -1,31 +1,23 @@
-/**
- * The one error type that service code throws. It knows nothing of HTTP: `kind` says what went
- * wrong in words the edge maps to a status (src/http/problem.ts), `code` is the stable
- * machine-readable identifier clients switch on, and `message` is safe to show to a client
- * (never a stack trace, a server path or a secret).
- */
-export type ErrorKind =
-  | 'invalid_input' // 400: malformed request
-  | 'unauthorized' // 401
-  | 'forbidden' // 403
-  | 'not_found' // 404
-  | 'conflict' // 409
-  | 'payload_too_large' // 413
-  | 'unsupported_media_type' // 415
-  | 'refused' // 422: well-formed, but policy refuses it (a URL's destination, say)
-  | 'rate_limited' // 429
-  | 'unavailable' // 503
-  | 'internal'; // 500
+import type { ApiErrorCode, KindOf } from './api-errors.js';
+
+export type { ErrorKind } from './api-errors.js';
 
 export interface FieldError {
   path: string;
   message: string;
 }
 
-export class ServiceError extends Error {
+/**
+ * The one error type that service code throws. It knows nothing of HTTP: `kind` says what went
+ * wrong in words the edge maps to a status (src/http/problem.ts), `code` is the stable
+ * machine-readable identifier clients switch on, from the closed list of src/api-errors.ts (whose
+ * entry fixes the kind: the type checker refuses an unknown code or a kind that is not its own),
+ * and `message` is safe to show to a client (never a stack trace, a server path or a secret).
+ */
+export class ServiceError<C extends ApiErrorCode = ApiErrorCode> extends Error {
   constructor(
-    readonly kind: ErrorKind,
-    readonly code: string,
+    readonly kind: KindOf<C>,
+    readonly code: C,
     message: string,
     readonly extra: {
       fieldErrors?: FieldError[];
@@ -36,5 +28,10 @@ export class ServiceError extends Error {
   ) {
     super(message);
     this.name = 'ServiceError';
+  }
+
+  /** As `instanceof` always answers; declared so that it narrows to a ServiceError of any listed code, not of `any`. */
+  static override [Symbol.hasInstance](value: unknown): value is ServiceError {
+    return Function.prototype[Symbol.hasInstance].call(this, value);
   }
 }

@@ -300,7 +300,7 @@ async function main(): Promise<void> {
       beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : nodeRouter(req, res, toApp)),
       fetch: (req, ...rest) =>
         shutdown.stopping
-          ? problemResponse(503, 'shutting_down', 'The service is shutting down; try again shortly.', {
+          ? problemResponse('shutting_down', 'The service is shutting down; try again shortly.', {
               headers: { connection: 'close', 'retry-after': '5' },
             })
           : app.fetch(req, ...rest),

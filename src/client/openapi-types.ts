@@ -245,14 +245,18 @@ export interface components {
             title: string;
             status: number;
             detail: string;
-            /** @description Stable machine-readable error code. */
-            code: string;
+            code: components["schemas"]["ApiErrorCode"];
             request_id?: string;
             errors?: {
                 path: string;
                 message: string;
             }[];
         };
+        /**
+         * @description Why a request was refused: a stable code from one closed list, whose statuses and meanings are in docs/api.md's API error codes. A client may match on it; new codes can be added.
+         * @enum {string}
+         */
+        ApiErrorCode: "validation_failed" | "invalid_json" | "url_invalid" | "url_host_missing" | "url_scheme_not_allowed" | "url_credentials_not_allowed" | "url_smuggled_data" | "url_too_long" | "host_invalid" | "port_invalid" | "too_many_jobs" | "artifact_path_invalid" | "unauthorized" | "signature_invalid" | "signature_expired" | "job_not_found" | "artifact_not_found" | "scrub_not_found" | "route_not_found" | "job_already_finished" | "scrub_running_elsewhere" | "body_too_large" | "unsupported_media_type" | "range_not_satisfiable" | "host_localhost" | "host_unresolvable" | "address_invalid" | "address_unspecified" | "address_loopback" | "address_private" | "address_link_local" | "address_cgnat" | "address_broadcast" | "address_multicast" | "address_documentation" | "address_benchmarking" | "address_reserved" | "address_as112" | "address_amt" | "address_orchid" | "address_unique_local" | "address_site_local" | "address_nat64_local" | "address_ipv4_compatible" | "address_ipv4_translated" | "address_six_to_four" | "address_teredo" | "rate_limited" | "queue_full" | "too_many_event_streams" | "internal_error" | "shutting_down" | "database_unavailable" | "storage_full" | "confinement_unavailable";
         ScrubReport: {
             pass_id: string;
             /** @description The node that runs the pass. */

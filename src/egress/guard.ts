@@ -217,14 +217,20 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     return found;
   };
 
-  const refuse = (session: SessionState, host: string, port: number, err: ServiceError): Upstream => {
+  /** `why`: a destination policy's ServiceError, or the guard's own refusal (redirect_refused, scheme_refused). */
+  const refuse = (
+    session: SessionState,
+    host: string,
+    port: number,
+    why: { code: string; message: string },
+  ): Upstream => {
     if (session.refusals.length < MAX_REFUSALS_PER_SESSION) {
-      session.refusals.push({ host, port, code: 'destination_refused', message: err.message });
+      session.refusals.push({ host, port, code: 'destination_refused', message: why.message });
     }
     // The session label is the job id.
-    const fields = { job_id: session.label, host, port, reason: err.code };
+    const fields = { job_id: session.label, host, port, reason: why.code };
     logger.warn(fields, 'egress guard refused a destination');
-    return { ok: false, status: 403, reason: err.message };
+    return { ok: false, status: 403, reason: why.message };
   };
 
   /** Records a connection that failed; past the bound, the newest replaces the one before it (the fetch reads the last). */
@@ -253,13 +259,9 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     const problem = redirectProblem(target, location);
     if (problem === null) return null;
     const port = target.port === '' ? 80 : Number(target.port);
-    const err = new ServiceError(
-      'refused',
-      'redirect_refused',
-      `A redirect from ${target.host} was refused: ${problem}.`,
-    );
-    refuse(session, target.hostname, port, err);
-    return err.message;
+    const why = { code: 'redirect_refused', message: `A redirect from ${target.host} was refused: ${problem}.` };
+    refuse(session, target.hostname, port, why);
+    return why.message;
   };
 
   /** Checks host:port and connects to the first checked address that answers. */
@@ -329,13 +331,12 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     if (target.protocol !== 'http:' && target.protocol !== 'https:') {
       // A downloader that asks its proxy for another scheme (a current yt-dlp sends an HLS
       // playlist's ftp: segments here) is refused as a destination, so the job says why.
-      const err = new ServiceError(
-        'refused',
-        'scheme_refused',
-        `The downloader asked for a ${target.protocol} URL; only http and https are fetched.`,
-      );
-      refuse(session, target.hostname, Number(target.port) || 0, err);
-      return plainText(res, 403, err.message);
+      const why = {
+        code: 'scheme_refused',
+        message: `The downloader asked for a ${target.protocol} URL; only http and https are fetched.`,
+      };
+      refuse(session, target.hostname, Number(target.port) || 0, why);
+      return plainText(res, 403, why.message);
     }
     if (target.protocol !== 'http:') {
       return plainText(res, 400, 'Only http:// URIs are forwarded; use CONNECT for https.');

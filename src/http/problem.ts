@@ -1,37 +1,23 @@
 import { databaseOutage } from '../db/outage.js';
 import type { Context, Env } from 'hono';
 import { HTTPException } from 'hono/http-exception';
-import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import { ServiceError, type ErrorKind, type FieldError } from '../errors.js';
+import { apiErrorStatus, type ApiErrorCode } from '../api-errors.js';
+import { ServiceError, type FieldError } from '../errors.js';
 import type { Answer } from './operation.js';
 
 /**
- * RFC 9457 problem documents. Every error the service answers goes through `problemResponse`,
- * so clients meet one shape: type, title, status, detail, code (stable, machine-readable),
- * request_id, and for validation errors a list of field errors.
+ * RFC 9457 problem documents. Every error the service answers is made by `problemDocument`, so
+ * clients meet one shape: type, title, status, detail, code (stable, machine-readable, from the
+ * closed list of src/api-errors.ts, which also fixes the status), request_id, and for validation
+ * errors a list of field errors.
  */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
-
-const STATUS_BY_KIND: Record<ErrorKind, ContentfulStatusCode> = {
-  invalid_input: 400,
-  unauthorized: 401,
-  forbidden: 403,
-  not_found: 404,
-  conflict: 409,
-  payload_too_large: 413,
-  unsupported_media_type: 415,
-  refused: 422,
-  rate_limited: 429,
-  unavailable: 503,
-  internal: 500,
-};
 
 const TITLE_BY_STATUS: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
   403: 'Forbidden',
   404: 'Not Found',
-  405: 'Method Not Allowed',
   409: 'Conflict',
   413: 'Content Too Large',
   415: 'Unsupported Media Type',
@@ -47,22 +33,19 @@ export interface ProblemDocument {
   title: string;
   status: number;
   detail: string;
-  code: string;
+  code: ApiErrorCode;
   request_id?: string;
   errors?: FieldError[];
   [extra: string]: unknown;
 }
 
-export function statusOf(err: ServiceError): ContentfulStatusCode {
-  return STATUS_BY_KIND[err.kind];
-}
-
+/** The problem document for `code`, its status the code's own. */
 export function problemDocument(
-  status: number,
-  code: string,
+  code: ApiErrorCode,
   detail: string,
   extra: { requestId?: string; fieldErrors?: FieldError[]; fields?: Record<string, unknown> } = {},
 ): ProblemDocument {
+  const status = apiErrorStatus(code);
   return {
     ...extra.fields,
     type: `urn:source-fetch:problem:${code}`,
@@ -83,17 +66,16 @@ interface ProblemExtra {
 }
 
 /** A problem document as an operation's answer (src/http/operation.ts). */
-export function problemAnswer(status: number, code: string, detail: string, extra: ProblemExtra = {}): Answer {
+export function problemAnswer(code: ApiErrorCode, detail: string, extra: ProblemExtra = {}): Answer {
   return {
-    status,
+    status: apiErrorStatus(code),
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, ...extra.headers },
-    body: JSON.stringify(problemDocument(status, code, detail, extra)),
+    body: JSON.stringify(problemDocument(code, detail, extra)),
   };
 }
 
-export function problemResponse(status: number, code: string, detail: string, extra: ProblemExtra = {}): Response {
-  const answer = problemAnswer(status, code, detail, extra);
-  return new Response(answer.body, { status, headers: answer.headers });
+export function problemResponse(code: ApiErrorCode, detail: string, extra: ProblemExtra = {}): Response {
+  return responseOf(problemAnswer(code, detail, extra));
 }
 
 type SchemaIssues = { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> };
@@ -116,7 +98,7 @@ export function serviceErrorAnswer(err: ServiceError, requestId?: string): Answe
   const headers: Record<string, string> = {};
   if (err.extra.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.extra.retryAfterSeconds);
   if (err.kind === 'unauthorized') headers['www-authenticate'] = 'Bearer';
-  return problemAnswer(statusOf(err), err.code, err.message, {
+  return problemAnswer(err.code, err.message, {
     requestId,
     fieldErrors: err.extra.fieldErrors,
     fields: err.extra.fields,
@@ -128,28 +110,32 @@ export function serviceErrorResponse(err: ServiceError, requestId?: string): Res
   return responseOf(serviceErrorAnswer(err, requestId));
 }
 
-/** An HTTPException's code where the service documents one for its status. */
-const CODE_BY_HTTP_STATUS: Record<number, string> = { 401: 'unauthorized', 415: 'unsupported_media_type' };
+/**
+ * The code of an HTTPException Hono throws, by its status: zod-openapi's media-type gate answers
+ * 415, Hono's validators 400 for a body they cannot parse (the service's bodies are JSON). Any
+ * other is answered as an unexpected error (logged, 500 internal_error).
+ */
+const CODE_BY_HTTP_STATUS: Partial<Record<number, ApiErrorCode>> = {
+  400: 'invalid_json',
+  401: 'unauthorized',
+  413: 'body_too_large',
+  415: 'unsupported_media_type',
+};
 
 export interface ErrorLogger {
   error(obj: object, msg: string): void;
 }
 
 /**
- * Hono's onError, in three tiers: our ServiceError (mapped by kind), Hono's HTTPException
- * (its status, a generic code), anything else (logged with its stack, answered as a bare 500).
+ * Hono's onError, in three tiers: our ServiceError (mapped by its code), Hono's HTTPException
+ * (the code of its status), anything else (logged with its stack, answered as a bare 500).
  */
 export function createErrorHandler<E extends Env>(getLogger: (c: Context<E>) => ErrorLogger) {
   return (err: Error, c: Context<E>): Response => {
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
-    if (err instanceof HTTPException) {
-      const status = err.status;
-      return problemResponse(
-        status,
-        CODE_BY_HTTP_STATUS[status] ?? `http_${status}`,
-        err.message || TITLE_BY_STATUS[status] || 'Error',
-        { requestId },
-      );
+    const code = err instanceof HTTPException ? CODE_BY_HTTP_STATUS[err.status] : undefined;
+    if (code !== undefined) {
+      return problemResponse(code, err.message || TITLE_BY_STATUS[apiErrorStatus(code)] || 'Error', { requestId });
     }
     return errorResponse(err, requestId, getLogger(c));
   };
@@ -186,7 +172,7 @@ export function errorAnswer(err: unknown, requestId: string | undefined, log: Er
     );
   }
   log.error({ err }, 'unhandled error');
-  return problemAnswer(500, 'internal_error', 'The server failed to handle this request.', { requestId });
+  return problemAnswer('internal_error', 'The server failed to handle this request.', { requestId });
 }
 
 export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {

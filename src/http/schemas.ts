@@ -1,4 +1,5 @@
 import { z } from '@hono/zod-openapi';
+import { ApiErrorCodeSchema as ApiErrorCodes } from '../api-errors.js';
 import { JOB_STATUSES } from '../db/database.js';
 import { JobErrorCodeSchema as JobErrorCodes } from '../job-errors.js';
 import { CALLBACK_STATUSES } from '../db/schema/model.js';
@@ -12,13 +13,18 @@ export const MAX_URL_LENGTH = 2048;
 /** The most URLs one POST /sources/batch may carry. */
 export const MAX_BATCH_URLS = 100;
 
+export const ApiErrorCodeSchema = ApiErrorCodes.openapi('ApiErrorCode', {
+  description:
+    "Why a request was refused: a stable code from one closed list, whose statuses and meanings are in docs/api.md's API error codes. A client may match on it; new codes can be added.",
+});
+
 export const ProblemSchema = z
   .object({
     type: z.string(),
     title: z.string(),
     status: z.number().int(),
     detail: z.string(),
-    code: z.string().openapi({ description: 'Stable machine-readable error code.' }),
+    code: ApiErrorCodeSchema,
     request_id: z.string().optional(),
     errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
   })

@@ -1,10 +1,12 @@
 import ipaddr from 'ipaddr.js';
+import type { RefusedAddressRange } from '../api-errors.js';
 
 /**
  * Which IP addresses the service may connect to on a client's behalf.
  *
  * Only global unicast is allowed. Everything else is refused with a stable, snake_case range
- * name that ends up in error codes (`address_<range>`) and logs.
+ * name that ends up in error codes (`address_<range>`) and logs; the names are listed, with what
+ * each range is, in the API's error codes (REFUSED_ADDRESS_RANGES, src/api-errors.ts).
  *
  * ipaddr.js parses every notation we meet (inet_aton-style decimal, octal, hex and short IPv4
  * forms, compressed IPv6, embedded dotted IPv4) and does the CIDR matching, but its own range()
@@ -13,34 +15,9 @@ import ipaddr from 'ipaddr.js';
  * taken from the IANA IPv4/IPv6 Special-Purpose Address Registries, the multicast registries and
  * the IPv6 Address Space registry. Matching is longest-prefix, so row order does not matter.
  */
-export type AddressRange =
-  | 'global_unicast'
-  | 'invalid'
-  | 'unspecified'
-  | 'loopback'
-  | 'private'
-  | 'link_local'
-  | 'cgnat'
-  | 'broadcast'
-  | 'multicast'
-  | 'documentation'
-  | 'benchmarking'
-  | 'reserved'
-  | 'as112'
-  | 'amt'
-  | 'orchid'
-  | 'unique_local'
-  | 'site_local'
-  | 'nat64_local'
-  | 'ipv4_compatible'
-  | 'ipv4_translated'
-  | 'six_to_four'
-  | 'teredo';
+export type AddressRange = 'global_unicast' | RefusedAddressRange;
 
-export interface AddressClass {
-  allowed: boolean;
-  range: AddressRange;
-}
+export type AddressClass = { allowed: true; range: 'global_unicast' } | { allowed: false; range: RefusedAddressRange };
 
 /**
  * IPv6 forms that carry an IPv4 address. How each is judged:
@@ -57,7 +34,7 @@ export interface AddressClass {
  */
 type Embedding = 'mapped' | 'nat64' | 'compatible' | 'translated' | 'six_to_four' | 'teredo';
 
-type Verdict = { range: AddressRange } | { embedding: Embedding };
+type Verdict = { range: RefusedAddressRange } | { embedding: Embedding };
 
 interface Row<T extends ipaddr.IPv4 | ipaddr.IPv6> {
   network: T;
@@ -77,7 +54,7 @@ function table<T extends ipaddr.IPv4 | ipaddr.IPv6>(
     .sort((a, b) => b.bits - a.bits);
 }
 
-const r = (range: AddressRange): Verdict => ({ range });
+const r = (range: RefusedAddressRange): Verdict => ({ range });
 const e = (embedding: Embedding): Verdict => ({ embedding });
 
 const IPV4_ROWS = table(
@@ -198,7 +175,7 @@ function classifyV6(addr: ipaddr.IPv6): AddressClass {
   return { allowed: false, range: inner.allowed ? transitionRange(embedding) : inner.range };
 }
 
-function transitionRange(embedding: Exclude<Embedding, 'mapped' | 'nat64'>): AddressRange {
+function transitionRange(embedding: Exclude<Embedding, 'mapped' | 'nat64'>): RefusedAddressRange {
   return embedding === 'compatible' ? 'ipv4_compatible' : embedding === 'translated' ? 'ipv4_translated' : embedding;
 }
 

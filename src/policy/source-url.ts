@@ -1,3 +1,4 @@
+import type { ApiErrorCodeOf } from '../api-errors.js';
 import { ServiceError } from '../errors.js';
 
 /**
@@ -112,7 +113,7 @@ function hostForCheck(url: URL): string {
   return host.endsWith('.') ? host.slice(0, -1) : host;
 }
 
-function invalid(code: string, message: string): never {
+function invalid(code: ApiErrorCodeOf<'invalid_input'>, message: string): never {
   throw new ServiceError('invalid_input', code, message);
 }
 

@@ -33,8 +33,9 @@ const LAYERS: readonly (readonly string[])[] = [
   ['store', 'egress', 'sandbox', 'secrets.ts'],
   // URL policy, the tools' argument builders and parsers, the database, the generated API types.
   ['policy', 'tools', 'db', 'client'],
-  // Shared by all: claiming work while there is room, logging, the service's error type, the job's error codes.
-  ['claim-loop.ts', 'logger.ts', 'errors.ts', 'job-errors.ts'],
+  // Shared by all: claiming work while there is room, logging, the service's error type, the job's
+  // and the API's error codes.
+  ['claim-loop.ts', 'logger.ts', 'errors.ts', 'job-errors.ts', 'api-errors.ts'],
 ];
 
 const SRC = path.resolve(import.meta.dirname, '../../src');

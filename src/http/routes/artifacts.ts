@@ -164,7 +164,7 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
         ? parseRange(request.header('range'), file.size)
         : ({ kind: 'none' } as const);
       if (range.kind === 'unsatisfiable') {
-        return problemAnswer(416, 'range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
+        return problemAnswer('range_not_satisfiable', 'The requested range lies beyond the end of the artifact.', {
           requestId: request.facts.id,
           headers: { 'content-range': `bytes */${file.size}`, 'accept-ranges': 'bytes' },
         });

@@ -6,7 +6,7 @@ import type { KeyAdmission } from '../key-admission.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonRequestBody } from '../json-request-body.js';
 import { jsonAnswer, type OperationBinding } from '../operation.js';
-import { problemDocument, statusOf } from '../problem.js';
+import { problemDocument } from '../problem.js';
 import { honoPath, SOURCES_ROUTE } from '../route-template.js';
 import {
   BatchResultSchema,
@@ -123,7 +123,7 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
                 ...refusal.extra.fields,
                 ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}),
               };
-              const problem = problemDocument(statusOf(refusal), refusal.code, refusal.message, {
+              const problem = problemDocument(refusal.code, refusal.message, {
                 fieldErrors: refusal.extra.fieldErrors,
                 fields,
               });
