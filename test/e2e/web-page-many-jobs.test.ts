@@ -31,10 +31,10 @@ let nginx: RunningNginx;
 
 beforeAll(async () => {
   media = await startMediaServer();
-  // 2 s of mono WAV (176 KB) at 48 KiB/s: each download takes some 4 s, so that eight workers
-  // keep a hundred jobs running, queued and done at once for a minute.
+  // 2 s of mono WAV (176 KB) at 96 KiB/s: each download takes some 2 s, so that eight workers
+  // keep a hundred jobs running, queued and done at once for half a minute.
   const tone = await makeTone(FIXTURE_DIR, { seconds: 2, channels: 1, sampleRate: 44100, format: 'wav' });
-  media.serveFile('/many.wav', tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 48 * 1024 });
+  media.serveFile('/many.wav', tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 96 * 1024 });
   // The job to cancel: the same file at 4 KiB/s, running for some 40 s unless canceled.
   media.serveFile('/long.wav', tone.path, { contentType: 'audio/wav', throttleBytesPerSec: 4 * 1024 });
   // Without ACCEL_REDIRECT_PREFIX, so that the app's own port serves the WAVs; nginx, which
