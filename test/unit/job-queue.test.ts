@@ -211,7 +211,9 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await queued('fb', 'https://www.youtube.com/watch?v=x');
     await claimNextJob(database, lease('n1'));
     await claimNextJob(database, lease('n2'));
-    expect(await claimMediaDownload(database, { id: 'a', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe('claimed');
+    expect(await claimMediaDownload(database, { id: 'a', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe(
+      'claimed',
+    );
     const second = await claimMediaDownload(database, { id: 'b', apiKeyId: KEY_A }, 'n2', 'youtube:www.youtube.com:x');
     expect(second).toEqual({ followId: 'a' });
     expect(await followMediaDownload(database, 'b', 'n2', 'a')).toBe(true);
@@ -222,7 +224,9 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     // Once it ended, the media is free again.
     await queued('c', 'https://m.youtube.com/watch?v=x');
     await claimNextJob(database, lease('n1'));
-    expect(await claimMediaDownload(database, { id: 'c', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe('claimed');
+    expect(await claimMediaDownload(database, { id: 'c', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe(
+      'claimed',
+    );
   });
 
   it("single flight stays within a key: another key's job of the same URL leads its own, and is claimed on its key's turn", async () => {
