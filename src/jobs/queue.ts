@@ -10,6 +10,7 @@ import {
   type NewJobRow,
   type Queryable,
 } from '../db/database.js';
+import { NO_KEY_IDENTITY } from './key-identity.js';
 
 /**
  * The job queue: job rows and every state change they go through, on either database, for any
@@ -23,11 +24,15 @@ import {
  *
  * A claim gives the node a lease (lock_owner, lease_expires_at) that it renews while it runs the
  * job; any node takes back a running job whose lease has run out. Only the lease holder can end
- * a running job. A job submitted while another job for the same URL is queued or running
- * "follows" it (follows_job_id): it is never claimed, and ends with its leader's outcome; a
- * running job that finds another running job downloading the same media becomes its follower
- * too. Unique partial indexes make both hold across nodes: one active leader per URL, one
- * running download per media. Each transition is one conditional UPDATE (its RETURNING says
+ * a running job. A job submitted while another job of the same API key (jobs.api_key_id) for the
+ * same URL is queued or running "follows" it (follows_job_id): it is never claimed, and ends with
+ * its leader's outcome; a running job that finds another running job of its key downloading the
+ * same media becomes its follower too. Single flight stays within a key: a follower waits for its
+ * leader's turn and takes its leader's outcome, so another key's job would wait behind this key's
+ * backlog, fail for this key's reasons (its storage allowance) and learn what this key fetches.
+ * Jobs of different keys each download; the content store keeps one copy of equal bytes. Unique
+ * partial indexes make both hold across nodes: one active leader per key and URL, one running
+ * download per key and media. Each transition is one conditional UPDATE (its RETURNING says
  * whether it happened), so a transition that lost a race changes nothing.
  */
 export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['done', 'failed', 'canceled']);
@@ -183,27 +188,37 @@ function jobsColumnsOf(jobs: Queryable['t']['jobs']): { [K in keyof JobRow]: SQL
   return Object.fromEntries(columns) as { [K in keyof JobRow]: SQL<JobRow[K]> };
 }
 
-/** The job that currently leads work on a URL, if any. */
-export async function activeLeaderFor(q: Queryable, urlKey: string): Promise<JobRow | undefined> {
+/** The job of key `apiKeyId` that currently leads work on a URL, if any (the one-leader index's condition, written in). */
+export async function activeLeaderFor(q: Queryable, urlKey: string, apiKeyId: string): Promise<JobRow | undefined> {
+  const { jobs } = q.t;
   const [row] = await q.db
     .select()
-    .from(q.t.jobs)
-    .where(and(eq(q.t.jobs.urlKey, urlKey), inArray(q.t.jobs.status, ACTIVE), isNull(q.t.jobs.followsJobId)));
+    .from(jobs)
+    .where(
+      and(
+        eq(jobs.apiKeyId, apiKeyId),
+        eq(jobs.urlKey, urlKey),
+        sql`${jobs.status} in ('queued', 'running')`,
+        isNull(jobs.followsJobId),
+      ),
+    );
   return row;
 }
 
 /**
- * Queues a job for its URL: as the leader, or, when another job leads that URL, as its follower.
- * The leader's row is locked while the follower is added, so the leader cannot end in between and
- * leave the follower waiting for nothing. Returns undefined when the leader ended meanwhile: the
- * caller starts over (the URL may now have content).
+ * Queues a job for its URL: as the leader, or, when another job of the same key leads that URL,
+ * as its follower (another key's job never follows: it leads its own download). The leader's row
+ * is locked while the follower is added, so the leader cannot end in between and leave the
+ * follower waiting for nothing. Returns undefined when the leader ended meanwhile: the caller
+ * starts over (the URL may now have content).
  */
 export async function enqueueJob(
   database: Database,
   job: Omit<NewJobRow, 'status' | 'followsJobId'>,
 ): Promise<JobRow | undefined> {
+  const apiKeyId = job.apiKeyId ?? NO_KEY_IDENTITY;
   const asLeader = await database.transaction(async (q) => {
-    // Any conflict is the one-leader-per-URL index (ids are random UUIDs).
+    // Any conflict is the one-leader-per-key-and-URL index (ids are random UUIDs).
     const [row] = await q.db
       .insert(q.t.jobs)
       .values({ ...job, status: 'queued', followsJobId: null })
@@ -213,17 +228,21 @@ export async function enqueueJob(
   });
   if (asLeader) return asLeader;
   return database.transaction(async (q) => {
-    const leader = await activeLeaderFor(q, job.urlKey);
+    const leader = await activeLeaderFor(q, job.urlKey, apiKeyId);
     if (!leader || !(await lockIfActive(q, leader.id))) return undefined;
-    return insertJob(q, { ...job, status: 'queued', followsJobId: leader.id });
+    return insertJob(q, { ...job, apiKeyId, status: 'queued', followsJobId: leader.id });
   });
 }
 
-/** Locks a job's row (Postgres; SQLite transactions are exclusive) and says whether it is still active. */
-async function lockIfActive(q: Queryable, id: string): Promise<boolean> {
-  const query = q.db.select({ status: q.t.jobs.status }).from(q.t.jobs).where(eq(q.t.jobs.id, id));
+/**
+ * Locks a job's row (Postgres; SQLite transactions are exclusive); its key's identity while it is
+ * still active, otherwise undefined.
+ */
+async function lockIfActive(q: Queryable, id: string): Promise<{ apiKeyId: string } | undefined> {
+  const { jobs } = q.t;
+  const query = q.db.select({ status: jobs.status, apiKeyId: jobs.apiKeyId }).from(jobs).where(eq(jobs.id, id));
   const [row] = q.kind === 'postgres' ? await query.for('update') : await query;
-  return row !== undefined && ACTIVE.includes(row.status);
+  return row !== undefined && ACTIVE.includes(row.status) ? { apiKeyId: row.apiKeyId } : undefined;
 }
 
 /**
@@ -407,16 +426,18 @@ export async function recordMediaIdentity(
 }
 
 /**
- * Claims the download of a media for a running job: records its media key, which only one running
- * job may hold. Returns 'claimed', or the id of the running job that holds it (this job should
- * follow it), or 'lost' when this job is no longer running under `owner`.
+ * Claims the download of a media for a running job of key `apiKeyId` (the job's own): records its
+ * media key, which only one running job of each key may hold. Returns 'claimed', or the id of the
+ * running job of the same key that holds it (this job should follow it), or 'lost' when this job
+ * is no longer running under `owner`. Another key's download of the same media does not count.
  */
 export async function claimMediaDownload(
   database: Database,
-  id: string,
+  job: { id: string; apiKeyId: string },
   owner: string,
   mediaKey: string,
 ): Promise<'claimed' | 'lost' | { followId: string }> {
+  const { id, apiKeyId } = job;
   const { jobs } = database.t;
   try {
     const rows = await database.db
@@ -431,15 +452,15 @@ export async function claimMediaDownload(
   const [holder] = await database.db
     .select({ id: jobs.id })
     .from(jobs)
-    .where(and(eq(jobs.mediaKey, mediaKey), eq(jobs.status, 'running')));
+    .where(and(eq(jobs.apiKeyId, apiKeyId), eq(jobs.mediaKey, mediaKey), eq(jobs.status, 'running')));
   // The holder ended in between: try once more, the key is free or the alias is there.
-  return holder ? { followId: holder.id } : claimMediaDownload(database, id, owner, mediaKey);
+  return holder ? { followId: holder.id } : claimMediaDownload(database, job, owner, mediaKey);
 }
 
 /**
- * running → queued as a follower of `leaderId`, which is downloading the same media; this job's
- * own followers follow the leader too. False when the leader is no longer active or this job is
- * no longer ours: the caller goes on by itself.
+ * running → queued as a follower of `leaderId`, which is downloading the same media for the same
+ * key; this job's own followers follow the leader too. False when the leader is no longer active,
+ * is another key's, or this job is no longer ours: the caller goes on by itself.
  */
 export async function followMediaDownload(
   database: Database,
@@ -449,7 +470,8 @@ export async function followMediaDownload(
 ): Promise<boolean> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
-    if (!(await lockIfActive(q, leaderId))) return false;
+    const leader = await lockIfActive(q, leaderId);
+    if (!leader) return false;
     const moved = await q.db
       .update(jobs)
       .set({
@@ -460,7 +482,9 @@ export async function followMediaDownload(
         progressBytes: null,
         progressTotalBytes: null,
       })
-      .where(and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner)))
+      .where(
+        and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner), eq(jobs.apiKeyId, leader.apiKeyId)),
+      )
       .returning({ id: jobs.id });
     if (moved.length === 0) return false;
     await q.db.update(jobs).set({ followsJobId: leaderId }).where(eq(jobs.followsJobId, id));
@@ -554,10 +578,12 @@ function failedColumns(error: JobError, now: number) {
 }
 
 /**
- * queued or running → canceled. A canceled leader hands its followers on: the oldest becomes the
- * new leader (queued, claimable) and the others follow it, so one client's cancel never cancels
- * another client's job. Returns the row after the change (and what it was before), or undefined
- * if there is no such job.
+ * queued or running → canceled. A canceled leader hands its followers on, key by key: the oldest
+ * of a key becomes its new leader (queued, claimable) and the key's others follow it, so one
+ * client's cancel never cancels another client's job, and a follower goes on following only a job
+ * of its own key. When a job of that key already leads the heir's URL (the heir followed through
+ * another URL of the same media), the key's followers follow that job instead. Returns the row
+ * after the change (and what it was before), or undefined if there is no such job.
  */
 export async function markCanceled(
   database: Database,
@@ -575,24 +601,30 @@ export async function markCanceled(
       .returning();
     if (!changed) return { before, after: (await getJobRow(q, id))! };
     const followers = await q.db
-      .select({ id: jobs.id })
+      .select({ id: jobs.id, apiKeyId: jobs.apiKeyId, urlKey: jobs.urlKey })
       .from(jobs)
       .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
       .orderBy(asc(jobs.createdAt));
-    const [heir, ...rest] = followers;
-    if (heir) {
-      await q.db.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, heir.id));
-      if (rest.length > 0) {
-        await q.db
-          .update(jobs)
-          .set({ followsJobId: heir.id })
-          .where(
-            inArray(
-              jobs.id,
-              rest.map((row) => row.id),
-            ),
-          );
+    // Each key's new leader, and the followers that follow it.
+    const heirs = new Map<string, { id: string; followers: string[] }>();
+    for (const follower of followers) {
+      const heir = heirs.get(follower.apiKeyId);
+      if (heir) {
+        heir.followers.push(follower.id);
+        continue;
       }
+      // Locked as enqueueJob locks a leader: it cannot end before its new followers are recorded.
+      const leading = await activeLeaderFor(q, follower.urlKey, follower.apiKeyId);
+      if (leading && (await lockIfActive(q, leading.id))) {
+        heirs.set(follower.apiKeyId, { id: leading.id, followers: [follower.id] });
+      } else {
+        await q.db.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, follower.id));
+        heirs.set(follower.apiKeyId, { id: follower.id, followers: [] });
+      }
+    }
+    for (const heir of heirs.values()) {
+      if (heir.followers.length > 0)
+        await q.db.update(jobs).set({ followsJobId: heir.id }).where(inArray(jobs.id, heir.followers));
     }
     return { before, after: changed };
   });

@@ -26,7 +26,8 @@ import {
  *    the content's use recorded; the job and the use are written only while the alias still
  *    points to that content, under the content's lock (BORN_DONE), so no node's eviction can
  *    remove the content in between;
- *  - a job for the same URL is already queued or running, on any node → a job that follows it;
+ *  - a job of the same API key for the same URL is already queued or running, on any node → a
+ *    job that follows it (another key's job never follows: ./queue.ts says why);
  *  - otherwise → a queued job, and the workers are told.
  * A callback's delivery row is written in the job's own transaction (src/webhooks/deliveries.ts:
  * it becomes due when the job ends, however it ends).

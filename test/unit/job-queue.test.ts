@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm';
+import { eq, inArray } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
 import { httpStatusError, jobError } from '../../src/job-errors.js';
@@ -10,6 +10,7 @@ import {
   enqueueJob,
   followMediaDownload,
   getJobRow,
+  insertJob,
   markCanceled,
   markDone,
   markFailed,
@@ -23,6 +24,9 @@ import { BACKENDS, openTestDatabase } from '../support/test-database.js';
 
 /** The job state machine on a real database of each kind. */
 const LEASE_MS = 10_000;
+/** Two API keys' identities (jobs.api_key_id, src/jobs/key-identity.ts). */
+const KEY_A = 'key-a-identity';
+const KEY_B = 'key-b-identity';
 
 describe.each(BACKENDS)('job queue on %s', (kind) => {
   let database: Database;
@@ -37,15 +41,15 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await database.close();
   });
 
-  async function queued(id: string, urlKey = `https://m.example/${id}`) {
-    return (await enqueueJob(database, { id, url: urlKey, urlKey, createdAt: clock++ }))!;
+  async function queued(id: string, urlKey = `https://m.example/${id}`, apiKeyId = KEY_A) {
+    return (await enqueueJob(database, { id, url: urlKey, urlKey, createdAt: clock++, apiKeyId }))!;
   }
   const get = async (id: string) => (await getJobRow(database, id))!;
 
   it('queues the first job of a URL as its leader and the next ones as its followers', async () => {
     expect(await queued('a')).toMatchObject({ status: 'queued', followsJobId: null });
     expect(await queued('f1', 'https://m.example/a')).toMatchObject({ status: 'queued', followsJobId: 'a' });
-    expect((await activeLeaderFor(database, 'https://m.example/a'))?.id).toBe('a');
+    expect((await activeLeaderFor(database, 'https://m.example/a', KEY_A))?.id).toBe('a');
   });
 
   it('claims the oldest queued job once, with a lease, never a follower', async () => {
@@ -131,7 +135,7 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     expect(change?.after).toMatchObject({ status: 'canceled', finishedAt: 2000, lockOwner: null });
     expect(await get('f1')).toMatchObject({ status: 'queued', followsJobId: null });
     expect(await get('f2')).toMatchObject({ status: 'queued', followsJobId: 'f1' });
-    expect((await activeLeaderFor(database, 'https://m.example/a'))?.id).toBe('f1');
+    expect((await activeLeaderFor(database, 'https://m.example/a', KEY_A))?.id).toBe('f1');
     expect((await claimNextJob(database, lease('n1')))?.id).toBe('f1');
     // A canceled job whose worker still reports done changes nothing.
     expect(await markDone(database, 'a', 'n1', 'cid', 3000)).toBeUndefined();
@@ -207,8 +211,10 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     await queued('fb', 'https://www.youtube.com/watch?v=x');
     await claimNextJob(database, lease('n1'));
     await claimNextJob(database, lease('n2'));
-    expect(await claimMediaDownload(database, 'a', 'n1', 'youtube:www.youtube.com:x')).toBe('claimed');
-    const second = await claimMediaDownload(database, 'b', 'n2', 'youtube:www.youtube.com:x');
+    expect(await claimMediaDownload(database, { id: 'a', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe(
+      'claimed',
+    );
+    const second = await claimMediaDownload(database, { id: 'b', apiKeyId: KEY_A }, 'n2', 'youtube:www.youtube.com:x');
     expect(second).toEqual({ followId: 'a' });
     expect(await followMediaDownload(database, 'b', 'n2', 'a')).toBe(true);
     expect(await get('b')).toMatchObject({ status: 'queued', followsJobId: 'a', lockOwner: null });
@@ -218,7 +224,86 @@ describe.each(BACKENDS)('job queue on %s', (kind) => {
     // Once it ended, the media is free again.
     await queued('c', 'https://m.youtube.com/watch?v=x');
     await claimNextJob(database, lease('n1'));
-    expect(await claimMediaDownload(database, 'c', 'n1', 'youtube:www.youtube.com:x')).toBe('claimed');
+    expect(await claimMediaDownload(database, { id: 'c', apiKeyId: KEY_A }, 'n1', 'youtube:www.youtube.com:x')).toBe(
+      'claimed',
+    );
+  });
+
+  it("single flight stays within a key: another key's job of the same URL leads its own, and is claimed on its key's turn", async () => {
+    await queued('a');
+    await queued('a2');
+    await queued('a3');
+    await queued('fa', 'https://m.example/a3');
+    await queued('b', 'https://m.example/a3', KEY_B);
+    // The control: the same key's second job of the URL follows; the other key's leads.
+    expect(await get('fa')).toMatchObject({ followsJobId: 'a3' });
+    expect(await get('b')).toMatchObject({ followsJobId: null });
+    expect((await activeLeaderFor(database, 'https://m.example/a3', KEY_A))?.id).toBe('a3');
+    expect((await activeLeaderFor(database, 'https://m.example/a3', KEY_B))?.id).toBe('b');
+    // Key A's oldest, then key B's turn, though key A queued three before it.
+    expect((await claimNextJob(database, lease('n1')))?.id).toBe('a');
+    expect((await claimNextJob(database, lease('n1')))?.id).toBe('b');
+    // Key B's job ends with its own outcome; key A's follower waits for its own leader.
+    const error = jobError('key_storage_quota_exceeded', { values: { limit: 1, hours: 24 } });
+    expect((await markFailed(database, 'b', 'n1', error, 2000))?.followers).toEqual([]);
+    expect(await get('fa')).toMatchObject({ status: 'queued', followsJobId: 'a3' });
+    // A third key's submission while both lead: it leads too.
+    expect(await queued('c', 'https://m.example/a3', 'key-c-identity')).toMatchObject({ followsJobId: null });
+  });
+
+  it("one download per media within a key: another key's running job of the same media downloads it too", async () => {
+    const media = 'youtube:www.youtube.com:x';
+    await queued('a', 'https://youtu.be/x');
+    await queued('b', 'https://www.youtube.com/watch?v=x', KEY_B);
+    await queued('a2', 'https://m.youtube.com/watch?v=x');
+    for (const owner of ['n1', 'n2', 'n3']) await claimNextJob(database, lease(owner));
+    expect(await claimMediaDownload(database, { id: 'a', apiKeyId: KEY_A }, 'n1', media)).toBe('claimed');
+    expect(await claimMediaDownload(database, { id: 'b', apiKeyId: KEY_B }, 'n2', media)).toBe('claimed');
+    // The control: the same key's second job of the media is told to follow the first.
+    expect(await claimMediaDownload(database, { id: 'a2', apiKeyId: KEY_A }, 'n3', media)).toEqual({ followId: 'a' });
+    // Told to follow another key's job anyway, a job does not.
+    expect(await followMediaDownload(database, 'b', 'n2', 'a')).toBe(false);
+    expect(await get('b')).toMatchObject({ status: 'running', followsJobId: null, mediaKey: media });
+    expect(await followMediaDownload(database, 'a2', 'n3', 'a')).toBe(true);
+    const ended = await markDone(database, 'a', 'n1', 'cid', 2000);
+    expect(ended?.followers.map((row) => row.id)).toEqual(['a2']);
+    expect(await get('b')).toMatchObject({ status: 'running' });
+  });
+
+  it("cancel hands followers on key by key, and to a job of the key that already leads the heir's URL", async () => {
+    await queued('a');
+    await queued('f1', 'https://m.example/a');
+    // Followers of another key than their leader's, as queued before single flight kept within a key.
+    for (const id of ['b1', 'b2'])
+      await insertJob(database, {
+        id,
+        url: 'https://m.example/a',
+        urlKey: 'https://m.example/a',
+        createdAt: clock++,
+        status: 'queued',
+        followsJobId: 'a',
+        apiKeyId: KEY_B,
+      });
+    await queued('f2', 'https://m.example/a');
+    await markCanceled(database, 'a', 2000);
+    expect(await get('f1')).toMatchObject({ status: 'queued', followsJobId: null });
+    expect(await get('f2')).toMatchObject({ followsJobId: 'f1' });
+    expect(await get('b1')).toMatchObject({ status: 'queued', followsJobId: null });
+    expect(await get('b2')).toMatchObject({ followsJobId: 'b1' });
+
+    // A job that followed through another URL of the same media, whose URL has since got a leader of its key.
+    await queued('m', 'https://youtu.be/x');
+    await queued('x', 'https://www.youtube.com/watch?v=x');
+    await queued('fx', 'https://www.youtube.com/watch?v=x');
+    await database.db
+      .update(database.t.jobs)
+      .set({ followsJobId: 'm' })
+      .where(inArray(database.t.jobs.id, ['x', 'fx']));
+    await queued('y', 'https://www.youtube.com/watch?v=x');
+    expect(await get('y')).toMatchObject({ followsJobId: null });
+    await markCanceled(database, 'm', 3000);
+    expect(await get('x')).toMatchObject({ status: 'queued', followsJobId: 'y' });
+    expect(await get('fx')).toMatchObject({ status: 'queued', followsJobId: 'y' });
   });
 });
 

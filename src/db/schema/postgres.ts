@@ -66,10 +66,10 @@ export const jobs = pgTable(
       .on(t.followsJobId)
       .where(sql`follows_job_id is not null`),
     uniqueIndex('jobs_one_leader_per_url')
-      .on(t.urlKey)
+      .on(t.apiKeyId, t.urlKey)
       .where(sql`status in ('queued', 'running') and follows_job_id is null`),
     uniqueIndex('jobs_one_download_per_media')
-      .on(t.mediaKey)
+      .on(t.apiKeyId, t.mediaKey)
       .where(sql`status = 'running' and media_key is not null`),
     index('jobs_key_stored_idx')
       .on(t.apiKeyId, t.finishedAt)

@@ -18,7 +18,7 @@ export const jobs = sqliteTable(
     urlKey: text('url_key').notNull(),
     status: text('status', { enum: JOB_STATUSES }).notNull(),
     bornDone: integer('born_done', { mode: 'boolean' }).notNull().default(false),
-    /** Set while another job for the same URL or media is queued or running: this one waits for its result. */
+    /** Set while another job of the same key for the same URL or media is queued or running: this one waits for its result. */
     followsJobId: text('follows_job_id'),
     createdAt: integer('created_at').notNull(),
     startedAt: integer('started_at'),
@@ -72,12 +72,13 @@ export const jobs = sqliteTable(
     index('jobs_follows_idx')
       .on(t.followsJobId)
       .where(sql`follows_job_id is not null`),
-    // Single flight across nodes: one leader per URL, one download per media at a time.
+    // Single flight across nodes, within one API key (jobs of different keys never share a
+    // download): one leader per key and URL, one download per key and media at a time.
     uniqueIndex('jobs_one_leader_per_url')
-      .on(t.urlKey)
+      .on(t.apiKeyId, t.urlKey)
       .where(sql`status in ('queued', 'running') and follows_job_id is null`),
     uniqueIndex('jobs_one_download_per_media')
-      .on(t.mediaKey)
+      .on(t.apiKeyId, t.mediaKey)
       .where(sql`status = 'running' and media_key is not null`),
     // A key's stored bytes over the allowance's window: only the jobs that stored new content.
     index('jobs_key_stored_idx')

@@ -11,8 +11,10 @@ import { step, type FetchContext, type Outcome } from './step.js';
 
 /**
  * The media alias, decided while the download waits at its gate: another URL of media that is already stored ends the job here, with that
- * content; another job (on any node) downloading the same media right now makes this job its
- * follower; otherwise this job claims the media's download and goes on.
+ * content; another job of the same API key (on any node) downloading the same media right now
+ * makes this job its follower; otherwise this job claims the media's download for its key and goes
+ * on. Another key's download of the same media is never followed (src/jobs/queue.ts says why): the
+ * two download, and the store keeps one copy of the equal WAVs.
  */
 export type MediaDecision =
   | { kind: 'download' }
@@ -54,13 +56,13 @@ export function resolveMedia(
         );
         return { kind: 'reused', ended: reused };
       }
-      const claim = await claimMediaDownload(deps.database, job.id, owner, mediaKey);
+      const claim = await claimMediaDownload(deps.database, job, owner, mediaKey);
       if (claim === 'claimed') return { kind: 'download' };
       if (claim === 'lost') return { kind: 'lost' };
       if (await followMediaDownload(deps.database, job.id, owner, claim.followId)) {
         ctx.log.info(
           { leader_id: claim.followId, media: mediaKey },
-          'the same media is being downloaded by another job: following it',
+          'the same media is being downloaded by another job of the same key: following it',
         );
         return { kind: 'following', leaderId: claim.followId };
       }
