@@ -59,7 +59,11 @@ describe('source-fetch webhook-secret', () => {
   });
 
   it('takes no argument nor option', async () => {
-    for (const argv of [['webhook-secret', 'extra'], ['webhook-secret', '--json'], ['webhook-secret', '-o', 'x']]) {
+    for (const argv of [
+      ['webhook-secret', 'extra'],
+      ['webhook-secret', '--json'],
+      ['webhook-secret', '-o', 'x'],
+    ]) {
       const result = await run(argv, { status: 200, body: { secrets: [CURRENT] } });
       expect({ argv, code: result.code, requests: result.requests.length }).toEqual({
         argv,
