@@ -178,6 +178,15 @@ describe('a callback signing secret per API key', () => {
     expect(a.stdout).toBe(`${secretA}\n`);
   });
 
+  it('is counted and logged by its route template', async () => {
+    const lines = svc.logs.filter((line) => line.msg === 'request' && line.route === '/webhook-secret');
+    expect(lines.map((line) => line.status)).toEqual(expect.arrayContaining([200, 401]));
+    const metrics = await (await svc.request('/metrics')).text();
+    expect(metrics).toMatch(
+      /^source_fetch_http_requests_total\{method="GET",route="\/webhook-secret",status="200"\} \d+$/m,
+    );
+  });
+
   it('never writes a key secret or the service secret to the log', async () => {
     // A delivery's log line follows its record: wait until the output holds it.
     await until('the delivery logged', () => (svc.output().includes('callback delivered') ? true : undefined));
