@@ -27,8 +27,9 @@ import type { Scrubber } from './store/scrubber.js';
 /**
  * The HTTP application: the OpenAPI contract, the request context, the error handler, the API's
  * operations (the same ones node's router dispatches to: src/http/operation.ts) and the routes
- * only the app answers (health, the contract itself, metrics, the store's scrub, the callback signing secrets, event streams, the web page). It does no I/O of
- * its own at construction; everything it touches arrives in `deps`.
+ * only the app answers (health, the contract itself, metrics, the store's scrub, a key's callback
+ * signing secrets, event streams, the web page). It does no I/O of its own at construction;
+ * everything it touches arrives in `deps`.
  */
 export interface AppDeps {
   log: Logger;

@@ -19,8 +19,8 @@ import { signedHeaders } from './signature.js';
 /**
  * A node's callback deliverer. Every node runs one (API-only nodes too): it claims due deliveries
  * from the database all nodes share (./deliveries.ts), a few at a time, POSTs the job record
- * signed with the secrets of the job's key (./key-secrets.ts), and records each attempt; a failed one is tried again on the retry schedule, on
- * whichever node claims it then. It looks every poll interval, and at once when woken (a job
+ * signed with the secrets of the job's key (./key-secrets.ts), and records each attempt; a failed
+ * one is tried again on the retry schedule, on whichever node claims it then. It looks every poll interval, and at once when woken (a job
  * ended on this node). Stopping aborts the attempts in flight and gives their deliveries back
  * unrecorded, so the next node (or this one restarted) makes them again.
  *
