@@ -41,6 +41,7 @@ export function renderOpenApiJson(): string {
       downloaderRelease: unused,
     }),
     scrubber: { request: unused, latest: unused },
+    webhookSecretsOf: unused,
   });
   return `${JSON.stringify(app.getOpenAPI31Document(OPENAPI_DOCUMENT), null, 2)}\n`;
 }

@@ -17,6 +17,7 @@ import { cancelJobRoute, getJobRoute } from './http/routes/jobs.js';
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
 import { registerStoreRoutes } from './http/routes/store.js';
+import { registerWebhookSecretRoute } from './http/routes/webhook-secret.js';
 import { registerWebPage, type WebFiles } from './http/web-page.js';
 import type { HealthReport } from './http/schemas.js';
 import type { Logger } from './logger.js';
@@ -26,8 +27,9 @@ import type { Scrubber } from './store/scrubber.js';
 /**
  * The HTTP application: the OpenAPI contract, the request context, the error handler, the API's
  * operations (the same ones node's router dispatches to: src/http/operation.ts) and the routes
- * only the app answers (health, the contract itself, metrics, event streams, the web page). It does no I/O of
- * its own at construction; everything it touches arrives in `deps`.
+ * only the app answers (health, the contract itself, metrics, the store's scrub, a key's callback
+ * signing secrets, event streams, the web page). It does no I/O of its own at construction;
+ * everything it touches arrives in `deps`.
  */
 export interface AppDeps {
   log: Logger;
@@ -45,6 +47,8 @@ export interface AppDeps {
   metrics: Metrics;
   /** The store's scrub, asked for by POST /store/scrub. */
   scrubber: Pick<Scrubber, 'request' | 'latest'>;
+  /** The callback signing secrets of a key, by its job key identity (src/webhooks/key-secrets.ts): getWebhookSecret. */
+  webhookSecretsOf: (keyIdentity: string) => readonly string[];
   /** The web page's files (src/http/web-page.ts), open like the health check: they hold no data. */
   webFiles: WebFiles;
 }
@@ -77,6 +81,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerArtifactContract(app);
   registerMetricsRoute(app, { metrics: deps.metrics, admit: admitted(deps.admission) });
   registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: admitted(deps.admission) });
+  registerWebhookSecretRoute(app, { admission: deps.admission, secretsOf: deps.webhookSecretsOf });
   for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute])
     app.openAPIRegistry.registerPath(contract);
   registerEventRoutes(app, {

@@ -389,7 +389,7 @@ export const envSchema = z
       })
       .meta({
         description:
-          "Signs [callbacks](webhooks.md): Standard Webhooks' `whsec_` + base64 of 24 to 64 bytes, or 32+ visible ASCII characters without a comma; several, separated by spaces or commas, each sign (rotation). Unset: a `whsec_` one is generated into `$DATA_DIR/webhook-secret` (mode 0600; on PostgreSQL once, into the database, for every node).",
+          "The master of [callbacks](webhooks.md)' signing secrets: each API key's is derived from it and signs its jobs' callbacks; it signs nothing itself, and receivers never hold it. Standard Webhooks' `whsec_` + base64 of 24 to 64 bytes, or 32+ visible ASCII characters without a comma; several, separated by spaces or commas, each give every key a secret (rotation). Unset: a `whsec_` one is generated into `$DATA_DIR/webhook-secret` (mode 0600; on PostgreSQL once, into the database, for every node).",
         defaultText: 'generated',
       }),
     WEBHOOK_TIMEOUT_S: positiveInt(10).describe(
@@ -562,8 +562,8 @@ export interface Config {
   /** getJobEvents and getEvents: comment keep-alives this often, how many streams a key and the node may hold, and how often they read their jobs. */
   events: { keepAliveMs: number; maxPerKey: number; maxPerNode: number; pollMs: number };
   /**
-   * Callbacks (src/webhooks): signing secrets, space-separated, each of which signs (undefined:
-   * generated), one attempt's time limit and its connect's, retries, and attempts in flight on
+   * Callbacks (src/webhooks): the master secrets, space-separated, from each of which every key's
+   * signing secret is derived (undefined: generated), one attempt's time limit and its connect's, retries, and attempts in flight on
    * this node: in all, per key, per receiver.
    */
   webhooks: {

@@ -65,6 +65,7 @@ import { locateTool, toolVersion } from './tools/locate.js';
 import { runProcess } from './tools/process.js';
 import { callbackRecorder } from './webhooks/deliveries.js';
 import { createDeliveryWorker } from './webhooks/delivery-worker.js';
+import { keyWebhookSecrets } from './webhooks/key-secrets.js';
 import { createCallbackSender } from './webhooks/send.js';
 
 /**
@@ -204,10 +205,12 @@ async function main(): Promise<void> {
   }, now);
   const renderJob = async (job: JobRow): Promise<JobRecord> => renderView(await jobs.view(job));
 
+  // Each key's callback signing secrets, derived from WEBHOOK_SECRET: the callbacks of its jobs, and getWebhookSecret.
+  const webhookSecretsOf = (keyIdentity: string) => keyWebhookSecrets(secrets.webhookSecret, keyIdentity);
   const callbacks = createCallbacks(config, {
     database,
     egress,
-    secret: secrets.webhookSecret,
+    secretsOf: webhookSecretsOf,
     nodeId,
     now,
     log,
@@ -290,6 +293,7 @@ async function main(): Promise<void> {
     checkHealth,
     metrics,
     scrubber,
+    webhookSecretsOf,
     webFiles,
   });
   // The operations straight from node's server; the app answers everything else and, while shutting down, everything (503).
@@ -693,13 +697,13 @@ function createCallbacks(
   parts: Basics & {
     database: Database;
     egress: Egress;
-    secret: string;
+    secretsOf: (keyIdentity: string) => readonly string[];
     signals: Signals;
     metrics: ReturnType<typeof createMetrics>;
     renderJob: (jobId: string) => Promise<JobRecord>;
   },
 ) {
-  const { database, egress, secret, nodeId, now, log, shutdown, signals, metrics, renderJob } = parts;
+  const { database, egress, secretsOf, nodeId, now, log, shutdown, signals, metrics, renderJob } = parts;
   const sendCallback = createCallbackSender({
     resolve: egress.resolve,
     dial: createTcpDialer(),
@@ -712,7 +716,7 @@ function createCallbacks(
     nodeId,
     now,
     log,
-    secret,
+    secretsOf,
     renderJob,
     // Every attempt is counted by its result, but one cut short by this node's stop: it is given back unmade.
     send: async (request, signal) => {

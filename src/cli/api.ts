@@ -13,6 +13,7 @@ type Submitted = operations['submitSource']['responses'][202]['content']['applic
 type JobAnswer = operations['getJob']['responses'][200]['content']['application/json'];
 type Canceled = operations['cancelJob']['responses'][200]['content']['application/json'];
 export type ScrubReport = components['schemas']['ScrubReport'];
+export type WebhookSecrets = components['schemas']['WebhookSecrets'];
 
 /** A path of the description with its parameters filled in (each percent-encoded). */
 function pathOf<P extends keyof paths>(template: P, params: Record<string, string> = {}): string {
@@ -64,6 +65,8 @@ export interface ApiClient {
   scrub(waitS: number, signal?: AbortSignal): Promise<ScrubReport>;
   /** getStoreScrub: the node's pass running or last ended, waited for up to `waitS`. */
   scrubReport(waitS: number, signal?: AbortSignal): Promise<ScrubReport>;
+  /** getWebhookSecret: the secrets that sign the callbacks of this key's jobs, the current one first. */
+  webhookSecrets(): Promise<WebhookSecrets>;
 }
 
 export function createApiClient(opts: ApiClientOptions): ApiClient {
@@ -165,6 +168,9 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
     },
     async scrubReport(waitS, signal) {
       return json<ScrubReport>(await send(`${pathOf('/store/scrub')}?wait_s=${waitS}`, { signal }));
+    },
+    async webhookSecrets() {
+      return json<WebhookSecrets>(await send(pathOf('/webhook-secret')));
     },
   };
 }

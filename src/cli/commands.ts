@@ -16,7 +16,7 @@ import {
 } from './progress.js';
 
 /**
- * `source-fetch fetch|status|cancel|scrub`: the service's API from a shell. Everything it touches
+ * `source-fetch fetch|status|cancel|scrub|webhook-secret`: the service's API from a shell. Everything it touches
  * (arguments, environment, output streams, fetch, the working folder, Ctrl-C) comes in through
  * CliDeps; src/cli/main.ts passes the real ones.
  */
@@ -46,6 +46,8 @@ export const USAGE = `Usage:
                                        follow the check running); corrupt ones go to the service's
                                        quarantine folder and are downloaded again when next submitted.
                                        Prints the report (--json: as JSON).
+  source-fetch webhook-secret          Print the secrets that sign the callbacks of this key's jobs, one
+                                       per line, the current one first: what its receivers verify with.
 
 Environment:
   SOURCE_FETCH_URL       the service (or nginx in front of it); default ${DEFAULT_BASE_URL}
@@ -107,6 +109,8 @@ export async function runCli(deps: CliDeps): Promise<ExitCode> {
         return await cancelCommand(deps, api, parsed.jobId);
       case 'scrub':
         return await scrubCommand(deps, api, parsed.json);
+      case 'webhook-secret':
+        return await webhookSecretCommand(deps, api);
     }
   } catch (e) {
     if (deps.signal.aborted) {
@@ -130,7 +134,8 @@ type Parsed =
   | { command: 'fetch'; url: string; output: string | undefined }
   | { command: 'status'; jobId: string; json: boolean }
   | { command: 'cancel'; jobId: string }
-  | { command: 'scrub'; json: boolean };
+  | { command: 'scrub'; json: boolean }
+  | { command: 'webhook-secret' };
 
 function parse(argv: string[]): Parsed {
   let values: { output?: string; json?: boolean; help?: boolean; version?: boolean };
@@ -167,6 +172,11 @@ function parse(argv: string[]): Parsed {
       if (argument !== undefined) throw new UsageError(`unexpected argument: ${argument}`);
       only('-o', values.output === undefined);
       return { command, json: values.json ?? false };
+    case 'webhook-secret':
+      if (argument !== undefined) throw new UsageError(`unexpected argument: ${argument}`);
+      only('-o', values.output === undefined);
+      only('--json', values.json === undefined);
+      return { command };
     case 'status':
     case 'cancel':
       if (!argument) throw new UsageError(`${command} needs a job id`);
@@ -449,6 +459,13 @@ async function cancelCommand(deps: CliDeps, api: ApiClient, jobId: string): Prom
  * Asks the service for a scrub pass and follows it to its end on the same node, one request of up
  * to SCRUB_WAIT_S at a time (below the time-outs of proxies in between).
  */
+/** The key's callback signing secrets, one per line (the current one first), and nothing else: for a receiver's configuration. */
+async function webhookSecretCommand(deps: CliDeps, api: ApiClient): Promise<ExitCode> {
+  const { secrets } = await api.webhookSecrets();
+  for (const secret of secrets) deps.stdout.write(`${secret}\n`);
+  return EXIT.ok;
+}
+
 async function scrubCommand(deps: CliDeps, api: ApiClient, json: boolean): Promise<ExitCode> {
   let report = await api.scrub(SCRUB_WAIT_S, deps.signal);
   const passId = report.pass_id;

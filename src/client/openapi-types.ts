@@ -73,6 +73,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhook-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The secrets that sign the callbacks of this key's jobs, for its receivers to verify them.
+         * @description Each API key has secrets of its own, derived from the service's: a callback verifies under the secret of the key that submitted its job, and under no other key's, so a receiver that holds only its key's secret can tell that a callback is about a job of that key. Answered with `Cache-Control: no-store`.
+         */
+        get: operations["getWebhookSecret"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sources": {
         parameters: {
             query?: never;
@@ -307,6 +327,10 @@ export interface components {
             action: "quarantined" | "deferred" | "none";
             /** @description Where under the quarantine folder: `<content id>.<unix ms>/<name>`. */
             quarantined_as: string | null;
+        };
+        WebhookSecrets: {
+            /** @description This key's signing secrets, Standard Webhooks' `whsec_` form, the current one first: one per secret the service signs with (more than one while it rotates them). A callback carries a signature for each. */
+            secrets: string[];
         };
         Job: {
             job_id: string;
@@ -783,6 +807,53 @@ export interface operations {
             };
             /** @description Another node is scrubbing the store (`scrub_running_elsewhere`, with its `node_id`). */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description This key's signing secrets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSecrets"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

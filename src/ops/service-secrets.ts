@@ -10,6 +10,7 @@ export interface ServiceSecrets {
   /** Where the keys come from, for the words at start-up (./welcome.ts). */
   apiKeySource: ApiKeySource;
   urlSigningSecret: string;
+  /** WEBHOOK_SECRET's value: the masters every key's callback signing secret is derived from (src/webhooks/key-secrets.ts). */
   webhookSecret: string;
 }
 
@@ -51,7 +52,7 @@ export async function resolveServiceSecrets(opts: {
     webhookSecret = secret.value;
     opts.log.info(
       { file: secret.file, created: secret.created },
-      'WEBHOOK_SECRET is not set: callbacks are signed with the generated secret kept in this file',
+      "WEBHOOK_SECRET is not set: each key's callback signing secret is derived from the generated one kept in this file",
     );
   }
   return { apiKeys, apiKeySource, urlSigningSecret, webhookSecret };

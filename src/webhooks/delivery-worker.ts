@@ -1,5 +1,6 @@
 import type { Database, JobRow } from '../db/database.js';
 import { createClaimLoop } from '../claim-loop.js';
+import { NO_KEY_IDENTITY } from '../jobs/key-identity.js';
 import { getJobRow } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import {
@@ -18,8 +19,8 @@ import { signedHeaders } from './signature.js';
 /**
  * A node's callback deliverer. Every node runs one (API-only nodes too): it claims due deliveries
  * from the database all nodes share (./deliveries.ts), a few at a time, POSTs the job record
- * signed, and records each attempt; a failed one is tried again on the retry schedule, on
- * whichever node claims it then. It looks every poll interval, and at once when woken (a job
+ * signed with the secrets of the job's key (./key-secrets.ts), and records each attempt; a failed
+ * one is tried again on the retry schedule, on whichever node claims it then. It looks every poll interval, and at once when woken (a job
  * ended on this node). Stopping aborts the attempts in flight and gives their deliveries back
  * unrecorded, so the next node (or this one restarted) makes them again.
  *
@@ -36,8 +37,8 @@ export interface DeliveryWorkerDeps {
   nodeId: string;
   now: () => number;
   log: Logger;
-  /** WEBHOOK_SECRET: signs every attempt. */
-  secret: string;
+  /** The secrets that sign the callbacks of a key's jobs, by the job's key identity (./key-secrets.ts). */
+  secretsOf: (keyIdentity: string) => readonly string[];
   /** The body: the job record, as getJob answers it at the time of the attempt. */
   renderJob: (jobId: string) => Promise<unknown>;
   send: SendCallback;
@@ -114,7 +115,7 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
   const fill = claims.fill;
 
   function launch(claimed: CallbackDeliveryRow, receiver: string, job: JobRow | undefined): void {
-    const key = job?.apiKeyId ?? '';
+    const key = job?.apiKeyId ?? NO_KEY_IDENTITY;
     count(underWay.byKey, key, 1);
     count(underWay.byReceiver, receiver, 1);
     const done = attempt(claimed, receiver, job)
@@ -136,11 +137,9 @@ export function createDeliveryWorker(deps: DeliveryWorkerDeps): DeliveryWorker {
     });
     const at = deps.now();
     const body = JSON.stringify(await deps.renderJob(claimed.jobId));
-    const headers = signedHeaders(deps.secret, claimed.id, Math.floor(at / 1000), body);
-    const result = await deps.send(
-      { url: claimed.url, headers, body, client: `key:${job?.apiKeyId ?? ''}` },
-      stopper.signal,
-    );
+    const key = job?.apiKeyId ?? NO_KEY_IDENTITY;
+    const headers = signedHeaders(deps.secretsOf(key), claimed.id, Math.floor(at / 1000), body);
+    const result = await deps.send({ url: claimed.url, headers, body, client: `key:${key}` }, stopper.signal);
     if (stopper.signal.aborted) {
       await releaseDelivery(deps.database, claimed.id, deps.nodeId);
       return;

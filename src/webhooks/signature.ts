@@ -5,12 +5,12 @@ import { createHmac } from 'node:crypto';
  * so that a receiver can check it with any of that specification's libraries. Each attempt
  * carries `webhook-id` (the delivery's id, the same on every attempt: the receiver's idempotency
  * key), `webhook-timestamp` (the attempt's, Unix seconds) and `webhook-signature`: `v1,` and the
- * base64 of HMAC-SHA256 over `<id>.<timestamp>.<body>`, one such signature per secret of
- * WEBHOOK_SECRET, separated by spaces, so that a receiver holding any one of them can check it
- * (rotation). The id is signed too, so a replayed body cannot pass a receiver's de-duplication
+ * base64 of HMAC-SHA256 over `<id>.<timestamp>.<body>`, one such signature per signing secret,
+ * separated by spaces, so that a receiver holding any one of them can check it (rotation). The
+ * signing secrets are the job's key's, one per secret of WEBHOOK_SECRET (./key-secrets.ts). The id is signed too, so a replayed body cannot pass a receiver's de-duplication
  * under a fresh id. docs/webhooks.md shows the checks a receiver makes.
  *
- * A secret is written either in the specification's form, `whsec_` and the base64 of 24 to 64
+ * A WEBHOOK_SECRET entry is written either in the specification's form, `whsec_` and the base64 of 24 to 64
  * bytes, which are the HMAC key; or plain, 32 or more visible ASCII characters (no space, no
  * comma), whose bytes are the key: the same key as `whsec_` + base64 of those characters.
  */
@@ -66,13 +66,16 @@ export function webhookSignature(secret: string, id: string, timestampS: number,
 }
 
 /**
- * The headers of one attempt. `secrets`: WEBHOOK_SECRET's value, one secret or several separated
- * by spaces or commas; each signs, once however often its key is given.
+ * The headers of one attempt. `secrets`: the secrets that sign it (a job's key's, one per
+ * WEBHOOK_SECRET entry: ./key-secrets.ts); each signs, once however often its key is given.
  */
-export function signedHeaders(secrets: string, id: string, timestampS: number, body: string): Record<string, string> {
-  const signatures = new Set(
-    splitWebhookSecrets(secrets).map((secret) => webhookSignature(secret, id, timestampS, body)),
-  );
+export function signedHeaders(
+  secrets: readonly string[],
+  id: string,
+  timestampS: number,
+  body: string,
+): Record<string, string> {
+  const signatures = new Set(secrets.map((secret) => webhookSignature(secret, id, timestampS, body)));
   if (signatures.size === 0) throw new Error('no webhook secret to sign with');
   return {
     [WEBHOOK_ID_HEADER]: id,

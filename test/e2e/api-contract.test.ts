@@ -315,6 +315,14 @@ describe('one contract, whichever dispatcher answers', () => {
     expect(code(await both('GET', missing, ['Authorization: Bearer wrong-key-0123456789abcdef']))).toBe('unauthorized');
   });
 
+  it("getWebhookSecret: the key's secrets, not to be stored; no key", async () => {
+    const answer = await both('GET', '/webhook-secret', key);
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('cache-control')).toBe('no-store');
+    expect(JSON.parse(answer.body)).toEqual({ secrets: [expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/)] });
+    expect(code(await both('GET', '/webhook-secret', []))).toBe('unauthorized');
+  });
+
   it('leaves one access-log line of the same shape, and the same route, whichever dispatcher answers', async () => {
     const lines = (id: string) => svc.logs.filter((line) => line.msg === 'request' && line.request_id === id);
     await exchange(svc.port, 'GET', `/jobs/${queuedId}`, [...key, 'X-Request-Id: contract-router']);

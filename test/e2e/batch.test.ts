@@ -126,7 +126,12 @@ describe.each(BACKENDS)('submitSourceBatch on %s', (kind) => {
     expect(callbacks.map((request) => (JSON.parse(request.body) as JobBody).job_id).sort()).toEqual(
       jobs.map((job) => job.job_id).sort(),
     );
-    for (const request of callbacks) expect(verify(SECRET, request.headers, request.body)).toBe(true);
+    // Under the key's own secret (getWebhookSecret), not WEBHOOK_SECRET itself.
+    const { secrets } = (await (await svc.request('/webhook-secret')).json()) as { secrets: string[] };
+    for (const request of callbacks) {
+      expect(verify(secrets[0]!, request.headers, request.body)).toBe(true);
+      expect(verify(SECRET, request.headers, request.body)).toBe(false);
+    }
     expect(new Set(callbacks.map((request) => request.headers['webhook-id'])).size).toBe(3);
   });
 

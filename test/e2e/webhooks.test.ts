@@ -21,8 +21,9 @@ import { startWebhookReceiver, type ReceivedCallback, type WebhookReceiver } fro
  * Callbacks with the real service, tools and database (each kind), to a receiver on loopback
  * (allowed by FETCH_ALLOW_HOSTS=127.0.0.1, which opens every port of that address and nothing
  * else): Standard Webhooks, as docs/webhooks.md says (every callback is checked with the page's two
- * snippets: the `standardwebhooks` package, as a receiver would, and the hand-written check),
- * under one secret per signature for rotation, retried after failures and a dead receiver, kept across a restart and across a node killed
+ * snippets: the `standardwebhooks` package, as a receiver would, and the hand-written check)
+ * under the secret getWebhookSecret gives the submitting key (never WEBHOOK_SECRET itself), one
+ * signature per secret for rotation, retried after failures and a dead receiver, kept across a restart and across a node killed
  * mid-attempt, and refused at submission when the policy refuses their destination. Refused
  * destinations off this machine are submitted with a source that never answers, so that even a
  * regression accepting them would leave no job that ends, and so no callback that leaves.
@@ -89,6 +90,13 @@ function expectSigned(requests: ReceivedCallback[], secret: string) {
   }
 }
 
+/** getWebhookSecret's answer for the service's key: the secrets that sign its jobs' callbacks. */
+async function keySecrets(svc: ServiceHandle): Promise<string[]> {
+  const res = await svc.request('/webhook-secret');
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { secrets: string[] }).secrets;
+}
+
 function callbackOf(job: JobBody): CallbackBody {
   return job.callback as CallbackBody;
 }
@@ -127,6 +135,11 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
   let svc: ServiceHandle;
   let dataDir: string;
   let env: Record<string, string>;
+  /** The key every start of the service is given, so that its jobs' callbacks keep one secret across restarts. */
+  const apiKey = randomBytes(24).toString('base64url');
+  /** WEBHOOK_SECRET, generated: it signs nothing itself. */
+  let master: string;
+  /** The key's signing secret, from getWebhookSecret. */
   let secret: string;
   /** The output of every service stopped or killed so far. */
   const outputs: string[] = [];
@@ -136,11 +149,16 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     receiver = await startWebhookReceiver();
     dataDir = await mkdtemp(path.join(tmpdir(), 'sf-webhooks-'));
     env = { ...(await serviceEnv(kind)), FETCH_ALLOW_HOSTS: '127.0.0.1', ...RETRY_ENV };
-    svc = await startService({ dataDir, env });
+    svc = await startService({ dataDir, env, apiKey });
     // WEBHOOK_SECRET is unset: the service generated one in the Standard Webhooks form (on
     // PostgreSQL into the database, and copied here for operators).
-    secret = (await readFile(path.join(dataDir, 'webhook-secret'), 'utf8')).trim();
+    master = (await readFile(path.join(dataDir, 'webhook-secret'), 'utf8')).trim();
+    expect(master).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    const secrets = await keySecrets(svc);
+    expect(secrets).toHaveLength(1);
+    secret = secrets[0]!;
     expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(secret).not.toBe(master);
   });
   afterAll(async () => {
     await svc?.stop();
@@ -171,6 +189,11 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     const requests = await receiver.waitForRequests(3, 60_000, paths(hook));
     expect(requests.map((request) => request.answer)).toEqual([500, 500, 200]);
     expectSignedHere(requests);
+    // WEBHOOK_SECRET itself signs nothing: a receiver that held it verifies no callback.
+    for (const request of requests) {
+      expect(libraryVerdict(master, request)).toBe('No matching signature found');
+      expect(verifyWebhook(master, request.headers, request.body)).toBe(false);
+    }
     const ids = new Set(requests.map((request) => request.headers['webhook-id']));
     expect(ids.size).toBe(1);
     for (const request of requests) {
@@ -260,7 +283,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
       expect(before.every((request) => request.answer === 503)).toBe(true);
 
       receiver.fallback(200);
-      svc = await startService({ dataDir, env });
+      svc = await startService({ dataDir, env, apiKey });
       const job = await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
       const all = receiver.requests.filter(paths(hook));
       expect(all.at(-1)!.answer).toBe(200);
@@ -286,7 +309,7 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     await svc.kill();
     outputs.push(svc.output());
 
-    svc = await startService({ dataDir, env });
+    svc = await startService({ dataDir, env, apiKey });
     // The dead node's lease (WEBHOOK_TIMEOUT_S + 5 s) runs out, then the new node makes the attempt.
     const [, second] = await receiver.waitForRequests(2, 60_000, paths(hook));
     expectSignedHere([first!, second!]);
@@ -327,12 +350,12 @@ describe.each(BACKENDS)('webhooks on %s', (kind) => {
     expect(JSON.parse(canceled!.body)).toMatchObject({ job_id: accepted.body.job_id, status: 'canceled' });
   });
 
-  it('never writes the webhook secret or a signature to the log', () => {
+  it("never writes the webhook secret, the key's secret or a signature to the log", () => {
     const signatures = receiver.requests.map((request) => String(request.headers['webhook-signature']).slice(3));
     expect(signatures.length).toBeGreaterThan(0);
     const output = [...outputs, svc.output()].join('\n');
     expect(output).toContain('callback delivered');
-    expect(output.includes(secret)).toBe(false);
+    for (const kept of [master, secret]) expect(output.includes(kept.slice('whsec_'.length))).toBe(false);
     for (const signature of signatures) expect(output.includes(signature)).toBe(false);
   });
 });
@@ -354,7 +377,13 @@ describe('webhooks under several secrets (rotation)', () => {
     await receiver?.close();
   });
 
-  it('signs each callback once per secret, so a receiver holding either one verifies it (control: a third secret does not)', async () => {
+  it("signs each callback once per secret with the key's secret derived from it; getWebhookSecret lists both, and either verifies (control: a third secret, and the masters, do not)", async () => {
+    const secrets = await keySecrets(svc);
+    expect(secrets).toHaveLength(2);
+    for (const secret of secrets) expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(secrets).not.toContain(current);
+    expect(secrets).not.toContain(whsecOf(Buffer.from(previous)));
+
     const hook = '/rotation';
     const { status, body: submitted } = await submitWithCallback(
       svc,
@@ -364,20 +393,32 @@ describe('webhooks under several secrets (rotation)', () => {
     expect(status).toBe(202);
     const [request] = await receiver.waitForRequests(1, 60_000, (r) => r.path === hook);
     await waitForCallback(svc, submitted.job_id, (callback) => callback.status === 'delivered');
-    expect(String(request!.headers['webhook-signature'])).toMatch(/^v1,[A-Za-z0-9+/]{43}= v1,[A-Za-z0-9+/]{43}=$/);
-    expectSigned([request!], current);
-    // The plain secret as a library takes it: its bytes in the whsec_ form; the hand-written check takes it as it is.
-    expectSigned([request!], whsecOf(Buffer.from(previous)));
-    expect(verifyWebhook(previous, request!.headers, request!.body)).toBe(true);
+    const signatures = String(request!.headers['webhook-signature']).split(' ');
+    expect(signatures).toHaveLength(2);
+    for (const signature of signatures) expect(signature).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
+    expectSigned([request!], secrets[0]!);
+    expectSigned([request!], secrets[1]!);
+    // Each signature is the one of its secret, in the order getWebhookSecret lists them (the current first).
+    signatures.forEach((signature, i) => {
+      const alone = { ...request!, headers: { ...request!.headers, 'webhook-signature': signature } };
+      expect(secrets.map((secret) => verifyWebhook(secret, alone.headers, alone.body))).toEqual(
+        secrets.map((_, j) => i === j),
+      );
+    });
     const third = whsecOf(randomBytes(32));
-    expect(libraryVerdict(third, request!)).toBe('No matching signature found');
-    expect(verifyWebhook(third, request!.headers, request!.body)).toBe(false);
+    for (const refused of [third, current, whsecOf(Buffer.from(previous))]) {
+      expect(libraryVerdict(refused, request!)).toBe('No matching signature found');
+      expect(verifyWebhook(refused, request!.headers, request!.body)).toBe(false);
+    }
+    expect(verifyWebhook(previous, request!.headers, request!.body)).toBe(false);
   });
 
   it('never writes a secret to the log', async () => {
     // The delivery's log line follows its record: the output holds it once it is read in.
     await expect.poll(() => svc.output(), { timeout: 10_000 }).toContain('callback delivered');
     const output = svc.output();
-    for (const secret of [current.slice('whsec_'.length), previous]) expect(output.includes(secret)).toBe(false);
+    const derived = (await keySecrets(svc)).map((secret) => secret.slice('whsec_'.length));
+    for (const secret of [current.slice('whsec_'.length), previous, ...derived])
+      expect(output.includes(secret)).toBe(false);
   });
 });

@@ -8,6 +8,10 @@
  *   receiver.url('/hook')                     // 'http://127.0.0.1:<port>/hook'
  *   await receiver.waitForRequests(3);        // resolves with the first 3 requests
  *   await receiver.stop(); await receiver.listenAgain();   // dead, then back on the same port
+ *
+ *   // A receiver that checks signatures, as a real one does: a request `verify` refuses is answered
+ *   // 401 (and takes no scripted answer); one it accepts gets the script's answer, or 200.
+ *   const checking = await startWebhookReceiver({ verify: (request) => verifyWebhook(secret, request.headers, request.body) });
  */
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -48,7 +52,9 @@ export interface WebhookReceiver {
   close(): Promise<void>;
 }
 
-export async function startWebhookReceiver(): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(
+  opts: { verify?: (request: Pick<ReceivedCallback, 'headers' | 'body'>) => boolean } = {},
+): Promise<WebhookReceiver> {
   const requests: ReceivedCallback[] = [];
   const scripted: ScriptedAnswer[] = [];
   let otherwise: ScriptedAnswer = 200;
@@ -62,12 +68,14 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       const chunks: Buffer[] = [];
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
       req.on('end', () => {
-        const answer = scripted.shift() ?? otherwise;
+        const body = Buffer.concat(chunks).toString('utf8');
+        const refused = opts.verify !== undefined && !opts.verify({ headers: req.headers, body });
+        const answer = refused ? 401 : (scripted.shift() ?? otherwise);
         const received: ReceivedCallback = {
           method: req.method ?? '',
           path: req.url ?? '',
           headers: req.headers,
-          body: Buffer.concat(chunks).toString('utf8'),
+          body,
           at: Date.now(),
           answer,
         };

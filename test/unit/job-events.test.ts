@@ -875,6 +875,7 @@ describe("getEvents' request", () => {
           downloaderRelease: unused,
         }),
         scrubber: { request: unused, latest: unused },
+        webhookSecretsOf: unused,
       }),
     };
   }

@@ -97,6 +97,7 @@ describe('src/client/openapi-types.ts', () => {
       'getEvents',
       'scrubStore',
       'getStoreScrub',
+      'getWebhookSecret',
     ];
     const document = JSON.parse(committedJson) as { paths: Record<string, Record<string, { operationId: string }>> };
     const documented = Object.values(document.paths).flatMap((item) =>

@@ -25,6 +25,7 @@ import {
 } from '../../src/webhooks/deliveries.js';
 import { createDeliveryWorker, type DeliveryWorkerDeps } from '../../src/webhooks/delivery-worker.js';
 import type { CallbackRequest, SendResult } from '../../src/webhooks/send.js';
+import { keyWebhookSecret, keyWebhookSecrets } from '../../src/webhooks/key-secrets.js';
 import { webhookSignature } from '../../src/webhooks/signature.js';
 import { BACKENDS, openTestDatabase, wavEntry } from '../support/test-database.js';
 
@@ -192,7 +193,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
         nodeId: 'n1',
         now: () => clock,
         log: createLogger('silent'),
-        secret: SECRET,
+        secretsOf: (key) => keyWebhookSecrets(SECRET, key),
         renderJob: async (jobId) => ({ job_id: jobId, status: (await getJobRow(database, jobId))?.status }),
         send,
         schedule: { baseMs: 1_000, retryForMs: 60_000 },
@@ -233,19 +234,53 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
       expect(attemptsOf(row).map(({ status, error }) => status ?? error)).toEqual([500, 'connect_failed', 200]);
 
       expect(new Set(sent.map((request) => request.headers['webhook-id']))).toEqual(new Set([row.id]));
+      // Signed with the secret of the job's key (a job submitted without one: the identity ''), never with WEBHOOK_SECRET itself.
+      const secret = keyWebhookSecret(SECRET, job.apiKeyId);
       for (const request of sent) {
         expect(JSON.parse(request.body)).toEqual({ job_id: job.id, status: 'canceled' });
         const timestamp = Number(request.headers['webhook-timestamp']);
-        expect(request.headers['webhook-signature']).toBe(webhookSignature(SECRET, row.id, timestamp, request.body));
+        expect(request.headers['webhook-signature']).toBe(webhookSignature(secret, row.id, timestamp, request.body));
         // Another secret, id or body would not match.
         expect(request.headers['webhook-signature']).not.toBe(
-          webhookSignature(`${SECRET}x`, row.id, timestamp, request.body),
+          webhookSignature(SECRET, row.id, timestamp, request.body),
         );
         expect(request.headers['webhook-signature']).not.toBe(
-          webhookSignature(SECRET, 'another-id', timestamp, request.body),
+          webhookSignature(secret, 'another-id', timestamp, request.body),
         );
       }
       await w.stop();
+    });
+
+    it("signs each job's callback with its own key's secret: one per WEBHOOK_SECRET entry, and not another key's", async () => {
+      const masters = `${SECRET} another-test-secret-of-32-characters-0`;
+      const ofKey = async (apiKeyId: string) => {
+        const { job } = await submitSource({
+          deps: submitDeps(),
+          input: { url: `https://m.example/${apiKeyId}`, callbackUrl: CALLBACK, apiKeyId },
+        });
+        clock += 1;
+        await markCanceled(database, job.id, clock);
+        return job.id;
+      };
+      const jobA = await ofKey('key-a');
+      const jobB = await ofKey('key-b');
+      const w = worker({ secretsOf: (key) => keyWebhookSecrets(masters, key) });
+      await runDue(w);
+      await w.stop();
+      expect(sent).toHaveLength(2);
+      const signed = (jobId: string) => {
+        const request = sent.find((r) => (JSON.parse(r.body) as { job_id: string }).job_id === jobId)!;
+        const timestamp = Number(request.headers['webhook-timestamp']);
+        const under = (secret: string) =>
+          webhookSignature(secret, request.headers['webhook-id']!, timestamp, request.body);
+        return { signatures: request.headers['webhook-signature']!.split(' '), under };
+      };
+      const a = signed(jobA);
+      const b = signed(jobB);
+      expect(a.signatures).toEqual(keyWebhookSecrets(masters, 'key-a').map(a.under));
+      expect(b.signatures).toEqual(keyWebhookSecrets(masters, 'key-b').map(b.under));
+      for (const secret of keyWebhookSecrets(masters, 'key-b')) expect(a.signatures).not.toContain(a.under(secret));
+      for (const secret of keyWebhookSecrets(masters, 'key-a')) expect(b.signatures).not.toContain(b.under(secret));
     });
 
     it('gives up once the next attempt would start past WEBHOOK_RETRY_FOR_S after the job ended, keeping the latest attempts', async () => {

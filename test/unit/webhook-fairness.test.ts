@@ -82,7 +82,7 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
       nodeId: 'n1',
       now: () => clock,
       log: createLogger('silent'),
-      secret: 'a-test-secret-of-at-least-32-characters',
+      secretsOf: () => ['a-test-secret-of-at-least-32-characters'],
       renderJob: (jobId) => Promise.resolve({ job_id: jobId }),
       send: (request, stop) => {
         sent.push(request);
