@@ -53,8 +53,8 @@ COPY web ./web
 # Run inside the tools' network namespaces (src/sandbox): confine.py for each tool started on its
 # own, resident.py for the resident sandbox that imports yt-dlp once. Python 3 comes with yt-dlp.
 COPY src/sandbox/confine.py src/sandbox/resident.py ./src/sandbox/
-# The loudness meter's WebAssembly kernels (src/store/loudness.ts reads them from src/, as above).
-COPY src/store/wasm/loudness-kernels.wasm ./src/store/wasm/
+# The loudness meter's WebAssembly kernels (src/audio/loudness.ts reads them from src/, as above).
+COPY src/audio/wasm/loudness-kernels.wasm ./src/audio/wasm/
 USER node
 ENV NODE_ENV=production HOST=0.0.0.0 DATA_DIR=/data ARTIFACT_ROOT=/artifacts YTDLP_PATH=/opt/yt-dlp/yt-dlp
 EXPOSE 8080

@@ -62,7 +62,6 @@ import struct
 import sys
 import tempfile
 import threading
-import time
 import traceback
 
 # Beside this file; under -I (no yt-dlp to import) the script's folder is not on sys.path.

@@ -8,7 +8,7 @@ import { SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from './cache-entries.js';
 import { sha256File, type ContentStore } from './content-store.js';
 import { clearEvicted, markEvicted } from './evicted.js';
 import { AUDIO_ARTIFACT_NAME, isContentId, PEAKS_ARTIFACT_NAME } from './layout.js';
-import { MAX_PEAKS_JSON_BYTES } from './peaks.js';
+import { MAX_PEAKS_JSON_BYTES } from '../audio/peaks.js';
 import { pinnedAmong } from './pins.js';
 
 /**

@@ -31,6 +31,9 @@ const LAYERS: readonly (readonly string[])[] = [
   ['jobs'],
   // What a job uses: the content store, the egress guard, the sandbox, the service's own secrets.
   ['store', 'egress', 'sandbox', 'secrets.ts'],
+  // Audio analysis of a WAV's bytes (loudness, waveform peaks, their WebAssembly kernels): fed by the
+  // fetch's conversion and the store's hash pass, it reads WAV headers with the tools' parser.
+  ['audio'],
   // URL policy, the tools' argument builders and parsers, the database, the generated API types.
   ['policy', 'tools', 'db', 'client'],
   // Shared by all: claiming work while there is room, logging, the service's error type, the job's

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
  * that clang is not installed (the build and CI need none) there is nothing to rebuild with.
  */
 const ROOT = path.resolve(import.meta.dirname, '../..');
-const COMMITTED = path.join(ROOT, 'src/store/wasm/loudness-kernels.wasm');
+const COMMITTED = path.join(ROOT, 'src/audio/wasm/loudness-kernels.wasm');
 const clang = spawnSync('clang', ['--version'], { encoding: 'utf8' });
 const clang14 = clang.status === 0 && /clang version 14\./.test(clang.stdout);
 const dir = mkdtempSync(path.join(tmpdir(), 'sf-wasm-'));

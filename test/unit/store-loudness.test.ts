@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLoudnessMeter, type Loudness } from '../../src/store/loudness.js';
+import { createLoudnessMeter, type Loudness } from '../../src/audio/loudness.js';
 
 /**
  * The meter against the real ffmpeg ebur128 filter (peak=true) on signals ffmpeg generates and

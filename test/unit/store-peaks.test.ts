@@ -5,7 +5,7 @@ import {
   MIN_SAMPLES_PER_PIXEL,
   samplesPerPixelFor,
   type WaveformPeaks,
-} from '../../src/store/peaks.js';
+} from '../../src/audio/peaks.js';
 
 /** A 16-bit PCM WAV (a LIST chunk before the data, as some writers put) of the given frames. */
 function wav(frames: number[][], opts: { rate?: number; bits?: number; format?: number; list?: boolean } = {}): Buffer {

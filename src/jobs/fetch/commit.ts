@@ -3,7 +3,7 @@ import { setAlias } from '../../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../store/cache-entries.js';
 import type { ContentStore } from '../../store/content-store.js';
 import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../store/layout.js';
-import { createPeaksAccumulator, peaksJsonBytes } from '../../store/peaks.js';
+import { createPeaksAccumulator, peaksJsonBytes } from '../../audio/peaks.js';
 import { allowanceRefusal, lockKeyStorage, type KeyAllowance } from '../../store/key-allowance.js';
 import { lockContent, pinnedAmong } from '../../store/pins.js';
 import { NO_KEY_IDENTITY } from '../key-identity.js';
@@ -16,7 +16,7 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
  * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
  * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
  * waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store hashes
- * (../../store/peaks.ts: one read of the WAV for both), and the loudness the conversion measured;
+ * (../../audio/peaks.ts: one read of the WAV for both), and the loudness the conversion measured;
  * the attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
  * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
  * longer this node's (canceled meanwhile) records nothing: undefined.

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { createLoudnessMeter, type Loudness } from '../../store/loudness.js';
+import { createLoudnessMeter, type Loudness } from '../../audio/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { MAX_TAGS_BYTES, parseFfmetadata, type FileTags } from '../../tools/ffmpeg-tags.js';
 import { incompleteWav, parseWavHeader, type WavHeader } from '../../tools/wav.js';
@@ -22,7 +22,7 @@ import type { WaitingConversion } from './waiting-converter.js';
  * size disagrees with its header.
  *
  * With ctx.audioAnalysis.loudness, the WAV's EBU R128 loudness is measured as ffmpeg writes it
- * (../../store/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work
+ * (../../audio/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work
  * overlaps the conversion on another core instead of following it. The meter sees the header
  * ffmpeg writes first (its sizes unknown yet), then the data chunk; a WAV leaves this step only
  * when its data chunk ends the file, so the meter has seen exactly the audio stored.

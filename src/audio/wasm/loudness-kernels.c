@@ -1,8 +1,8 @@
 /*
  * The store's per-sample audio loops, as WebAssembly with SIMD128: the loudness meter's
- * (src/store/loudness.ts) K-weighting of both channels at once (f64x2, left and right in the two
+ * (src/audio/loudness.ts) K-weighting of both channels at once (f64x2, left and right in the two
  * lanes) and BS.1770-4 Annex 2 true-peak interpolator in exact integer arithmetic
- * (i32x4.dot_i16x8_s), and the waveform peaks' (src/store/peaks.ts) min/max per pixel (at the end).
+ * (i32x4.dot_i16x8_s), and the waveform peaks' (src/audio/peaks.ts) min/max per pixel (at the end).
  * Rebuilt by `npm run build:wasm` (scripts/build-wasm.sh); the .wasm beside this file is committed.
  *
  * The caller writes up to MAX_FRAMES interleaved 16-bit frames at input_buffer(), then calls
@@ -229,7 +229,7 @@ EXPORT("true_peak") void true_peak(int frames) {
 EXPORT("peak") int32_t peak(void) { return best; }
 
 /*
- * Waveform peaks (src/store/peaks.ts): each pixel's min and max per channel, over the same input
+ * Waveform peaks (src/audio/peaks.ts): each pixel's min and max per channel, over the same input
  * buffer, in its own instance. Whole vectors of 8 samples go through i16x8 min/max (lanes keep
  * their channel: a span starts on a frame, so with 2 channels the even lanes are the left's); the
  * lanes are folded per channel when a pixel ends, and a span's last samples that fill no vector
