@@ -72,16 +72,30 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       followsJobId: null,
       apiKeyId: 'key-5',
     });
-    expect(await submit('https://media.example/new', 'key-6')).toMatchObject({
+    // The same key's second job follows the first; another key's leads its own download.
+    expect(await submit('https://media.example/new', 'key-5')).toMatchObject({
       status: 'queued',
       followsJobId: expect.any(String),
+      apiKeyId: 'key-5',
+    });
+    expect(await submit('https://media.example/new', 'key-6')).toMatchObject({
+      status: 'queued',
+      followsJobId: null,
       apiKeyId: 'key-6',
     });
     // As the database has them, not only as returned; and without a key, the empty identity.
     const rows = await fx.database.db
       .select({ id: fx.database.t.jobs.id, apiKeyId: fx.database.t.jobs.apiKeyId })
       .from(fx.database.t.jobs);
-    expect(rows.map((row) => row.apiKeyId).sort()).toEqual(['key-1', 'key-2', 'key-3', 'key-4', 'key-5', 'key-6']);
+    expect(rows.map((row) => row.apiKeyId).sort()).toEqual([
+      'key-1',
+      'key-2',
+      'key-3',
+      'key-4',
+      'key-5',
+      'key-5',
+      'key-6',
+    ]);
     expect(await submit(URL_A)).toMatchObject({ bornDone: true, apiKeyId: '' });
   });
 
