@@ -219,6 +219,7 @@ describe('the interface description', () => {
       'getJobEvents',
       'getMetrics',
       'getStoreScrub',
+      'getWebhookSecret',
       'scrubStore',
       'submitSource',
       'submitSourceBatch',
