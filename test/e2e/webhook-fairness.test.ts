@@ -20,6 +20,11 @@ const TOTAL = 6;
 const PER_KEY = 3;
 const PER_RECEIVER = 2;
 const ATTEMPT_TIMEOUT_S = 4;
+/**
+ * What tells a callback that waited behind another key's attempts from one that did not: such a
+ * wait lasts an attempt's time-out (the control), an undelayed callback is sent as its job ends.
+ */
+const UNDELAYED_MS = (ATTEMPT_TIMEOUT_S - 1) * 1000;
 
 let media: MediaServer;
 let honest: WebhookReceiver;
@@ -148,9 +153,10 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
       console.log(
         `${kind}, limits on: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it, ${after} ms later`,
       );
-      expect(before).toBeLessThan(1000);
-      expect(during).toBeLessThan(2000);
-      expect(after).toBeLessThan(2000);
+      // Never behind an attempt that times out: the control's delay is at least that.
+      expect(before).toBeLessThan(UNDELAYED_MS);
+      expect(during).toBeLessThan(UNDELAYED_MS);
+      expect(after).toBeLessThan(UNDELAYED_MS);
     } finally {
       await svc.stop();
     }
@@ -171,8 +177,8 @@ describe.each(BACKENDS)('callbacks under a flood of silent receivers on %s', (ki
       console.log(
         `${kind}, limits off: key B's callback ${before} ms after its job ended before the attack, ${during} ms during it`,
       );
-      expect(before).toBeLessThan(1000);
-      expect(during).toBeGreaterThanOrEqual((ATTEMPT_TIMEOUT_S - 1) * 1000);
+      expect(before).toBeLessThan(UNDELAYED_MS);
+      expect(during).toBeGreaterThanOrEqual(UNDELAYED_MS);
     } finally {
       await svc.stop();
     }
