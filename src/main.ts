@@ -39,8 +39,7 @@ import { createShutdown } from './ops/shutdown.js';
 import { createSignal } from './ops/signal.js';
 import { openStorage } from './ops/storage.js';
 import { welcomeText } from './ops/welcome.js';
-import { checkDestination } from './policy/destination.js';
-import { destinationOf } from './policy/source-url.js';
+import { sourceDestinationCheck } from './policy/source-url.js';
 import { startConfinement } from './sandbox/confinement.js';
 import { readStoreTotals } from './store/eviction.js';
 import { AUDIO_ARTIFACT_NAME } from './store/layout.js';
@@ -187,14 +186,7 @@ async function main(): Promise<void> {
     now,
     newJobId: randomUUID,
     recordCallback: callbackRecorder(randomUUID),
-    checkDestination: async (target, apiKeyId) => {
-      const { host, port } = destinationOf(target);
-      await checkDestination(host, port, {
-        resolve: egress.resolve,
-        allowHosts: config.allowHosts,
-        client: `key:${apiKeyId ?? ''}`,
-      });
-    },
+    checkDestination: sourceDestinationCheck({ resolve: egress.resolve, allowHosts: config.allowHosts }),
     contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({
       database,
