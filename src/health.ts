@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
 import type { HealthReport } from './http/schemas.js';
+import type { Logger } from './logger.js';
 import type { ConfinementStatus } from './sandbox/sandbox.js';
 import type { StoreSpace } from './store/free-space.js';
 
@@ -160,4 +161,32 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       warnings,
     };
   };
+}
+
+/** The downloader as the metrics show it (src/metrics.ts MetricsSources), each scrape from a health check. */
+export function downloaderMetrics(checkHealth: () => Promise<HealthReport>) {
+  return {
+    downloaderPresent: async () => (await checkHealth()).downloader.present,
+    downloaderRelease: async () => {
+      const { version, released_on: releasedOn } = (await checkHealth()).downloader;
+      return version !== null && releasedOn !== null ? { version, releasedAtMs: Date.parse(releasedOn) } : null;
+    },
+  };
+}
+
+/** The health check at start, in the log: its warnings each on a line, then its outcome. */
+export function logFirstHealthCheck(
+  checkHealth: () => Promise<HealthReport>,
+  log: Pick<Logger, 'info' | 'warn' | 'error'>,
+): void {
+  void checkHealth().then(
+    (report) => {
+      for (const warning of report.warnings) log.warn({ code: warning.code }, warning.message);
+      log.info(
+        { status: report.status, downloader: report.downloader.version, warnings: report.warnings.length },
+        'first health check',
+      );
+    },
+    (err: unknown) => log.error({ err }, 'the first health check failed'),
+  );
 }

@@ -1,3 +1,5 @@
+import type { Logger } from '../logger.js';
+
 /**
  * Whether an error means the database cannot serve the request now, rather than a bug: the
  * server unreachable, shutting down, starting or out of connections, a connection lost, the
@@ -51,4 +53,19 @@ export function databaseOutage(err: unknown): DatabaseOutage | null {
     current = current.cause as typeof current;
   }
   return null;
+}
+
+/**
+ * postgres.js races a transaction's body against its connection's close, so the rollback of a
+ * transaction whose connection is lost fails after nobody waits for it, and a lost connection can
+ * surface as an uncaught error: a database outage must not end the process. Any other unobserved
+ * error still does.
+ */
+export function surviveDatabaseOutages(proc: Pick<NodeJS.Process, 'on'>, log: Pick<Logger, 'warn'>): void {
+  const survivingOutages = (err: unknown) => {
+    if (databaseOutage(err) === null) throw err;
+    log.warn({ err }, 'a database query failed unobserved during an outage');
+  };
+  proc.on('unhandledRejection', survivingOutages);
+  proc.on('uncaughtException', survivingOutages);
 }

@@ -1,4 +1,5 @@
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync } from 'node:fs';
+import type { Logger } from '../logger.js';
 
 /**
  * The uses nginx makes of content without the app: it answers signed URLs, and keys whose yes from
@@ -126,4 +127,20 @@ export function createUsageLogReader(deps: {
       return lines;
     },
   };
+}
+
+/** NGINX_USAGE_LOG's reader, opened by the store's upkeep, its skipped lines and failures logged; undefined when unset. */
+export function nginxUsageLog(
+  file: string | null,
+  log: Pick<Logger, 'warn'>,
+): ((onUse: (contentId: string, atMs: number) => void) => UsageLogReader) | undefined {
+  if (!file) return undefined;
+  return (onUse) =>
+    createUsageLogReader({
+      file,
+      onUse,
+      onMalformed: (lines) =>
+        log.warn({ file, lines }, 'nginx usage log: skipped lines that are not "<time> <content id>"'),
+      onError: (err, action) => log.warn({ file, code: err.code, action }, 'nginx usage log: cannot read or empty it'),
+    });
 }

@@ -3,7 +3,7 @@ import { artifactNotFound } from '../delivery/artifact-path.js';
 import type { FileBodies } from '../delivery/file-body.js';
 import type { Logger } from '../logger.js';
 import { readBodyText } from './json-request-body.js';
-import { answerOf, type Answer, type ApiRequest, type OperationBinding } from './operation.js';
+import { answerOf, DEFAULT_MAX_BODY_BYTES, type Answer, type ApiRequest, type OperationBinding } from './operation.js';
 import { errorAnswer } from './problem.js';
 import { proxyLogHeaders } from './proxy-log-headers.js';
 import { requestFacts, type RequestFacts } from './request-envelope.js';
@@ -28,16 +28,7 @@ export function createNodeRouter(
   bindings: readonly OperationBinding[],
   deps: { bodies: FileBodies; log: Logger },
 ): NodeRouter {
-  const compiled: CompiledBinding[] = bindings.map((binding) => {
-    const names: string[] = [];
-    const source = binding.path
-      .replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
-      .replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
-        names.push(name);
-        return '([^/]+)';
-      });
-    return { pattern: new RegExp(`^${source}$`), names, binding };
-  });
+  const compiled = bindings.map(compileBinding);
 
   return (req, res, otherwise) => {
     const facts = requestFacts(req);
@@ -71,6 +62,27 @@ export function createNodeRouter(
     }
     otherwise();
   };
+}
+
+/** Hono's path pattern ('/jobs/:id') as a regular expression, with its parameters' names. */
+function compileBinding(binding: OperationBinding): CompiledBinding {
+  const names: string[] = [];
+  const source = binding.path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:([A-Za-z0-9_]+)/g, (_, name: string) => {
+    names.push(name);
+    return '([^/]+)';
+  });
+  return { pattern: new RegExp(`^${source}$`), names, binding };
+}
+
+/**
+ * The largest request body a path takes, as its operation sets it (Operation.maxBodyBytes): what
+ * node's server lets through an `Expect: 100-continue` (src/http/server.ts).
+ */
+export function maxBodyBytesByPath(bindings: readonly OperationBinding[]): (path: string) => number {
+  const compiled = bindings.map(compileBinding);
+  return (path) =>
+    compiled.find(({ pattern, binding }) => binding.operation.maxBodyBytes !== undefined && pattern.test(path))?.binding
+      .operation.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
 }
 
 function nodeApiRequest(

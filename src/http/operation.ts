@@ -44,8 +44,13 @@ export interface Answer {
 export interface Operation {
   /** The route template in OpenAPI form ('/jobs/{id}'), for logs and metrics. */
   readonly route: string;
+  /** The largest request body it takes; absent: DEFAULT_MAX_BODY_BYTES. */
+  readonly maxBodyBytes?: number;
   answer(request: ApiRequest): Promise<Answer>;
 }
+
+/** The largest body of a request to an operation that sets no limit of its own, or to no operation. */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024;
 
 /** An operation bound to its method and Hono path pattern ('/jobs/:id'). */
 export interface OperationBinding {

@@ -89,3 +89,8 @@ export function createTokenBucketLimiter(opts: TokenBucketOptions): RateLimiter 
 export function keyIdentity(apiKey: string): string {
   return createHash('sha256').update('rate-limit\0').update(apiKey).digest('base64url');
 }
+
+/** RATE_LIMIT_PER_MINUTE's limiter; undefined (no limit) when it is 0. */
+export function rateLimiterOf(opts: TokenBucketOptions): RateLimiter | undefined {
+  return opts.perMinute > 0 ? createTokenBucketLimiter(opts) : undefined;
+}

@@ -1,5 +1,5 @@
 import { inArray } from 'drizzle-orm';
-import type { JobRow, Queryable } from '../db/database.js';
+import type { Database, JobRow, Queryable } from '../db/database.js';
 import type { Ended } from './queue.js';
 
 /**
@@ -32,15 +32,28 @@ export interface JobWatcher<T> {
   stop(): void;
 }
 
-/** Told of each job's end by the node it ends on; every node's watcher listens (payload: endedJobIds). */
-export const JOB_ENDED_CHANNEL = 'source_fetch_job_ended';
+/** Told of each job's end by the node it ends on; every node's watcher listens (announceJobEnded, hearJobEnds). */
+const JOB_ENDED_CHANNEL = 'source_fetch_job_ended';
 /** Under Postgres' NOTIFY payload limit (8000 bytes). */
 const MAX_PAYLOAD_CHARS = 7_000;
 
 /** The notification's payload for a job that ended with its followers: their ids, or '' (any job) when too many. */
-export function endedJobIds(ended: Ended): string {
+function endedJobIds(ended: Ended): string {
   const ids = [ended.job.id, ...ended.followers.map((follower) => follower.id)].join(',');
   return ids.length <= MAX_PAYLOAD_CHARS ? ids : '';
+}
+
+/** Tells every node's watcher of a job's end (and its followers'), at once rather than at their next poll. */
+export function announceJobEnded(database: Pick<Database, 'notify'>, ended: Ended): Promise<void> {
+  return database.notify(JOB_ENDED_CHANNEL, endedJobIds(ended));
+}
+
+/** Nudges the watcher with each job end any node announces (an empty list: any job); resolves to the stop. */
+export function hearJobEnds(
+  database: Pick<Database, 'listen'>,
+  watcher: Pick<JobWatcher<unknown>, 'nudge'>,
+): Promise<() => Promise<void>> {
+  return database.listen(JOB_ENDED_CHANNEL, (payload) => watcher.nudge(payload === '' ? [] : payload.split(',')));
 }
 
 export interface JobWatcherDeps<T> {

@@ -1,8 +1,7 @@
 /**
- * A named happening that one part of the service announces and others act on (the store running
- * short of space, a job ending, the sandbox settling). The composition root (src/main.ts) creates
- * the signals first and lets parts built later listen, so that no part needs another that is
- * built after it.
+ * A named happening that one part of the service announces and others act on (a job ending, the
+ * sandbox settling, content evicted). The composition root (src/main.ts) creates the signals
+ * first and lets parts built later listen, so that no part needs another that is built after it.
  */
 export interface Signal<T = void> {
   emit(value: T): void;

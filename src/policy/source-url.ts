@@ -1,5 +1,6 @@
 import type { ApiErrorCodeOf } from '../api-errors.js';
 import { ServiceError } from '../errors.js';
+import { checkDestination, type AllowList, type Resolver } from './destination.js';
 
 /**
  * Source URLs: what a client may submit, and the key a URL alias is stored under.
@@ -119,4 +120,22 @@ function invalid(code: ApiErrorCodeOf<'invalid_input'>, message: string): never 
 
 function tooLong(): never {
   invalid('url_too_long', `URLs are limited to ${MAX_SOURCE_URL_LENGTH} characters.`);
+}
+
+/**
+ * A submitted URL's destination checked against the address policy (./destination.ts), its
+ * look-ups counted against the submitting key.
+ */
+export function sourceDestinationCheck(deps: {
+  resolve: Resolver;
+  allowHosts: AllowList;
+}): (target: URL, apiKeyId?: string) => Promise<void> {
+  return async (target, apiKeyId) => {
+    const { host, port } = destinationOf(target);
+    await checkDestination(host, port, {
+      resolve: deps.resolve,
+      allowHosts: deps.allowHosts,
+      client: `key:${apiKeyId ?? ''}`,
+    });
+  };
 }

@@ -2,8 +2,9 @@
  * Finding the external tools and asking their version, for start-up checks and the health check.
  */
 import { constants } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { access, realpath, stat } from 'node:fs/promises';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
+import { cookiesFileRefusal } from './cookies-file.js';
 import { runProcess } from './process.js';
 
 const VERSION_TIMEOUT_MS = 5000;
@@ -52,4 +53,41 @@ export async function toolVersion(path: string, args: string[]): Promise<string 
   if (result.exitCode !== 0) return null;
   const line = result.stdout.split(/\r?\n/).find((l) => l.trim() !== '');
   return line?.trim() ?? null;
+}
+
+export interface LocatedTools {
+  /** The configured tools, yt-dlp by the real path found. */
+  paths: { ytdlp: string; ffmpeg: string };
+  /** yt-dlp's real path; null when it is not found. */
+  ytdlpPath: string | null;
+  /** Why YTDLP_COOKIES_FILE must not be used (./cookies-file.ts); null when it may, or is unset. */
+  cookiesFileRefusal: string | null;
+}
+
+/**
+ * The yt-dlp this process runs, found once and by its real path: a YTDLP_PATH that is a link
+ * (.cache/yt-dlp/current, docs/yt-dlp.md) switched to a new version later changes nothing here
+ * until a restart, so the resident sandbox, the jobs and /healthz all run the same version. A
+ * YTDLP_COOKIES_FILE that must not be used is told, for start-up to stop.
+ */
+export async function locateTools(config: {
+  tools: { ytdlp: string; ffmpeg: string };
+  searchPath: string;
+  ytdlpCookiesFile: string | undefined;
+}): Promise<LocatedTools> {
+  const found = await locateTool(config.tools.ytdlp, config.searchPath);
+  const ytdlpPath = found === null ? null : await realpath(found);
+  const cookiesRefusal =
+    config.ytdlpCookiesFile === undefined
+      ? null
+      : await cookiesFileRefusal(config.ytdlpCookiesFile, {
+          path: ytdlpPath,
+          configured: config.tools.ytdlp,
+          version: (tool) => toolVersion(tool, ['--version']),
+        });
+  return {
+    paths: { ...config.tools, ytdlp: ytdlpPath ?? config.tools.ytdlp },
+    ytdlpPath,
+    cookiesFileRefusal: cookiesRefusal,
+  };
 }

@@ -390,3 +390,13 @@ export class HeadBuffer {
     return Buffer.concat(this.chunks).toString('utf8');
   }
 }
+
+/** Whether a process of this machine is alive: signal 0 reaches it, or it exists but is not ours (EPERM). */
+export function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -18,9 +18,9 @@ import {
   type JobRecord,
 } from '../schemas.js';
 
-export const MAX_BODY_BYTES = 8 * 1024;
+const MAX_BODY_BYTES = 8 * 1024;
 /** Room for MAX_BATCH_URLS URLs of the longest length, and a callback_url. */
-export const MAX_BATCH_BODY_BYTES = 256 * 1024;
+const MAX_BATCH_BODY_BYTES = 256 * 1024;
 
 export const submitSourceRoute = createRoute({
   operationId: 'submitSource',
@@ -84,6 +84,7 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
       path: honoPath(SOURCES_ROUTE),
       operation: {
         route: SOURCES_ROUTE,
+        maxBodyBytes: MAX_BODY_BYTES,
         async answer(request) {
           const key = deps.admission.admit(request);
           const { url, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
@@ -102,6 +103,7 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
       path: honoPath(submitSourceBatchRoute.path),
       operation: {
         route: submitSourceBatchRoute.path,
+        maxBodyBytes: MAX_BATCH_BODY_BYTES,
         async answer(request) {
           const key = deps.admission.admit(request);
           const { urls, callback_url: callbackUrl } = await jsonRequestBody(

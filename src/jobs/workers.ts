@@ -1,0 +1,123 @@
+import type { Database } from '../db/database.js';
+import type { GuardSession } from '../egress/guard.js';
+import type { Logger } from '../logger.js';
+import type { ResidentSandbox } from '../sandbox/resident.js';
+import type { ContentStore } from '../store/content-store.js';
+import { KEY_ALLOWANCE_WINDOW_MS } from '../store/key-allowance.js';
+import type { MakeFifo } from '../tools/fifo.js';
+import { createFetchTask, type FetchTaskDeps } from './fetch/task.js';
+import { createConverterWaiting } from './fetch/waiting-converter.js';
+import type { Ended } from './queue.js';
+import { createWorkerPool, type WorkerPool } from './worker-pool.js';
+
+/** The part of the configuration (src/config.ts) the workers use. */
+export interface WorkersConfig {
+  workDir: string;
+  confinement: { mountView: boolean };
+  fetchTimeoutMs: number;
+  metadataTimeoutMs: number;
+  downloadStall: FetchTaskDeps['limits']['downloadStall'];
+  maxDownloadBytes: number;
+  maxOutputBytes: number;
+  maxDurationS: number;
+  toolLimits: FetchTaskDeps['limits']['tool'];
+  converterWaiting: boolean;
+  ytdlpCookiesFile: string | undefined;
+  audioAnalysis: NonNullable<FetchTaskDeps['audioAnalysis']>;
+  storeBytesPerKeyPerDay: number | null;
+  workerConcurrency: number;
+  jobLeaseMs: number;
+  maxAttempts: number;
+}
+
+export interface WorkersDeps {
+  database: Database;
+  store: ContentStore;
+  /** The tools' paths, yt-dlp by its real path. */
+  tools: { ytdlp: string; ffmpeg: string };
+  sandbox: ResidentSandbox;
+  openEgressSession: (label: string) => GuardSession;
+  /** Whether the tools can be confined now: no job starts while not. */
+  confined: () => boolean;
+  /** Whether the store has room for one more job's output: no job starts while not. */
+  roomForJob: () => boolean;
+  /** Makes the FIFO through which the converter reads a download as it grows. */
+  makeFifo: MakeFifo;
+  /** Told about each stored content (the store's size cap hooks in here). */
+  onStored: () => void;
+  onDownloaded: (bytes: number) => void;
+  /** Every job's end on this node's workers. */
+  onJobEnded: (ended: Ended) => void;
+  nodeId: string;
+  now: () => number;
+  log: Logger;
+  drainWith: (drain: (graceMs: number) => Promise<void>) => void;
+  onStop: (stop: () => void | Promise<void>) => void;
+}
+
+/** The workers: each claims a job and runs it (yt-dlp, then ffmpeg, in the sandbox; then the store). */
+export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerPool {
+  const { database, store, sandbox, makeFifo, nodeId, now, log } = deps;
+  const limits = {
+    timeoutMs: config.fetchTimeoutMs,
+    metadataTimeoutMs: config.metadataTimeoutMs,
+    downloadStall: config.downloadStall,
+    maxDownloadBytes: config.maxDownloadBytes,
+    maxOutputBytes: config.maxOutputBytes,
+    maxDurationS: config.maxDurationS,
+    tool: config.toolLimits,
+  };
+  const converterWaiting = config.converterWaiting
+    ? createConverterWaiting({
+        nodeId,
+        workDir: config.workDir,
+        sandbox,
+        mountView: config.confinement.mountView,
+        ffmpegPath: deps.tools.ffmpeg,
+        limits,
+        makeFifo,
+        log,
+      })
+    : undefined;
+  const runJob = createFetchTask({
+    database,
+    store,
+    now,
+    sandbox,
+    mountView: config.confinement.mountView,
+    tools: deps.tools,
+    workDir: config.workDir,
+    limits,
+    converterWaiting,
+    openEgressSession: deps.openEgressSession,
+    cookiesFile: config.ytdlpCookiesFile,
+    makeFifo,
+    audioAnalysis: config.audioAnalysis,
+    onStored: () => deps.onStored(),
+    keyAllowance:
+      config.storeBytesPerKeyPerDay === null
+        ? undefined
+        : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
+    onDownloaded: deps.onDownloaded,
+  });
+  const workers = createWorkerPool({
+    database,
+    nodeId,
+    concurrency: config.workerConcurrency,
+    leaseMs: config.jobLeaseMs,
+    maxAttempts: config.maxAttempts,
+    now,
+    log,
+    canClaim: () => deps.confined() && sandbox.settled() && deps.roomForJob(),
+    runJob: async (job, ctx) => {
+      const ended = await runJob(job, ctx);
+      if (ended) deps.onJobEnded(ended);
+      return ended;
+    },
+    onJobEnded: deps.onJobEnded,
+  });
+  deps.drainWith((graceMs) => workers.stop(graceMs));
+  // After the workers have drained, before the sandbox stops.
+  if (converterWaiting) deps.onStop(() => converterWaiting.close());
+  return workers;
+}
