@@ -13,7 +13,9 @@ export const MAX_URL_LENGTH = 2048;
 /** The most URLs one POST /sources/batch may carry. */
 export const MAX_BATCH_URLS = 100;
 
-export const ApiErrorCodeSchema = ApiErrorCodes.openapi('ApiErrorCode', {
+// The catalogues' codes in an enum of this module's zod: the catalogues are plain zod, which the
+// OpenAPI extension may not have reached when they are first imported.
+export const ApiErrorCodeSchema = z.enum(ApiErrorCodes.options).openapi('ApiErrorCode', {
   description:
     "Why a request was refused: a stable code from one closed list, whose statuses and meanings are in docs/api.md's API error codes. A client may match on it; new codes can be added.",
 });
@@ -210,7 +212,7 @@ export const CallbackSchema = z
     description: "The callback of a job submitted with a callback_url (the job record's `callback` is null otherwise).",
   });
 
-export const JobErrorCodeSchema = JobErrorCodes.openapi('JobErrorCode', {
+export const JobErrorCodeSchema = z.enum(JobErrorCodes.options).openapi('JobErrorCode', {
   description:
     "Why a job failed: a stable code from one closed list, whose meanings and sentences are in docs/api.md's job error codes. A client may match on it; new codes can be added.",
 });

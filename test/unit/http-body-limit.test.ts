@@ -3,8 +3,6 @@
  * the path's operation sets (src/http/node-router.ts maxBodyBytesByPath), so the two are written
  * once: a batch takes 256 KiB, every other path 8 KiB.
  */
-// Before any module that imports the API's error codes: @hono/zod-openapi must extend zod first.
-import '@hono/zod-openapi';
 import { describe, expect, it } from 'vitest';
 import { maxBodyBytesByPath } from '../../src/http/node-router.js';
 import { DEFAULT_MAX_BODY_BYTES, type OperationBinding } from '../../src/http/operation.js';
