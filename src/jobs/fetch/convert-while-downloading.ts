@@ -8,16 +8,16 @@ import { jobError, type JobError } from '../../job-errors.js';
 import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
 import { streamableContainer } from '../../tools/streamable-container.js';
 import type { MakeFifo } from '../../tools/fifo.js';
-import { DOWNLOAD_BASENAME } from '../../tools/ytdlp-args.js';
 import type { Converted, StreamedInput } from './convert.js';
-import { DOWNLOAD_DIR, type Downloaded } from './download.js';
+import type { Downloaded } from './download.js';
 import type { FetchContext, Outcome } from './step.js';
 import type { WaitingConversion } from './waiting-converter.js';
+import { downloadFolder, feedFifoPath, isDownloadFile } from './work-folder.js';
 
 /**
  * The conversion started while the download runs, for containers ffmpeg reads from first byte to
  * last (../../tools/streamable-container.ts, told from the download's first bytes): ffmpeg reads
- * FEED_FIFO in the job's folder (through its async reader: ../../tools/ffmpeg.ts), and this copies
+ * a FIFO in the job's folder (./work-folder.ts) (through its async reader: ../../tools/ffmpeg.ts), and this copies
  * the download into it as it grows (woken by each of yt-dlp's progress lines). ffmpeg is started
  * on the FIFO before the download (`start`), so that its own start (some 60 ms of loading its
  * libraries, and its sandbox's) overlaps yt-dlp's extraction; or, given `waiting`, the ffmpeg
@@ -70,14 +70,9 @@ export interface ConversionAlongside {
 
 export type ConvertFn = (input: StreamedInput) => Promise<Outcome<Converted>>;
 
-/** The FIFO the converter reads the download from, in the job's folder. */
-export const FEED_FIFO = 'feed';
-
 const COPY_CHUNK_BYTES = 256 * 1024;
 /** How often the FIFO's open is tried again while ffmpeg has not opened its end (it is still starting). */
 const FEED_OPEN_POLL_MS = 2;
-/** The download's file while it grows: `source.<ext>` (fragments, `source.<ext>-Frag1`, do not match). */
-const DOWNLOAD_FILE = new RegExp(`^${DOWNLOAD_BASENAME}\\.[A-Za-z0-9]+$`);
 const COPY_FAILED: JobError = jobError('internal_error');
 /** ffmpeg's reason to stop when its result is no longer wanted: never a job's error. */
 const NOT_NEEDED: JobError = jobError('internal_error', { detail: 'The conversion was not needed.' });
@@ -90,8 +85,8 @@ export function convertWhileDownloading(
   makeFifo: MakeFifo,
   waiting?: WaitingConversion,
 ): ConversionAlongside {
-  const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
-  const fifoPath = waiting?.fifo ?? path.join(ctx.workDir, FEED_FIFO);
+  const downloadDir = downloadFolder(ctx.workDir);
+  const fifoPath = waiting?.fifo ?? feedFifoPath(ctx.workDir);
   const stopDownload = new AbortController();
   const stopConversion = new AbortController();
   let mode: 'undecided' | 'stream' | 'whole' = 'undecided';
@@ -151,7 +146,7 @@ export function convertWhileDownloading(
   function startConversion(): void {
     conversionAskedAt = performance.now();
     const stop = stopConversion.signal;
-    conversion = convert(waiting ? { waiting, stop } : { fifo: fifoPath, stop }).then(
+    conversion = convert(waiting ? { started: waiting, stop } : { fifo: fifoPath, stop }).then(
       (outcome) => ({ outcome }),
       (thrown: unknown) => ({ thrown }),
     );
@@ -211,7 +206,7 @@ export function convertWhileDownloading(
   async function openDownload(): Promise<FileHandle | undefined> {
     for (;;) {
       if (stopped()) return undefined;
-      const names = (await fs.readdir(downloadDir)).filter((name) => DOWNLOAD_FILE.test(name));
+      const names = (await fs.readdir(downloadDir)).filter(isDownloadFile);
       if (names.length === 1) {
         // The download's file is what yt-dlp left: anything but a regular file is not read.
         return await openRegularFile(path.join(downloadDir, names[0]!)).catch((err: unknown) => {

@@ -2,12 +2,13 @@ import { constants as fsConstants } from 'node:fs';
 import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { jobError, type JobError } from '../../job-errors.js';
-import { buildDownloadArgs, GATE_FIFO, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
+import { buildDownloadArgs, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
 import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
 import { parseProgressLine } from '../../tools/ytdlp-output.js';
 import { toolOutputForLog } from '../../tools/tool-message.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
+import { downloadFolder, gateFifoPath } from './work-folder.js';
 
 /**
  * The download: one yt-dlp run through the egress guard that extracts the media's metadata, then
@@ -32,14 +33,11 @@ export interface DownloadDeps {
    * decided instead); a JobFailure it throws fails the step with its error, and stops the run.
    */
   decide: (infoText: string) => Promise<boolean>;
-  /** Called on every progress line once the gate is open: the file in DOWNLOAD_DIR may have grown. */
+  /** Called on every progress line once the gate is open: the file in the download folder (./work-folder.ts) may have grown. */
   onGrowing?: () => void;
   /** Aborted with a JobError as its reason (the conversion reading the download failed): the run is stopped and the step fails with it. */
   stop?: AbortSignal;
 }
-
-/** The run's output folder in the job's folder: the file being downloaded is its only `source.<ext>`. */
-export const DOWNLOAD_DIR = 'download';
 
 /** Where the run's time went, for the 'fetch steps' line. */
 export interface DownloadTimings {
@@ -117,7 +115,7 @@ export function downloadMedia(
   timings: DownloadTimings = {},
 ): Promise<Outcome<Downloaded | null>> {
   return step(async () => {
-    const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
+    const downloadDir = downloadFolder(ctx.workDir);
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
     const tooLarge = () => new JobFailure(jobError('file_too_large', { values: { limit: maxBytes } }));
@@ -149,7 +147,7 @@ export function downloadMedia(
       timings.gateWaitMs = Math.round(gateOpenedAt - gateReachedAt);
       stall = watchForStall(ctx.limits.downloadStall);
       stall.signal.addEventListener('abort', () => stop(stall!.signal.reason as JobError), { once: true });
-      gate = openGate(path.join(ctx.workDir, GATE_FIFO));
+      gate = openGate(gateFifoPath(ctx.workDir));
       gate.catch((err: unknown) => {
         ctx.log.error({ err }, 'opening the download gate failed');
         stop(jobError('internal_error'));

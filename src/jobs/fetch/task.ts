@@ -1,5 +1,4 @@
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Database, JobRow } from '../../db/database.js';
 import { jobError, type JobError } from '../../job-errors.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
@@ -10,7 +9,7 @@ import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
 import { sourceMediaOf, storedMedia } from '../../tools/media-metadata.js';
 import { namesMp4File } from '../../tools/streamable-container.js';
-import { configFileText, COOKIES_FILE_NAME, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
+import { configFileText, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
 import { markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import { commitContent } from './commit.js';
@@ -32,6 +31,7 @@ import {
 } from './step.js';
 import { verifyAudio } from './verify.js';
 import type { ConverterWaiting, WaitingConversion } from './waiting-converter.js';
+import { attemptFolder, configFilePath, cookiesPath, noFfmpegFolder } from './work-folder.js';
 
 /**
  * The fetch task: one job from URL to stored WAV, as a pipeline of steps the data goes down once:
@@ -80,15 +80,13 @@ const COOKIES_UNUSABLE: JobError = jobError('internal_error', {
 export function createFetchTask(deps: FetchTaskDeps) {
   async function runAttempt(job: JobRow, jobCtx: JobContext): Promise<Ended | undefined> {
     // One folder per attempt: nothing of an interrupted attempt can mix with this one.
-    const workDir = path.join(deps.workDir, `${job.id}.${job.attempts}`);
+    const workDir = attemptFolder(deps.workDir, job);
     const egress = deps.openEgressSession?.(job.id);
     const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
     const signal = AbortSignal.any([jobCtx.signal, deadline]);
     const proxyUrl = egress?.proxyUrlAt(deps.sandbox.guardAuthority);
-    // The proxy with the job's credentials, and its cookies: never on a command line.
-    const configFile = path.join(workDir, 'yt-dlp.conf');
-    // An empty folder as yt-dlp's ffmpeg: it must download by itself, over HTTP(S), or not at all.
-    const noFfmpegDir = path.join(workDir, 'no-ffmpeg');
+    const configFile = configFilePath(workDir);
+    const noFfmpegDir = noFfmpegFolder(workDir);
     /** A confined tool's first attempt to connect around the guard, as it reported it. */
     let directAttempt: string | null = null;
     const log = jobCtx.log;
@@ -202,7 +200,7 @@ export function createFetchTask(deps: FetchTaskDeps) {
         await fs.mkdir(deps.workDir, { recursive: true });
         await fs.mkdir(workDir, { mode: 0o700 });
         await fs.mkdir(noFfmpegDir);
-        if (deps.cookiesFile) await copyCookies(deps.cookiesFile, path.join(workDir, COOKIES_FILE_NAME));
+        if (deps.cookiesFile) await copyCookies(deps.cookiesFile, cookiesPath(workDir));
         if (proxyUrl || deps.cookiesFile) {
           await fs.writeFile(configFile, configFileText({ proxyUrl, cookies: deps.cookiesFile !== undefined }), {
             mode: 0o600,
