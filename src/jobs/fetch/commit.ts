@@ -13,13 +13,13 @@ import { aliasUrlsOf } from './media-alias.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
- * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
- * waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store hashes
- * (../../audio/peaks.ts: one read of the WAV for both), and the loudness the conversion measured;
- * the attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
- * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
- * longer this node's (canceled meanwhile) records nothing: undefined.
+ * Step 4 (of ./task.ts), commit: the WAV enters the content store (atomic, content-addressed,
+ * pinned until recorded, so no node's eviction can remove it or an identical copy stored earlier),
+ * with its waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store
+ * hashes (../../audio/peaks.ts: one read of the WAV for both), and the loudness the conversion
+ * measured; the attempt's work folder is discarded (so a job seen done has left nothing behind),
+ * then the job, its followers, the cache row and the aliases are recorded in one transaction. A job
+ * that is no longer this node's (canceled meanwhile) records nothing: undefined.
  *
  * The peaks are written while the content is pinned, before the transaction, which records them
  * as a second row of the same content; a content stored before peaks existed gains them when a

@@ -20,12 +20,12 @@ import {
 import { newWavPath, tagsPathOf } from './work-folder.js';
 
 /**
- * Step 4, convert: ffmpeg (confined, no network, local files of media containers only) to PCM
- * 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg cannot
- * open, or opens without finding an audio stream, fails with not_audio; what it can only partly
- * decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it whatever
- * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
- * size disagrees with its header.
+ * Step 2 (of ./task.ts), convert: ffmpeg (confined, no network, local files of media containers
+ * only) to PCM 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg
+ * cannot open, or opens without finding an audio stream, fails with not_audio; what it can only
+ * partly decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it
+ * whatever ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file
+ * whose size disagrees with its header.
  *
  * With ctx.audioAnalysis.loudness, the WAV's EBU R128 loudness is measured as ffmpeg writes it
  * (../../audio/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work

@@ -11,11 +11,12 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 import { downloadFolder, gateFifoPath } from './work-folder.js';
 
 /**
- * The download: one yt-dlp run through the egress guard that extracts the media's metadata, then
- * waits at a gate (see src/tools/ytdlp-args.ts) while the service decides from that metadata, then
- * downloads the best audio, with the byte limit enforced while it downloads and a download that
- * stalls (an origin that trickles, or sends nothing) stopped early. The metadata has its own
- * time limit (METADATA_TIMEOUT_S); the stall watch starts once the gate opens.
+ * Step 1 (of ./task.ts), download: one yt-dlp run through the egress guard that extracts the
+ * media's metadata, then waits at a gate (see src/tools/ytdlp-args.ts) while the service decides
+ * from that metadata, then downloads the best audio, with the byte limit enforced while it
+ * downloads and a download that stalls (an origin that trickles, or sends nothing) stopped early.
+ * The metadata has its own time limit (METADATA_TIMEOUT_S); the stall watch starts once the gate
+ * opens.
  */
 export interface Downloaded {
   path: string;
