@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
  * The parts of src/ import one another one way. A part is a folder of src/ (src/jobs, with
  * src/jobs/fetch in it) or a file at its top (src/config.ts). The order below reads from the top
  * down: a part may import a part on its own row or any row under it, never one above. Parts on one
- * row do not import each other both ways either (no circle of parts at all).
+ * row do not import each other both ways either (no circle of parts at all). Nor do files, inside
+ * one part too: no circle of files (but those ALLOWED_FILE_CIRCLES lets stand, each with its reason).
  *
  * The rows follow the way a request's data goes: the HTTP edge takes a submission and hands it to
  * the job service, whose URL policy checks it and whose queue holds it; a worker claims it and
