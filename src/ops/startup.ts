@@ -8,7 +8,7 @@ import { expireLeasesOfGoneHolders } from '../jobs/queue.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from '../store/content-store.js';
 import { reconcileStore } from '../store/reconcile.js';
-import { waitingConverterNode } from '../jobs/fetch/waiting-converter.js';
+import { jobIdOfFolder, waitingConverterNode } from '../jobs/fetch/work-folder.js';
 import { isDeadPredecessor } from './node-id.js';
 
 /**
@@ -19,7 +19,8 @@ import { isDeadPredecessor } from './node-id.js';
  *    worker pool takes them back at once (src/jobs/queue.ts); other nodes' wait for their leases.
  *  - Job folders under the work dir, and tool processes working in them, that belong to no live
  *    process any more: removed, killed. A folder whose job another live node on this machine is
- *    running is left alone, and so is a live node's waiting converter (../jobs/fetch/waiting-converter.ts).
+ *    running is left alone, and so is a live node's waiting converter (../jobs/fetch/waiting-converter.ts;
+ *    the folders' names: ../jobs/fetch/work-folder.ts).
  *  - Staged store files of a dead node of this machine, or long abandoned by any (src/store/
  *    content-store.ts, clearIncoming).
  *  - The store reconciled with its rows (src/store/reconcile.ts), by one node at a time (a node
@@ -44,7 +45,7 @@ export interface StartupDeps {
 export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   await fs.mkdir(deps.workDir, { recursive: true });
   const folders = await fs.readdir(deps.workDir);
-  const jobIds = [...new Set(folders.map(jobIdOf))];
+  const jobIds = [...new Set(folders.map(jobIdOfFolder))];
   const { jobs } = deps.database.t;
   const owners = new Map(
     jobIds.length === 0
@@ -62,7 +63,7 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
   const isOrphan = (folder: string): boolean => {
     const converterNode = waitingConverterNode(folder);
     if (converterNode !== undefined) return isDeadNode(converterNode);
-    const owner = owners.get(jobIdOf(folder));
+    const owner = owners.get(jobIdOfFolder(folder));
     return owner === undefined || isDeadNode(owner);
   };
   const orphanFolders = folders.filter(isOrphan);
@@ -97,10 +98,4 @@ export async function recoverAtStartup(deps: StartupDeps): Promise<void> {
     },
     'start-up recovery',
   );
-}
-
-/** `<job id>.<attempt>` → job id. */
-function jobIdOf(folder: string): string {
-  const dot = folder.lastIndexOf('.');
-  return dot > 0 ? folder.slice(0, dot) : folder;
 }

@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
  * The parts of src/ import one another one way. A part is a folder of src/ (src/jobs, with
  * src/jobs/fetch in it) or a file at its top (src/config.ts). The order below reads from the top
  * down: a part may import a part on its own row or any row under it, never one above. Parts on one
- * row do not import each other both ways either (no circle of parts at all).
+ * row do not import each other both ways either (no circle of parts at all). Nor do files, inside
+ * one part too: no circle of files (but those ALLOWED_FILE_CIRCLES lets stand, each with its reason).
  *
  * The rows follow the way a request's data goes: the HTTP edge takes a submission and hands it to
  * the job service, whose URL policy checks it and whose queue holds it; a worker claims it and
@@ -63,8 +64,8 @@ interface Import {
   where: string;
 }
 
-/** Every import of a file of src/ by another part: static, dynamic, type-only and re-exports alike. */
-function importsBetweenParts(): Import[] {
+/** Every import of a file of src/ by a file of src/: static, dynamic, type-only and re-exports alike; paths from src/. */
+function importsBetweenFiles(): Import[] {
   const found: Import[] = [];
   for (const file of sourceFiles(SRC)) {
     const { importedFiles } = ts.preProcessFile(readFileSync(file, 'utf8'), true, true);
@@ -72,14 +73,48 @@ function importsBetweenParts(): Import[] {
       if (!fileName.startsWith('.')) continue;
       const target = path.resolve(path.dirname(file), fileName);
       if (!target.startsWith(SRC + path.sep)) continue;
-      const [from, to] = [partOf(file), partOf(target.replace(/\.js$/, '.ts'))];
-      if (from !== to) found.push({ from, to, where: `${path.relative(SRC, file)} -> ${fileName}` });
+      const [from, to] = [path.relative(SRC, file), path.relative(SRC, target.replace(/\.js$/, '.ts'))];
+      found.push({ from, to, where: `${from} -> ${fileName}` });
     }
   }
   return found;
 }
 
-/** The circles among parts: strongly connected components of more than one part (Tarjan). */
+/** Every import of a file of src/ by another part. */
+function importsBetweenParts(files: Import[]): Import[] {
+  return files
+    .map((i) => ({ ...i, from: partOf(path.join(SRC, i.from)), to: partOf(path.join(SRC, i.to)) }))
+    .filter((i) => i.from !== i.to);
+}
+
+/** The graph of imports: each node and the nodes it imports. */
+function graphOf(imports: Import[]): Map<string, Set<string>> {
+  const edges = new Map<string, Set<string>>();
+  for (const { from, to } of imports) edges.set(from, (edges.get(from) ?? new Set()).add(to));
+  return edges;
+}
+
+/** Each circle with its arrows, node -> node, and one import that makes each. */
+function describeCircles(imports: Import[]): string[] {
+  return circles(graphOf(imports)).map((circle) => {
+    const arrows = new Map<string, string>();
+    for (const i of imports) {
+      if (circle.includes(i.from) && circle.includes(i.to) && !arrows.has(`${i.from} -> ${i.to}`))
+        arrows.set(`${i.from} -> ${i.to}`, i.where);
+    }
+    return [...arrows].map(([arrow, where]) => `${arrow} (${where})`).join('; ');
+  });
+}
+
+/**
+ * Circles of files let stand, each as its files in order. One reason each: it is to go.
+ *  - src/http/problem.ts takes the type Answer from src/http/operation.ts, which calls
+ *    problem.ts's errorAnswer: a type-only arrow back, undone by giving Answer a module of its own
+ *    (left to the work on src/http's operations, which reshapes both files).
+ */
+const ALLOWED_FILE_CIRCLES: readonly (readonly string[])[] = [['http/operation.ts', 'http/problem.ts']];
+
+/** The circles of a graph: its strongly connected components of more than one node, each sorted (Tarjan). */
 function circles(edges: Map<string, Set<string>>): string[][] {
   const index = new Map<string, number>();
   const low = new Map<string, number>();
@@ -114,8 +149,37 @@ function circles(edges: Map<string, Set<string>>): string[][] {
   return found;
 }
 
+describe('circles()', () => {
+  it('finds a circle of a tiny graph, also inside a larger one, and nothing in a graph without', () => {
+    const graph = (arrows: string[]) => graphOf(arrows.map((a) => ({ from: a[0]!, to: a[1]!, where: a })));
+    expect(circles(graph(['ab', 'bc', 'ca', 'cd', 'de']))).toEqual([['a', 'b', 'c']]);
+    expect(circles(graph(['ab', 'ba', 'bc', 'cd', 'dc']))).toEqual(
+      expect.arrayContaining([
+        ['a', 'b'],
+        ['c', 'd'],
+      ]),
+    );
+    expect(circles(graph(['ab', 'bc', 'ac', 'cd']))).toEqual([]);
+  });
+});
+
+describe('imports between the files of src/', () => {
+  const files = importsBetweenFiles();
+
+  it('finds the imports it judges, inside a folder too', () => {
+    expect(files.some((i) => i.from === 'jobs/fetch/task.ts' && i.to === 'jobs/fetch/step.ts')).toBe(true);
+  });
+
+  it('has no circle of files, but those let stand', () => {
+    const allowed = new Set(ALLOWED_FILE_CIRCLES.map((circle) => [...circle].sort().join(' ')));
+    const found = circles(graphOf(files)).filter((circle) => !allowed.has(circle.join(' ')));
+    const shown = describeCircles(files.filter((i) => found.some((c) => c.includes(i.from) && c.includes(i.to))));
+    expect(shown).toEqual([]);
+  });
+});
+
 describe('imports between the parts of src/', () => {
-  const imports = importsBetweenParts();
+  const imports = importsBetweenParts(importsBetweenFiles());
   const rowOf = new Map(LAYERS.flatMap((row, i) => row.map((part) => [part, i] as const)));
 
   it('finds the imports it judges', () => {
@@ -129,18 +193,7 @@ describe('imports between the parts of src/', () => {
   });
 
   it('has no circle of parts', () => {
-    const edges = new Map<string, Set<string>>();
-    for (const { from, to } of imports) edges.set(from, (edges.get(from) ?? new Set()).add(to));
-    // Each circle with its arrows, part -> part, and one import that makes each.
-    const found = circles(edges).map((circle) => {
-      const arrows = new Map<string, string>();
-      for (const i of imports) {
-        if (circle.includes(i.from) && circle.includes(i.to) && !arrows.has(`${i.from} -> ${i.to}`))
-          arrows.set(`${i.from} -> ${i.to}`, i.where);
-      }
-      return [...arrows].map(([arrow, where]) => `${arrow} (${where})`).join('; ');
-    });
-    expect(found).toEqual([]);
+    expect(describeCircles(imports)).toEqual([]);
   });
 
   it('never imports a part on a row above', () => {

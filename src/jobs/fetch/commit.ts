@@ -1,4 +1,4 @@
-import type { Database } from '../../db/database.js';
+import type { Database, Queryable } from '../../db/database.js';
 import { setAlias } from '../../store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from '../../store/cache-entries.js';
 import type { ContentStore } from '../../store/content-store.js';
@@ -13,13 +13,13 @@ import { aliasUrlsOf } from './media-alias.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 6, commit: the WAV enters the content store (atomic, content-addressed, pinned until
- * recorded, so no node's eviction can remove it or an identical copy stored earlier), with its
- * waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store hashes
- * (../../audio/peaks.ts: one read of the WAV for both), and the loudness the conversion measured;
- * the attempt's work folder is discarded (so a job seen done has left nothing behind), then the job,
- * its followers, the cache row and the aliases are recorded in one transaction. A job that is no
- * longer this node's (canceled meanwhile) records nothing: undefined.
+ * Step 4 (of ./task.ts), commit: the WAV enters the content store (atomic, content-addressed,
+ * pinned until recorded, so no node's eviction can remove it or an identical copy stored earlier),
+ * with its waveform peaks (peaks.json) as ctx.audioAnalysis says, computed from the bytes the store
+ * hashes (../../audio/peaks.ts: one read of the WAV for both), and the loudness the conversion
+ * measured; the attempt's work folder is discarded (so a job seen done has left nothing behind),
+ * then the job, its followers, the cache row and the aliases are recorded in one transaction. A job
+ * that is no longer this node's (canceled meanwhile) records nothing: undefined.
  *
  * The peaks are written while the content is pinned, before the transaction, which records them
  * as a second row of the same content; a content stored before peaks existed gains them when a
@@ -68,7 +68,6 @@ export function commitContent(
     lap('put');
     try {
       const peaks = accumulator?.finish();
-      const loudness = converted.loudness ?? null;
       if (converted.loudness === null) ctx.log.warn('no loudness measured (a silent WAV)');
       // The work folder goes while the peaks' file is written: both before the record.
       const discarding = discardWork();
@@ -82,7 +81,6 @@ export function commitContent(
       }
       lap('peaks_file_and_discard');
       const now = deps.now();
-      const { header } = converted;
       const apiKeyId = ctx.job.apiKeyId;
       const storedBytes = stored.reused ? null : stored.bytes + (peaksBytes ?? 0);
       const outcome = await database.transaction(async (q) => {
@@ -96,39 +94,7 @@ export function commitContent(
         }
         const ended = await markDone(q, ctx.job.id, ctx.owner, stored.contentId, now, storedBytes, source.media);
         if (!ended) return 'lost' as const;
-        await recordCacheEntry(
-          q,
-          {
-            contentId: stored.contentId,
-            name: AUDIO_ARTIFACT_NAME,
-            kind: SOURCE_WAV_KIND,
-            bytes: stored.bytes,
-            contentType: 'audio/wav',
-            sampleRate: header.sampleRate,
-            channels: header.channels,
-            durationS: header.durationS,
-            loudnessIntegratedLufs: loudness?.integratedLufs ?? null,
-            loudnessRangeLu: loudness?.rangeLu ?? null,
-            loudnessTruePeakDbtp: loudness?.truePeakDbtp ?? null,
-          },
-          now,
-        );
-        if (peaksBytes !== null) {
-          await recordCacheEntry(
-            q,
-            {
-              contentId: stored.contentId,
-              name: PEAKS_ARTIFACT_NAME,
-              kind: WAVEFORM_PEAKS_KIND,
-              bytes: peaksBytes,
-              contentType: 'application/json',
-              sampleRate: null,
-              channels: null,
-              durationS: null,
-            },
-            now,
-          );
-        }
+        await recordEntries(q, { contentId: stored.contentId, bytes: stored.bytes }, converted, peaksBytes, now);
         await aliasUrlsOf(q, ended, stored.contentId, now);
         if (source.mediaKey) await setAlias(q, 'media', source.mediaKey, stored.contentId, now);
         return ended;
@@ -149,6 +115,50 @@ export function commitContent(
       await stored.release();
     }
   });
+}
+
+/** The cache rows of a stored WAV (with what is known of its audio) and of its peaks, when there are any. */
+async function recordEntries(
+  q: Queryable,
+  stored: { contentId: string; bytes: number },
+  converted: Converted,
+  peaksBytes: number | null,
+  now: number,
+): Promise<void> {
+  const { header } = converted;
+  const loudness = converted.loudness ?? null;
+  await recordCacheEntry(
+    q,
+    {
+      contentId: stored.contentId,
+      name: AUDIO_ARTIFACT_NAME,
+      kind: SOURCE_WAV_KIND,
+      bytes: stored.bytes,
+      contentType: 'audio/wav',
+      sampleRate: header.sampleRate,
+      channels: header.channels,
+      durationS: header.durationS,
+      loudnessIntegratedLufs: loudness?.integratedLufs ?? null,
+      loudnessRangeLu: loudness?.rangeLu ?? null,
+      loudnessTruePeakDbtp: loudness?.truePeakDbtp ?? null,
+    },
+    now,
+  );
+  if (peaksBytes === null) return;
+  await recordCacheEntry(
+    q,
+    {
+      contentId: stored.contentId,
+      name: PEAKS_ARTIFACT_NAME,
+      kind: WAVEFORM_PEAKS_KIND,
+      bytes: peaksBytes,
+      contentType: 'application/json',
+      sampleRate: null,
+      channels: null,
+      durationS: null,
+    },
+    now,
+  );
 }
 
 async function removeIfUnreferenced(deps: CommitDeps, contentId: string): Promise<void> {

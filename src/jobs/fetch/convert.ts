@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
 import fs, { type FileHandle } from 'node:fs/promises';
-import path from 'node:path';
 import { createLoudnessMeter, type Loudness } from '../../audio/loudness.js';
 import * as ffmpeg from '../../tools/ffmpeg.js';
 import { MAX_TAGS_BYTES, parseFfmetadata, type FileTags } from '../../tools/ffmpeg-tags.js';
@@ -10,16 +8,24 @@ import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import { cleanToolMessage, toolOutputForLog } from '../../tools/tool-message.js';
 import { NotRegularFile, openRegularFile } from '../../tools/regular-file.js';
 import { followFile } from './follow-file.js';
-import { JobFailure, step, STORAGE_FULL, type FetchContext, type FetchLimits, type Outcome } from './step.js';
-import type { WaitingConversion } from './waiting-converter.js';
+import {
+  JobFailure,
+  step,
+  STORAGE_FULL,
+  type FetchContext,
+  type FetchLimits,
+  type Outcome,
+  type StartedRun,
+} from './step.js';
+import { newWavPath, tagsPathOf } from './work-folder.js';
 
 /**
- * Step 4, convert: ffmpeg (confined, no network, local files of media containers only) to PCM
- * 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg cannot
- * open, or opens without finding an audio stream, fails with not_audio; what it can only partly
- * decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it whatever
- * ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file whose
- * size disagrees with its header.
+ * Step 2 (of ./task.ts), convert: ffmpeg (confined, no network, local files of media containers
+ * only) to PCM 16-bit WAV at 44.1 kHz. It is also the check that the download is audio: what ffmpeg
+ * cannot open, or opens without finding an audio stream, fails with not_audio; what it can only
+ * partly decode, with media_corrupt. Only a whole WAV leaves this step: a write error fails it
+ * whatever ffmpeg's exit status (it exits 0 when its trailer cannot be written), and so does a file
+ * whose size disagrees with its header.
  *
  * With ctx.audioAnalysis.loudness, the WAV's EBU R128 loudness is measured as ffmpeg writes it
  * (../../audio/loudness.ts, reading behind the writer: ./follow-file.ts), so the meter's work
@@ -45,11 +51,17 @@ const NO_SPACE = /No space left on device|Disk quota exceeded/i;
 /** Below this much free space, a WAV cut short is taken to have been cut by a full volume. */
 const NEARLY_FULL_BYTES = 16 * 1024 * 1024;
 
+/** An ffmpeg started before its input (./waiting-converter.ts): the FIFO it reads, the WAV it writes. */
+export interface StartedConversion extends StartedRun {
+  fifo: string;
+  wavPath: string;
+}
+
 /**
  * What is converted: the whole download, or the download handed over as it grows, through a FIFO
  * (an ffmpeg started now reads it) or to the converter started before the job, which reads its own.
  */
-export type StreamedInput = { fifo: string; stop: AbortSignal } | { waiting: WaitingConversion; stop: AbortSignal };
+export type StreamedInput = { fifo: string; stop: AbortSignal } | { started: StartedConversion; stop: AbortSignal };
 export type ConversionInput = { file: string } | StreamedInput;
 
 /**
@@ -60,7 +72,7 @@ export type ConversionInput = { file: string } | StreamedInput;
  */
 export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise<Outcome<Converted>> {
   return step(async () => {
-    const wavPath = 'waiting' in input ? input.waiting.wavPath : path.join(ctx.workDir, `${randomUUID()}.wav`);
+    const wavPath = 'started' in input ? input.started.wavPath : newWavPath(ctx.workDir);
     const meter = ctx.audioAnalysis?.loudness ? createLoudnessMeter() : undefined;
     const follower = meter ? followFile(wavPath, (bytes) => meter.update(bytes)) : undefined;
     try {
@@ -85,7 +97,7 @@ export function convertToWav(ctx: FetchContext, input: ConversionInput): Promise
 
 /**
  * ffmpeg's arguments for a conversion under the job's limits (../../tools/ffmpeg.ts), with the
- * input's tags written beside the WAV (tagsPathOf).
+ * input's tags written beside the WAV (./work-folder.ts, tagsPathOf).
  */
 export function conversionArgs(
   limits: FetchLimits,
@@ -99,11 +111,6 @@ export function conversionArgs(
   });
 }
 
-/** Where a conversion writes its input's tags: beside its WAV. */
-export function tagsPathOf(wavPath: string): string {
-  return `${wavPath.replace(/\.wav$/, '')}.tags`;
-}
-
 async function convert(
   ctx: FetchContext,
   input: ConversionInput,
@@ -112,11 +119,11 @@ async function convert(
   const given =
     'file' in input
       ? { input: input.file }
-      : { input: 'waiting' in input ? input.waiting.fifo : input.fifo, fedThroughFifo: true };
+      : { input: 'started' in input ? input.started.fifo : input.fifo, fedThroughFifo: true };
   const maxFileBytes = ctx.limits.maxOutputBytes;
   const run =
-    'waiting' in input
-      ? await ctx.adoptConversion(input.waiting, { maxFileBytes, stop: input.stop })
+    'started' in input
+      ? await ctx.adoptConversion(input.started, { maxFileBytes, stop: input.stop })
       : await ctx.runTool('ffmpeg', conversionArgs(ctx.limits, { ...given, output: wavPath }), {
           maxFileBytes,
           ...('stop' in input ? { stop: input.stop } : {}),

@@ -2,19 +2,21 @@ import { constants as fsConstants } from 'node:fs';
 import fs, { type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { jobError, type JobError } from '../../job-errors.js';
-import { buildDownloadArgs, GATE_FIFO, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
+import { buildDownloadArgs, GATE_LINE, GUARDED_FORMAT, INFO_PREFIX } from '../../tools/ytdlp-args.js';
 import { describeYtDlpFailure } from '../../tools/ytdlp-failure.js';
 import { parseProgressLine } from '../../tools/ytdlp-output.js';
 import { toolOutputForLog } from '../../tools/tool-message.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
+import { downloadFolder, gateFifoPath } from './work-folder.js';
 
 /**
- * The download: one yt-dlp run through the egress guard that extracts the media's metadata, then
- * waits at a gate (see src/tools/ytdlp-args.ts) while the service decides from that metadata, then
- * downloads the best audio, with the byte limit enforced while it downloads and a download that
- * stalls (an origin that trickles, or sends nothing) stopped early. The metadata has its own
- * time limit (METADATA_TIMEOUT_S); the stall watch starts once the gate opens.
+ * Step 1 (of ./task.ts), download: one yt-dlp run through the egress guard that extracts the
+ * media's metadata, then waits at a gate (see src/tools/ytdlp-args.ts) while the service decides
+ * from that metadata, then downloads the best audio, with the byte limit enforced while it
+ * downloads and a download that stalls (an origin that trickles, or sends nothing) stopped early.
+ * The metadata has its own time limit (METADATA_TIMEOUT_S); the stall watch starts once the gate
+ * opens.
  */
 export interface Downloaded {
   path: string;
@@ -32,14 +34,11 @@ export interface DownloadDeps {
    * decided instead); a JobFailure it throws fails the step with its error, and stops the run.
    */
   decide: (infoText: string) => Promise<boolean>;
-  /** Called on every progress line once the gate is open: the file in DOWNLOAD_DIR may have grown. */
+  /** Called on every progress line once the gate is open: the file in the download folder (./work-folder.ts) may have grown. */
   onGrowing?: () => void;
   /** Aborted with a JobError as its reason (the conversion reading the download failed): the run is stopped and the step fails with it. */
   stop?: AbortSignal;
 }
-
-/** The run's output folder in the job's folder: the file being downloaded is its only `source.<ext>`. */
-export const DOWNLOAD_DIR = 'download';
 
 /** Where the run's time went, for the 'fetch steps' line. */
 export interface DownloadTimings {
@@ -117,60 +116,13 @@ export function downloadMedia(
   timings: DownloadTimings = {},
 ): Promise<Outcome<Downloaded | null>> {
   return step(async () => {
-    const downloadDir = path.join(ctx.workDir, DOWNLOAD_DIR);
+    const downloadDir = downloadFolder(ctx.workDir);
     await fs.mkdir(downloadDir);
     const maxBytes = ctx.limits.maxDownloadBytes;
-    const tooLarge = () => new JobFailure(jobError('file_too_large', { values: { limit: maxBytes } }));
-    const started = performance.now();
-    const stopRun = new AbortController();
-    const stop = (reason: JobError) => {
-      if (!stopRun.signal.aborted) stopRun.abort(reason);
-    };
-    const stopFromOutside = () => stop(deps.stop!.reason as JobError);
-    if (deps.stop?.aborted) stopFromOutside();
-    deps.stop?.addEventListener('abort', stopFromOutside, { once: true });
-    const seconds = ctx.limits.metadataTimeoutMs / 1000;
-    const metadataTimer = setTimeout(
-      () => stop(jobError('metadata_timeout', { values: { limit: seconds } })),
-      ctx.limits.metadataTimeoutMs,
-    );
-    let decision: Promise<boolean> | undefined;
-    let go = false;
-    let gateReachedAt: number | undefined;
-    let gateOpenedAt: number | undefined;
-    let pathPrintedAt: number | undefined;
-    let gate: Promise<FileHandle> | undefined;
-    let stall: ReturnType<typeof watchForStall> | undefined;
-    let downloadedPath: string | undefined;
-    let lastProgress = 0;
-    const openGateWhenReady = () => {
-      if (!go || gateReachedAt === undefined || gate) return;
-      gateOpenedAt = performance.now();
-      timings.gateWaitMs = Math.round(gateOpenedAt - gateReachedAt);
-      stall = watchForStall(ctx.limits.downloadStall);
-      stall.signal.addEventListener('abort', () => stop(stall!.signal.reason as JobError), { once: true });
-      gate = openGate(path.join(ctx.workDir, GATE_FIFO));
-      gate.catch((err: unknown) => {
-        ctx.log.error({ err }, 'opening the download gate failed');
-        stop(jobError('internal_error'));
-      });
-    };
-    const onInfo = (infoText: string) => {
-      clearTimeout(metadataTimer);
-      timings.extractMs = Math.round(performance.now() - started);
-      decision = deps.decide(infoText);
-      decision.then(
-        (download) => {
-          if (!download) return stop(DECIDED);
-          go = true;
-          openGateWhenReady();
-        },
-        () => stop(DECIDED),
-      );
-    };
-    let run;
+    const run = beginRun(ctx, deps, timings);
+    let result: SandboxedResult;
     try {
-      run = await ctx.runTool(
+      result = await ctx.runTool(
         'ytdlp',
         buildDownloadArgs({
           url: ctx.job.url,
@@ -181,81 +133,181 @@ export function downloadMedia(
           format: GUARDED_FORMAT,
         }),
         {
-          // Room for the last chunk past the byte limit: the progress check below stops it first.
+          // Room for the last chunk past the byte limit: the progress check stops it first.
           maxFileBytes: maxBytes + FILE_SIZE_SLACK_BYTES,
-          stop: stopRun.signal,
-          onStdoutLine: (line) => {
-            if (line.startsWith(INFO_PREFIX)) {
-              // Each item of a playlist prints its own; the first decides (and refuses a playlist).
-              if (decision === undefined) onInfo(line.slice(INFO_PREFIX.length));
-              return;
-            }
-            if (line === GATE_LINE) {
-              gateReachedAt ??= performance.now();
-              openGateWhenReady();
-              return;
-            }
-            const progress = parseProgressLine(line);
-            if (progress) {
-              // Nothing is downloaded before the gate opens: a run that does anyway is stopped.
-              if (gate === undefined) throw new Error('the downloader started downloading before the gate opened');
-              timings.requestMs ??= Math.round(performance.now() - gateOpenedAt!);
-              stall?.progress(progress.downloadedBytes);
-              // Enforced while downloading, whatever the origin announced (chunked responses have no
-              // size for --max-filesize to check): throwing here kills yt-dlp's process group.
-              if (progress.downloadedBytes > maxBytes) throw tooLarge();
-              const now = Date.now();
-              if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
-                lastProgress = now;
-                deps.onProgress(progress.downloadedBytes, progress.totalBytes);
-              }
-              deps.onGrowing?.();
-            } else if (path.isAbsolute(line.trim())) {
-              downloadedPath = line.trim();
-              pathPrintedAt = performance.now();
-            }
-          },
+          stop: run.stopRun.signal,
+          onStdoutLine: (line) => onStdoutLine(run, line),
         },
       );
     } catch (err) {
       // What the service decided explains a stopped run better than the stop itself.
-      if (decision !== undefined && (!(err instanceof JobFailure) || err.error === DECIDED)) {
-        if (!(await decision)) return null;
+      if (run.decision !== undefined && (!(err instanceof JobFailure) || err.error === DECIDED)) {
+        if (!(await run.decision)) return null;
       }
       throw err;
     } finally {
-      if (pathPrintedAt !== undefined) timings.exitMs = Math.round(performance.now() - pathPrintedAt);
-      deps.stop?.removeEventListener('abort', stopFromOutside);
-      clearTimeout(metadataTimer);
-      stall?.stop();
-      await gate?.then((handle) => handle.close()).catch(() => {});
+      await endRun(run);
     }
-    if (decision === undefined) {
-      if (run.exitCode !== 0) throw downloaderFailure(ctx, run);
-      throw new JobFailure(jobError('not_media', { detail: 'The downloader exited without naming any media.' }));
-    }
-    // A refusal (the decision's JobFailure) comes first; so does media that is not to be downloaded.
-    if (!(await decision)) return null;
-    if (run.exitCode !== 0) throw downloaderFailure(ctx, run);
-    // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
-    // carried on without it; the task reports the refusal itself.
-    if (deps.refusals().length > 0) throw new Error('destination refused during download');
-    if (!downloadedPath) {
-      // yt-dlp's one silent way out (its HTTP downloader, read in 2023.03.04): an announced size
-      // over --max-filesize, reported under --quiet by nothing but exit 0 and no file. Its other
-      // failures raise, exit non-zero and say why on stderr.
-      throw tooLarge();
-    }
-    const downloaded = await fs.stat(downloadedPath).catch(() => null);
-    if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
-      throw new JobFailure(
-        jobError('download_failed', { detail: 'The downloader reported success but produced no file.' }),
-      );
-    }
-    if (downloaded.size > maxBytes) throw tooLarge();
-    deps.onProgress(downloaded.size, downloaded.size);
-    return { path: downloadedPath, bytes: downloaded.size };
+    return await checkedEnd(run, result, downloadDir);
   });
+}
+
+/** The run's state as its output comes, from its start to its end. */
+interface Run {
+  ctx: FetchContext;
+  deps: DownloadDeps;
+  timings: DownloadTimings;
+  started: number;
+  stopRun: AbortController;
+  stopFromOutside: () => void;
+  metadataTimer: NodeJS.Timeout;
+  /** The decision on the info JSON, once it was printed. */
+  decision?: Promise<boolean>;
+  /** The decision said to download. */
+  go: boolean;
+  gateReachedAt?: number;
+  gateOpenedAt?: number;
+  pathPrintedAt?: number;
+  gate?: Promise<FileHandle>;
+  stall?: ReturnType<typeof watchForStall>;
+  downloadedPath?: string;
+  lastProgress: number;
+}
+
+/** Starts the watch on the run: the stop from outside, and the metadata's time limit. */
+function beginRun(ctx: FetchContext, deps: DownloadDeps, timings: DownloadTimings): Run {
+  const run: Run = {
+    ctx,
+    deps,
+    timings,
+    started: performance.now(),
+    stopRun: new AbortController(),
+    stopFromOutside: () => stop(run, deps.stop!.reason as JobError),
+    metadataTimer: setTimeout(
+      () => stop(run, jobError('metadata_timeout', { values: { limit: ctx.limits.metadataTimeoutMs / 1000 } })),
+      ctx.limits.metadataTimeoutMs,
+    ),
+    go: false,
+    lastProgress: 0,
+  };
+  if (deps.stop?.aborted) run.stopFromOutside();
+  deps.stop?.addEventListener('abort', run.stopFromOutside, { once: true });
+  return run;
+}
+
+function stop(run: Run, reason: JobError): void {
+  if (!run.stopRun.signal.aborted) run.stopRun.abort(reason);
+}
+
+function onStdoutLine(run: Run, line: string): void {
+  if (line.startsWith(INFO_PREFIX)) {
+    // Each item of a playlist prints its own; the first decides (and refuses a playlist).
+    if (run.decision === undefined) onInfo(run, line.slice(INFO_PREFIX.length));
+    return;
+  }
+  if (line === GATE_LINE) {
+    run.gateReachedAt ??= performance.now();
+    openGateWhenReady(run);
+    return;
+  }
+  const progress = parseProgressLine(line);
+  if (progress) onProgress(run, progress);
+  else if (path.isAbsolute(line.trim())) {
+    run.downloadedPath = line.trim();
+    run.pathPrintedAt = performance.now();
+  }
+}
+
+function onInfo(run: Run, infoText: string): void {
+  clearTimeout(run.metadataTimer);
+  run.timings.extractMs = Math.round(performance.now() - run.started);
+  const decision = run.deps.decide(infoText);
+  run.decision = decision;
+  decision.then(
+    (download) => {
+      if (!download) return stop(run, DECIDED);
+      run.go = true;
+      openGateWhenReady(run);
+    },
+    () => stop(run, DECIDED),
+  );
+}
+
+/** Once the decision said to download and yt-dlp waits at its gate: the gate opened, the stall watch started. */
+function openGateWhenReady(run: Run): void {
+  if (!run.go || run.gateReachedAt === undefined || run.gate) return;
+  const { ctx } = run;
+  run.gateOpenedAt = performance.now();
+  run.timings.gateWaitMs = Math.round(run.gateOpenedAt - run.gateReachedAt);
+  const stall = watchForStall(ctx.limits.downloadStall);
+  run.stall = stall;
+  stall.signal.addEventListener('abort', () => stop(run, stall.signal.reason as JobError), { once: true });
+  run.gate = openGate(gateFifoPath(ctx.workDir));
+  run.gate.catch((err: unknown) => {
+    ctx.log.error({ err }, 'opening the download gate failed');
+    stop(run, jobError('internal_error'));
+  });
+}
+
+function onProgress(run: Run, progress: { downloadedBytes: number; totalBytes: number | null }): void {
+  const maxBytes = run.ctx.limits.maxDownloadBytes;
+  // Nothing is downloaded before the gate opens: a run that does anyway is stopped.
+  if (run.gate === undefined) throw new Error('the downloader started downloading before the gate opened');
+  run.timings.requestMs ??= Math.round(performance.now() - run.gateOpenedAt!);
+  run.stall?.progress(progress.downloadedBytes);
+  // Enforced while downloading, whatever the origin announced (chunked responses have no
+  // size for --max-filesize to check): throwing here kills yt-dlp's process group.
+  if (progress.downloadedBytes > maxBytes) throw tooLarge(maxBytes);
+  const now = Date.now();
+  if (now - run.lastProgress >= PROGRESS_INTERVAL_MS) {
+    run.lastProgress = now;
+    run.deps.onProgress(progress.downloadedBytes, progress.totalBytes);
+  }
+  run.deps.onGrowing?.();
+}
+
+/** Whatever the run's end: its watches stopped, the gate closed. */
+async function endRun(run: Run): Promise<void> {
+  if (run.pathPrintedAt !== undefined) run.timings.exitMs = Math.round(performance.now() - run.pathPrintedAt);
+  run.deps.stop?.removeEventListener('abort', run.stopFromOutside);
+  clearTimeout(run.metadataTimer);
+  run.stall?.stop();
+  await run.gate?.then((handle) => handle.close()).catch(() => {});
+}
+
+/** A run that ended by itself, checked: the downloaded file, null when the decision said not to download. */
+async function checkedEnd(run: Run, result: SandboxedResult, downloadDir: string): Promise<Downloaded | null> {
+  const { ctx, deps, decision, downloadedPath } = run;
+  const maxBytes = ctx.limits.maxDownloadBytes;
+  if (decision === undefined) {
+    if (result.exitCode !== 0) throw downloaderFailure(ctx, result);
+    throw new JobFailure(jobError('not_media', { detail: 'The downloader exited without naming any media.' }));
+  }
+  // A refusal (the decision's JobFailure) comes first; so does media that is not to be downloaded.
+  if (!(await decision)) return null;
+  if (result.exitCode !== 0) throw downloaderFailure(ctx, result);
+  // A destination refused on the way (a segment, a redirect) fails the job even when yt-dlp
+  // carried on without it; the task reports the refusal itself.
+  if (deps.refusals().length > 0) throw new Error('destination refused during download');
+  if (!downloadedPath) {
+    // yt-dlp's one silent way out (its HTTP downloader, read in 2023.03.04): an announced size
+    // over --max-filesize, reported under --quiet by nothing but exit 0 and no file. Its other
+    // failures raise, exit non-zero and say why on stderr.
+    throw tooLarge(maxBytes);
+  }
+  const downloaded = await fs.stat(downloadedPath).catch(() => null);
+  if (!downloaded?.isFile() || path.dirname(path.resolve(downloadedPath)) !== downloadDir) {
+    throw new JobFailure(
+      jobError('download_failed', { detail: 'The downloader reported success but produced no file.' }),
+    );
+  }
+  if (downloaded.size > maxBytes) throw tooLarge(maxBytes);
+  deps.onProgress(downloaded.size, downloaded.size);
+  return { path: downloadedPath, bytes: downloaded.size };
+}
+
+function tooLarge(maxBytes: number): JobFailure {
+  return new JobFailure(jobError('file_too_large', { values: { limit: maxBytes } }));
 }
 
 /** A yt-dlp run that exited non-zero: its words go to the job's log, and its job error says why in plain words. */

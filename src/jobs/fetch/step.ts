@@ -3,7 +3,6 @@ import type { JobRow } from '../../db/database.js';
 import { jobError, type JobError } from '../../job-errors.js';
 import type { SandboxedResult } from '../../sandbox/sandbox.js';
 import type { YtDlpNetworkOptions } from '../../tools/ytdlp-args.js';
-import type { WaitingConversion } from './waiting-converter.js';
 
 /**
  * What the steps of a fetch share (./task.ts builds it per job), and how they end: each step
@@ -40,6 +39,15 @@ export interface ToolRun {
   stop?: AbortSignal;
 }
 
+/**
+ * A tool run started before the step that takes it (a converter started before the job:
+ * ./waiting-converter.ts): its result, and how to stop it.
+ */
+export interface StartedRun {
+  run: Promise<SandboxedResult>;
+  stop(): void;
+}
+
 /** What a job may spend; FetchTaskDeps.limits, from the configuration. */
 export interface FetchLimits {
   timeoutMs: number;
@@ -70,10 +78,10 @@ export interface FetchContext {
    */
   runTool(name: ToolName, args: string[], run: ToolRun): Promise<SandboxedResult>;
   /**
-   * The same for a conversion started before the job (./waiting-converter.ts): the job's signal and
-   * `run.stop` stop it from now on, and its end is checked as runTool checks a run's.
+   * The same for a conversion started before the job: the job's signal and `run.stop` stop it
+   * from now on, and its end is checked as runTool checks a run's.
    */
-  adoptConversion(waiting: WaitingConversion, run: Pick<ToolRun, 'maxFileBytes' | 'stop'>): Promise<SandboxedResult>;
+  adoptConversion(started: StartedRun, run: Pick<ToolRun, 'maxFileBytes' | 'stop'>): Promise<SandboxedResult>;
   /** Secrets and server paths that must not reach a job's error message. */
   hide: string[];
   ytdlpOptions: YtDlpNetworkOptions;

@@ -3,11 +3,11 @@ import type { Converted } from './convert.js';
 import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
 
 /**
- * Step 5, verify: the WAV is the one asked for (16-bit integer PCM at 44.1 kHz, mono or stereo:
- * what a converter taken over by its media declares in its header bounds nothing downstream, the
- * waveform peaks' size among them), holds audio, and no more than MAX_DURATION_S of it. The
- * conversion ran a little past the limit (ffmpeg.DURATION_OVERRUN_S), so a WAV longer than the
- * limit means the media is longer, whatever its container claimed.
+ * Step 3 (of ./task.ts), verify: the WAV is the one asked for (16-bit integer PCM at 44.1 kHz, mono
+ * or stereo: what a converter taken over by its media declares in its header bounds nothing
+ * downstream, the waveform peaks' size among them), holds audio, and no more than MAX_DURATION_S of
+ * it. The conversion ran a little past the limit (ffmpeg.DURATION_OVERRUN_S), so a WAV longer than
+ * the limit means the media is longer, whatever its container claimed.
  */
 export function verifyAudio(ctx: FetchContext, converted: Converted): Promise<Outcome<Converted>> {
   return step(() => {

@@ -1,12 +1,10 @@
-import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Logger } from '../../logger.js';
 import type { Sandbox, SandboxedResult } from '../../sandbox/sandbox.js';
 import type { MakeFifo } from '../../tools/fifo.js';
-import { conversionArgs } from './convert.js';
-import { FEED_FIFO } from './convert-while-downloading.js';
+import { conversionArgs, type StartedConversion } from './convert.js';
 import { toolRunLimits, type FetchLimits } from './step.js';
+import { feedFifoPath, newWavPath, waitingConverterFolder } from './work-folder.js';
 
 /**
  * A converter started before its job (CONVERTER_WAITING=on): one ffmpeg per node waits between
@@ -20,19 +18,16 @@ import { toolRunLimits, type FetchLimits } from './step.js';
  * compete with a job. One that ends while waiting (the resident sandbox restarted under it, say)
  * is dropped, and the next job starts its own ffmpeg, as without this.
  *
- * Folders are named `converter.<node id>.<random>`: at start-up, a dead node's is removed and its
- * ffmpeg killed (../../ops/startup.ts), a live neighbour's left alone.
+ * Folders are named after their node (./work-folder.ts): at start-up, a dead node's is removed and
+ * its ffmpeg killed (../../ops/startup.ts), a live neighbour's left alone.
  */
-export interface WaitingConversion {
+export interface WaitingConversion extends StartedConversion {
   /** Its folder: the FIFO it reads and the WAV it writes are in it. */
   folder: string;
-  fifo: string;
-  wavPath: string;
   /** The FIFO made: the run is started, its input may be opened. Rejects when the folder or the FIFO could not be made. */
   ready: Promise<void>;
   /** ffmpeg's run; its result is checked by the job that takes it. */
   run: Promise<SandboxedResult>;
-  stop(): void;
 }
 
 export interface ConverterWaiting {
@@ -56,24 +51,14 @@ export interface ConverterWaitingDeps {
   log: Logger;
 }
 
-const FOLDER_PREFIX = 'converter.';
-
-/** The node whose waiting converter a folder of the work folder is, or undefined when it is not one. */
-export function waitingConverterNode(folder: string): string | undefined {
-  if (!folder.startsWith(FOLDER_PREFIX)) return undefined;
-  const rest = folder.slice(FOLDER_PREFIX.length);
-  const dot = rest.lastIndexOf('.');
-  return dot > 0 ? rest.slice(0, dot) : undefined;
-}
-
 export function createConverterWaiting(deps: ConverterWaitingDeps): ConverterWaiting {
   let waiting: { conversion: WaitingConversion; ended: boolean } | undefined;
   let closed = false;
 
   function start(): { conversion: WaitingConversion; ended: boolean } {
-    const folder = path.join(deps.workDir, `${FOLDER_PREFIX}${deps.nodeId}.${randomBytes(6).toString('hex')}`);
-    const fifo = path.join(folder, FEED_FIFO);
-    const wavPath = path.join(folder, `${randomUUID()}.wav`);
+    const folder = waitingConverterFolder(deps.workDir, deps.nodeId);
+    const fifo = feedFifoPath(folder);
+    const wavPath = newWavPath(folder);
     const stopping = new AbortController();
     const ready = (async () => {
       await fs.mkdir(deps.workDir, { recursive: true });
