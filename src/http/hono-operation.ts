@@ -4,7 +4,8 @@ import { artifactNotFound } from '../delivery/artifact-path.js';
 import type { FileBodies } from '../delivery/file-body.js';
 import type { AppEnv } from './env.js';
 import { bodyTooLarge, readBodyText } from './json-request-body.js';
-import { answerOf, type Answer, type ApiRequest, type Operation } from './operation.js';
+import type { Answer } from './answer.js';
+import { answerOf, type ApiRequest, type Operation } from './operation.js';
 import { errorAnswer } from './problem.js';
 
 /**

@@ -1,5 +1,6 @@
 import type { ErrorLogger } from './problem.js';
 import { errorAnswer } from './problem.js';
+import type { Answer } from './answer.js';
 import type { RequestFacts } from './request-envelope.js';
 
 /**
@@ -23,22 +24,6 @@ export interface ApiRequest {
   text(maxBytes: number): Promise<string>;
   /** Request id, logger, and the route and job of its access-log line. */
   readonly facts: RequestFacts;
-}
-
-/** Bytes start..end (inclusive) of a file, sent after the head. */
-export interface FileSlice {
-  absolutePath: string;
-  start: number;
-  end: number;
-}
-
-export interface Answer {
-  status: number;
-  headers: Record<string, string>;
-  /** JSON, text or a problem document. */
-  body?: string;
-  /** A file's bytes instead of `body`; never on an answer to HEAD. */
-  file?: FileSlice;
 }
 
 export interface Operation {

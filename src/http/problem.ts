@@ -3,7 +3,7 @@ import type { Context, Env } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { apiErrorStatus, type ApiErrorCode } from '../api-errors.js';
 import { ServiceError, type FieldError } from '../errors.js';
-import type { Answer } from './operation.js';
+import type { Answer } from './answer.js';
 
 /**
  * RFC 9457 problem documents. Every error the service answers is made by `problemDocument`, so

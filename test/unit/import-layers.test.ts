@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
  * src/jobs/fetch in it) or a file at its top (src/config.ts). The order below reads from the top
  * down: a part may import a part on its own row or any row under it, never one above. Parts on one
  * row do not import each other both ways either (no circle of parts at all). Nor do files, inside
- * one part too: no circle of files (but those ALLOWED_FILE_CIRCLES lets stand, each with its reason).
+ * one part too: no circle of files.
  *
  * The rows follow the way a request's data goes: the HTTP edge takes a submission and hands it to
  * the job service, whose URL policy checks it and whose queue holds it; a worker claims it and
@@ -106,14 +106,6 @@ function describeCircles(imports: Import[]): string[] {
   });
 }
 
-/**
- * Circles of files let stand, each as its files in order. One reason each: it is to go.
- *  - src/http/problem.ts takes the type Answer from src/http/operation.ts, which calls
- *    problem.ts's errorAnswer: a type-only arrow back, undone by giving Answer a module of its own
- *    (left to the work on src/http's operations, which reshapes both files).
- */
-const ALLOWED_FILE_CIRCLES: readonly (readonly string[])[] = [['http/operation.ts', 'http/problem.ts']];
-
 /** The circles of a graph: its strongly connected components of more than one node, each sorted (Tarjan). */
 function circles(edges: Map<string, Set<string>>): string[][] {
   const index = new Map<string, number>();
@@ -170,9 +162,8 @@ describe('imports between the files of src/', () => {
     expect(files.some((i) => i.from === 'jobs/fetch/task.ts' && i.to === 'jobs/fetch/step.ts')).toBe(true);
   });
 
-  it('has no circle of files, but those let stand', () => {
-    const allowed = new Set(ALLOWED_FILE_CIRCLES.map((circle) => [...circle].sort().join(' ')));
-    const found = circles(graphOf(files)).filter((circle) => !allowed.has(circle.join(' ')));
+  it('has no circle of files', () => {
+    const found = circles(graphOf(files));
     const shown = describeCircles(files.filter((i) => found.some((c) => c.includes(i.from) && c.includes(i.to))));
     expect(shown).toEqual([]);
   });

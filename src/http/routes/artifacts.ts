@@ -14,7 +14,8 @@ import { ServiceError } from '../../errors.js';
 import type { AppEnv } from '../env.js';
 import { problemResponseSpec } from '../error-responses.js';
 import type { KeyAdmission } from '../key-admission.js';
-import type { Answer, ApiRequest, Operation, OperationBinding } from '../operation.js';
+import type { Answer } from '../answer.js';
+import type { ApiRequest, Operation, OperationBinding } from '../operation.js';
 import { problemAnswer } from '../problem.js';
 import { ARTIFACT_ROUTE, honoPath } from '../route-template.js';
 
