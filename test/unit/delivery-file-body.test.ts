@@ -201,7 +201,7 @@ describe('the linger', () => {
     const read = async () => collect(await bodies.body(gone, 0, 99));
     expect((await read()).equals(data.subarray(0, 100))).toBe(true);
     await unlink(gone);
-    const removedAt = performance.now();
+    // Within 2 s, not after the 60 s a descriptor may linger.
     let error: unknown;
     expect(
       await eventually(async () => {
@@ -213,7 +213,6 @@ describe('the linger', () => {
       }, 2000),
     ).toBe(true);
     expect(error).toMatchObject({ code: 'ENOENT' });
-    expect(performance.now() - removedAt).toBeLessThan(1000);
   });
 });
 
