@@ -9,7 +9,8 @@ import { admitted } from './http/middleware/admitted.js';
 import { requestContext } from './http/middleware/request-context.js';
 import { OPENAPI_DOCUMENT } from './http/openapi.js';
 import type { OperationBinding } from './http/operation.js';
-import { createErrorHandler, problemResponse, validationProblem } from './http/problem.js';
+import { responseOf } from './http/answer.js';
+import { createErrorHandler, problemAnswer, serviceErrorAnswer, validationError } from './http/problem.js';
 import { registerArtifactContract } from './http/routes/artifacts.js';
 import { registerHealthRoute } from './http/routes/health.js';
 import { registerEventRoutes } from './http/routes/events.js';
@@ -57,7 +58,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({
     defaultHook: (result, c) => {
       if (result.success) return;
-      return validationProblem(result.error, c.get('facts').id);
+      return responseOf(serviceErrorAnswer(validationError(result.error), c.get('facts').id));
     },
   });
 
@@ -71,7 +72,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   // The request id, access log and metrics are the request envelope's (src/http/request-envelope.ts).
   app.use('*', requestContext({ log: deps.log }));
   app.onError(createErrorHandler((c) => c.get('facts')?.log ?? deps.log));
-  app.notFound((c) => problemResponse('route_not_found', 'No such route.', { requestId: c.get('facts').id }));
+  app.notFound((c) => responseOf(problemAnswer('route_not_found', 'No such route.', { requestId: c.get('facts').id })));
 
   // Open: the health check (for probes) and the interface description.
   registerHealthRoute(app, { check: deps.checkHealth });

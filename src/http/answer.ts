@@ -18,3 +18,15 @@ export interface Answer {
   /** A file's bytes instead of `body`; never on an answer to HEAD. */
   file?: FileSlice;
 }
+
+/**
+ * A bodied answer as a web Response, for the Hono app (./hono-operation.ts, ./problem.ts): JSON,
+ * text or a problem document, with its length. A file's bytes are sent by the dispatcher itself.
+ */
+export function responseOf(answer: Answer): Response {
+  const headers =
+    answer.body === undefined
+      ? answer.headers
+      : { ...answer.headers, 'content-length': String(Buffer.byteLength(answer.body)) };
+  return new Response(answer.body ?? null, { status: answer.status, headers });
+}

@@ -4,7 +4,7 @@ import { artifactNotFound } from '../delivery/artifact-path.js';
 import type { FileBodies } from '../delivery/file-body.js';
 import type { AppEnv } from './env.js';
 import { bodyTooLarge, readBodyText } from './json-request-body.js';
-import type { Answer } from './answer.js';
+import { responseOf } from './answer.js';
 import { answerOf, type ApiRequest, type Operation } from './operation.js';
 import { errorAnswer } from './problem.js';
 
@@ -29,14 +29,6 @@ export function honoOperation(operation: Operation, bodies: FileBodies): Handler
       return responseOf(errorAnswer(gone ? artifactNotFound() : err, facts.id, facts.log));
     }
   };
-}
-
-function responseOf(answer: Answer): Response {
-  const headers =
-    answer.body === undefined
-      ? answer.headers
-      : { ...answer.headers, 'content-length': String(Buffer.byteLength(answer.body)) };
-  return new Response(answer.body ?? null, { status: answer.status, headers });
 }
 
 function honoApiRequest(c: Context<AppEnv>): ApiRequest {

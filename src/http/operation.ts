@@ -2,6 +2,7 @@ import type { ErrorLogger } from './problem.js';
 import { errorAnswer } from './problem.js';
 import type { Answer } from './answer.js';
 import type { RequestFacts } from './request-envelope.js';
+import { honoPath } from './route-template.js';
 
 /**
  * The API's operations, each written once as a function from a request to an answer: its key
@@ -42,6 +43,25 @@ export interface OperationBinding {
   method: 'GET' | 'POST';
   path: string;
   operation: Operation;
+}
+
+/** What an operation's contract (its createRoute in openapi.json) says of where it is answered. */
+export interface OperationContract {
+  method: 'get' | 'post';
+  /** The OpenAPI template ('/jobs/{id}'). */
+  path: string;
+}
+
+/**
+ * `operation` bound where its contract says: the method and path are written once, in the
+ * contract, and the route template of logs and metrics is the contract's path.
+ */
+export function bindOperation(contract: OperationContract, operation: Omit<Operation, 'route'>): OperationBinding {
+  return {
+    method: contract.method === 'get' ? 'GET' : 'POST',
+    path: honoPath(contract.path),
+    operation: { ...operation, route: contract.path },
+  };
 }
 
 /** The operation's answer; whatever it throws becomes its problem document (errorAnswer). */

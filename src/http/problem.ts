@@ -3,7 +3,7 @@ import type { Context, Env } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { apiErrorStatus, type ApiErrorCode } from '../api-errors.js';
 import { ServiceError, type FieldError } from '../errors.js';
-import type { Answer } from './answer.js';
+import { responseOf, type Answer } from './answer.js';
 
 /**
  * RFC 9457 problem documents. Every error the service answers is made by `problemDocument`, so
@@ -74,10 +74,6 @@ export function problemAnswer(code: ApiErrorCode, detail: string, extra: Problem
   };
 }
 
-export function problemResponse(code: ApiErrorCode, detail: string, extra: ProblemExtra = {}): Response {
-  return responseOf(problemAnswer(code, detail, extra));
-}
-
 type SchemaIssues = { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> };
 
 /** A request that does not match its schema: 400 `validation_failed`, one field error per issue. */
@@ -87,10 +83,6 @@ export function validationError(error: SchemaIssues): ServiceError {
     message: issue.message,
   }));
   return new ServiceError('invalid_input', 'validation_failed', 'The request is not valid.', { fieldErrors });
-}
-
-export function validationProblem(error: SchemaIssues, requestId: string | undefined): Response {
-  return serviceErrorResponse(validationError(error), requestId);
 }
 
 /** The answer for a ServiceError, wherever it was thrown. */
@@ -104,10 +96,6 @@ export function serviceErrorAnswer(err: ServiceError, requestId?: string): Answe
     fields: err.extra.fields,
     headers,
   });
-}
-
-export function serviceErrorResponse(err: ServiceError, requestId?: string): Response {
-  return responseOf(serviceErrorAnswer(err, requestId));
 }
 
 /**
@@ -135,9 +123,11 @@ export function createErrorHandler<E extends Env>(getLogger: (c: Context<E>) => 
     const requestId = (c.get('facts' as never) as { id: string } | undefined)?.id;
     const code = err instanceof HTTPException ? CODE_BY_HTTP_STATUS[err.status] : undefined;
     if (code !== undefined) {
-      return problemResponse(code, err.message || TITLE_BY_STATUS[apiErrorStatus(code)] || 'Error', { requestId });
+      return responseOf(
+        problemAnswer(code, err.message || TITLE_BY_STATUS[apiErrorStatus(code)] || 'Error', { requestId }),
+      );
     }
-    return errorResponse(err, requestId, getLogger(c));
+    return responseOf(errorAnswer(err, requestId, getLogger(c)));
   };
 }
 
@@ -173,13 +163,4 @@ export function errorAnswer(err: unknown, requestId: string | undefined, log: Er
   }
   log.error({ err }, 'unhandled error');
   return problemAnswer('internal_error', 'The server failed to handle this request.', { requestId });
-}
-
-export function errorResponse(err: unknown, requestId: string | undefined, log: ErrorLogger): Response {
-  return responseOf(errorAnswer(err, requestId, log));
-}
-
-/** A bodied answer as a web Response (problem documents and JSON: never a file). */
-function responseOf(answer: Answer): Response {
-  return new Response(answer.body ?? null, { status: answer.status, headers: answer.headers });
 }

@@ -1,6 +1,7 @@
 import type { Shutdown } from '../ops/shutdown.js';
 import type { NodeRouter } from './node-router.js';
-import { problemResponse } from './problem.js';
+import { responseOf } from './answer.js';
+import { problemAnswer } from './problem.js';
 import type { HttpServerOptions } from './server.js';
 
 /**
@@ -18,9 +19,11 @@ export function shutdownGate(deps: {
     beforeApp: (req, res, toApp) => (shutdown.stopping ? toApp() : nodeRouter(req, res, toApp)),
     fetch: (req, ...rest) =>
       shutdown.stopping
-        ? problemResponse('shutting_down', 'The service is shutting down; try again shortly.', {
-            headers: { connection: 'close', 'retry-after': '5' },
-          })
+        ? responseOf(
+            problemAnswer('shutting_down', 'The service is shutting down; try again shortly.', {
+              headers: { connection: 'close', 'retry-after': '5' },
+            }),
+          )
         : app.fetch(req, ...rest),
   };
 }

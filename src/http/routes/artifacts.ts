@@ -15,9 +15,9 @@ import type { AppEnv } from '../env.js';
 import { problemResponseSpec } from '../error-responses.js';
 import type { KeyAdmission } from '../key-admission.js';
 import type { Answer } from '../answer.js';
-import type { ApiRequest, Operation, OperationBinding } from '../operation.js';
+import { bindOperation, type ApiRequest, type OperationBinding } from '../operation.js';
 import { problemAnswer } from '../problem.js';
-import { ARTIFACT_ROUTE, honoPath } from '../route-template.js';
+import { ARTIFACT_ROUTE } from '../route-template.js';
 
 /**
  * getArtifact, `GET|HEAD /artifacts/{cid}/{name}`: who may read what, conditional requests and
@@ -26,6 +26,9 @@ import { ARTIFACT_ROUTE, honoPath } from '../route-template.js';
  * ../hono-operation.ts). Behind nginx, signed URLs reach the app only when nginx could not
  * say yes itself (nginx/templates/default.conf.template).
  */
+
+/** Where getArtifact is answered: GET, and HEAD by the same operation. */
+const getArtifactContract = { method: 'get', path: ARTIFACT_ROUTE } as const;
 
 /**
  * Caching headers on answers nginx completes (internal redirects): nginx adds them to successes
@@ -130,8 +133,7 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
   }
 
-  const operation: Operation = {
-    route: ARTIFACT_ROUTE,
+  return bindOperation(getArtifactContract, {
     async answer(request): Promise<Answer> {
       const { cid, name } = request.params;
       if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
@@ -191,8 +193,7 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
       served(cid);
       return answer;
     },
-  };
-  return { method: 'GET', path: honoPath(ARTIFACT_ROUTE), operation };
+  });
 }
 
 /** The caching headers under the names nginx copies onto its successes only. */
@@ -242,8 +243,7 @@ const SignatureQuery = z.object({
 export function registerArtifactContract(app: OpenAPIHono<AppEnv>): void {
   app.openAPIRegistry.registerPath({
     operationId: 'getArtifact',
-    method: 'get',
-    path: ARTIFACT_ROUTE,
+    ...getArtifactContract,
     summary: 'A stored file. Needs the API key or a signed URL. Supports Range, If-None-Match, If-Range and HEAD.',
     security: [{ bearerAuth: [] }, { apiKeyHeader: [] }, {}],
     request: { params: ArtifactParams, query: SignatureQuery },

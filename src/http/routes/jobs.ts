@@ -2,9 +2,9 @@ import { createRoute } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
 import type { KeyAdmission } from '../key-admission.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
-import { jsonAnswer, type ApiRequest, type OperationBinding } from '../operation.js';
+import { bindOperation, jsonAnswer, type ApiRequest, type OperationBinding } from '../operation.js';
 import { validationError } from '../problem.js';
-import { honoPath, JOB_ROUTE } from '../route-template.js';
+import { JOB_ROUTE } from '../route-template.js';
 import { JobIdParam, JobSchema, type JobRecord } from '../schemas.js';
 
 export const getJobRoute = createRoute({
@@ -57,37 +57,27 @@ export function jobOperations(deps: {
   // Clients poll a job until it ends: a record shared by the polls of one second (createJobRenderer: frozen) is serialized once.
   const bodies = new WeakMap<JobRecord, string>();
   return [
-    {
-      method: 'GET',
-      path: honoPath(JOB_ROUTE),
-      operation: {
-        route: JOB_ROUTE,
-        async answer(request) {
-          deps.admission.admit(request);
-          const record = await deps.read(jobIdOf(request));
-          request.facts.jobId = record.job_id;
-          let body = bodies.get(record);
-          if (body === undefined) {
-            body = JSON.stringify(record);
-            if (Object.isFrozen(record)) bodies.set(record, body);
-          }
-          return jsonAnswer(200, body);
-        },
+    bindOperation(getJobRoute, {
+      async answer(request) {
+        deps.admission.admit(request);
+        const record = await deps.read(jobIdOf(request));
+        request.facts.jobId = record.job_id;
+        let body = bodies.get(record);
+        if (body === undefined) {
+          body = JSON.stringify(record);
+          if (Object.isFrozen(record)) bodies.set(record, body);
+        }
+        return jsonAnswer(200, body);
       },
-    },
-    {
-      method: 'POST',
-      path: honoPath(cancelJobRoute.path),
-      operation: {
-        route: cancelJobRoute.path,
-        async answer(request) {
-          deps.admission.admit(request);
-          const job = await deps.cancel(jobIdOf(request));
-          request.facts.jobId = job.id;
-          request.facts.log.info({ job_id: job.id }, 'job canceled');
-          return jsonAnswer(200, JSON.stringify(await deps.render(job)));
-        },
+    }),
+    bindOperation(cancelJobRoute, {
+      async answer(request) {
+        deps.admission.admit(request);
+        const job = await deps.cancel(jobIdOf(request));
+        request.facts.jobId = job.id;
+        request.facts.log.info({ job_id: job.id }, 'job canceled');
+        return jsonAnswer(200, JSON.stringify(await deps.render(job)));
       },
-    },
+    }),
   ];
 }

@@ -5,9 +5,9 @@ import { jobKeyIdentity } from '../../jobs/key-identity.js';
 import type { KeyAdmission } from '../key-admission.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonRequestBody } from '../json-request-body.js';
-import { jsonAnswer, type OperationBinding } from '../operation.js';
+import { bindOperation, jsonAnswer, type OperationBinding } from '../operation.js';
 import { problemDocument } from '../problem.js';
-import { honoPath, SOURCES_ROUTE } from '../route-template.js';
+import { SOURCES_ROUTE } from '../route-template.js';
 import {
   BatchResultSchema,
   JobSchema,
@@ -79,68 +79,58 @@ export interface SourceOperationsDeps {
 /** submitSource and submitSourceBatch. Their bodies are read by jsonRequestBody, the media-type rule of src/http/media-type.ts. */
 export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[] {
   return [
-    {
-      method: 'POST',
-      path: honoPath(SOURCES_ROUTE),
-      operation: {
-        route: SOURCES_ROUTE,
-        maxBodyBytes: MAX_BODY_BYTES,
-        async answer(request) {
-          const key = deps.admission.admit(request);
-          const { url, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
-          const { facts } = request;
-          const view = await deps.submit({ url, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
-          const { job } = view;
-          // Told by the request's access line, not a line of its own.
-          facts.jobId = job.id;
-          facts.submitted = { status: job.status, bornDone: job.bornDone, callback: callbackUrl !== undefined };
-          return jsonAnswer(202, JSON.stringify(deps.renderView(view)), { location: `/jobs/${job.id}` });
-        },
+    bindOperation(submitSourceRoute, {
+      maxBodyBytes: MAX_BODY_BYTES,
+      async answer(request) {
+        const key = deps.admission.admit(request);
+        const { url, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
+        const { facts } = request;
+        const view = await deps.submit({ url, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+        const { job } = view;
+        // Told by the request's access line, not a line of its own.
+        facts.jobId = job.id;
+        facts.submitted = { status: job.status, bornDone: job.bornDone, callback: callbackUrl !== undefined };
+        return jsonAnswer(202, JSON.stringify(deps.renderView(view)), { location: `/jobs/${job.id}` });
       },
-    },
-    {
-      method: 'POST',
-      path: honoPath(submitSourceBatchRoute.path),
-      operation: {
-        route: submitSourceBatchRoute.path,
-        maxBodyBytes: MAX_BATCH_BODY_BYTES,
-        async answer(request) {
-          const key = deps.admission.admit(request);
-          const { urls, callback_url: callbackUrl } = await jsonRequestBody(
-            request,
-            MAX_BATCH_BODY_BYTES,
-            SubmitSourceBatchBody,
-          );
-          const { facts } = request;
-          const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
-          const results: BatchResult['results'] = [];
-          for (const item of items) {
-            if ('job' in item) {
-              results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
-            } else {
-              const { refusal } = item;
-              // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
-              const retryAfter = refusal.extra.retryAfterSeconds;
-              const fields = {
-                ...refusal.extra.fields,
-                ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}),
-              };
-              const problem = problemDocument(refusal.code, refusal.message, {
-                fieldErrors: refusal.extra.fieldErrors,
-                fields,
-              });
-              results.push({ outcome: 'refused', url: item.url, problem });
-            }
+    }),
+    bindOperation(submitSourceBatchRoute, {
+      maxBodyBytes: MAX_BATCH_BODY_BYTES,
+      async answer(request) {
+        const key = deps.admission.admit(request);
+        const { urls, callback_url: callbackUrl } = await jsonRequestBody(
+          request,
+          MAX_BATCH_BODY_BYTES,
+          SubmitSourceBatchBody,
+        );
+        const { facts } = request;
+        const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+        const results: BatchResult['results'] = [];
+        for (const item of items) {
+          if ('job' in item) {
+            results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
+          } else {
+            const { refusal } = item;
+            // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
+            const retryAfter = refusal.extra.retryAfterSeconds;
+            const fields = {
+              ...refusal.extra.fields,
+              ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}),
+            };
+            const problem = problemDocument(refusal.code, refusal.message, {
+              fieldErrors: refusal.extra.fieldErrors,
+              fields,
+            });
+            results.push({ outcome: 'refused', url: item.url, problem });
           }
-          const accepted = results.filter((result) => result.outcome === 'accepted').length;
-          const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
-          facts.log.info(
-            { accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined },
-            'source batch submitted',
-          );
-          return jsonAnswer(200, JSON.stringify({ accepted, refused: results.length - accepted, results }));
-        },
+        }
+        const accepted = results.filter((result) => result.outcome === 'accepted').length;
+        const jobIds = items.flatMap((item) => ('job' in item ? [item.job.id] : []));
+        facts.log.info(
+          { accepted, refused: results.length - accepted, job_ids: jobIds, callback: callbackUrl !== undefined },
+          'source batch submitted',
+        );
+        return jsonAnswer(200, JSON.stringify({ accepted, refused: results.length - accepted, results }));
       },
-    },
+    }),
   ];
 }
