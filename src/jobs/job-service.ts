@@ -4,7 +4,7 @@ import { prepared } from '../db/prepared.js';
 import { ServiceError } from '../errors.js';
 import { cancelJob } from './cancel.js';
 import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
-import { checkCallbackUrl, checkSource, queueChecked, submitSource, type SubmitDeps } from './submit.js';
+import { checkCallbackUrl, checkSource, queueChecked, submitJob, type SubmitDeps } from './submit.js';
 import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
 
 /**
@@ -120,7 +120,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
   );
   return {
     async submit({ url, callbackUrl, apiKeyId }, requestId) {
-      const { job, artifacts, callback } = await submitSource({
+      const { job, artifacts, callback } = await submitJob({
         deps: { ...deps, onQueued: notifyQueued },
         input: { url, callbackUrl, requestId, apiKeyId },
       });

@@ -21,7 +21,7 @@ import {
 } from './queue.js';
 
 /**
- * submitSource: URL policy (and the callback URL's, when there is one), then one of three outcomes:
+ * submitJob: URL policy (and the callback URL's, when there is one), then one of three outcomes:
  *  - the URL has an alias to content still stored → a job born done, nothing downloaded, and
  *    the content's use recorded; the job and the use are written only while the alias still
  *    points to that content, under the content's lock (BORN_DONE), so no node's eviction can
@@ -110,7 +110,7 @@ function bornDoneOn(database: Database): GuardedWriter<CacheEntryRow[], BornDone
 /** Rounds of "not born done, but the leader it would follow just ended" before giving up. */
 const MAX_ROUNDS = 5;
 
-export async function submitSource({
+export async function submitJob({
   deps,
   input,
 }: {

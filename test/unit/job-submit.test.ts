@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { BACKENDS } from '../support/test-database.js';
 import { insertBornDoneJobsLocked, insertBornDoneJobsOrEachAlone } from '../../src/jobs/queue.js';
-import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
+import { submitJob, type SubmitDeps } from '../../src/jobs/submit.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor } from '../../src/store/cache-entries.js';
 import { evictToCap } from '../../src/store/eviction.js';
@@ -9,7 +9,7 @@ import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
 import { callbackRecorder } from '../../src/webhooks/deliveries.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 
-/** submitSource on a real database (each kind) and artifact root, racing real eviction. */
+/** submitJob on a real database (each kind) and artifact root, racing real eviction. */
 const URL_A = 'https://media.example/a';
 
 function submitDeps(fx: StoreFixture, now: number): SubmitDeps {
@@ -38,13 +38,13 @@ async function afterRounds<T>(kind: string, rounds: number, run: () => Promise<T
   return run();
 }
 
-describe.each(BACKENDS)('submitSource on %s', (kind) => {
+describe.each(BACKENDS)('submitJob on %s', (kind) => {
   it('a job born done records the use of its content, so the next eviction keeps it', async () => {
     const fx = await createStoreFixture(kind);
     const aliased = await fx.addArtifact(1000, 1000, URL_A);
     const other = await fx.addArtifact(1000, 2000);
 
-    const { job, artifacts } = await submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } });
+    const { job, artifacts } = await submitJob({ deps: submitDeps(fx, 5000), input: { url: URL_A } });
     expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
     expect(artifacts?.map((a) => [a.contentId, a.name])).toEqual([[aliased, AUDIO_ARTIFACT_NAME]]);
     expect((await cacheEntryFor(fx.database, aliased, AUDIO_ARTIFACT_NAME))?.lastUsedAt).toBe(5000);
@@ -59,7 +59,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     await fx.addArtifact(1000, 1000, URL_A);
     const deps = submitDeps(fx, 5000);
     const submit = (url: string, apiKeyId?: string) =>
-      submitSource({ deps, input: { url, apiKeyId } }).then(({ job }) => job);
+      submitJob({ deps, input: { url, apiKeyId } }).then(({ job }) => job);
     expect(await submit(URL_A, 'key-1')).toMatchObject({ bornDone: true, apiKeyId: 'key-1' });
     const together = await Promise.all(['key-2', 'key-3', 'key-4'].map((key) => submit(URL_A, key)));
     expect(together.map((job) => [job.bornDone, job.apiKeyId])).toEqual([
@@ -108,7 +108,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     await setAlias(fx.database, 'url', URL_A, content, 1000, media);
     await setAlias(fx.database, 'url', plain, content, 1000);
     const deps = submitDeps(fx, 5000);
-    const submit = (url: string) => submitSource({ deps, input: { url } }).then(({ job }) => job);
+    const submit = (url: string) => submitJob({ deps, input: { url } }).then(({ job }) => job);
     expect(await submit(URL_A)).toMatchObject({ bornDone: true, media });
     const together = await Promise.all([submit(URL_A), submit(plain), submit(URL_A)]);
     expect(together.map((job) => [job.bornDone, job.media])).toEqual([
@@ -130,7 +130,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     const deps = { ...submitDeps(fx, 0), now: () => clock };
     const reuseAt = async (now: number) => {
       clock = now;
-      const { job } = await submitSource({ deps, input: { url: URL_A } });
+      const { job } = await submitJob({ deps, input: { url: URL_A } });
       expect(job).toMatchObject({ status: 'done', bornDone: true, contentId: aliased });
     };
     // The hottest already: its rank cannot change, nothing is written.
@@ -162,9 +162,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
       await fx.addArtifact(1000, 2000);
 
       const [{ job }] = await Promise.all([
-        afterRounds(kind, Math.max(0, -ticks), () =>
-          submitSource({ deps: submitDeps(fx, 5000), input: { url: URL_A } }),
-        ),
+        afterRounds(kind, Math.max(0, -ticks), () => submitJob({ deps: submitDeps(fx, 5000), input: { url: URL_A } })),
         afterRounds(kind, Math.max(0, ticks), () =>
           evictToCap({ database: fx.database, store: fx.store, capBytes: 1000, now: Date.now }),
         ),
@@ -193,7 +191,7 @@ describe.each(BACKENDS)('submitSource on %s', (kind) => {
     fx.store.removeSync(gone);
     const names = ['a', 'b', 'a', 'c', 'gone', 'b', 'c', 'a', 'never-stored', 'a'];
     const deps = submitDeps(fx, 5000);
-    const submitted = await Promise.all(names.map((name) => submitSource({ deps, input: { url: url(name) } })));
+    const submitted = await Promise.all(names.map((name) => submitJob({ deps, input: { url: url(name) } })));
     const expected: Record<string, string> = { a, b, c };
     submitted.forEach(({ job, artifacts }, i) => {
       const content = expected[names[i]!];

@@ -10,7 +10,7 @@ import {
   reclaimExpiredLeases,
   releaseJob,
 } from '../../src/jobs/queue.js';
-import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
+import { submitJob, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
@@ -60,7 +60,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
   });
   /** Each submission a millisecond after the one before, so the claim order is the submission order. */
   const submit = async (url: string, callbackUrl: string | null = CALLBACK, contentPresent = false) => {
-    const { job } = await submitSource({
+    const { job } = await submitJob({
       deps: submitDeps(contentPresent),
       input: { url, callbackUrl: callbackUrl ?? undefined },
     });
@@ -254,7 +254,7 @@ describe.each(BACKENDS)('callback deliveries on %s', (kind) => {
     it("signs each job's callback with its own key's secret: one per WEBHOOK_SECRET entry, and not another key's", async () => {
       const masters = `${SECRET} another-test-secret-of-32-characters-0`;
       const ofKey = async (apiKeyId: string) => {
-        const { job } = await submitSource({
+        const { job } = await submitJob({
           deps: submitDeps(),
           input: { url: `https://m.example/${apiKeyId}`, callbackUrl: CALLBACK, apiKeyId },
         });

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database } from '../../src/db/database.js';
 import { markCanceled } from '../../src/jobs/queue.js';
-import { submitSource, type SubmitDeps } from '../../src/jobs/submit.js';
+import { submitJob, type SubmitDeps } from '../../src/jobs/submit.js';
 import { createLogger } from '../../src/logger.js';
 import { callbackRecorder, deliveryForJob } from '../../src/webhooks/deliveries.js';
 import {
@@ -54,7 +54,7 @@ describe.each(BACKENDS)('fair callbacks on %s', (kind) => {
 
   /** A job of `apiKeyId` with a callback to `callbackUrl`, ended (canceled) a millisecond after the one before. */
   async function endedWithCallback(apiKeyId: string, callbackUrl: string): Promise<string> {
-    const { job } = await submitSource({
+    const { job } = await submitJob({
       deps: submitDeps(),
       input: { url: `https://m.example/${ids}`, callbackUrl, apiKeyId },
     });
