@@ -29,6 +29,9 @@ export default defineConfig({
           // Repository tests run on both databases: one PostgreSQL cluster for the unit run too.
           globalSetup: ['test/support/postgres-global.ts'],
           testTimeout: 20_000,
+          // Hooks start PostgreSQL databases and make media fixtures with ffmpeg: on two busy cores
+          // that can take longer than vitest's 10 s default. A guard against a hang, not a timing.
+          hookTimeout: 60_000,
           // Both cores (vitest's default leaves one idle): most of these files wait on SQLite,
           // PostgreSQL or a child process rather than compute.
           maxWorkers: 2,
