@@ -1,0 +1,47 @@
+import type { JobError } from '../../job-errors.js';
+
+/**
+ * What listing a collection (a playlist, album, channel page or podcast feed) yields, between
+ * the run that lists it (yt-dlp in the sandbox, through the egress guard) and the parent job
+ * that turns each entry into a child job.
+ */
+
+/** One entry of the collection, in its order (index from 1), as the extractor listed it. */
+export interface CollectionEntry {
+  index: number;
+  /** The entry's URL as listed, yt-dlp's smuggled-data fragment already stripped. Not yet policy-checked. */
+  url: string;
+  /** Display text (src/tools/display-text.ts rules), or null. */
+  title: string | null;
+  /** A collection inside the collection: never expanded, a refused item. */
+  nested: boolean;
+}
+
+export interface ListingEnd {
+  /** The collection's own title, or null. */
+  title: string | null;
+  /** True when the listing stopped at maxItems while more entries may exist. */
+  truncated: boolean;
+  /** Why listing failed (time, bytes, memory, the guard, not a collection, ...), or null. Entries already handed on stay handed on. */
+  error: JobError | null;
+}
+
+export interface ListingRequest {
+  url: string;
+  /** At most this many entries are handed to onEntry. */
+  maxItems: number;
+  /** Aborted: the listing run is stopped at once (cancel, shutdown); the promise then resolves with the reason as its error. */
+  signal: AbortSignal;
+  /** For the run's logs and the guard's refusals. */
+  jobId: string;
+}
+
+/**
+ * Lists a collection, calling onEntry for each entry as it is listed (so the first child can
+ * start before the listing ends) and awaiting it before the next (back-pressure). Resolves once
+ * the run has ended; never rejects for what the URL or the tool did.
+ */
+export type ListCollection = (
+  request: ListingRequest,
+  onEntry: (entry: CollectionEntry) => Promise<void>,
+) => Promise<ListingEnd>;
