@@ -5,37 +5,32 @@ import type { KeyAdmission } from './http/key-admission.js';
 import type { AppEnv } from './http/env.js';
 import { honoOperation } from './http/hono-operation.js';
 import type { JobEventStreams } from './http/job-events.js';
-import { admitted } from './http/middleware/admitted.js';
 import { requestContext } from './http/middleware/request-context.js';
 import { OPENAPI_DOCUMENT } from './http/openapi.js';
 import type { OperationBinding } from './http/operation.js';
 import { responseOf } from './http/answer.js';
 import { createErrorHandler, problemAnswer, serviceErrorAnswer, validationError } from './http/problem.js';
-import { registerArtifactContract } from './http/routes/artifacts.js';
-import { registerHealthRoute } from './http/routes/health.js';
+import { getArtifactRoute } from './http/routes/artifacts.js';
 import { registerEventRoutes } from './http/routes/events.js';
+import { healthRoute } from './http/routes/health.js';
 import { cancelJobRoute, getJobRoute } from './http/routes/jobs.js';
-import { registerMetricsRoute } from './http/routes/metrics.js';
+import { getMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
-import { registerStoreRoutes } from './http/routes/store.js';
-import { registerWebhookSecretRoute } from './http/routes/webhook-secret.js';
+import { getStoreScrubRoute, scrubStoreRoute } from './http/routes/store.js';
+import { getWebhookSecretRoute } from './http/routes/webhook-secret.js';
 import { registerWebPage, type WebFiles } from './http/web-page.js';
-import type { HealthReport } from './http/schemas.js';
 import type { Logger } from './logger.js';
-import type { Metrics } from './metrics.js';
-import type { Scrubber } from './store/scrubber.js';
 
 /**
  * The HTTP application: the OpenAPI contract, the request context, the error handler, the API's
  * operations (the same ones node's router dispatches to: src/http/operation.ts) and the routes
- * only the app answers (health, the contract itself, metrics, the store's scrub, a key's callback
- * signing secrets, event streams, the web page). It does no I/O of its own at construction;
- * everything it touches arrives in `deps`.
+ * only the app answers (the contract itself, event streams, the web page). It does no I/O of its
+ * own at construction; everything it touches arrives in `deps`.
  */
 export interface AppDeps {
   log: Logger;
   admission: KeyAdmission;
-  /** submitSource, submitSourceBatch, getJob, cancelJob, getArtifact. */
+  /** Every operation of OPERATION_CONTRACTS, bound (src/http/operation.ts). */
   operations: readonly OperationBinding[];
   /** Sends the files of getArtifact's answers. */
   bodies: FileBodies;
@@ -44,15 +39,26 @@ export interface AppDeps {
   getJobs: (ids: string[]) => Promise<JobRow[]>;
   /** getJobEvents' and getEvents' streams (src/http/job-events.ts). */
   jobEvents: JobEventStreams;
-  checkHealth: () => Promise<HealthReport>;
-  metrics: Metrics;
-  /** The store's scrub, asked for by POST /store/scrub. */
-  scrubber: Pick<Scrubber, 'request' | 'latest'>;
-  /** The callback signing secrets of a key, by its job key identity (src/webhooks/key-secrets.ts): getWebhookSecret. */
-  webhookSecretsOf: (keyIdentity: string) => readonly string[];
   /** The web page's files (src/http/web-page.ts), open like the health check: they hold no data. */
   webFiles: WebFiles;
 }
+
+/**
+ * The contracts of the operations (the event streams' are registerEventRoutes'), in the order of
+ * openapi.json; described apart from the operations that answer them, which need the service.
+ */
+const OPERATION_CONTRACTS = [
+  healthRoute,
+  getArtifactRoute,
+  getMetricsRoute,
+  scrubStoreRoute,
+  getStoreScrubRoute,
+  getWebhookSecretRoute,
+  submitSourceRoute,
+  submitSourceBatchRoute,
+  getJobRoute,
+  cancelJobRoute,
+];
 
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   const app = new OpenAPIHono<AppEnv>({
@@ -74,17 +80,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   app.onError(createErrorHandler((c) => c.get('facts')?.log ?? deps.log));
   app.notFound((c) => responseOf(problemAnswer('route_not_found', 'No such route.', { requestId: c.get('facts').id })));
 
-  // Open: the health check (for probes) and the interface description.
-  registerHealthRoute(app, { check: deps.checkHealth });
+  // Open: the interface description and the web page.
   app.doc31('/openapi.json', OPENAPI_DOCUMENT);
   registerWebPage(app, deps.webFiles);
 
-  registerArtifactContract(app);
-  registerMetricsRoute(app, { metrics: deps.metrics, admit: admitted(deps.admission) });
-  registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: admitted(deps.admission) });
-  registerWebhookSecretRoute(app, { admission: deps.admission, secretsOf: deps.webhookSecretsOf });
-  for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute])
-    app.openAPIRegistry.registerPath(contract);
+  for (const contract of OPERATION_CONTRACTS) app.openAPIRegistry.registerPath(contract);
   registerEventRoutes(app, {
     admission: deps.admission,
     get: deps.getJob,

@@ -20,8 +20,12 @@ import { createNodeRouter, maxBodyBytesByPath } from './http/node-router.js';
 import { rateLimiterOf } from './http/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
 import { createArtifactOperation } from './http/routes/artifacts.js';
+import { healthOperation } from './http/routes/health.js';
 import { jobOperations } from './http/routes/jobs.js';
+import { metricsOperation } from './http/routes/metrics.js';
 import { sourceOperations } from './http/routes/sources.js';
+import { storeOperations } from './http/routes/store.js';
+import { webhookSecretOperation } from './http/routes/webhook-secret.js';
 import type { JobRecord } from './http/schemas.js';
 import { startHttpServer } from './http/server.js';
 import { shutdownGate } from './http/shutdown-gate.js';
@@ -244,6 +248,10 @@ async function main(): Promise<void> {
     rateLimiter: rateLimiterOf({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }),
   });
   const operations = [
+    healthOperation({ check: checkHealth }),
+    metricsOperation({ metrics, admission }),
+    ...storeOperations({ scrubber, admission }),
+    webhookSecretOperation({ admission, secretsOf: webhookSecretsOf }),
     ...sourceOperations({
       admission,
       submit: (input, requestId) => jobs.submit(input, requestId),
@@ -280,10 +288,6 @@ async function main(): Promise<void> {
     getJob: (id) => jobs.get(id),
     getJobs: (ids) => readJobRows(database, ids),
     jobEvents,
-    checkHealth,
-    metrics,
-    scrubber,
-    webhookSecretsOf,
     webFiles,
   });
   const server = startHttpServer(

@@ -97,6 +97,7 @@ function comparableBody(text: string): unknown {
       'signed_url',
       'signed_url_expires_at',
       'expires_at',
+      'free_bytes',
     ].includes(key)
       ? '(varies)'
       : item;
@@ -321,6 +322,34 @@ describe('one contract, whichever dispatcher answers', () => {
     expect(answer.headers.get('cache-control')).toBe('no-store');
     expect(JSON.parse(answer.body)).toEqual({ secrets: [expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/)] });
     expect(code(await both('GET', '/webhook-secret', []))).toBe('unauthorized');
+  });
+
+  it('getHealth: open, not to be stored, and its head for HEAD', async () => {
+    const answer = await both('GET', '/healthz', []);
+    expect([200, 503]).toContain(answer.status);
+    expect(answer.headers.get('cache-control')).toBe('no-store');
+    expect(JSON.parse(answer.body)).toMatchObject({ can_fetch: answer.status === 200 });
+    const head = await both('HEAD', '/healthz', []);
+    expect([head.status, head.body]).toEqual([answer.status, '']);
+  });
+
+  it('getMetrics: the exposition format with the key; no key', async () => {
+    const viaRouter = await exchange(svc.port, 'GET', '/metrics', key);
+    const viaApp = await exchange(svc.port, 'GET', '/metrics', [...key, 'Expect: 100-continue']);
+    expect([viaRouter.status, viaApp.status]).toEqual([200, 200]);
+    expect(viaRouter.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    expect(viaApp.headers.get('content-type')).toBe(viaRouter.headers.get('content-type'));
+    expect(viaRouter.body).toMatch(/^# HELP source_fetch_/m);
+    expect(code(await both('GET', '/metrics', []))).toBe('unauthorized');
+  });
+
+  it('scrubStore and getStoreScrub: a wait out of range, no key', async () => {
+    for (const method of ['POST', 'GET']) {
+      const answer = await both(method, '/store/scrub?wait_s=51', key);
+      expect([answer.status, code(answer)]).toEqual([400, 'validation_failed']);
+      expect(JSON.parse(answer.body)).toMatchObject({ errors: [{ path: 'wait_s' }] });
+      expect(code(await both(method, '/store/scrub?wait_s=51', []))).toBe('unauthorized');
+    }
   });
 
   it('leaves one access-log line of the same shape, and the same route, whichever dispatcher answers', async () => {

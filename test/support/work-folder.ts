@@ -1,15 +1,16 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { waitingConverterNode } from '../../src/jobs/fetch/work-folder.js';
 import type { LogLine } from './service.js';
 
 /**
  * What a service left in its work folder (DATA_DIR/work) that no job may leave behind: every entry
- * but the folder of the converter waiting for the next job (CONVERTER_WAITING,
- * src/jobs/fetch/waiting-converter.ts), one at most: a second is a leftover.
+ * but the folder of the converter waiting for the next job (CONVERTER_WAITING; its name is the
+ * layout's, src/jobs/fetch/work-folder.ts), one at most: a second is a leftover.
  */
 export async function workLeftovers(dataDir: string): Promise<string[]> {
   const entries = (await readdir(path.join(dataDir, 'work'))).sort();
-  const waiting = entries.find((name) => name.startsWith('converter.'));
+  const waiting = entries.find((name) => waitingConverterNode(name) !== undefined);
   return entries.filter((name) => name !== waiting);
 }
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ScrubReport } from '../../src/cli/api.js';
-import { runCli, type CliDeps } from '../../src/cli/commands.js';
 import { EXIT } from '../../src/cli/exit-codes.js';
+import { runScriptedCli, type ScriptedAnswer } from '../support/scripted-cli.js';
 
 /**
  * `source-fetch scrub` against a scripted service: it asks for a pass (POST /store/scrub), follows
@@ -30,30 +30,10 @@ const report = (overrides: Partial<ScrubReport>): ScrubReport => ({
   ...overrides,
 });
 
-/** Runs the CLI with `answers` given in turn, one per request; returns the requests made too. */
-async function scrub(argv: string[], answers: Array<{ status: number; body: unknown }>) {
-  let stdout = '';
-  let stderr = '';
-  const requests: string[] = [];
-  const deps: CliDeps = {
-    argv: ['scrub', ...argv],
-    env: { SOURCE_FETCH_API_KEY: 'k-0123456789abcdef', SOURCE_FETCH_URL: 'http://svc.test:8080' },
-    stdout: { isTTY: false, write: (text) => (stdout += text) },
-    stderr: { write: (text) => (stderr += text) },
-    cwd: '/tmp',
-    version: '9.9.9',
-    signal: new AbortController().signal,
-    fetch: (input, init) => {
-      requests.push(`${init?.method ?? 'GET'} ${input instanceof Request ? input.url : input.toString()}`);
-      const answer = answers.shift();
-      if (!answer) return Promise.reject(new Error('no more answers'));
-      const type = answer.status >= 400 ? 'application/problem+json' : 'application/json';
-      return Promise.resolve(
-        new Response(JSON.stringify(answer.body), { status: answer.status, headers: { 'content-type': type } }),
-      );
-    },
-  };
-  return { code: await runCli(deps), stdout, stderr, requests };
+/** `source-fetch scrub` with `argv`, the service answering `answers` in turn; its requests as `METHOD url`. */
+async function scrub(argv: string[], answers: ScriptedAnswer[]) {
+  const result = await runScriptedCli(['scrub', ...argv], answers);
+  return { ...result, requests: result.requests.map(({ method, url }) => `${method} ${url}`) };
 }
 
 describe('source-fetch scrub', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { runCli, type CliDeps } from '../../src/cli/commands.js';
 import { EXIT } from '../../src/cli/exit-codes.js';
+import { runScriptedCli, type ScriptedAnswer } from '../support/scripted-cli.js';
 
 /**
  * `source-fetch webhook-secret` against a scripted service: it asks getWebhookSecret with the key
@@ -10,32 +10,8 @@ import { EXIT } from '../../src/cli/exit-codes.js';
 const CURRENT = `whsec_${Buffer.alloc(32, 1).toString('base64')}`;
 const PREVIOUS = `whsec_${Buffer.alloc(32, 2).toString('base64')}`;
 
-async function run(argv: string[], answer: { status: number; body: unknown }) {
-  let stdout = '';
-  let stderr = '';
-  const requests: Array<{ method: string; url: string; authorization: string | null }> = [];
-  const deps: CliDeps = {
-    argv,
-    env: { SOURCE_FETCH_API_KEY: 'k-0123456789abcdef', SOURCE_FETCH_URL: 'http://svc.test:8080' },
-    stdout: { isTTY: false, write: (text) => (stdout += text) },
-    stderr: { write: (text) => (stderr += text) },
-    cwd: '/tmp',
-    version: '9.9.9',
-    signal: new AbortController().signal,
-    fetch: (input, init) => {
-      requests.push({
-        method: init?.method ?? 'GET',
-        url: input instanceof Request ? input.url : input.toString(),
-        authorization: new Headers(init?.headers).get('authorization'),
-      });
-      const type = answer.status >= 400 ? 'application/problem+json' : 'application/json';
-      return Promise.resolve(
-        new Response(JSON.stringify(answer.body), { status: answer.status, headers: { 'content-type': type } }),
-      );
-    },
-  };
-  return { code: await runCli(deps), stdout, stderr, requests };
-}
+/** The CLI with `argv`, the service answering `answer` (once). */
+const run = (argv: string[], answer: ScriptedAnswer) => runScriptedCli(argv, [answer]);
 
 describe('source-fetch webhook-secret', () => {
   it("prints the key's secrets, one per line, the current one first", async () => {

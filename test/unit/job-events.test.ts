@@ -6,7 +6,6 @@ import { createJobEventStreams, eventIdOf, type StreamEnd } from '../../src/http
 import { createKeyAdmission } from '../../src/http/key-admission.js';
 import { jobIdsOf, MAX_JOBS_PER_EVENT_STREAM } from '../../src/http/routes/events.js';
 import { createLogger } from '../../src/logger.js';
-import { createMetrics } from '../../src/metrics.js';
 import { toJobRecord } from '../../src/http/job-record.js';
 import type { JobRecord } from '../../src/http/schemas.js';
 import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
@@ -865,17 +864,7 @@ describe("getEvents' request", () => {
         getJob: unused,
         getJobs: (ids) => Promise.resolve(ids.flatMap((id) => known.get(id) ?? [])),
         jobEvents: events,
-        checkHealth: unused,
         webFiles: new Map(),
-        metrics: createMetrics({
-          queueDepth: unused,
-          busyWorkers: unused,
-          storeTotals: unused,
-          downloaderPresent: unused,
-          downloaderRelease: unused,
-        }),
-        scrubber: { request: unused, latest: unused },
-        webhookSecretsOf: unused,
       }),
     };
   }

@@ -1,4 +1,4 @@
-import { z, type OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
 import { createArtifactResolver, invalidArtifactPath, type ResolvedArtifact } from '../../delivery/artifact-path.js';
 import { httpDate, ifRangeAllows, isNotModified, type Validators } from '../../delivery/conditional.js';
 import { parseRange } from '../../delivery/range.js';
@@ -11,8 +11,7 @@ import {
 } from '../../delivery/representation.js';
 import { EXPIRES_PARAM, FILENAME_PARAM, SIGNATURE_PARAM, type UrlSigner } from '../../delivery/signed-url.js';
 import { ServiceError } from '../../errors.js';
-import type { AppEnv } from '../env.js';
-import { problemResponseSpec } from '../error-responses.js';
+import { apiKeySecurity, problemResponseSpec } from '../error-responses.js';
 import type { KeyAdmission } from '../key-admission.js';
 import type { Answer } from '../answer.js';
 import { bindOperation, type ApiRequest, type OperationBinding } from '../operation.js';
@@ -26,9 +25,6 @@ import { ARTIFACT_ROUTE } from '../route-template.js';
  * ../hono-operation.ts). Behind nginx, signed URLs reach the app only when nginx could not
  * say yes itself (nginx/templates/default.conf.template).
  */
-
-/** Where getArtifact is answered: GET, and HEAD by the same operation. */
-const getArtifactContract = { method: 'get', path: ARTIFACT_ROUTE } as const;
 
 /**
  * Caching headers on answers nginx completes (internal redirects): nginx adds them to successes
@@ -133,7 +129,7 @@ export function createArtifactOperation(deps: ArtifactOperationDeps): OperationB
     throw new ServiceError('unauthorized', 'unauthorized', 'A valid API key or a signed URL is required.');
   }
 
-  return bindOperation(getArtifactContract, {
+  return bindOperation(getArtifactRoute, {
     async answer(request): Promise<Answer> {
       const { cid, name } = request.params;
       if (cid === undefined || name === undefined) throw invalidArtifactPath('The artifact path is incomplete.');
@@ -237,33 +233,33 @@ const SignatureQuery = z.object({
 });
 
 /**
- * getArtifact's contract. Its operation is createArtifactOperation above (it answers Range,
- * conditional requests and internal redirects itself), mounted for GET and HEAD with the others.
+ * getArtifact's contract, answered for GET and HEAD. Its operation is createArtifactOperation above
+ * (it answers Range, conditional requests and internal redirects itself).
  */
-export function registerArtifactContract(app: OpenAPIHono<AppEnv>): void {
-  app.openAPIRegistry.registerPath({
-    operationId: 'getArtifact',
-    ...getArtifactContract,
-    summary: 'A stored file. Needs the API key or a signed URL. Supports Range, If-None-Match, If-Range and HEAD.',
-    security: [{ bearerAuth: [] }, { apiKeyHeader: [] }, {}],
-    request: { params: ArtifactParams, query: SignatureQuery },
-    responses: {
-      200: {
-        description: 'The file: `audio.wav` as audio/wav, `peaks.json` (its waveform peaks) as application/json.',
-        content: {
-          'audio/wav': { schema: { type: 'string', format: 'binary' } },
-          'application/json': {
-            schema: { type: 'object', description: "BBC audiowaveform's JSON format, version 2." },
-          },
+export const getArtifactRoute = createRoute({
+  operationId: 'getArtifact',
+  method: 'get',
+  path: ARTIFACT_ROUTE,
+  summary: 'A stored file. Needs the API key or a signed URL. Supports Range, If-None-Match, If-Range and HEAD.',
+  // The API key either way, or a signed URL (no key).
+  security: [...apiKeySecurity, {}],
+  request: { params: ArtifactParams, query: SignatureQuery },
+  responses: {
+    200: {
+      description: 'The file: `audio.wav` as audio/wav, `peaks.json` (its waveform peaks) as application/json.',
+      content: {
+        'audio/wav': { schema: { type: 'string', format: 'binary' } },
+        'application/json': {
+          schema: { type: 'object', description: "BBC audiowaveform's JSON format, version 2." },
         },
       },
-      206: { description: 'A byte range of the file.' },
-      304: { description: 'Not modified.' },
-      400: problemResponseSpec('Malformed content id or name.'),
-      401: problemResponseSpec('No key and no signature.'),
-      403: problemResponseSpec('Signature invalid or expired.'),
-      404: problemResponseSpec('No such artifact.'),
-      416: problemResponseSpec('Range not satisfiable.'),
     },
-  });
-}
+    206: { description: 'A byte range of the file.' },
+    304: { description: 'Not modified.' },
+    400: problemResponseSpec('Malformed content id or name.'),
+    401: problemResponseSpec('No key and no signature.'),
+    403: problemResponseSpec('Signature invalid or expired.'),
+    404: problemResponseSpec('No such artifact.'),
+    416: problemResponseSpec('Range not satisfiable.'),
+  },
+});

@@ -10,7 +10,6 @@ import type { KeyAdmission } from '../key-admission.js';
 import { admitted } from '../middleware/admitted.js';
 import { validationError } from '../problem.js';
 import { keyIdentity } from '../rate-limit.js';
-import { honoPath } from '../route-template.js';
 import { JobIdParam } from '../schemas.js';
 
 /**
@@ -152,17 +151,21 @@ export interface EventRoutesDeps {
   events: JobEventStreams;
 }
 
-/** getJobEvents and getEvents: streams, answered by the app alone. */
+/**
+ * getJobEvents and getEvents: the API's only routes that are not operations (src/http/operation.ts),
+ * because their answer is no Answer but a stream, written as its jobs change for as long as they
+ * run and ended with its exchange; the app answers them (@hono/node-server pipes the web stream),
+ * node's router passes them on. Admitted (key, rate limit) ahead of their validation, as operations are.
+ */
 export function registerEventRoutes(app: OpenAPIHono<AppEnv>, deps: EventRoutesDeps): void {
-  app.use(honoPath(getJobEventsRoute.path), admitted(deps.admission));
-  app.openapi(getJobEventsRoute, async (c) => {
+  const middleware = admitted(deps.admission);
+  app.openapi({ ...getJobEventsRoute, middleware }, async (c) => {
     const job = await deps.get(c.req.valid('param').id);
     c.get('facts').jobId = job.id;
     return answerStream(c, deps, [job], c.req.valid('header')['last-event-id'], { job_id: job.id });
   });
 
-  app.use(getEventsRoute.path, admitted(deps.admission));
-  app.openapi(getEventsRoute, async (c) => {
+  app.openapi({ ...getEventsRoute, middleware }, async (c) => {
     const ids = jobIdsOf(c.req.valid('query').jobs);
     const jobs = await deps.getMany(ids);
     if (jobs.length < ids.length) {

@@ -1,5 +1,5 @@
-import { createRoute, type OpenAPIHono } from '@hono/zod-openapi';
-import type { AppEnv } from '../env.js';
+import { createRoute } from '@hono/zod-openapi';
+import { bindOperation, jsonAnswer, type OperationBinding } from '../operation.js';
 import { HealthSchema, type HealthReport } from '../schemas.js';
 
 export const healthRoute = createRoute({
@@ -15,10 +15,12 @@ export const healthRoute = createRoute({
   },
 });
 
-export function registerHealthRoute(app: OpenAPIHono<AppEnv>, deps: { check: () => Promise<HealthReport> }): void {
-  app.openapi(healthRoute, async (c) => {
-    const report = await deps.check();
-    c.header('Cache-Control', 'no-store');
-    return report.can_fetch ? c.json(report, 200) : c.json(report, 503);
+/** getHealth: open to probes, never counted against a key's rate limit. */
+export function healthOperation(deps: { check: () => Promise<HealthReport> }): OperationBinding {
+  return bindOperation(healthRoute, {
+    async answer() {
+      const report = await deps.check();
+      return jsonAnswer(report.can_fetch ? 200 : 503, JSON.stringify(report), { 'cache-control': 'no-store' });
+    },
   });
 }

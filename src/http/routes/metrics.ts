@@ -1,8 +1,8 @@
-import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import type { MiddlewareHandler } from 'hono';
+import { createRoute, z } from '@hono/zod-openapi';
 import type { Metrics } from '../../metrics.js';
-import type { AppEnv } from '../env.js';
 import { apiKeySecurity, commonErrorResponses } from '../error-responses.js';
+import type { KeyAdmission } from '../key-admission.js';
+import { bindOperation, type OperationBinding } from '../operation.js';
 
 export const getMetricsRoute = createRoute({
   operationId: 'getMetrics',
@@ -19,12 +19,12 @@ export const getMetricsRoute = createRoute({
   },
 });
 
-export function registerMetricsRoute(
-  app: OpenAPIHono<AppEnv>,
-  deps: { metrics: Metrics; admit: MiddlewareHandler<AppEnv> },
-): void {
-  app.use('/metrics', deps.admit);
-  app.openapi(getMetricsRoute, async (c) => {
-    return c.text(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType });
+export function metricsOperation(deps: { metrics: Metrics; admission: KeyAdmission }): OperationBinding {
+  const { registry } = deps.metrics;
+  return bindOperation(getMetricsRoute, {
+    async answer(request) {
+      deps.admission.admit(request);
+      return { status: 200, headers: { 'content-type': registry.contentType }, body: await registry.metrics() };
+    },
   });
 }

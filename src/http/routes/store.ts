@@ -1,9 +1,11 @@
-import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import type { MiddlewareHandler } from 'hono';
+import { createRoute, z } from '@hono/zod-openapi';
 import { ServiceError } from '../../errors.js';
 import type { ScrubPass, ScrubReport, Scrubber } from '../../store/scrubber.js';
-import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
+import type { KeyAdmission } from '../key-admission.js';
+import type { Answer } from '../answer.js';
+import { bindOperation, jsonAnswer, type ApiRequest, type OperationBinding } from '../operation.js';
+import { validationError } from '../problem.js';
 import { ScrubReportSchema, type ScrubReportRecord } from '../schemas.js';
 
 /** The longest a request waits for a pass to end: below nginx's proxy_read_timeout (60 s). */
@@ -64,23 +66,47 @@ export const getStoreScrubRoute = createRoute({
   },
 });
 
-export function registerStoreRoutes(
-  app: OpenAPIHono<AppEnv>,
-  deps: { scrubber: Pick<Scrubber, 'request' | 'latest'>; requireKey: MiddlewareHandler<AppEnv> },
-): void {
-  app.use('/store/*', deps.requireKey);
-  app.openapi(scrubStoreRoute, async (c) => {
-    const pass = await deps.scrubber.request();
-    const answer = await reportWithin(pass, c.req.valid('query').wait_s);
-    return c.json(renderScrubReport(answer), answer.status === 'running' ? 202 : 200);
-  });
-  app.openapi(getStoreScrubRoute, async (c) => {
-    const pass = deps.scrubber.latest();
-    if (!pass)
-      throw new ServiceError('not_found', 'scrub_not_found', 'No scrub pass has run on this node since it started.');
-    const answer = await reportWithin(pass, c.req.valid('query').wait_s);
-    return c.json(renderScrubReport(answer), answer.status === 'running' ? 202 : 200);
-  });
+/** The seconds a request waits for its pass (`wait_s`): 400 validation_failed unless 0 to MAX_SCRUB_WAIT_S. */
+function waitOf(request: ApiRequest): number {
+  const result = WaitQuery.safeParse({ wait_s: request.query('wait_s') });
+  if (!result.success) throw validationError(result.error);
+  return result.data.wait_s;
+}
+
+/** The pass's report once it ends within `waitS` (200), else as it stands then (202). */
+async function answerReport(pass: ScrubPass, waitS: number): Promise<Answer> {
+  const report = await reportWithin(pass, waitS);
+  return jsonAnswer(report.status === 'running' ? 202 : 200, JSON.stringify(renderScrubReport(report)));
+}
+
+/** scrubStore and getStoreScrub. */
+export function storeOperations(deps: {
+  scrubber: Pick<Scrubber, 'request' | 'latest'>;
+  admission: KeyAdmission;
+}): OperationBinding[] {
+  return [
+    bindOperation(scrubStoreRoute, {
+      async answer(request) {
+        deps.admission.admit(request);
+        const waitS = waitOf(request);
+        return answerReport(await deps.scrubber.request(), waitS);
+      },
+    }),
+    bindOperation(getStoreScrubRoute, {
+      async answer(request) {
+        deps.admission.admit(request);
+        const waitS = waitOf(request);
+        const pass = deps.scrubber.latest();
+        if (!pass)
+          throw new ServiceError(
+            'not_found',
+            'scrub_not_found',
+            'No scrub pass has run on this node since it started.',
+          );
+        return answerReport(pass, waitS);
+      },
+    }),
+  ];
 }
 
 /** The final report if the pass ends within `waitS`, else the report as it stands then. */

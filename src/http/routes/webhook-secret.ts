@@ -1,8 +1,8 @@
-import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
 import { jobKeyIdentity } from '../../jobs/key-identity.js';
-import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses } from '../error-responses.js';
 import type { KeyAdmission } from '../key-admission.js';
+import { bindOperation, jsonAnswer, type OperationBinding } from '../operation.js';
 
 export const WebhookSecretsSchema = z
   .object({
@@ -39,13 +39,15 @@ export const getWebhookSecretRoute = createRoute({
 });
 
 /** getWebhookSecret: the presenting key's secrets (src/webhooks/key-secrets.ts), never another key's. */
-export function registerWebhookSecretRoute(
-  app: OpenAPIHono<AppEnv>,
-  deps: { admission: KeyAdmission; secretsOf: (keyIdentity: string) => readonly string[] },
-): void {
-  app.openapi(getWebhookSecretRoute, (c) => {
-    const key = deps.admission.admit({ header: (name) => c.req.header(name) });
-    const answer: WebhookSecretsRecord = { secrets: [...deps.secretsOf(jobKeyIdentity(key))] };
-    return c.json(answer, 200, { 'Cache-Control': 'no-store' });
+export function webhookSecretOperation(deps: {
+  admission: KeyAdmission;
+  secretsOf: (keyIdentity: string) => readonly string[];
+}): OperationBinding {
+  return bindOperation(getWebhookSecretRoute, {
+    answer(request) {
+      const key = deps.admission.admit(request);
+      const answer: WebhookSecretsRecord = { secrets: [...deps.secretsOf(jobKeyIdentity(key))] };
+      return Promise.resolve(jsonAnswer(200, JSON.stringify(answer), { 'cache-control': 'no-store' }));
+    },
   });
 }
