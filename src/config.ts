@@ -478,8 +478,7 @@ export const envSchema = z
 export interface Config {
   host: string;
   port: number;
-  /** The app port's bounds (src/http/server.ts): request head and request time limits, idle and all connections. */
-  /** The app port's bounds (src/http/server.ts ConnectionLimits). */
+  /** The app port's bounds (src/http/server.ts ConnectionLimits): request head and request time limits, idle and all connections. */
   http: {
     headersTimeoutMs: number;
     requestTimeoutMs: number;
