@@ -141,6 +141,7 @@ async function main(): Promise<void> {
     nodeId,
     artifactRoot: config.artifactRoot,
     storeSpace: upkeep.space,
+    storedBytes: async () => (await readStoreTotals(database)).bytes,
     now,
   });
   logFirstHealthCheck(checkHealth, log);
