@@ -19,13 +19,15 @@ import { BACKENDS, openTestDatabase } from '../support/test-database.js';
  * A job's commit is all or nothing, whichever of its writes the full volume refuses: the fetch
  * task (../support/fetch-task-fakes.ts: its tools stand-ins, the store, the peaks and the
  * database real) on a small tmpfs that holds the whole data folder (work/, artifacts/ and, on
- * SQLite, the database), kept at the same free space before each job by a filler file. The WAVs
- * the conversion writes scan the boundary in steps smaller than peaks.json and than a database
- * page, so the volume fills in the conversion, then in each write of the commit in turn (the
- * put's pin, peaks.json, the rows). Every job ends done, with bytes that hash to its content id,
+ * SQLite, the database), or the artifact root alone; kept at the same free space before each job
+ * by a filler file. The WAVs the conversion writes scan the boundary in steps smaller than
+ * peaks.json and than a database page, so the volume fills in each write in turn: the rows, the
+ * put's pin (SQLite), peaks.json, the WAV's copy (the store apart), the conversion (one volume).
+ * Every job ends done, with bytes that hash to its content id and that the store's totals count,
  * or failed with nothing of it in artifacts/ or work/ and the volume's free space as before (the
- * database's own growth aside). A job after the scan, with room, ends done. Needs mount(2) (root,
- * as CI runs); skipped with a message otherwise.
+ * database's own growth aside). A job after the scan, with room, ends done. Not reached here: a
+ * refused flush (tmpfs never refuses one). Needs mount(2) (root, as CI runs); skipped with a
+ * message otherwise.
  */
 const VOLUME_BYTES = 16 * 1024 * 1024;
 /** Free space before each job: what the converted WAVs are scanned around. */
@@ -106,27 +108,38 @@ function walTruncation(file: string): () => void {
   };
 }
 
-describe.each(BACKENDS)('a commit on a full volume, on %s', (kind) => {
+/**
+ * Where the store is: on the data folder's volume (SQLite's file and work/ beside it, the WAV moved
+ * in), or on a volume of its own (the WAV copied in, the database and work/ elsewhere).
+ */
+const CASES = BACKENDS.flatMap((kind) => [
+  { kind, layout: 'one volume' as const },
+  { kind, layout: 'the store apart' as const },
+]);
+
+describe.each(CASES)('a commit on a full volume, on $kind, $layout', ({ kind, layout }) => {
   it('is all or nothing, whichever write meets ENOSPC; a job with room after it ends done', async (ctx) => {
-    const dir = await tmpfs(kind);
-    if (!dir) return ctx.skip(`cannot mount a tmpfs here (needs root): ${mountError}`);
+    const volume = await tmpfs(`${kind}-${layout.replaceAll(' ', '-')}`);
+    if (!volume) return ctx.skip(`cannot mount a tmpfs here (needs root): ${mountError}`);
+    const dir = layout === 'one volume' ? volume : await mkdtemp(path.join(base, 'data-'));
     const database: Database =
       kind === 'sqlite' ? openSqlite(path.join(dir, 'source-fetch.sqlite')) : await openTestDatabase(kind);
     ctx.onTestFinished(() => database.close());
     const checkpoint = kind === 'sqlite' ? walTruncation(path.join(dir, 'source-fetch.sqlite')) : undefined;
     let holders = 0;
     const store: ContentStore = createContentStore(
-      path.join(dir, 'artifacts'),
+      path.join(volume, 'artifacts'),
       createDatabasePins({ database, holder: () => `test:${++holders}`, now: Date.now }),
       'test-node',
     );
     await mkdir(store.root);
-    const filler = path.join(dir, 'filler.bin');
+    const filler = path.join(volume, 'filler.bin');
     await writeFile(filler, '');
 
     /**
      * How far each job got: 'conversion' (its WAV did not fit in work/), 'put' (refused before the
-     * WAV reached its address: the put's pin, a database write), 'peaks', 'rows' (the record).
+     * WAV reached its address: its copy, or the put's pin, a database write), 'peaks', 'rows' (the
+     * record).
      */
     let stage: string;
     const watched: ContentStore = {
@@ -145,13 +158,14 @@ describe.each(BACKENDS)('a commit on a full volume, on %s', (kind) => {
     };
     const outcomes: string[] = [];
     let n = 0;
-    for (let wavBytes = FREE_BEFORE - BELOW[kind]; wavBytes <= FREE_BEFORE + STEP; wavBytes += STEP) {
+    const below = layout === 'one volume' ? BELOW[kind] : BELOW.postgres;
+    for (let wavBytes = FREE_BEFORE - below; wavBytes <= FREE_BEFORE + STEP; wavBytes += STEP) {
       n++;
       const bytes = wav(n, wavBytes - 44);
       // Each job from an empty WAL, so that what the database needs of the volume is the same each time.
       checkpoint?.();
-      await keepFree(dir, filler, FREE_BEFORE);
-      const databaseBefore = await databaseBytes(dir);
+      await keepFree(volume, filler, FREE_BEFORE);
+      const databaseBefore = await databaseBytes(volume);
       const tools = fakeTools({ extractorKey: 'Generic', id: `x${n}` }, bytes);
       stage = 'conversion';
       const job = await runJob(
@@ -182,19 +196,24 @@ describe.each(BACKENDS)('a commit on a full volume, on %s', (kind) => {
         }).toEqual({ wavBytes, artifacts: [], work: [] });
         expect((await readStoreTotals(database)).bytes).toBe(0);
         // As before the job, but for what the database itself grew by (its WAL, on SQLite).
-        expect({ wavBytes, free: freeOn(dir) + (await databaseBytes(dir)) - databaseBefore }).toEqual({
+        expect({ wavBytes, free: freeOn(volume) + (await databaseBytes(volume)) - databaseBefore }).toEqual({
           wavBytes,
           free: FREE_BEFORE,
         });
       }
     }
-    // The scan crossed the boundary, from done to failed in the conversion, and the volume filled
-    // in each write of the commit on its way: on SQLite the database's too (PostgreSQL's is elsewhere).
+    // The scan crossed the boundary, from done to failed, and the volume filled in each write of
+    // the commit on its way: with the store apart, its copy of the WAV; on one volume the
+    // conversion's, and on SQLite the database's (PostgreSQL's is elsewhere).
     expect(outcomes[0]).toBe('done');
-    expect(outcomes.at(-1)).toBe('conversion');
-    expect(new Set(outcomes)).toEqual(
-      new Set(kind === 'sqlite' ? ['done', 'rows', 'peaks', 'put', 'conversion'] : ['done', 'peaks', 'conversion']),
-    );
+    const expected =
+      layout === 'the store apart'
+        ? ['done', 'peaks', 'put']
+        : kind === 'sqlite'
+          ? ['done', 'rows', 'peaks', 'put', 'conversion']
+          : ['done', 'peaks', 'conversion'];
+    expect(outcomes.at(-1)).toBe(expected.at(-1));
+    expect(new Set(outcomes)).toEqual(new Set(expected));
 
     // Room again: a job ends done, and its bytes are the store's whole content.
     await truncate(filler, 0);
