@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import fs, { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { eq } from 'drizzle-orm';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
@@ -234,5 +234,36 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     expect(alone).toMatchObject({ status: 'failed', errorCode: 'storage_full' });
     expect(await fx.contentIdsOnDisk()).toEqual([cid, cid]);
     expect(await fx.database.db.select().from(fx.database.t.storePins)).toEqual([]);
+  });
+
+  it("a commit whose flush of the WAV's folder is refused, the WAV at its address, takes it back", async () => {
+    const fx = await createStoreFixture(kind);
+    const bytes = wav(10);
+    const cid = sha256(bytes);
+    const folder = path.dirname(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME));
+    const open = fs.open.bind(fs);
+    // The folder's flush, after the rename, fails as a disk's can.
+    const refused = vi
+      .spyOn(fs, 'open')
+      .mockImplementation((file, ...rest) =>
+        file === folder
+          ? Promise.reject(Object.assign(new Error('EIO: i/o error'), { code: 'EIO' }))
+          : open(file, ...rest),
+      );
+    const tools = fakeTools({ extractorKey: 'Generic', id: 'f' }, bytes);
+    try {
+      const job = await runJob(fx, { url: 'https://media.example/f.m4a', run: tools.run, now: 5000 });
+      expect(job).toMatchObject({ status: 'failed', errorCode: 'internal_error' });
+      expect(refused).toHaveBeenCalledWith(folder, 'r');
+    } finally {
+      refused.mockRestore();
+    }
+    expect(await fx.contentIdsOnDisk()).toEqual([]);
+    expect(await fx.database.db.select().from(fx.database.t.storePins)).toEqual([]);
+
+    // The control: flushed, the same job stores it.
+    const again = await runJob(fx, { id: 'again', url: 'https://media.example/f.m4a', run: tools.run, now: 6000 });
+    expect(again).toMatchObject({ status: 'done', contentId: cid });
+    expect(await fx.contentIdsOnDisk()).toEqual([cid, cid]);
   });
 });
