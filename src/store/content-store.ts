@@ -76,9 +76,9 @@ export interface ContentStore {
 }
 
 /**
- * A put (or putDerived) that failed after its file reached its address (a flush of the folder
- * refused, say): the file may be there, whole but not known durable. `stored` still pins it, for
- * the caller to take back what it added (it may not remove bytes another put holds or recorded).
+ * A put that failed after its file reached its address (a flush of the folder refused, say): the
+ * file is there, whole but not known durable. `stored` still pins it, for the caller to take back
+ * what it added (it may not remove bytes another put holds, or a row names).
  */
 export class EnteredButFailed extends Error {
   constructor(

@@ -39,7 +39,7 @@ const STEP = 2048;
  * (its download, peaks.json and, on SQLite, the WAL the job's transactions fill), the last not
  * even as the conversion's output.
  */
-const BELOW = { sqlite: 224 * 1024, postgres: 64 * 1024 };
+const BELOW = { sqlite: 176 * 1024, postgres: 64 * 1024 };
 
 let base: string;
 const mounted: string[] = [];
@@ -229,5 +229,6 @@ describe.each(CASES)('a commit on a full volume, on $kind, $layout', ({ kind, la
     );
     expect(job).toMatchObject({ status: 'done', contentId: createHash('sha256').update(bytes).digest('hex') });
     expect(await readFile(store.pathOf(job.contentId!, 'audio.wav'))).toEqual(bytes);
-  });
+    // Some hundred jobs: a bound on a hang, on two busy cores.
+  }, 90_000);
 });

@@ -27,8 +27,9 @@ import { JobFailure, step, type FetchContext, type Outcome } from './step.js';
  *
  * All or nothing: a commit that does not end with the job done (any write refused, ENOSPC on the
  * WAV's move, the peaks' file or the database's; the job lost; its key's allowance) takes back
- * what it added to the store (`takeBack`), and never content stored whole before it. So no file
- * stays in the store that eviction and the free-space floor do not count.
+ * what it added to the store (`takeBack`), never content stored whole before it. So, but for
+ * another put's bytes until that put ends, no file stays in the store that eviction and the
+ * free-space floor do not count.
  *
  * New content (the WAV and its peaks) counts against the submitting key's allowance (`keyAllowance`,
  * src/store/key-allowance.ts), checked in that transaction under the key's lock: a job that would
@@ -74,12 +75,11 @@ export function commitContent(
       stored = await store.put(converted.wavPath, AUDIO_ARTIFACT_NAME, accumulator);
     } catch (err) {
       if (!(err instanceof EnteredButFailed)) throw err;
-      await takeBack(ctx, deps, err.stored, { peaks: false });
+      await takeBack(ctx, deps, err.stored);
       throw err.cause;
     }
     lap('put');
-    // What this commit adds to the store: taken back, whatever fails after this point.
-    let peaksAdded = false;
+    // Whatever fails from here on, what the commit added to the store is taken back.
     let takenBack = false;
     try {
       const peaks = accumulator?.finish();
@@ -88,7 +88,6 @@ export function commitContent(
       const discarding = discardWork();
       let peaksBytes: number | null;
       try {
-        peaksAdded = peaks !== undefined && !store.hasSync(stored.contentId, PEAKS_ARTIFACT_NAME);
         peaksBytes = peaks
           ? await store.putDerived(stored.contentId, PEAKS_ARTIFACT_NAME, peaksJsonBytes(peaks))
           : null;
@@ -122,7 +121,7 @@ export function commitContent(
       if (outcome === 'vanished') throw new Error('stored content vanished before it was recorded');
       if (outcome === 'lost' || 'refusal' in outcome) {
         takenBack = true;
-        await takeBack(ctx, deps, stored, { peaks: peaksAdded });
+        await takeBack(ctx, deps, stored);
         if (outcome === 'lost') return undefined;
         ctx.log.info({ bytes: stored.bytes }, "over its key's storage allowance: nothing stored");
         throw new JobFailure(outcome.refusal);
@@ -134,45 +133,37 @@ export function commitContent(
     } catch (err) {
       // Any write of the commit refused (ENOSPC on the peaks' file or the database's, say): what it
       // added goes, so the store holds nothing its accounting does not know.
-      if (!takenBack) await takeBack(ctx, deps, stored, { peaks: peaksAdded });
+      if (!takenBack) await takeBack(ctx, deps, stored);
       throw err;
     }
   });
 }
 
 /**
- * Takes back what one commit added to the store (the WAV unless `stored.reused`, the peaks' file
- * when `added.peaks`), then ends its pin. A file stays when a row names it (another job recorded
- * the same bytes meanwhile) or another put pins its content (it may be about to record it, having
- * found the file there); whoever records it accounts for it, and a put that fails takes it back
- * in turn. The check reads only, so it runs on a database whose volume is full (SQLite beside the
- * store); the pin's end, a write, follows the removal, once the space is free again. Reusing and
- * taking back run under the content's lock, so content served meanwhile is never removed.
+ * Takes back what a failed commit added to the store, then ends its pin: under the content's lock,
+ * unless another put pins the content (it may be about to record it, having found the file
+ * there), each file of it that no row names goes (the whole folder when the WAV has no row). So
+ * content stored whole before (recorded) stays, and so does a file another job recorded meanwhile;
+ * a file an earlier failed commit left for this put, which pinned it, goes now. The check only
+ * reads, so it runs on a database whose volume is full (SQLite beside the store); the pin's end,
+ * a write, follows the removal, once the space is free again.
  */
-async function takeBack(
-  ctx: FetchContext,
-  deps: CommitDeps,
-  stored: StoredContent,
-  added: { peaks: boolean },
-): Promise<void> {
+async function takeBack(ctx: FetchContext, deps: CommitDeps, stored: StoredContent): Promise<void> {
   const { contentId } = stored;
-  const wav = !stored.reused;
-  if (wav || added.peaks) {
-    try {
-      await deps.database.transaction(async (q) => {
-        await lockContent(q, [contentId], 'remove');
-        if (await pinnedByOthers(q, contentId, stored.pin, deps.now())) return;
-        if (wav && !(await cacheEntryFor(q, contentId, AUDIO_ARTIFACT_NAME))) {
-          deps.store.removeSync(contentId);
-          return;
-        }
-        if (added.peaks && !(await cacheEntryFor(q, contentId, PEAKS_ARTIFACT_NAME)))
-          deps.store.removeSync(contentId, PEAKS_ARTIFACT_NAME);
-      });
-    } catch (err) {
-      // Left to start-up reconciliation; logged so that the operator knows what stays.
-      ctx.log.error({ err, content_id: contentId }, 'a failed commit could not take back what it stored');
-    }
+  try {
+    await deps.database.transaction(async (q) => {
+      await lockContent(q, [contentId], 'remove');
+      if (await pinnedByOthers(q, contentId, stored.pin, deps.now())) return;
+      if (!(await cacheEntryFor(q, contentId, AUDIO_ARTIFACT_NAME))) return deps.store.removeSync(contentId);
+      if (
+        deps.store.hasSync(contentId, PEAKS_ARTIFACT_NAME) &&
+        !(await cacheEntryFor(q, contentId, PEAKS_ARTIFACT_NAME))
+      )
+        deps.store.removeSync(contentId, PEAKS_ARTIFACT_NAME);
+    });
+  } catch (err) {
+    // Left to start-up reconciliation; logged so that the operator knows what stays.
+    ctx.log.error({ err, content_id: contentId }, 'a failed commit could not take back what it stored');
   }
   // A pin that cannot end now (the database refusing writes) expires; eviction drops it then.
   await stored.release().catch((err: unknown) => ctx.log.warn({ err }, "a failed commit's pin could not end"));
