@@ -40,7 +40,7 @@ for (const rows of SIZES) {
   // Nothing evicts while the store is filled: no pins are needed.
   const store = createContentStore(
     path.join(dir, 'artifacts'),
-    { pin: () => Promise.resolve(async () => {}) },
+    { pin: () => Promise.resolve({ holder: 'bench', unpin: async () => {} }) },
     'bench',
   );
   // Filled through a second connection of its own, in one transaction: the service's is asynchronous.

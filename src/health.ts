@@ -10,7 +10,10 @@ import type { StoreSpace } from './store/free-space.js';
  * tools confined to the egress guard (unless the operator turned that off), a working database
  * and a writable artifact root. A node whose artifact root's volume has less free than one job
  * can need (STORE_MIN_FREE_BYTES, src/store/free-space.ts) takes no job, and says `degraded`
- * with a `store_low_on_space` warning: the other nodes, or the operator, must take over.
+ * with a `store_low_on_space` warning: the other nodes, or the operator, must take over. The
+ * warning says why: eviction is making room (the store holds at least what is short), or cannot
+ * (the store holds less: files that are not the store's fill the volume, for the operator to
+ * remove). Either way the node takes jobs again by itself once there is room.
  * Tool look-ups are cached briefly, so a monitoring probe every second does not spawn processes
  * every second.
  *
@@ -48,6 +51,8 @@ export interface HealthDeps {
   artifactRoot: string;
   /** Free space on the artifact root's volume and what one job needs; absent: statfs here, no minimum. */
   storeSpace?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
+  /** Bytes of content the store's accounting counts, what eviction can free (its totals); absent: not known. */
+  storedBytes?: () => Promise<number>;
   now: () => number;
   cacheMs?: number;
 }
@@ -129,6 +134,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
         );
     const minFreeBytes = deps.storeSpace?.minFreeBytes ?? 0;
     const canStore = freeBytes === null || freeBytes >= minFreeBytes;
+    const storedBytes = databaseOk && deps.storedBytes ? await withinTimeout(deps.storedBytes(), pingTimeoutMs) : null;
     const canFetch = ytdlp.present && ffmpeg.present && confinement.ok && databaseOk && writable;
     const warnings: HealthReport['warnings'] = [];
     if (downloader.outdated) {
@@ -140,7 +146,7 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
     if (!canStore) {
       warnings.push({
         code: 'store_low_on_space',
-        message: `The artifact root's volume has ${freeBytes} bytes free, less than one job can need (STORE_MIN_FREE_BYTES, ${minFreeBytes}): this node takes no job until eviction or the operator frees space.`,
+        message: `The artifact root's volume has ${freeBytes} bytes free, less than one job can need (STORE_MIN_FREE_BYTES, ${minFreeBytes}): this node takes no job until there is room. ${lowOnSpaceReason(minFreeBytes - freeBytes, storedBytes)}`,
       });
     }
     return {
@@ -152,7 +158,13 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       ffmpeg,
       node_id: deps.nodeId,
       database: { ok: databaseOk, kind: deps.databaseKind },
-      artifact_root: { writable, free_bytes: freeBytes, min_free_bytes: minFreeBytes, can_store: canStore },
+      artifact_root: {
+        writable,
+        free_bytes: freeBytes,
+        min_free_bytes: minFreeBytes,
+        can_store: canStore,
+        stored_bytes: storedBytes,
+      },
       confinement: {
         mode: confinement.mode,
         ok: confinement.ok,
@@ -161,6 +173,23 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
       warnings,
     };
   };
+}
+
+/** Why a node is short of room: whether evicting the store's content can make up the `shortBytes`. */
+function lowOnSpaceReason(shortBytes: number, storedBytes: number | null): string {
+  if (storedBytes === null) return 'Eviction frees what it can of the store; the operator may free the rest.';
+  if (storedBytes >= shortBytes)
+    return `Eviction is making room: the store holds ${storedBytes} bytes of content, ${shortBytes} must go.`;
+  return `Eviction cannot make room: the store holds ${storedBytes} bytes of content and ${shortBytes} must be freed; files that are not the store's fill the volume, and only the operator can remove them.`;
+}
+
+/** What `answer` settles to, or null once `ms` have passed first or when it fails. */
+async function withinTimeout<T>(answer: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), ms);
+  });
+  return Promise.race([answer.catch(() => null), late]).finally(() => clearTimeout(timer));
 }
 
 /** The downloader as the metrics show it (src/metrics.ts MetricsSources), each scrape from a health check. */

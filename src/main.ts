@@ -145,6 +145,7 @@ async function main(): Promise<void> {
     nodeId,
     artifactRoot: config.artifactRoot,
     storeSpace: upkeep.space,
+    storedBytes: async () => (await readStoreTotals(database)).bytes,
     now,
   });
   logFirstHealthCheck(checkHealth, log);

@@ -243,6 +243,8 @@ export interface components {
                 min_free_bytes: number;
                 /** @description False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`. */
                 can_store: boolean;
+                /** @description Bytes of content the store holds, what eviction can free (null: the database cannot be asked). Below min_free_bytes with less stored than is short, eviction cannot make room: files that are not the store's fill the volume. */
+                stored_bytes: number | null;
             };
             confinement: {
                 /**

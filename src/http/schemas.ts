@@ -324,6 +324,10 @@ export const HealthSchema = z
       can_store: z.boolean().openapi({
         description: 'False when less than min_free_bytes is free: this node takes no job, and `status` is `degraded`.',
       }),
+      stored_bytes: z.number().nullable().openapi({
+        description:
+          "Bytes of content the store holds, what eviction can free (null: the database cannot be asked). Below min_free_bytes with less stored than is short, eviction cannot make room: files that are not the store's fill the volume.",
+      }),
     }),
     confinement: z.object({
       mode: z.enum(['netns', 'off']).openapi({

@@ -30,8 +30,8 @@ export const INCOMING_DIR = '.incoming';
 const STALE_INCOMING_MS = 60 * 60 * 1000;
 
 export interface ContentPins {
-  /** Pins a content id; the returned function ends the pin. */
-  pin(contentId: string): Promise<() => Promise<void>>;
+  /** Pins a content id: `holder` names the pin (its row, for pins in the database), `unpin` ends it. */
+  pin(contentId: string): Promise<{ holder: string; unpin: () => Promise<void> }>;
 }
 
 export interface StoredContent {
@@ -39,6 +39,8 @@ export interface StoredContent {
   bytes: number;
   /** True when the same bytes were already stored (from another URL, say). */
   reused: boolean;
+  /** The holder of put()'s pin, so that the transaction that records the content can end it too. */
+  pin: string;
   /** Ends the pin put() took; call it when the content is recorded or given up (later calls do nothing). */
   release(): Promise<void>;
 }
@@ -47,7 +49,8 @@ export interface ContentStore {
   readonly root: string;
   /**
    * Moves (or copies across file systems) `sourceFile` into the store under its content id.
-   * When the same bytes are already stored, the source is left in place.
+   * When the same bytes are already stored, the source is left in place. A put that throws has
+   * added nothing, but for EnteredButFailed (its file at its address, still pinned).
    */
   put(sourceFile: string, name: string, observer?: ByteObserver): Promise<StoredContent>;
   /**
@@ -59,16 +62,31 @@ export interface ContentStore {
   /** Whether the file is stored; synchronous, for use inside a database transaction. */
   hasSync(contentId: string, name: string): boolean;
   /**
-   * Removes a content id's folder; a reader that has a file open keeps reading it. Synchronous,
-   * so that callers check "nothing refers to it" and remove with nothing in between.
+   * Removes a content id's folder, or only its file `name`; a reader that has a file open keeps
+   * reading it. Synchronous, so that callers check "nothing refers to it" and remove with nothing
+   * in between.
    */
-  removeSync(contentId: string): void;
+  removeSync(contentId: string, name?: string): void;
   pathOf(contentId: string, name: string): string;
   /**
    * Removes leftovers of interrupted writes: those staged by a writer that `isGone` says is dead,
    * and any old enough that no live node can still be writing it.
    */
   clearIncoming(now: number, isGone: (writer: string) => boolean): Promise<number>;
+}
+
+/**
+ * A put that failed after its file reached its address (a flush of the folder refused, say): the
+ * file is there, whole but not known durable. `stored` still pins it, for the caller to take back
+ * what it added (it may not remove bytes another put holds, or a row names).
+ */
+export class EnteredButFailed extends Error {
+  constructor(
+    readonly stored: StoredContent,
+    cause: unknown,
+  ) {
+    super('the stored file could not be made durable', { cause });
+  }
 }
 
 /** Sees a file's bytes in order as they are hashed (the one read of them), e.g. a peaks accumulator. */
@@ -125,6 +143,13 @@ async function fsyncPath(target: string, flags: string): Promise<void> {
   }
 }
 
+/** Thrown by enter() for a failure after the rename: the file is at its address. */
+class AtItsAddress extends Error {
+  constructor(readonly reason: unknown) {
+    super('failed after the rename');
+  }
+}
+
 /** A staged file's name: its writer (a node id), then a time and a random part. */
 const STAGED_NAME = /^(.+)\.\d+\.[0-9a-f]{24}$/;
 
@@ -137,13 +162,16 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
 
   const pathOf = (contentId: string, name: string) => path.join(root, artifactRelativePath(contentId, name));
 
-  async function pin(contentId: string): Promise<() => Promise<void>> {
-    const unpin = await pins.pin(contentId);
+  async function pin(contentId: string): Promise<{ holder: string; release: () => Promise<void> }> {
+    const { holder, unpin } = await pins.pin(contentId);
     let released = false;
-    return async () => {
-      if (released) return;
-      released = true;
-      await unpin();
+    return {
+      holder,
+      release: async () => {
+        if (released) return;
+        released = true;
+        await unpin();
+      },
     };
   }
 
@@ -191,16 +219,20 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
     target: string,
     { folderKnown = false, flushed }: { folderKnown?: boolean; flushed?: Promise<void> } = {},
   ): Promise<void> {
+    const dir = path.join(root, contentDirRelative(contentId));
     try {
       await (flushed ?? fsyncPath(staged, 'r'));
-      const dir = path.join(root, contentDirRelative(contentId));
       await fs.mkdir(dir, { recursive: true });
       await fs.rename(staged, target);
-      await fsyncPath(dir, 'r');
-      if (!folderKnown) await fsyncPath(path.dirname(dir), 'r');
     } catch (err) {
       await fs.rm(staged, { force: true });
       throw err;
+    }
+    try {
+      await fsyncPath(dir, 'r');
+      if (!folderKnown) await fsyncPath(path.dirname(dir), 'r');
+    } catch (err) {
+      throw new AtItsAddress(err);
     }
   }
 
@@ -216,16 +248,20 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
         // Awaited when the file is moved in; a put that fails or finds the bytes stored lets it end alone.
         flushed.catch(() => {});
         const { hex: contentId, bytes } = await sha256Of(source, observer);
-        const release = await pin(contentId);
+        const { holder, release } = await pin(contentId);
         try {
           const target = pathOf(contentId, name);
           const existing = await fs.lstat(target).catch(() => null);
           // Already stored: the source stays where it is (its owner removes it).
-          if (existing?.isFile() && existing.size === bytes) return { contentId, bytes, reused: true, release };
+          if (existing?.isFile() && existing.size === bytes)
+            return { contentId, bytes, reused: true, pin: holder, release };
           const { staged, moved } = await stageFile(sourceFile, source, { dev, ino });
           await enter(staged, contentId, target, moved ? { flushed } : {});
-          return { contentId, bytes, reused: false, release };
+          return { contentId, bytes, reused: false, pin: holder, release };
         } catch (err) {
+          // Still pinned: the caller takes back what this put added.
+          if (err instanceof AtItsAddress)
+            throw new EnteredButFailed({ contentId, bytes, reused: false, pin: holder, release }, err.reason);
           await release();
           throw err;
         }
@@ -247,8 +283,11 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
         await fs.rm(staged, { force: true });
         throw err;
       }
-      // The content's WAV is there (pinned): its folder's entry is durable already.
-      await enter(staged, contentId, target, { folderKnown: true });
+      // The content's WAV is there (pinned): its folder's entry is durable already. The caller
+      // knows whether the file was there before, and takes it back if it was not.
+      await enter(staged, contentId, target, { folderKnown: true }).catch((err: unknown) => {
+        throw err instanceof AtItsAddress ? err.reason : err;
+      });
       return bytes.length;
     },
 
@@ -256,8 +295,9 @@ export function createContentStore(root: string, pins: ContentPins, writer: stri
       return existsSync(pathOf(contentId, name));
     },
 
-    removeSync(contentId) {
-      rmSync(path.join(root, contentDirRelative(contentId)), { recursive: true, force: true });
+    removeSync(contentId, name) {
+      const target = name === undefined ? path.join(root, contentDirRelative(contentId)) : pathOf(contentId, name);
+      rmSync(target, { recursive: true, force: true });
     },
 
     async clearIncoming(now, isGone) {

@@ -16,7 +16,7 @@ export interface StoreSpace {
   freeBytes(): number | null;
   /**
    * Whether one more job's output fits with STORE_MIN_FREE_BYTES to spare. When not, `onShort` is
-   * called (at most once per `shortNoticeMs`): eviction may free space. An unknown free space does
+   * called (at most once per `shortNoticeMs`): eviction may free space; when it fits again, `onRoom`. An unknown free space does
    * not stop jobs: /healthz reports an artifact root it cannot write to on its own.
    */
   canStoreJob(): boolean;
@@ -28,10 +28,13 @@ export function createStoreSpace(deps: {
   statfs: StatFs;
   now: () => number;
   onShort?: () => void;
+  /** Called when a job fits again after onShort: the node takes jobs again. */
+  onRoom?: () => void;
   shortNoticeMs?: number;
 }): StoreSpace {
   const noticeMs = deps.shortNoticeMs ?? 5000;
   let noticedAt = -Infinity;
+  let short = false;
   const space: StoreSpace = {
     minFreeBytes: deps.minFreeBytes,
     freeBytes() {
@@ -44,7 +47,12 @@ export function createStoreSpace(deps: {
     },
     canStoreJob() {
       const free = space.freeBytes();
-      if (free === null || free >= deps.minFreeBytes) return true;
+      if (free === null || free >= deps.minFreeBytes) {
+        if (short) deps.onRoom?.();
+        short = false;
+        return true;
+      }
+      short = true;
       const now = deps.now();
       if (now - noticedAt >= noticeMs) {
         noticedAt = now;

@@ -1,4 +1,4 @@
-import { and, eq, gt, inArray, lt, sql } from 'drizzle-orm';
+import { and, eq, gt, inArray, lt, ne, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
 import { prepared } from '../db/prepared.js';
 import type { ContentPins } from './content-store.js';
@@ -49,6 +49,23 @@ export async function pinnedAmong(q: Queryable, contentIds: string[], now: numbe
   return new Set(rows.map((row) => row.contentId));
 }
 
+/** Whether a live pin other than `holder`'s holds a content id. */
+export async function pinnedByOthers(q: Queryable, contentId: string, holder: string, now: number): Promise<boolean> {
+  const { storePins } = q.t;
+  const rows = await q.db
+    .select({ holder: storePins.holder })
+    .from(storePins)
+    .where(and(eq(storePins.contentId, contentId), ne(storePins.holder, holder), gt(storePins.expiresAt, now)))
+    .limit(1);
+  return rows.length > 0;
+}
+
+/** Ends one pin; in the transaction that records its content, so that the content is never unpinned and unrecorded. */
+export async function endPin(q: Queryable, contentId: string, holder: string): Promise<void> {
+  const { storePins } = q.t;
+  await q.db.delete(storePins).where(and(eq(storePins.contentId, contentId), eq(storePins.holder, holder)));
+}
+
 export function createDatabasePins(deps: {
   database: Database;
   holder: () => string;
@@ -64,12 +81,7 @@ export function createDatabasePins(deps: {
         await lockContent(q, [contentId], 'use');
         await q.db.insert(q.t.storePins).values({ contentId, holder, expiresAt: deps.now() + ttlMs });
       });
-      return async () => {
-        const { storePins } = deps.database.t;
-        await deps.database.db
-          .delete(storePins)
-          .where(and(eq(storePins.contentId, contentId), eq(storePins.holder, holder)));
-      };
+      return { holder, unpin: () => endPin(deps.database, contentId, holder) };
     },
   };
 }

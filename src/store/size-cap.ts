@@ -2,7 +2,7 @@ import type { Database } from '../db/database.js';
 import { giveBackLease, takeLease } from '../db/leases.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from './content-store.js';
-import { evictToCap, type EvictionResult } from './eviction.js';
+import { evictToCap, readStoreTotals, type EvictionResult } from './eviction.js';
 import type { StoreSpace } from './free-space.js';
 import { dropExpiredPins } from './pins.js';
 
@@ -42,6 +42,25 @@ export function createSizeCap(deps: {
   let current: Promise<EvictionResult> | undefined;
   let again = false;
   let timer: NodeJS.Timeout | undefined;
+  /** Whether the last run left the volume short of its free space: said once per stretch. */
+  let stuck = false;
+
+  /** After a run: the volume still short of free space means eviction cannot make room (logged once until it can). */
+  async function noteStillShort(): Promise<void> {
+    const free = deps.space?.freeBytes() ?? null;
+    const short = deps.space !== undefined && free !== null && free < deps.space.minFreeBytes;
+    if (short && !stuck) {
+      deps.log.warn(
+        {
+          free_bytes: free,
+          min_free_bytes: deps.space!.minFreeBytes,
+          stored_bytes: (await readStoreTotals(deps.database)).bytes,
+        },
+        "eviction cannot make room for a job: what is left of the store is too little or being stored, and files that are not the store's fill the artifact root's volume",
+      );
+    }
+    stuck = short;
+  }
 
   async function once(): Promise<EvictionResult> {
     const started = performance.now();
@@ -68,6 +87,7 @@ export function createSizeCap(deps: {
         );
         deps.onEvicted?.(result);
       }
+      await noteStillShort();
       return result;
     } finally {
       await giveBackLease(deps.database, EVICTOR_LEASE, deps.nodeId);

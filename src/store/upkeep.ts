@@ -45,6 +45,11 @@ export function createStoreUpkeep(config: StoreUpkeepConfig, deps: StoreUpkeepDe
       );
       sizeCap.request();
     },
+    onRoom: () =>
+      log.info(
+        { free_bytes: space.freeBytes(), min_free_bytes: config.storeMinFreeBytes },
+        "the artifact root's volume has room for a job again: taking jobs",
+      ),
   });
   const usageLog = deps.openUsageLog?.((cid, at) => usage.touch(cid, at));
   const usage = createUsageRecorder({

@@ -173,11 +173,18 @@ describe('a store on a volume smaller than its cap', () => {
       (await (await svc.request('/healthz', { auth: false })).json()) as {
         status: string;
         artifact_root: Record<string, unknown>;
-        warnings: Array<{ code: string }>;
+        warnings: Array<{ code: string; message: string }>;
       };
     const short = await health();
-    expect(short).toMatchObject({ status: 'degraded', artifact_root: { min_free_bytes: MIN_FREE, can_store: false } });
-    expect(short.warnings.map((warning) => warning.code)).toContain('store_low_on_space');
+    expect(short).toMatchObject({
+      status: 'degraded',
+      artifact_root: { min_free_bytes: MIN_FREE, can_store: false, stored_bytes: 0 },
+    });
+    // Why: nothing of the store to evict, so only the operator can make room.
+    expect(short.warnings).toContainEqual({
+      code: 'store_low_on_space',
+      message: expect.stringContaining('Eviction cannot make room: the store holds 0 bytes of content'),
+    });
     expect(await metric(svc, 'source_fetch_store_free_bytes')).toBeLessThan(MIN_FREE);
 
     const noticed = () =>
@@ -191,6 +198,10 @@ describe('a store on a volume smaller than its cap', () => {
     await waitFor('the node to look and decline', () => noticed() > before);
     expect((await svc.getJob(id)).status).toBe('queued');
     expect(media.requestsFor('/waits.flac')).toHaveLength(0);
+    // Its log says why, once: eviction ran and cannot make the room.
+    await waitFor('the log to say eviction cannot make room', () =>
+      svc.logs.some((line) => line.msg.startsWith('eviction cannot make room for a job')),
+    );
 
     // The control: room again, the same job is taken and ends done, and the node says ok.
     await rm(filler);
@@ -198,5 +209,9 @@ describe('a store on a volume smaller than its cap', () => {
     const room = await health();
     expect(room).toMatchObject({ status: 'ok', artifact_root: { can_store: true } });
     expect(room.warnings.map((warning) => warning.code)).not.toContain('store_low_on_space');
+    expect(svc.logs.map((line) => line.msg)).toContain(
+      "the artifact root's volume has room for a job again: taking jobs",
+    );
+    expect(svc.logs.filter((line) => line.msg.startsWith('eviction cannot make room for a job')).length).toBe(1);
   });
 });

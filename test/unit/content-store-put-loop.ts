@@ -16,7 +16,11 @@ if (!root || !workDir || files.length === 0)
   throw new Error('usage: content-store-put-loop.ts <store root> <work dir> <file>...');
 // Pins do not matter here: nothing evicts.
 // The parent knows every writer named put-loop-* is dead once it has killed them.
-const store = createContentStore(root, { pin: () => Promise.resolve(async () => {}) }, `put-loop-${process.pid}`);
+const store = createContentStore(
+  root,
+  { pin: () => Promise.resolve({ holder: 'put-loop', unpin: async () => {} }) },
+  `put-loop-${process.pid}`,
+);
 process.stdout.write('ready\n');
 for (let i = 0; ; i++) {
   const source = path.join(workDir, `source-${process.pid}-${i}`);

@@ -21,11 +21,14 @@ function memoryPins(): ContentPins & { held: Map<string, number> } {
     held,
     pin(contentId) {
       held.set(contentId, (held.get(contentId) ?? 0) + 1);
-      return Promise.resolve(() => {
-        const left = held.get(contentId)! - 1;
-        if (left === 0) held.delete(contentId);
-        else held.set(contentId, left);
-        return Promise.resolve();
+      return Promise.resolve({
+        holder: 'memory',
+        unpin: () => {
+          const left = held.get(contentId)! - 1;
+          if (left === 0) held.delete(contentId);
+          else held.set(contentId, left);
+          return Promise.resolve();
+        },
       });
     },
   };

@@ -1,172 +1,22 @@
 import { createHash } from 'node:crypto';
-import { execFileSync } from 'node:child_process';
-import { open, readFile, writeFile } from 'node:fs/promises';
+import fs, { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { eq } from 'drizzle-orm';
-import { describe, expect, it } from 'vitest';
-import { createFetchTask } from '../../src/jobs/fetch/task.js';
-import { claimNextJob, enqueueJob, getJobRow } from '../../src/jobs/queue.js';
-import { createLogger } from '../../src/logger.js';
-import { createSandbox } from '../../src/sandbox/sandbox.js';
-import { makeFifo } from '../../src/tools/fifo.js';
+import { describe, expect, it, vi } from 'vitest';
 import { resolveAlias, setAlias } from '../../src/store/aliases.js';
 import { cacheEntryFor, recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import type { ContentStore } from '../../src/store/content-store.js';
 import { evictToCap } from '../../src/store/eviction.js';
-import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
-import type { runProcess, RunProcessResult } from '../../src/tools/process.js';
-import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
+import { AUDIO_ARTIFACT_NAME, PEAKS_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { createDatabasePins } from '../../src/store/pins.js';
+import { fakeTools, runJob, wav } from '../support/fetch-task-fakes.js';
+import { createStoreFixture } from '../support/store-fixture.js';
 import { BACKENDS } from '../support/test-database.js';
 
 /**
  * The fetch task on a real database (each kind) and artifact root, with stand-ins for yt-dlp and
- * ffmpeg: yt-dlp prints a fixed media identity, waits at its gate (a FIFO, as the real one) and,
- * let through, writes a small file; the conversion writes a fixed WAV.
+ * ffmpeg (../support/fetch-task-fakes.ts).
  */
-const OK: RunProcessResult = {
-  exitCode: 0,
-  signal: null,
-  timedOut: false,
-  aborted: false,
-  stderrTail: '',
-  notFound: false,
-  spawnError: null,
-  stdout: '',
-  stdoutTruncated: false,
-};
-
-/** A tenth of a second of 44.1 kHz mono 16-bit silence (the format the conversion asks for) with a distinct first sample. */
-function wav(seed: number): Buffer {
-  const data = Buffer.alloc(8_820);
-  data.writeInt16LE(seed, 0);
-  const fmt = Buffer.alloc(16);
-  fmt.writeUInt16LE(1, 0);
-  fmt.writeUInt16LE(1, 2);
-  fmt.writeUInt32LE(44_100, 4);
-  fmt.writeUInt32LE(88_200, 8);
-  fmt.writeUInt16LE(2, 12);
-  fmt.writeUInt16LE(16, 14);
-  const chunk = (id: string, body: Buffer) => {
-    const head = Buffer.alloc(8);
-    head.write(id, 0, 'latin1');
-    head.writeUInt32LE(body.length, 4);
-    return Buffer.concat([head, body]);
-  };
-  const body = Buffer.concat([Buffer.from('WAVE', 'latin1'), chunk('fmt ', fmt), chunk('data', data)]);
-  const head = Buffer.alloc(8);
-  head.write('RIFF', 0, 'latin1');
-  head.writeUInt32LE(body.length, 4);
-  return Buffer.concat([head, body]);
-}
-
-function fakeTools(media: { extractorKey: string; id: string; page?: string }, wavBytes: Buffer) {
-  const calls: string[] = [];
-  const run: typeof runProcess = async (wrapped) => {
-    // Each tool runs under prlimit, which sets its limits and execs it.
-    expect(wrapped.command).toBe('prlimit');
-    const separator = wrapped.args.indexOf('--');
-    const opts = { ...wrapped, command: wrapped.args[separator + 1]!, args: wrapped.args.slice(separator + 2) };
-    if (opts.command === 'yt-dlp') {
-      calls.push('ytdlp');
-      const info = {
-        extractor: media.extractorKey.toLowerCase(),
-        extractor_key: media.extractorKey,
-        id: media.id,
-        webpage_url: media.page,
-        formats: [{ protocol: 'https' }],
-      };
-      opts.onStdoutLine?.(`INFO ${JSON.stringify(info)}`);
-      const fifo = path.join(opts.cwd!, 'gate');
-      execFileSync('mkfifo', [fifo]);
-      const gate = (async () => {
-        const handle = await open(fifo, 'r');
-        try {
-          await handle.read(Buffer.alloc(16));
-        } finally {
-          await handle.close();
-        }
-      })();
-      opts.onStdoutLine?.('GATE');
-      const stopped = new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
-      if ((await Promise.race([gate.then(() => 'go'), stopped])) !== 'go') {
-        // Stopped at the gate: a writer of its own lets its read end.
-        await (await open(fifo, 'r+')).close();
-        await gate;
-        return { ...OK, exitCode: null, signal: 'SIGTERM', aborted: true };
-      }
-      calls.push('download');
-      const file = opts.args[opts.args.indexOf('-o') + 1]!.replace('%(ext)s', 'm4a');
-      await writeFile(file, 'media bytes');
-      opts.onStdoutLine?.(file);
-      return OK;
-    }
-    if (opts.args.some((arg) => arg.startsWith('async:'))) {
-      // Started early on the FIFO: the download here ('media bytes') is converted whole, so this
-      // one is stopped unfed, as the real one would be.
-      await new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
-      return { ...OK, exitCode: null, signal: 'SIGTERM', aborted: true };
-    }
-    calls.push('ffmpeg');
-    // The WAV is the output after `-f wav` (the input's tags are another, after it).
-    await writeFile(opts.args[opts.args.indexOf('wav') + 1]!.replace(/^file:/, ''), wavBytes);
-    return OK;
-  };
-  return { run, calls };
-}
-
-/** hostsContacted: the hosts the egress guard says the downloader fetched from. */
-async function runJob(
-  fx: StoreFixture,
-  opts: {
-    id?: string;
-    url: string;
-    run: typeof runProcess;
-    store?: ContentStore;
-    now: number;
-    hostsContacted?: string[];
-  },
-) {
-  const id = opts.id ?? 'job';
-  await enqueueJob(fx.database, { id, url: opts.url, urlKey: opts.url, createdAt: 1 });
-  const job = (await claimNextJob(fx.database, { owner: 'node', now: 1, leaseMs: 60_000 }))!;
-  const task = createFetchTask({
-    database: fx.database,
-    store: opts.store ?? fx.store,
-    now: () => opts.now,
-    mountView: false,
-    sandbox: createSandbox({
-      mode: 'off',
-      run: opts.run,
-      guardAuthority: '127.0.0.1:9',
-      guardSocket: null,
-      unshare: 'unshare',
-      python: 'python3',
-      hostNetns: 'net:[1]',
-    }),
-    tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
-    makeFifo,
-    workDir: path.join(fx.dir, 'work'),
-    limits: {
-      timeoutMs: 10_000,
-      metadataTimeoutMs: 10_000,
-      downloadStall: { windowMs: 10_000, minBytes: 1 },
-      maxDownloadBytes: 1_000_000,
-      maxOutputBytes: 1_000_000,
-      maxDurationS: 3600,
-      tool: { memoryBytes: 256 * 1024 ** 2, cpuSeconds: 60, processes: 64 },
-    },
-    openEgressSession: () => ({
-      proxyUrlAt: (at) => `http://job:secret@${at}`,
-      refusals: () => [],
-      upstreamFailures: () => [],
-      hostsContacted: () => opts.hostsContacted ?? [],
-      close: () => {},
-    }),
-  });
-  await task(job, { signal: new AbortController().signal, log: createLogger('silent'), owner: 'node' });
-  return (await getJobRow(fx.database, id))!;
-}
-
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
 describe.each(BACKENDS)('fetch task on %s', (kind) => {
@@ -293,5 +143,128 @@ describe.each(BACKENDS)('fetch task on %s', (kind) => {
     expect(
       (await evictToCap({ database: fx.database, store: fx.store, capBytes: 0, now: Date.now })).evictedContentIds,
     ).toEqual([cid]);
+  });
+
+  /**
+   * A store whose WAV, looked for in the record's transaction, meets a full volume: the commit
+   * fails at its last write, once its WAV and peaks are in place.
+   */
+  const failingRecord = (store: ContentStore): ContentStore => ({
+    ...store,
+    hasSync(contentId, name) {
+      if (name === AUDIO_ARTIFACT_NAME) throw Object.assign(new Error('no space left on device'), { code: 'ENOSPC' });
+      return store.hasSync(contentId, name);
+    },
+  });
+
+  it('a commit that fails takes back what it added, never content stored whole before it', async () => {
+    const fx = await createStoreFixture(kind);
+    const bytes = wav(7);
+    const cid = sha256(bytes);
+    // The same bytes, stored and recorded before (from another URL), without peaks.
+    const earlier = path.join(fx.dir, 'earlier.wav');
+    await writeFile(earlier, bytes);
+    await (await fx.store.put(earlier, AUDIO_ARTIFACT_NAME)).release();
+    await recordCacheEntry(
+      fx.database,
+      {
+        contentId: cid,
+        name: AUDIO_ARTIFACT_NAME,
+        kind: SOURCE_WAV_KIND,
+        bytes: bytes.length,
+        contentType: 'audio/wav',
+        sampleRate: 44_100,
+        channels: 1,
+        durationS: 0.1,
+      },
+      1000,
+    );
+    const tools = fakeTools({ extractorKey: 'Generic', id: 'x' }, bytes);
+
+    const job = await runJob(fx, {
+      url: 'https://media.example/x.m4a',
+      run: tools.run,
+      store: failingRecord(fx.store),
+      now: 5000,
+    });
+    expect(job).toMatchObject({ status: 'failed', errorCode: 'storage_full' });
+    // The WAV stored before stays, with its row; the peaks this commit added went again.
+    expect(sha256(await readFile(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME)))).toBe(cid);
+    expect(await cacheEntryFor(fx.database, cid, AUDIO_ARTIFACT_NAME)).toMatchObject({ lastUsedAt: 1000 });
+    expect(fx.store.hasSync(cid, PEAKS_ARTIFACT_NAME)).toBe(false);
+    expect(await fx.database.db.select().from(fx.database.t.storePins)).toEqual([]);
+
+    // The control: the same job without the failure records the content, and its peaks.
+    const again = await runJob(fx, { id: 'again', url: 'https://media.example/x.m4a', run: tools.run, now: 6000 });
+    expect(again).toMatchObject({ status: 'done', contentId: cid });
+    expect(fx.store.hasSync(cid, PEAKS_ARTIFACT_NAME)).toBe(true);
+  });
+
+  it('a commit that fails leaves the bytes another put holds, and the next one that fails takes them back', async () => {
+    const fx = await createStoreFixture(kind);
+    const bytes = wav(8);
+    const cid = sha256(bytes);
+    // Another job (on any node) storing the same bytes at this moment.
+    const other = await createDatabasePins({
+      database: fx.database,
+      holder: () => 'other-node:put',
+      now: Date.now,
+    }).pin(cid);
+    const tools = fakeTools({ extractorKey: 'Generic', id: 'y' }, bytes);
+
+    const held = await runJob(fx, {
+      url: 'https://media.example/y.m4a',
+      run: tools.run,
+      store: failingRecord(fx.store),
+      now: 5000,
+    });
+    expect(held).toMatchObject({ status: 'failed', errorCode: 'storage_full' });
+    // The other put may have found them there and be about to record them: they stay.
+    expect(await fx.contentIdsOnDisk()).toEqual([cid, cid]);
+    await other.unpin();
+
+    // The control: nobody else holds them now, and the next commit of the same bytes that fails
+    // (finding them there, unrecorded) takes them back: nothing is left outside the accounting.
+    const alone = await runJob(fx, {
+      id: 'alone',
+      url: 'https://media.example/y2.m4a',
+      run: tools.run,
+      store: failingRecord(fx.store),
+      now: 6000,
+    });
+    expect(alone).toMatchObject({ status: 'failed', errorCode: 'storage_full' });
+    expect(await fx.contentIdsOnDisk()).toEqual([]);
+    expect(await fx.database.db.select().from(fx.database.t.storePins)).toEqual([]);
+  });
+
+  it("a commit whose flush of the WAV's folder is refused, the WAV at its address, takes it back", async () => {
+    const fx = await createStoreFixture(kind);
+    const bytes = wav(10);
+    const cid = sha256(bytes);
+    const folder = path.dirname(fx.store.pathOf(cid, AUDIO_ARTIFACT_NAME));
+    const open = fs.open.bind(fs);
+    // The folder's flush, after the rename, fails as a disk's can.
+    const refused = vi
+      .spyOn(fs, 'open')
+      .mockImplementation((file, ...rest) =>
+        file === folder
+          ? Promise.reject(Object.assign(new Error('EIO: i/o error'), { code: 'EIO' }))
+          : open(file, ...rest),
+      );
+    const tools = fakeTools({ extractorKey: 'Generic', id: 'f' }, bytes);
+    try {
+      const job = await runJob(fx, { url: 'https://media.example/f.m4a', run: tools.run, now: 5000 });
+      expect(job).toMatchObject({ status: 'failed', errorCode: 'internal_error' });
+      expect(refused).toHaveBeenCalledWith(folder, 'r');
+    } finally {
+      refused.mockRestore();
+    }
+    expect(await fx.contentIdsOnDisk()).toEqual([]);
+    expect(await fx.database.db.select().from(fx.database.t.storePins)).toEqual([]);
+
+    // The control: flushed, the same job stores it.
+    const again = await runJob(fx, { id: 'again', url: 'https://media.example/f.m4a', run: tools.run, now: 6000 });
+    expect(again).toMatchObject({ status: 'done', contentId: cid });
+    expect(await fx.contentIdsOnDisk()).toEqual([cid, cid]);
   });
 });

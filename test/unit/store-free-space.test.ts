@@ -3,10 +3,12 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createHealthCheck } from '../../src/health.js';
+import { createLogger } from '../../src/logger.js';
 import { recordCacheEntry, SOURCE_WAV_KIND } from '../../src/store/cache-entries.js';
 import { evictToCap, readStoreTotals } from '../../src/store/eviction.js';
 import { createStoreSpace, type StatFs } from '../../src/store/free-space.js';
 import { AUDIO_ARTIFACT_NAME } from '../../src/store/layout.js';
+import { createSizeCap } from '../../src/store/size-cap.js';
 import { createStoreFixture, type StoreFixture } from '../support/store-fixture.js';
 import { BACKENDS } from '../support/test-database.js';
 
@@ -42,12 +44,14 @@ describe('the free space of the store', () => {
     let free = 4096;
     let clock = 0;
     let shorts = 0;
+    let rooms = 0;
     const space = createStoreSpace({
       root: '/store',
       minFreeBytes: 8192,
       statfs: statfsOf(() => free),
       now: () => clock,
       onShort: () => shorts++,
+      onRoom: () => rooms++,
       shortNoticeMs: 5000,
     });
     expect(space.canStoreJob()).toBe(false);
@@ -57,15 +61,19 @@ describe('the free space of the store', () => {
     clock = 5000;
     expect(space.canStoreJob()).toBe(false);
     expect(shorts).toBe(2);
-    // The control: with room for one job, it takes it, and asks for nothing.
+    expect(rooms).toBe(0);
+    // The control: with room for one job, it takes it, asks for nothing, and says so once.
     free = 8192;
     clock = 20_000;
     expect(space.canStoreJob()).toBe(true);
+    expect(space.canStoreJob()).toBe(true);
     expect(shorts).toBe(2);
+    expect(rooms).toBe(1);
   });
 
   it('/healthz says degraded, with a warning, while there is not room for one job; ok once there is', async () => {
     let free = 1000;
+    let stored = 0;
     const check = createHealthCheck({
       tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
       checkConfinement: () => Promise.resolve({ mode: 'netns', ok: true }),
@@ -76,20 +84,43 @@ describe('the free space of the store', () => {
       nodeId: 'node-1',
       artifactRoot: '/',
       storeSpace: createStoreSpace({ root: '/store', minFreeBytes: 8192, statfs: statfsOf(() => free), now: () => 0 }),
+      storedBytes: () => Promise.resolve(stored),
       now: () => Date.UTC(2026, 10, 1),
     });
-    const short = await check();
-    expect(short).toMatchObject({
+    // Nothing of the store to evict: only the operator can make room, and the warning says so.
+    const stuck = await check();
+    expect(stuck).toMatchObject({
       status: 'degraded',
       can_fetch: true,
-      artifact_root: { free_bytes: 1000, min_free_bytes: 8192, can_store: false },
+      artifact_root: { free_bytes: 1000, min_free_bytes: 8192, can_store: false, stored_bytes: 0 },
     });
-    expect(short.warnings).toEqual([
-      { code: 'store_low_on_space', message: expect.stringContaining('STORE_MIN_FREE_BYTES, 8192') },
+    expect(stuck.warnings).toEqual([
+      {
+        code: 'store_low_on_space',
+        message: expect.stringMatching(
+          /STORE_MIN_FREE_BYTES, 8192.*Eviction cannot make room: the store holds 0 bytes of content and 7192 must be freed; files that are not the store's/,
+        ),
+      },
+    ]);
+    // Enough of the store to evict: eviction is making room.
+    stored = 7192;
+    const evicting = await check();
+    expect(evicting).toMatchObject({ status: 'degraded', artifact_root: { can_store: false, stored_bytes: 7192 } });
+    expect(evicting.warnings).toEqual([
+      {
+        code: 'store_low_on_space',
+        message: expect.stringContaining(
+          'Eviction is making room: the store holds 7192 bytes of content, 7192 must go.',
+        ),
+      },
     ]);
     free = 8192;
     const room = await check();
-    expect(room).toMatchObject({ status: 'ok', artifact_root: { free_bytes: 8192, can_store: true }, warnings: [] });
+    expect(room).toMatchObject({
+      status: 'ok',
+      artifact_root: { free_bytes: 8192, can_store: true, stored_bytes: 7192 },
+      warnings: [],
+    });
   });
 });
 
@@ -177,5 +208,35 @@ describe.each(BACKENDS)('eviction for free space on %s', (kind) => {
     } finally {
       await pinned.release();
     }
+  });
+
+  it('a run that leaves the volume short says once that eviction cannot make room, until there is room', async () => {
+    const fx = await createStoreFixture(kind);
+    const ids = [await fx.addArtifact(1000, 1)];
+    let other = 9500;
+    const free = volume(fx, ids, new Map(ids.map((id) => [id, 1000])), 12_000, () => other);
+    const lines: Array<{ msg: string; stored_bytes?: number }> = [];
+    const sizeCap = createSizeCap({
+      database: fx.database,
+      store: fx.store,
+      capBytes: 1_000_000,
+      space: { minFreeBytes: 5000, freeBytes: free },
+      log: createLogger('warn', { write: (line: string) => void lines.push(JSON.parse(line) as (typeof lines)[0]) }),
+      nodeId: 'n1',
+      now: Date.now,
+      flushUsage: () => Promise.resolve(),
+    });
+    const cannot = () => lines.filter((line) => line.msg.startsWith('eviction cannot make room for a job'));
+    // The store's 1000 bytes go, and the volume is still 2500 short: said once, with what is left.
+    expect((await sizeCap.run()).evictedContentIds).toEqual(ids);
+    expect(free()).toBe(2500);
+    await sizeCap.run();
+    expect(cannot()).toEqual([expect.objectContaining({ stored_bytes: 0 })]);
+    // The operator frees space: room again, then short again, and said again.
+    other = 0;
+    await sizeCap.run();
+    other = 9500;
+    await sizeCap.run();
+    expect(cannot()).toHaveLength(2);
   });
 });

@@ -212,7 +212,7 @@ describe.each(BACKENDS)('store scrub on %s', (kind) => {
     const fx = await createStoreFixture(kind);
     const bad = await fx.addArtifact(FILE_BYTES, 1, 'https://media.example/bad');
     flipByte(fx.store.pathOf(bad, AUDIO_ARTIFACT_NAME));
-    const unpin = await createDatabasePins({
+    const { unpin } = await createDatabasePins({
       database: fx.database,
       holder: () => 'other-node:put',
       now: Date.now,

@@ -1,5 +1,6 @@
 import fs from 'node:fs/promises';
 import type { JobRow } from '../../db/database.js';
+import { databaseOutage } from '../../db/outage.js';
 import type { GuardSession } from '../../egress/guard.js';
 import { jobError, type JobError } from '../../job-errors.js';
 import type { Logger } from '../../logger.js';
@@ -249,7 +250,8 @@ async function removeFolder(attempt: FetchAttempt, folder: string): Promise<void
 export function thrownError(attempt: FetchAttempt, err: unknown): JobError {
   if (err instanceof JobFailure) return err.error;
   const errno = (err as NodeJS.ErrnoException).code;
-  if (errno === 'ENOSPC' || errno === 'EDQUOT') return STORAGE_FULL;
+  // A database write refused for want of space too (SQLite's file beside the store, say).
+  if (errno === 'ENOSPC' || errno === 'EDQUOT' || databaseOutage(err) === 'full') return STORAGE_FULL;
   // An abort, a time-out or a refusal stopped the tools; explainFailure reports what it was.
   const explained =
     attempt.jobSignal.aborted ||
