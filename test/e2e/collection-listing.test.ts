@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,7 +8,8 @@ import type { CollectionEntry, ListingEnd } from '../../src/jobs/collection/list
 import { createListCollection, type ListCollectionDeps } from '../../src/jobs/collection/list-entries.js';
 import { createLogger } from '../../src/logger.js';
 import { parseAllowHosts } from '../../src/policy/destination.js';
-import { createSandbox, readHostNetns } from '../../src/sandbox/sandbox.js';
+import { createResidentSandbox, type ResidentSandbox } from '../../src/sandbox/resident.js';
+import { createSandbox, readHostNetns, type Sandbox } from '../../src/sandbox/sandbox.js';
 import { runProcess } from '../../src/tools/process.js';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
@@ -33,22 +34,20 @@ let guard: EgressGuard;
 /** The guard sessions the listings opened, by job id. */
 const sessions = new Map<string, GuardSession>();
 let hugeFeed: string;
+const YTDLP = CURRENT_YTDLP ?? DEBIAN_YTDLP;
+/** A sandbox of its own per run; and the resident sandbox's children, as the service runs yt-dlp. */
+let spawned: Sandbox;
+let resident: ResidentSandbox;
 
-function deps(listing: Partial<ListCollectionDeps['listing']> = {}): ListCollectionDeps {
-  const socketPath = guard.socketPath!;
+function deps(
+  listing: Partial<ListCollectionDeps['listing']> = {},
+  sandbox: ListCollectionDeps['sandbox'] = spawned,
+): ListCollectionDeps {
   return {
     store: { root: path.join(dir, 'store') },
-    sandbox: createSandbox({
-      mode: 'netns',
-      unshare: 'unshare',
-      python: '/usr/bin/python3',
-      guardSocket: socketPath,
-      guardAuthority: null,
-      hostNetns: readHostNetns(),
-      run: runProcess,
-    }),
+    sandbox,
     mountView: false,
-    tools: { ytdlp: CURRENT_YTDLP ?? DEBIAN_YTDLP, ffmpeg: 'ffmpeg' },
+    tools: { ytdlp: YTDLP, ffmpeg: 'ffmpeg' },
     workDir: path.join(dir, 'work'),
     limits: {
       timeoutMs: 60_000,
@@ -71,14 +70,26 @@ function deps(listing: Partial<ListCollectionDeps['listing']> = {}): ListCollect
 
 let jobs = 0;
 
+/** A new job id, and the listing folder whose path names its run's processes (their --config-locations). */
+function newJob(): { jobId: string; folder: string } {
+  const jobId = `listing-${++jobs}`;
+  return { jobId, folder: path.join(dir, 'work', `${jobId}.listing`) };
+}
+
 /** Lists `url` to its end; the entries as onEntry got them. */
 async function list(
   url: string,
-  opts: { maxItems?: number; signal?: AbortSignal; listing?: Partial<ListCollectionDeps['listing']> } = {},
+  opts: {
+    maxItems?: number;
+    signal?: AbortSignal;
+    listing?: Partial<ListCollectionDeps['listing']>;
+    sandbox?: ListCollectionDeps['sandbox'];
+    jobId?: string;
+  } = {},
 ): Promise<{ entries: CollectionEntry[]; end: ListingEnd; jobId: string }> {
-  const jobId = `listing-${++jobs}`;
+  const jobId = opts.jobId ?? newJob().jobId;
   const entries: CollectionEntry[] = [];
-  const end = await createListCollection(deps(opts.listing))(
+  const end = await createListCollection(deps(opts.listing, opts.sandbox))(
     { url, maxItems: opts.maxItems ?? 100, signal: opts.signal ?? new AbortController().signal, jobId },
     (entry) => {
       entries.push(entry);
@@ -117,6 +128,27 @@ beforeAll(async () => {
     allowHosts: parseAllowHosts([media.hostPort, trap.authority]),
     socketPath: path.join(dir, 'guard.sock'),
   });
+  spawned = createSandbox({
+    mode: 'netns',
+    unshare: 'unshare',
+    python: '/usr/bin/python3',
+    guardSocket: guard.socketPath,
+    guardAuthority: null,
+    hostNetns: readHostNetns(),
+    run: runProcess,
+  });
+  resident = createResidentSandbox({
+    spawned,
+    ytdlpPath: YTDLP,
+    python: '/usr/bin/python3',
+    socketPath: path.join(dir, 'resident.sock'),
+    hostNetns: readHostNetns(),
+    guardSocket: guard.socketPath,
+    enabled: true,
+    log: createLogger('silent'),
+  });
+  await resident.start();
+  await until('the resident sandbox ready', () => (resident.runs() === 'resident' ? true : undefined), 60_000);
   hugeFeed = path.join(dir, 'huge.xml');
   const items: string[] = [];
   for (let i = 1; i <= 100_000; i++) {
@@ -129,14 +161,20 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  await resident?.stop();
   await guard?.close();
   await trap?.close();
   await media?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-describe('what the generic extractor lists', () => {
-  it('an RSS feed: every entry in order, with its index and display-safe title, smuggled data stripped, none of them contacted', async () => {
+const WAYS = [
+  ['in a sandbox of its own', () => spawned],
+  ['in the resident sandbox', () => resident],
+] as const;
+
+describe.each(WAYS)('an RSS feed, %s', (_way, sandboxOf) => {
+  it('every entry in order, with its index and display-safe title, smuggled data stripped, none of them contacted', async () => {
     serveText(
       '/feed.xml',
       'application/rss+xml',
@@ -152,7 +190,9 @@ describe('what the generic extractor lists', () => {
     serveText('/nested.xml', 'application/rss+xml', rss('Nested', [{ title: 'Inner', url: media.url('/inner.mp3') }]));
 
     const before = media.requests.length;
-    const { entries, end, jobId } = await list(media.url('/feed.xml'));
+    await trap.settle();
+    const trapBefore = trap.connections;
+    const { entries, end, jobId } = await list(media.url('/feed.xml'), { sandbox: sandboxOf() });
 
     expect(end).toEqual({ title: 'My Feed', truncated: false, error: null });
     expect(entries).toEqual([
@@ -168,18 +208,20 @@ describe('what the generic extractor lists', () => {
     expect(media.requests.slice(before).map((r) => r.path)).toEqual(['/feed.xml']);
     expect(sessions.get(jobId)!.refusals()).toEqual([]);
     await trap.settle();
-    expect(trap.connections).toBe(0);
+    expect(trap.connections).toBe(trapBefore);
     // The control: the trap counts what the downloader does reach through the guard (and
     // answers nothing, so that listing is stopped once it got there).
     const aborter = new AbortController();
-    const reaching = list(`http://${trap.authority}/x.mp3`, { signal: aborter.signal });
-    await until('the trap reached', () => (trap.connections > 0 ? true : undefined));
+    const reaching = list(`http://${trap.authority}/x.mp3`, { signal: aborter.signal, sandbox: sandboxOf() });
+    await until('the trap reached', () => (trap.connections > trapBefore ? true : undefined));
     aborter.abort();
     await reaching;
     // And the listing's folder is gone.
     expect(await readdir(path.join(dir, 'work'))).toEqual([]);
   });
+});
 
+describe('what the generic extractor lists', () => {
   it('an XSPF playlist: its tracks, with their titles (the extractor gives the playlist no title)', async () => {
     serveText(
       '/list.xspf',
@@ -247,21 +289,56 @@ async function peakRssKiB<T>(needle: string, running: Promise<T>): Promise<{ val
   }
 }
 
-describe('bounds', () => {
+describe.each(WAYS)('bounds, %s', (way, sandboxOf) => {
   it('maxItems on a 100,000-entry feed: exactly maxItems entries, truncated, within its time, bytes and memory', async () => {
+    const { jobId, folder } = newJob();
     const started = performance.now();
-    const { value, peakKiB } = await peakRssKiB(media.url('/huge.xml'), list(media.url('/huge.xml'), { maxItems: 50 }));
+    const { value, peakKiB } = await peakRssKiB(
+      folder,
+      list(media.url('/huge.xml'), { maxItems: 50, sandbox: sandboxOf(), jobId }),
+    );
     const seconds = (performance.now() - started) / 1000;
     const { entries, end } = value;
-    console.log(`100,000-entry feed, maxItems 50: ${seconds.toFixed(1)} s, peak RSS ${Math.round(peakKiB / 1024)} MiB`);
+    console.log(
+      `${YTDLP} ${way}: 100,000-entry feed (${(await stat(hugeFeed)).size} bytes), maxItems 50: ` +
+        `${seconds.toFixed(1)} s, peak RSS ${Math.round(peakKiB / 1024)} MiB`,
+    );
     expect(end).toEqual({ title: 'Huge', truncated: true, error: null });
     expect(entries.map((e) => e.index)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
     expect(entries[49]).toEqual({ index: 50, url: media.url('/e/50.mp3'), title: 'Episode 50', nested: false });
     expect(seconds).toBeLessThan(60);
+    // The control of the sampling: it saw the run.
+    expect(peakKiB).toBeGreaterThan(0);
     expect(peakKiB * 1024).toBeLessThan(TOOL_MEMORY_BYTES);
+    expect(sessions.get(jobId)!.overByteLimit()).toBe(false);
     expect(media.requestsFor('/e/1.mp3')).toEqual([]);
   });
 
+  it('an abort mid-listing stops the run: its reason is the error, no yt-dlp process is left', async () => {
+    const { jobId, folder } = newJob();
+    let reached: () => void;
+    const requested = new Promise<void>((resolve) => (reached = resolve));
+    media.route(`/slow-${jobId}.xml`, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/rss+xml' });
+      res.write('<?xml version="1.0"?><rss version="2.0"><channel><title>Slow</title>');
+      reached();
+    });
+    const aborter = new AbortController();
+    const listing = list(media.url(`/slow-${jobId}.xml`), { signal: aborter.signal, sandbox: sandboxOf(), jobId });
+    await requested;
+    // The control: the run is there to be stopped, and seen.
+    expect((await processesMatching(folder)).length).toBeGreaterThan(0);
+    const reason: JobError = jobError('internal_error', { detail: 'canceled' });
+    aborter.abort(reason);
+    const { entries, end } = await listing;
+    expect(entries).toEqual([]);
+    expect(end.error).toBe(reason);
+    expect(await processesMatching(folder)).toEqual([]);
+    expect(await readdir(path.join(dir, 'work'))).toEqual([]);
+  });
+});
+
+describe('bounds', () => {
   it('exactly maxItems entries in the feed: all of them, not truncated', async () => {
     const items = Array.from({ length: 3 }, (_, i) => ({ title: `E${i + 1}`, url: media.url(`/x${i + 1}.mp3`) }));
     serveText('/three.xml', 'application/rss+xml', rss('Three', items));
@@ -281,40 +358,17 @@ describe('bounds', () => {
     expect(entries).toEqual([]);
     expect(end.error?.code).toBe('listing_too_large');
     expect(sessions.get(jobId)!.overByteLimit()).toBe(true);
-    // The feed was never sent whole (the 32 MiB listing above is the control: it was).
+    // The feed was never sent whole (the 32 MiB listings above are the control: it was).
     expect(media.requestsFor('/huge.xml').at(-1)!.completed).toBe(false);
     expect(media.requestsFor('/huge.xml')[0]!.completed).toBe(true);
   });
 
   it('the time limit: a feed that never comes ends with listing_timeout, and no process is left', async () => {
     media.route('/silent.xml', () => {});
-    const { entries, end } = await list(media.url('/silent.xml'), { listing: { timeoutMs: 2000 } });
+    const { jobId, folder } = newJob();
+    const { entries, end } = await list(media.url('/silent.xml'), { listing: { timeoutMs: 2000 }, jobId });
     expect(entries).toEqual([]);
     expect(end.error).toEqual(jobError('listing_timeout', { values: { limit: 2 } }));
-    expect(await processesMatching(media.url('/silent.xml'))).toEqual([]);
-  });
-
-  it('an abort mid-listing stops the run: its reason is the error, no yt-dlp process is left', async () => {
-    let reached: () => void;
-    const requested = new Promise<void>((resolve) => (reached = resolve));
-    media.route('/slow.xml', (_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/rss+xml' });
-      res.write('<?xml version="1.0"?><rss version="2.0"><channel><title>Slow</title>');
-      reached();
-    });
-    const aborter = new AbortController();
-    const listing = list(media.url('/slow.xml'), { signal: aborter.signal });
-    await requested;
-    // The control: the run is there to be stopped.
-    expect((await processesMatching(media.url('/slow.xml'))).length).toBeGreaterThan(0);
-    const reason: JobError = jobError('internal_error', { detail: 'canceled' });
-    aborter.abort(reason);
-    const { entries, end } = await listing;
-    expect(entries).toEqual([]);
-    expect(end.error).toBe(reason);
-    expect(await processesMatching(media.url('/slow.xml'))).toEqual([]);
-    await until('the listing folder removed', async () =>
-      (await readdir(path.join(dir, 'work'))).length === 0 ? true : undefined,
-    );
+    expect(await processesMatching(folder)).toEqual([]);
   });
 });

@@ -90,7 +90,7 @@ export function createListCollection(deps: ListCollectionDeps): ListCollection {
       });
       error = result.exitCode === 0 ? null : listerFailure(deps, attempt, request, result);
     } catch (err) {
-      error = err instanceof JobFailure ? err.error : thrownError(log, request, err);
+      error = err instanceof JobFailure ? err.error : thrownError(attempt, request, err);
     } finally {
       clearTimeout(timer);
       await closeAttempt(attempt);
@@ -203,9 +203,14 @@ function listerFailure(
   return error;
 }
 
-/** What the run threw that is not a JobFailure: its stop from outside (explained by the caller), the guard's doing, or a bug. */
-function thrownError(log: Logger, request: ListingRequest, err: unknown): JobError {
-  if (!request.signal.aborted) log.error({ err }, 'listing a collection failed unexpectedly');
+/** What the run threw that is not a JobFailure: its stop from outside, what the guard or the sandbox stopped (explained by the caller), or a bug. */
+function thrownError(attempt: ToolAttempt, request: ListingRequest, err: unknown): JobError {
+  const explained =
+    request.signal.aborted ||
+    attempt.directAttempt !== null ||
+    (attempt.egress?.refusals().length ?? 0) > 0 ||
+    attempt.egress?.overByteLimit() === true;
+  if (!explained) attempt.log.error({ err }, 'listing a collection failed unexpectedly');
   return jobError('internal_error');
 }
 
