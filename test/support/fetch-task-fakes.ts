@@ -159,6 +159,7 @@ export async function runJob(
       refusals: () => [],
       upstreamFailures: () => [],
       hostsContacted: () => opts.hostsContacted ?? [],
+      overByteLimit: () => false,
       close: () => {},
     }),
   });
