@@ -14,7 +14,7 @@ import { createErrorHandler, problemAnswer, serviceErrorAnswer, validationError 
 import { registerArtifactContract } from './http/routes/artifacts.js';
 import { registerHealthRoute } from './http/routes/health.js';
 import { registerEventRoutes } from './http/routes/events.js';
-import { cancelJobRoute, getJobRoute } from './http/routes/jobs.js';
+import { cancelJobRoute, getJobRoute, listJobItemsRoute } from './http/routes/jobs.js';
 import { registerMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
 import { registerStoreRoutes } from './http/routes/store.js';
@@ -83,7 +83,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {
   registerMetricsRoute(app, { metrics: deps.metrics, admit: admitted(deps.admission) });
   registerStoreRoutes(app, { scrubber: deps.scrubber, requireKey: admitted(deps.admission) });
   registerWebhookSecretRoute(app, { admission: deps.admission, secretsOf: deps.webhookSecretsOf });
-  for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute])
+  for (const contract of [submitSourceRoute, submitSourceBatchRoute, getJobRoute, cancelJobRoute, listJobItemsRoute])
     app.openAPIRegistry.registerPath(contract);
   registerEventRoutes(app, {
     admission: deps.admission,
