@@ -76,6 +76,13 @@ function createSignals() {
   };
 }
 
+/**
+ * Until the sandboxed listing run is wired here (issue 47, src/jobs/collection/listing.ts), a
+ * collection ends at once failed with playlist_not_supported: no entry is listed.
+ */
+const listingNotYetAvailable: ListCollection = () =>
+  Promise.resolve({ title: null, truncated: false, error: jobError('playlist_not_supported') });
+
 async function main(): Promise<void> {
   const config = loadConfigOrExit(process.env);
   const log = createLogger(config.logLevel);
@@ -375,10 +382,3 @@ function exitOnRefusal(name: string, refusal: string | null): void {
 }
 
 await main();
-
-/**
- * Until the sandboxed listing run is wired here (issue 47, src/jobs/collection/listing.ts), a
- * collection ends at once failed with playlist_not_supported: no entry is listed.
- */
-const listingNotYetAvailable: ListCollection = () =>
-  Promise.resolve({ title: null, truncated: false, error: jobError('playlist_not_supported') });
