@@ -6,8 +6,8 @@ import { currentYtDlps } from './test/support/ytdlp-under-test.js';
 /**
  * The end-to-end files that fetch through yt-dlp, run a second time with a current yt-dlp: the
  * formats, the egress guard and confinement around it, the operator's cookies, the job errors
- * read from yt-dlp's words, and what the generic extractor says of a file and of a page (the
- * source's metadata).
+ * read from yt-dlp's words, what the generic extractor says of a file and of a page (the
+ * source's metadata), and what it lists of a feed, a playlist file and a page (a collection's listing).
  */
 const FETCH_FILES = [
   'fetch-pipeline',
@@ -16,6 +16,7 @@ const FETCH_FILES = [
   'ytdlp-cookies',
   'job-errors',
   'source-metadata',
+  'collection-listing',
 ].map((name) => `test/e2e/${name}.test.ts`);
 
 export default defineConfig({

@@ -203,6 +203,12 @@ export const envSchema = z
     METADATA_TIMEOUT_S: positiveInt(60).describe(
       "The time limit of the downloader's extraction (until it has printed the media's metadata), within `FETCH_TIMEOUT_S` (`metadata_timeout`).",
     ),
+    PLAYLIST_LISTING_MAX_BYTES: positiveInt(32 * 1024 ** 2).describe(
+      'The most bytes the downloader may receive from the sources while it lists one playlist, album or feed (all its requests together, counted by the egress guard); past it the listing stops with `listing_too_large`.',
+    ),
+    PLAYLIST_LISTING_TIMEOUT_S: positiveInt(120).describe(
+      'Wall-clock limit of listing one playlist, album or feed (`listing_timeout`); the entries listed by then stay listed.',
+    ),
     DOWNLOAD_STALL_S: positiveInt(30).describe(
       'A download that gains fewer than `DOWNLOAD_STALL_S` × `DOWNLOAD_MIN_BYTES_PER_S` bytes (at least one) over any `DOWNLOAD_STALL_S` seconds fails with `download_stalled`.',
     ),
@@ -529,6 +535,8 @@ export interface Config {
   fetchTimeoutMs: number;
   /** The downloader's extraction's own time limit, within fetchTimeoutMs. */
   metadataTimeoutMs: number;
+  /** PLAYLIST_LISTING_MAX_BYTES and PLAYLIST_LISTING_TIMEOUT_S: one collection's listing (src/jobs/collection/list-entries.ts). */
+  playlistListing: { maxBytes: number; timeoutMs: number };
   /** A download that gains fewer than minBytes over any windowMs is stopped (download_stalled). */
   downloadStall: { windowMs: number; minBytes: number };
   maxDownloadBytes: number;
@@ -635,6 +643,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     workerConcurrency: e.WORKER_CONCURRENCY,
     fetchTimeoutMs: e.FETCH_TIMEOUT_S * 1000,
     metadataTimeoutMs: e.METADATA_TIMEOUT_S * 1000,
+    playlistListing: { maxBytes: e.PLAYLIST_LISTING_MAX_BYTES, timeoutMs: e.PLAYLIST_LISTING_TIMEOUT_S * 1000 },
     downloadStall: { windowMs: e.DOWNLOAD_STALL_S * 1000, minBytes: e.DOWNLOAD_STALL_S * e.DOWNLOAD_MIN_BYTES_PER_S },
     maxDownloadBytes: e.MAX_DOWNLOAD_BYTES,
     maxOutputBytes: e.MAX_OUTPUT_BYTES,

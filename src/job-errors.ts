@@ -118,6 +118,11 @@ export const JOB_ERRORS = {
     sentence: 'The URL is a playlist; submit the URL of one item.',
     action: 'Submit each item of the playlist on its own.',
   },
+  not_a_collection: {
+    family: 'content',
+    sentence: 'The URL is not a playlist, album, channel or feed: it leads to one item.',
+    action: 'Submit it without `playlist`, as a single URL.',
+  },
   live_stream: {
     family: 'content',
     sentence: 'Live streams cannot be fetched.',
@@ -163,6 +168,17 @@ export const JOB_ERRORS = {
     family: 'limits',
     sentence: 'The media lasts longer than the limit of {limit} s.',
     action: 'Not fetched: the operator sets the limit (`MAX_DURATION_S`).',
+  },
+  listing_too_large: {
+    family: 'limits',
+    sentence: 'Listing the playlist took more than its limit of {limit} bytes from the source and was stopped.',
+    action: 'Not listed further: the operator sets the limit (`PLAYLIST_LISTING_MAX_BYTES`).',
+  },
+  listing_timeout: {
+    family: 'limits',
+    sentence: 'Listing the playlist took longer than {limit} s and was stopped.',
+    action:
+      'Submit it again later, or with a lower `max_items`; the operator sets the limit (`PLAYLIST_LISTING_TIMEOUT_S`).',
   },
   metadata_timeout: {
     family: 'limits',

@@ -174,7 +174,7 @@ async function main(): Promise<void> {
     store,
     tools: tools.paths,
     sandbox: confinement.sandbox,
-    openEgressSession: (label) => egress.guard.openSession(label),
+    openEgressSession: (label, options) => egress.guard.openSession(label, options),
     confined: () => confinement.status().ok,
     roomForJob: () => upkeep.space.canStoreJob(),
     makeFifo,

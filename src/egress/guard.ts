@@ -86,8 +86,20 @@ export interface GuardSession {
   upstreamFailures(): UpstreamFailure[];
   /** Host names (lower case, no trailing dot) the session has connected to, in first-use order. */
   hostsContacted(): string[];
+  /** Whether the origins sent more than the session's maxBytes (SessionOptions); its connections were then cut. */
+  overByteLimit(): boolean;
   /** Revokes the credentials and destroys the session's connections. */
   close(): void;
+}
+
+export interface SessionOptions {
+  /**
+   * The most bytes the origins may send over the session's connections, all together (response
+   * bodies of plain-HTTP requests, everything a CONNECT tunnel brings back): past it every
+   * connection of the session is cut and no new one is made. For a run that reads what it
+   * downloads into memory (a playlist's listing), where no progress line or file size shows it.
+   */
+  maxBytes?: number;
 }
 
 export interface EgressGuard {
@@ -97,7 +109,7 @@ export interface EgressGuard {
   readonly authority: string | null;
   /** The Unix socket when listening on one, else null. */
   readonly socketPath: string | null;
-  openSession(label: string): GuardSession;
+  openSession(label: string, options?: SessionOptions): GuardSession;
   close(): Promise<void>;
 }
 
@@ -168,6 +180,9 @@ interface SessionState {
   hosts: Set<string>;
   sockets: Set<Duplex>;
   aborter: AbortController;
+  /** Bytes the origins sent so far, and the most they may (SessionOptions.maxBytes). */
+  bytesIn: number;
+  maxBytes: number;
 }
 
 type Upstream = { ok: true; socket: Duplex } | { ok: false; status: number; reason: string };
@@ -264,8 +279,19 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     return why.message;
   };
 
+  /** Counts what an origin sent; past the session's maxBytes, cuts all its connections. */
+  const countIn = (session: SessionState, bytes: number): void => {
+    session.bytesIn += bytes;
+    if (session.bytesIn <= session.maxBytes) return;
+    session.aborter.abort();
+    for (const socket of session.sockets) socket.destroy();
+  };
+
   /** Checks host:port and connects to the first checked address that answers. */
   const openUpstream = async (session: SessionState, host: string, port: number): Promise<Upstream> => {
+    if (session.bytesIn > session.maxBytes) {
+      return { ok: false, status: 502, reason: 'The byte limit of this run has been reached.' };
+    }
     let addresses: string[];
     try {
       // Each job's look-ups are a client of their own: one job's silent names delay no other.
@@ -352,6 +378,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
       upstream.socket,
       (location) => refuseRedirect(session, target, location),
       awaitAnswer(session, target.hostname, port),
+      (bytes) => countIn(session, bytes),
     );
   };
 
@@ -396,6 +423,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
       requestSent();
       remote.write(head);
     }
+    // Counted before it is piped on: the chunk that crosses the limit reaches no one.
+    remote.on('data', (chunk: Buffer) => countIn(session, chunk.length));
     remote.pipe(client);
     client.pipe(remote);
     client.once('data', requestSent);
@@ -450,7 +479,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
     port,
     authority,
     socketPath: opts.socketPath ?? null,
-    openSession(label: string): GuardSession {
+    openSession(label: string, options: SessionOptions = {}): GuardSession {
       if (!LABEL.test(label)) throw new Error(`session label must match ${LABEL}`);
       const token = randomBytes(24).toString('base64url');
       const state: SessionState = {
@@ -462,6 +491,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         hosts: new Set(),
         sockets: new Set(),
         aborter: new AbortController(),
+        bytesIn: 0,
+        maxBytes: options.maxBytes ?? Infinity,
       };
       sessions.add(state);
       return {
@@ -469,6 +500,7 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
         refusals: () => state.refusals.map((x) => ({ ...x })),
         upstreamFailures: () => state.upstreamFailures.map((x) => ({ ...x })),
         hostsContacted: () => [...state.hosts],
+        overByteLimit: () => state.bytesIn > state.maxBytes,
         close: () => closeSession(state),
       };
     },
@@ -484,7 +516,8 @@ export async function startEgressGuard(opts: EgressGuardOptions): Promise<Egress
 /**
  * Sends the request on over the checked socket and streams the answer back, both bodies piped.
  * `checkRedirect` sees every Location header first and returns a reason to refuse it, or null.
- * `awaiting` is told when the answer comes, and when the exchange ends (answered or not).
+ * `awaiting` is told when the answer comes, and when the exchange ends (answered or not);
+ * `received` of each chunk of the answer's body.
  */
 function forward(
   req: http.IncomingMessage,
@@ -493,6 +526,7 @@ function forward(
   upstream: Duplex,
   checkRedirect: (location: string) => string | null,
   awaiting: { answered(): void; ended(): void },
+  received: (bytes: number) => void,
 ): void {
   const outgoing = http.request({
     method: req.method,
@@ -511,6 +545,8 @@ function forward(
       return plainText(res, 403, refused);
     }
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, endToEnd(answer.rawHeaders));
+    // Counted before it is piped on: the chunk that crosses the limit reaches no one.
+    answer.on('data', (chunk: Buffer) => received(chunk.length));
     // pipeline destroys both ends on error or premature close: an upstream that dies mid-body
     // must not leave the client waiting for the rest.
     pipeline(answer, res, () => {});

@@ -1,5 +1,5 @@
 import type { Database } from '../db/database.js';
-import type { GuardSession } from '../egress/guard.js';
+import type { GuardSession, SessionOptions } from '../egress/guard.js';
 import type { Logger } from '../logger.js';
 import type { ResidentSandbox } from '../sandbox/resident.js';
 import type { ContentStore } from '../store/content-store.js';
@@ -39,7 +39,7 @@ export interface WorkersDeps {
   /** The tools' paths, yt-dlp by its real path. */
   tools: { ytdlp: string; ffmpeg: string };
   sandbox: ResidentSandbox;
-  openEgressSession: (label: string) => GuardSession;
+  openEgressSession: (label: string, options?: SessionOptions) => GuardSession;
   /** Whether the tools can be confined now: no job starts while not. */
   confined: () => boolean;
   /** Whether the store has room for one more job's output: no job starts while not. */

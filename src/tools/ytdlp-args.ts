@@ -80,8 +80,10 @@ const NO_FIELD = 'source_fetch_no_field';
 /** File stem of the downloaded media inside outputDir; the extension is whatever the source is. */
 export const DOWNLOAD_BASENAME = 'source';
 
-/** Options every run gets: no config files, no cache, no colours, one item only. */
-const COMMON_ARGS = ['--ignore-config', '--no-playlist', '--no-cache-dir', '--no-colors'];
+/** Options every run gets: no config files, no cache, no colours. */
+const BASE_ARGS = ['--ignore-config', '--no-cache-dir', '--no-colors'];
+/** A download run's: one item only. */
+const COMMON_ARGS = [...BASE_ARGS, '--no-playlist'];
 
 export interface YtDlpNetworkOptions {
   /**
@@ -167,6 +169,56 @@ export function buildDownloadArgs(opts: DownloadArgsOptions): string[] {
     `before_dl:: %(${NO_FIELD}|)q; mkfifo ${GATE_FIFO} && echo ${GATE_LINE} && read -r go < ${GATE_FIFO}`,
     '--no-simulate',
     // "--" so a URL starting with "-" cannot be read as an option.
+    '--',
+    opts.url,
+  ];
+}
+
+/** Starts each stdout line of a listing run: one entry (LISTING_FIELDS, read by ./ytdlp-listing.ts). */
+export const LISTING_PREFIX = 'ENTRY ';
+
+/**
+ * The fields a listing run prints of each entry, as one JSON object (`%(.{...})j`: a field the
+ * entry lacks is left out). `url` is the entry's own URL for a URL entry (`_type` url or
+ * url_transparent, as a feed's items come) and the chosen format's for an entry the extractor
+ * resolved in place (an XSPF track, a page's `<audio>`); the playlist_* fields are the
+ * collection's, which every entry carries.
+ */
+const LISTING_FIELDS = [
+  '_type',
+  'url',
+  'title',
+  'playlist_index',
+  'playlist_id',
+  'playlist_title',
+  'playlist_webpage_url',
+];
+
+export interface ListingArgsOptions extends YtDlpNetworkOptions {
+  url: string;
+  /** Entries 1 to `items` are listed, lazily: those past it are neither read nor resolved. */
+  items: number;
+}
+
+/**
+ * A collection's listing: its entries, one line each as they come (LISTING_PREFIX), without
+ * resolving any (--flat-playlist: a feed item's URL is printed, never fetched) and without
+ * reading entries past `items` where the extractor yields them lazily (--lazy-playlist; the
+ * generic extractor still reads a whole feed before its first entry: the egress guard's byte
+ * limit bounds that). --print implies --simulate: nothing is downloaded. For a URL that is one
+ * item the line comes without playlist_index.
+ */
+export function buildListingArgs(opts: ListingArgsOptions): string[] {
+  return [
+    ...BASE_ARGS,
+    '--yes-playlist',
+    '--flat-playlist',
+    '--lazy-playlist',
+    '--playlist-items',
+    `1:${opts.items}`,
+    '--print',
+    `${LISTING_PREFIX}%(.{${LISTING_FIELDS.join(',')}})j`,
+    ...networkArgs(opts),
     '--',
     opts.url,
   ];

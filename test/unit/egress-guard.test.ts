@@ -681,6 +681,55 @@ async function startSilentOrigin(): Promise<{ port: number; received: Promise<vo
 
 const failed = (host: string, port: number, code: string) => ({ host, port, code, message: expect.any(String) });
 
+describe('egress guard: a session byte limit (SessionOptions.maxBytes)', () => {
+  const BODY = 'y'.repeat(64 * 1024);
+
+  it('past maxBytes a plain request is cut and no new connection is made; under it, and without a limit, it is whole', async () => {
+    const origin = await startOrigin((_req, res) => res.end(BODY));
+    const dial = recordingDialer();
+    const { guard } = await startGuard({
+      resolve: refuseLookups(),
+      dial,
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+    });
+    const url = `http://127.0.0.1:${origin.port}/feed`;
+    const limited = guard.openSession('job-limited', { maxBytes: 16 * 1024 });
+    await expect(viaProxy(guard.port!, url, { auth: authOf(limited) })).rejects.toThrow();
+    expect(limited.overByteLimit()).toBe(true);
+    const dials = dial.calls.length;
+    const again = await viaProxy(guard.port!, url, { auth: authOf(limited) });
+    expect(again.status).toBe(502);
+    expect(dial.calls).toHaveLength(dials);
+
+    const roomy = guard.openSession('job-roomy', { maxBytes: 128 * 1024 });
+    expect((await viaProxy(guard.port!, url, { auth: authOf(roomy) })).body).toBe(BODY);
+    expect(roomy.overByteLimit()).toBe(false);
+    const unlimited = guard.openSession('job-unlimited');
+    expect((await viaProxy(guard.port!, url, { auth: authOf(unlimited) })).body).toBe(BODY);
+    expect(unlimited.overByteLimit()).toBe(false);
+  });
+
+  it('counts what a CONNECT tunnel brings back: past maxBytes the tunnel is cut', async () => {
+    const origin = await startOrigin((_req, res) => res.end(BODY));
+    const { guard } = await startGuard({
+      resolve: refuseLookups(),
+      dial: recordingDialer(),
+      allowHosts: parseAllowHosts([`127.0.0.1:${origin.port}`]),
+    });
+    const limited = guard.openSession('job-limited', { maxBytes: 16 * 1024 });
+    const tunnel = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(limited));
+    expect(tunnel.status).toBe(200);
+    const raw = await overTunnel(tunnel.socket, `127.0.0.1:${origin.port}`, '/feed').catch(() => '');
+    expect(raw.length).toBeLessThan(BODY.length);
+    expect(limited.overByteLimit()).toBe(true);
+
+    const roomy = guard.openSession('job-roomy', { maxBytes: 128 * 1024 });
+    const whole = await connectVia(guard.port!, `127.0.0.1:${origin.port}`, authOf(roomy));
+    expect(await overTunnel(whole.socket, `127.0.0.1:${origin.port}`, '/feed')).toContain(BODY);
+    expect(roomy.overByteLimit()).toBe(false);
+  });
+});
+
 describe('egress guard: upstream failures, recorded per session with their cause', () => {
   it('a closed port: connection_refused, for a plain request and a CONNECT alike', async () => {
     const port = await closedPort();

@@ -160,6 +160,7 @@ async function runJob(
       refusals: () => [],
       upstreamFailures: () => [],
       hostsContacted: () => opts.hostsContacted ?? [],
+      overByteLimit: () => false,
       close: () => {},
     }),
   });

@@ -74,9 +74,9 @@ describe('buildDownloadArgs', () => {
     });
     expect(args).toEqual([
       '--ignore-config',
-      '--no-playlist',
       '--no-cache-dir',
       '--no-colors',
+      '--no-playlist',
       '-f',
       'bestaudio/best',
       '--newline',

@@ -39,7 +39,9 @@ export interface ListingRequest {
 /**
  * Lists a collection, calling onEntry for each entry as it is listed (so the first child can
  * start before the listing ends) and awaiting it before the next (back-pressure). Resolves once
- * the run has ended; never rejects for what the URL or the tool did.
+ * the run has ended and every entry listed has been handed on; never rejects for what the URL or
+ * the tool did. An onEntry that rejects stops the run, and the listing rejects with its error.
+ * Implemented by ./list-entries.ts (createListCollection).
  */
 export type ListCollection = (
   request: ListingRequest,

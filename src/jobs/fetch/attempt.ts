@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
 import type { JobRow } from '../../db/database.js';
-import type { GuardSession } from '../../egress/guard.js';
+import type { GuardSession, SessionOptions } from '../../egress/guard.js';
 import { jobError, type JobError } from '../../job-errors.js';
 import type { Logger } from '../../logger.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
@@ -38,16 +38,15 @@ export interface AttemptDeps {
   workDir: string;
   limits: FetchLimits;
   /** Every connection the downloader makes goes through this guard, when present. */
-  openEgressSession?: (label: string) => GuardSession;
+  openEgressSession?: (label: string, options?: SessionOptions) => GuardSession;
   /** LOUDNESS and WAVEFORM_PEAKS: loudness measured in the conversion, peaks stored with the WAV. Default both. */
   audioAnalysis?: AudioAnalysis;
   /** YTDLP_COOKIES_FILE: each job gets a copy of it. Its path and content reach no log, error or job record. */
   cookiesFile?: string;
 }
 
-export interface FetchAttempt {
-  job: JobRow;
-  ctx: FetchContext;
+/** What a run of the tools for a job needs besides the job itself: a fetch's attempt, or a collection's listing (../collection/list-entries.ts). */
+export interface ToolAttempt {
   log: Logger;
   /** The attempt's own folder (./work-folder.ts). */
   workDir: string;
@@ -64,6 +63,11 @@ export interface FetchAttempt {
   otherFolders: string[];
 }
 
+export interface FetchAttempt extends ToolAttempt {
+  job: JobRow;
+  ctx: FetchContext;
+}
+
 const COOKIES_UNUSABLE: JobError = jobError('internal_error', {
   detail: "The downloader's cookies file (YTDLP_COOKIES_FILE) could not be used.",
 });
@@ -72,7 +76,7 @@ const COOKIES_UNUSABLE: JobError = jobError('internal_error', {
 export function openAttempt(deps: AttemptDeps, job: JobRow, jobCtx: JobContext): FetchAttempt {
   const egress = deps.openEgressSession?.(job.id);
   const deadline = AbortSignal.timeout(deps.limits.timeoutMs);
-  const attempt: Omit<FetchAttempt, 'ctx'> = {
+  const attempt: ToolAttempt & { job: JobRow } = {
     job,
     log: jobCtx.log,
     workDir: attemptFolder(deps.workDir, job),
@@ -89,7 +93,7 @@ export function openAttempt(deps: AttemptDeps, job: JobRow, jobCtx: JobContext):
 
 function fetchContext(
   deps: AttemptDeps,
-  attempt: Omit<FetchAttempt, 'ctx'>,
+  attempt: ToolAttempt & { job: JobRow },
   owner: string,
   signal: AbortSignal,
 ): FetchContext {
@@ -101,13 +105,7 @@ function fetchContext(
     log,
     signal,
     workDir,
-    hide: [
-      workDir,
-      deps.workDir,
-      deps.store.root,
-      ...(proxyUrl ? [proxyUrl] : []),
-      ...(deps.cookiesFile ? [deps.cookiesFile] : []),
-    ],
+    hide: hiddenInMessages(deps, attempt),
     ytdlpOptions: {
       noFfmpegDir: noFfmpegFolder(workDir),
       ...(proxyUrl || deps.cookiesFile ? { configFile: configFilePath(workDir) } : {}),
@@ -115,15 +113,7 @@ function fetchContext(
     hostsContacted: () => egress?.hostsContacted() ?? [],
     limits: deps.limits,
     audioAnalysis: deps.audioAnalysis ?? { loudness: true, peaks: true },
-    async runTool(name, args, { maxFileBytes, stop, ...output }: ToolRun) {
-      const checked = { name, maxFileBytes, stop, signal };
-      return checkedRun(
-        deps,
-        attempt,
-        checked,
-        await runConfined(deps, attempt, name, args, withStop(stop), maxFileBytes, output),
-      );
-    },
+    runTool: (name, args, run) => runTool(deps, attempt, signal, name, args, run),
     async adoptConversion(started: StartedRun, { maxFileBytes, stop }) {
       const stops = withStop(stop);
       const stopIt = () => started.stop();
@@ -138,10 +128,38 @@ function fetchContext(
   };
 }
 
+/** Secrets and server paths that must not reach a job's error message (FetchContext.hide). */
+export function hiddenInMessages(deps: AttemptDeps, attempt: Pick<ToolAttempt, 'workDir' | 'proxyUrl'>): string[] {
+  return [
+    attempt.workDir,
+    deps.workDir,
+    deps.store.root,
+    ...(attempt.proxyUrl ? [attempt.proxyUrl] : []),
+    ...(deps.cookiesFile ? [deps.cookiesFile] : []),
+  ];
+}
+
+/**
+ * FetchContext.runTool: a tool run in the sandbox, stopped by `signal` (the attempt's) or
+ * `run.stop`, and its end checked.
+ */
+export async function runTool(
+  deps: AttemptDeps,
+  attempt: ToolAttempt,
+  signal: AbortSignal,
+  name: ToolName,
+  args: string[],
+  { maxFileBytes, stop, ...output }: ToolRun,
+): Promise<SandboxedResult> {
+  const stops = stop ? AbortSignal.any([signal, stop]) : signal;
+  const result = await runConfined(deps, attempt, name, args, stops, maxFileBytes, output);
+  return checkedRun(deps, attempt, { name, maxFileBytes, stop, signal }, result);
+}
+
 /** One tool run in the sandbox, in the attempt's folder, under the job's limits. */
 function runConfined(
   deps: AttemptDeps,
-  attempt: Omit<FetchAttempt, 'ctx'>,
+  attempt: ToolAttempt,
   name: ToolName,
   args: string[],
   signal: AbortSignal,
@@ -172,7 +190,7 @@ function runConfined(
 /** A tool run's end, checked: JobFailure when the tool is missing, could not be confined, was stopped by `stop`, or ran into a ceiling. */
 function checkedRun(
   deps: AttemptDeps,
-  attempt: Omit<FetchAttempt, 'ctx'>,
+  attempt: ToolAttempt,
   run: { name: ToolName; maxFileBytes: number; stop: AbortSignal | undefined; signal: AbortSignal },
   result: SandboxedResult,
 ): SandboxedResult {
@@ -199,7 +217,7 @@ function checkedRun(
  * Makes the attempt's folder afresh, with yt-dlp's configuration and the job's copy of the
  * cookies. Only the service's user may look inside: the job's credentials and cookies are in there.
  */
-export async function prepareFolder(deps: AttemptDeps, attempt: FetchAttempt): Promise<void> {
+export async function prepareFolder(deps: AttemptDeps, attempt: ToolAttempt): Promise<void> {
   const { workDir, proxyUrl } = attempt;
   await fs.rm(workDir, { recursive: true, force: true });
   await fs.mkdir(deps.workDir, { recursive: true });
@@ -232,14 +250,14 @@ async function copyCookies(log: Logger, from: string, to: string): Promise<void>
 }
 
 /** The attempt's folders and guard session end before its end is recorded, done or failed: a job that has ended leaves nothing behind. */
-export async function closeAttempt(attempt: FetchAttempt): Promise<void> {
+export async function closeAttempt(attempt: ToolAttempt): Promise<void> {
   attempt.egress?.close();
   await removeFolder(attempt, attempt.workDir);
   for (const folder of attempt.otherFolders) await removeFolder(attempt, folder);
 }
 
 /** Retried (an entry that appears while it is emptied fails its removal); a folder that stays is logged, and start-up recovery removes it. */
-async function removeFolder(attempt: FetchAttempt, folder: string): Promise<void> {
+async function removeFolder(attempt: ToolAttempt, folder: string): Promise<void> {
   await fs
     .rm(folder, { recursive: true, force: true, maxRetries: 3 })
     .catch((err: unknown) => attempt.log.warn({ err }, "the job's work folder could not be removed"));
@@ -265,7 +283,7 @@ export function thrownError(attempt: FetchAttempt, err: unknown): JobError {
  * and so does what the guard saw of the connections it could not make (./upstream-failure.ts).
  * Called once the guard session is closed: every connection of the job has ended.
  */
-export function explainFailure(deps: AttemptDeps, attempt: FetchAttempt, error: JobError): JobError {
+export function explainFailure(deps: AttemptDeps, attempt: ToolAttempt, error: JobError): JobError {
   const { egress, directAttempt } = attempt;
   const refusal = egress?.refusals()[0];
   if (refusal) return jobError('destination_refused', { detail: refusal.message });

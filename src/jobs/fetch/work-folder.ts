@@ -13,6 +13,8 @@ import { COOKIES_FILE_NAME, DOWNLOAD_BASENAME, GATE_FIFO } from '../../tools/ytd
  *     download/source.<ext>      the download as it grows, and once done (downloadFolder, isDownloadFile)
  *     feed                       the FIFO the converter reads the download from (feedFifoPath)
  *     <uuid>.wav, <uuid>.tags    the converted WAV and the input's tags beside it (newWavPath, tagsPathOf)
+ *   <job id>.listing/            the listing of a collection's entries (listingFolder): yt-dlp.conf,
+ *                                cookies.txt and no-ffmpeg/ as in an attempt's folder, removed when it ends
  *   converter.<node id>.<random>/  a converter started before its job (waitingConverterFolder):
  *     feed, <uuid>.wav, <uuid>.tags  as in an attempt's folder
  *
@@ -25,7 +27,12 @@ export function attemptFolder(workDir: string, job: { id: string; attempts: numb
   return path.join(workDir, `${job.id}.${job.attempts}`);
 }
 
-/** `<job id>.<attempt>` → job id. */
+/** The folder of a collection's listing (../collection/list-entries.ts), named for its job like an attempt's. */
+export function listingFolder(workDir: string, jobId: string): string {
+  return path.join(workDir, `${jobId}.listing`);
+}
+
+/** `<job id>.<attempt>` (or `<job id>.listing`) → job id. */
 export function jobIdOfFolder(folder: string): string {
   const dot = folder.lastIndexOf('.');
   return dot > 0 ? folder.slice(0, dot) : folder;
