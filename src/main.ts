@@ -32,8 +32,6 @@ import { announceJobEnded, createJobWatcher, hearJobEnds, readJobRows } from './
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkers } from './jobs/workers.js';
 import { JOBS_QUEUED_CHANNEL } from './jobs/worker-pool.js';
-import type { ListCollection } from './jobs/collection/listing.js';
-import { jobError } from './job-errors.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeNodeId } from './ops/node-id.js';
@@ -75,13 +73,6 @@ function createSignals() {
     evicted: createSignal<{ artifacts: number; bytes: number }>(),
   };
 }
-
-/**
- * Until the sandboxed listing run is wired here (issue 47, src/jobs/collection/listing.ts), a
- * collection ends at once failed with playlist_not_supported: no entry is listed.
- */
-const listingNotYetAvailable: ListCollection = () =>
-  Promise.resolve({ title: null, truncated: false, error: jobError('playlist_not_supported') });
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit(process.env);
@@ -181,7 +172,6 @@ async function main(): Promise<void> {
     onStored: () => upkeep.sizeCap.request(),
     onDownloaded: (bytes) => signals.downloadedBytes.emit(bytes),
     onJobEnded: (ended) => signals.jobEnded.emit({ ended, mayHaveCallback: true }),
-    listCollection: listingNotYetAvailable,
     submitChild: {
       ...submitDeps,
       onQueued: () => void database.notify(JOBS_QUEUED_CHANNEL, '').catch(() => {}),

@@ -5,7 +5,7 @@ import type { ResidentSandbox } from '../sandbox/resident.js';
 import type { ContentStore } from '../store/content-store.js';
 import { KEY_ALLOWANCE_WINDOW_MS } from '../store/key-allowance.js';
 import type { MakeFifo } from '../tools/fifo.js';
-import type { ListCollection } from './collection/listing.js';
+import { createListCollection, type ListingLimits } from './collection/list-entries.js';
 import { createCollectionRunner } from './collection/run.js';
 import { createFetchTask, type FetchTaskDeps } from './fetch/task.js';
 import type { SubmitDeps } from './submit.js';
@@ -19,6 +19,8 @@ export interface WorkersConfig {
   confinement: { mountView: boolean };
   fetchTimeoutMs: number;
   metadataTimeoutMs: number;
+  /** PLAYLIST_LISTING_MAX_BYTES and PLAYLIST_LISTING_TIMEOUT_S. */
+  playlistListing: ListingLimits;
   downloadStall: FetchTaskDeps['limits']['downloadStall'];
   maxDownloadBytes: number;
   maxOutputBytes: number;
@@ -51,8 +53,6 @@ export interface WorkersDeps {
   onDownloaded: (bytes: number) => void;
   /** Every job's end on this node's workers. */
   onJobEnded: (ended: Ended) => void;
-  /** Lists a collection's entries (the sandboxed yt-dlp run, wired in src/main.ts). */
-  listCollection: ListCollection;
   /** How a collection's entries are submitted as child jobs: as the API submits a URL. */
   submitChild: SubmitDeps;
   nodeId: string;
@@ -110,8 +110,21 @@ export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerP
         : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
     onDownloaded: deps.onDownloaded,
   });
+  // A collection's listing: one yt-dlp run confined as a fetch's runs are, within its own limits.
+  const listCollection = createListCollection({
+    store,
+    sandbox,
+    mountView: config.confinement.mountView,
+    tools: deps.tools,
+    workDir: config.workDir,
+    limits,
+    openEgressSession: deps.openEgressSession,
+    cookiesFile: config.ytdlpCookiesFile,
+    listing: config.playlistListing,
+    log,
+  });
   const runCollection = createCollectionRunner({
-    listCollection: deps.listCollection,
+    listCollection,
     submit: deps.submitChild,
     onJobEnded: deps.onJobEnded,
   });
