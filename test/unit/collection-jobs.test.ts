@@ -240,6 +240,20 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
     });
   });
 
+  it("takes turns with another key's job: a collection's children do not go first because they are older", async () => {
+    const entries = [1, 2, 3].map((n) => entry(n, `https://m.example/${n}.m4a`));
+    const { parent } = await listed(listerOf(entries).list);
+    expect(parent.children).toBe(3);
+    const other = await service.submit({ url: 'https://m.example/other.m4a', apiKeyId: 'key-b' }, 'req-b');
+    const claims = [];
+    for (let n = 0; n < 2; n++) claims.push((await claimNextJob(database, lease()))!);
+    // Key B's job first (the collection's key had the last turn), then one of the collection's children.
+    expect(claims.map((job) => job.id)).toEqual([other.job.id, expect.any(String)]);
+    expect(claims[1]!.parentId).toBe(parent.id);
+    // The child is older than key B's job: age alone would have taken it first.
+    expect(claims[1]!.createdAt).toBeLessThan(other.job.createdAt);
+  });
+
   it('cancel stops the listing and cancels queued and running children; done children stay done', async () => {
     const stopped: string[] = [];
     const unlisten = await database.listen(JOB_CANCELED_CHANNEL, (id) => stopped.push(id));
