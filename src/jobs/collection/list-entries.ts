@@ -11,11 +11,13 @@ import {
   hiddenInMessages,
   prepareFolder,
   runTool,
+  thrownError,
+  ytdlpOptions,
   type AttemptDeps,
   type ToolAttempt,
 } from '../fetch/attempt.js';
 import { JobFailure } from '../fetch/step.js';
-import { configFilePath, listingFolder, noFfmpegFolder } from '../fetch/work-folder.js';
+import { listingFolder } from '../fetch/work-folder.js';
 import type { CollectionEntry, ListCollection, ListingEnd, ListingRequest } from './listing.js';
 
 /**
@@ -77,12 +79,7 @@ export function createListCollection(deps: ListCollectionDeps): ListCollection {
     let error: JobError | null;
     try {
       await prepareFolder(deps, attempt);
-      const args = buildListingArgs({
-        url: request.url,
-        items: request.maxItems + 1,
-        noFfmpegDir: noFfmpegFolder(workDir),
-        ...(attempt.proxyUrl || deps.cookiesFile ? { configFile: configFilePath(workDir) } : {}),
-      });
+      const args = buildListingArgs({ url: request.url, items: request.maxItems + 1, ...ytdlpOptions(deps, attempt) });
       const result = await runTool(deps, attempt, request.signal, 'ytdlp', args, {
         maxFileBytes: LISTING_FILE_BYTES,
         stop: listing.stopRun.signal,
@@ -90,7 +87,7 @@ export function createListCollection(deps: ListCollectionDeps): ListCollection {
       });
       error = result.exitCode === 0 ? null : listerFailure(deps, attempt, request, result);
     } catch (err) {
-      error = err instanceof JobFailure ? err.error : thrownError(attempt, request, err);
+      error = thrownError(attempt, err);
     } finally {
       clearTimeout(timer);
       await closeAttempt(attempt);
@@ -201,17 +198,6 @@ function listerFailure(
     'listing a collection failed',
   );
   return error;
-}
-
-/** What the run threw that is not a JobFailure: its stop from outside, what the guard or the sandbox stopped (explained by the caller), or a bug. */
-function thrownError(attempt: ToolAttempt, request: ListingRequest, err: unknown): JobError {
-  const explained =
-    request.signal.aborted ||
-    attempt.directAttempt !== null ||
-    (attempt.egress?.refusals().length ?? 0) > 0 ||
-    attempt.egress?.overByteLimit() === true;
-  if (!explained) attempt.log.error({ err }, 'listing a collection failed unexpectedly');
-  return jobError('internal_error');
 }
 
 /** ListingRequest.signal's reason as the listing's error: a JobError as given, anything else an internal one. */

@@ -6,7 +6,7 @@ import type { Logger } from '../../logger.js';
 import { exceededLimit, type ExceededLimit } from '../../sandbox/limits.js';
 import { REFUSED_CONNECT, type Sandbox, type SandboxedResult, type ToolNetwork } from '../../sandbox/sandbox.js';
 import type { ContentStore } from '../../store/content-store.js';
-import { configFileText, netscapeCookiesProblem } from '../../tools/ytdlp-args.js';
+import { configFileText, netscapeCookiesProblem, type YtDlpNetworkOptions } from '../../tools/ytdlp-args.js';
 import type { JobContext } from '../worker-pool.js';
 import {
   JobFailure,
@@ -97,7 +97,7 @@ function fetchContext(
   owner: string,
   signal: AbortSignal,
 ): FetchContext {
-  const { job, log, workDir, egress, proxyUrl } = attempt;
+  const { job, log, workDir, egress } = attempt;
   const withStop = (stop: AbortSignal | undefined) => (stop ? AbortSignal.any([signal, stop]) : signal);
   return {
     job,
@@ -106,10 +106,7 @@ function fetchContext(
     signal,
     workDir,
     hide: hiddenInMessages(deps, attempt),
-    ytdlpOptions: {
-      noFfmpegDir: noFfmpegFolder(workDir),
-      ...(proxyUrl || deps.cookiesFile ? { configFile: configFilePath(workDir) } : {}),
-    },
+    ytdlpOptions: ytdlpOptions(deps, attempt),
     hostsContacted: () => egress?.hostsContacted() ?? [],
     limits: deps.limits,
     audioAnalysis: deps.audioAnalysis ?? { loudness: true, peaks: true },
@@ -125,6 +122,17 @@ function fetchContext(
         stops.removeEventListener('abort', stopIt);
       }
     },
+  };
+}
+
+/** FetchContext.ytdlpOptions: the attempt's empty ffmpeg folder, and its configuration file when prepareFolder writes one. */
+export function ytdlpOptions(
+  deps: AttemptDeps,
+  attempt: Pick<ToolAttempt, 'workDir' | 'proxyUrl'>,
+): YtDlpNetworkOptions {
+  return {
+    noFfmpegDir: noFfmpegFolder(attempt.workDir),
+    ...(attempt.proxyUrl || deps.cookiesFile ? { configFile: configFilePath(attempt.workDir) } : {}),
   };
 }
 
@@ -263,8 +271,8 @@ async function removeFolder(attempt: ToolAttempt, folder: string): Promise<void>
     .catch((err: unknown) => attempt.log.warn({ err }, "the job's work folder could not be removed"));
 }
 
-/** What a step threw, as the job's error: a JobFailure's own, storage full, or internal_error. */
-export function thrownError(attempt: FetchAttempt, err: unknown): JobError {
+/** What a step (of a fetch, or a listing) threw, as the job's error: a JobFailure's own, storage full, or internal_error. */
+export function thrownError(attempt: ToolAttempt, err: unknown): JobError {
   if (err instanceof JobFailure) return err.error;
   const errno = (err as NodeJS.ErrnoException).code;
   if (errno === 'ENOSPC' || errno === 'EDQUOT') return STORAGE_FULL;
@@ -274,7 +282,7 @@ export function thrownError(attempt: FetchAttempt, err: unknown): JobError {
     attempt.deadline.aborted ||
     attempt.directAttempt !== null ||
     (attempt.egress?.refusals().length ?? 0) > 0;
-  if (!explained) attempt.log.error({ err }, 'unexpected error in fetch task');
+  if (!explained) attempt.log.error({ err }, "unexpected error in a job's tool run or its folder");
   return jobError('internal_error');
 }
 
