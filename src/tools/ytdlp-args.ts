@@ -216,6 +216,10 @@ export function buildListingArgs(opts: ListingArgsOptions): string[] {
     '--lazy-playlist',
     '--playlist-items',
     `1:${opts.items}`,
+    // yt-dlp's default ('only_download') reports an extraction's unexpected exception by its text
+    // alone: a MemoryError at the memory ceiling would be a bare "ERROR: ". Aborting lets it end
+    // the run with its traceback, which names it (../sandbox/limits.ts exceededLimit).
+    '--abort-on-error',
     '--print',
     `${LISTING_PREFIX}%(.{${LISTING_FIELDS.join(',')}})j`,
     ...networkArgs(opts),

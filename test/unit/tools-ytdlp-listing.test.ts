@@ -18,7 +18,7 @@ describe('buildListingArgs', () => {
       configFile: '/w/job.listing/yt-dlp.conf',
       noFfmpegDir: '/w/job.listing/no-ffmpeg',
     });
-    expect(args.slice(0, 8)).toEqual([
+    expect(args.slice(0, 9)).toEqual([
       '--ignore-config',
       '--no-cache-dir',
       '--no-colors',
@@ -27,6 +27,7 @@ describe('buildListingArgs', () => {
       '--lazy-playlist',
       '--playlist-items',
       '1:51',
+      '--abort-on-error',
     ]);
     expect(args[args.indexOf('--print') + 1]).toMatch(/^ENTRY %\(\.\{_type,url,title,playlist_index,[a-z_,]+\}\)j$/);
     expect(args[args.indexOf('--config-locations') + 1]).toBe('/w/job.listing/yt-dlp.conf');
