@@ -103,6 +103,10 @@ const REQUEST_ERRORS = {
     kind: 'not_found',
     meaning: 'No job has this id (getEvents: `job_ids` lists the ids that name no job).',
   },
+  job_not_collection: {
+    kind: 'not_found',
+    meaning: 'listJobItems on a job that fetches one source: only a collection (`kind` `collection`) has items.',
+  },
   artifact_not_found: { kind: 'not_found', meaning: 'No artifact has this content id and name.' },
   scrub_not_found: { kind: 'not_found', meaning: 'No scrub pass has run on this node since it started.' },
   route_not_found: { kind: 'not_found', meaning: 'No operation has this method and path.' },
@@ -127,6 +131,10 @@ const REQUEST_ERRORS = {
   host_unresolvable: {
     kind: 'refused',
     meaning: 'The destination host name could not be resolved (`host`, `reason`).',
+  },
+  collection_nested: {
+    kind: 'refused',
+    meaning: 'An item of a collection that is itself a collection: collections are not expanded inside collections.',
   },
 } as const satisfies Record<string, Entry>;
 

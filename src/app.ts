@@ -13,7 +13,7 @@ import { createErrorHandler, problemAnswer, serviceErrorAnswer, validationError 
 import { getArtifactRoute } from './http/routes/artifacts.js';
 import { registerEventRoutes } from './http/routes/events.js';
 import { healthRoute } from './http/routes/health.js';
-import { cancelJobRoute, getJobRoute } from './http/routes/jobs.js';
+import { cancelJobRoute, getJobRoute, listJobItemsRoute } from './http/routes/jobs.js';
 import { getMetricsRoute } from './http/routes/metrics.js';
 import { submitSourceBatchRoute, submitSourceRoute } from './http/routes/sources.js';
 import { getStoreScrubRoute, scrubStoreRoute } from './http/routes/store.js';
@@ -58,6 +58,7 @@ const OPERATION_CONTRACTS = [
   submitSourceBatchRoute,
   getJobRoute,
   cancelJobRoute,
+  listJobItemsRoute,
 ];
 
 export function createApp(deps: AppDeps): OpenAPIHono<AppEnv> {

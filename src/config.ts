@@ -256,6 +256,9 @@ export const envSchema = z
     MAX_QUEUED_JOBS: positiveInt(1000).describe(
       'Submissions beyond this many queued jobs get 429 `queue_full` with `Retry-After`.',
     ),
+    PLAYLIST_MAX_ITEMS: positiveInt(500).describe(
+      'A collection (a submission with `playlist`) lists at most this many entries; a lower `playlist.max_items` wins. Beyond it the collection says `truncated`.',
+    ),
     RATE_LIMIT_PER_MINUTE: z.coerce
       .number()
       .int()
@@ -541,6 +544,7 @@ export interface Config {
   maxDurationS: number;
   maxAttempts: number;
   maxQueuedJobs: number;
+  playlistMaxItems: number;
   /** Requests a minute per API key; 0: no limit. */
   rateLimitPerMinute: number;
   /** Token bucket size per key. */
@@ -645,6 +649,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     maxDurationS: e.MAX_DURATION_S,
     maxAttempts: e.MAX_ATTEMPTS,
     maxQueuedJobs: e.MAX_QUEUED_JOBS,
+    playlistMaxItems: e.PLAYLIST_MAX_ITEMS,
     rateLimitPerMinute: e.RATE_LIMIT_PER_MINUTE,
     rateLimitBurst: e.RATE_LIMIT_BURST ?? e.RATE_LIMIT_PER_MINUTE,
     artifactCapBytes: e.ARTIFACT_CAP_BYTES,

@@ -35,6 +35,7 @@ import { createJobService } from './jobs/job-service.js';
 import { announceJobEnded, createJobWatcher, hearJobEnds, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkers } from './jobs/workers.js';
+import { JOBS_QUEUED_CHANNEL } from './jobs/worker-pool.js';
 import { createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { makeNodeId } from './ops/node-id.js';
@@ -150,6 +151,20 @@ async function main(): Promise<void> {
   });
   logFirstHealthCheck(checkHealth, log);
 
+  // How a URL becomes a job, for the API's submissions and for a collection's entries alike.
+  const submitDeps = {
+    database,
+    now,
+    newJobId: randomUUID,
+    recordCallback: callbackRecorder(randomUUID),
+    checkDestination: sourceDestinationCheck({ resolve: egress.resolve, allowHosts: config.allowHosts }),
+    contentPresent: (cid: string) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
+    admitJob: createAdmission({
+      database,
+      maxQueuedJobs: config.maxQueuedJobs,
+      confinementOk: () => confinement.status().ok,
+    }),
+  };
   const workers = createWorkers(config, {
     database,
     store,
@@ -162,6 +177,10 @@ async function main(): Promise<void> {
     onStored: () => upkeep.sizeCap.request(),
     onDownloaded: (bytes) => signals.downloadedBytes.emit(bytes),
     onJobEnded: (ended) => signals.jobEnded.emit({ ended, mayHaveCallback: true }),
+    submitChild: {
+      ...submitDeps,
+      onQueued: () => void database.notify(JOBS_QUEUED_CHANNEL, '').catch(() => {}),
+    },
     nodeId,
     now,
     log,
@@ -187,17 +206,8 @@ async function main(): Promise<void> {
 
   const signer = createUrlSigner(secrets.urlSigningSecret, { now });
   const jobs = createJobService({
-    database,
-    now,
-    newJobId: randomUUID,
-    recordCallback: callbackRecorder(randomUUID),
-    checkDestination: sourceDestinationCheck({ resolve: egress.resolve, allowHosts: config.allowHosts }),
-    contentPresent: (cid) => store.hasSync(cid, AUDIO_ARTIFACT_NAME),
-    admitJob: createAdmission({
-      database,
-      maxQueuedJobs: config.maxQueuedJobs,
-      confinementOk: () => confinement.status().ok,
-    }),
+    ...submitDeps,
+    playlistMaxItems: config.playlistMaxItems,
     onEnded: (ended, mayHaveCallback) => signals.jobEnded.emit({ ended, mayHaveCallback }),
   });
   const renderView = createJobRenderer((cid, name, filename) => {
@@ -265,6 +275,8 @@ async function main(): Promise<void> {
       read: async (id) => renderView(await jobs.read(id)),
       cancel: (id) => jobs.cancel(id),
       render: renderJob,
+      items: (id, page) => jobs.items(id, page),
+      renderView,
     }),
     createArtifactOperation({
       artifactRoot: config.artifactRoot,

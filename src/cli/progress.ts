@@ -23,6 +23,8 @@ export interface ProgressView {
 
 /** The job's phase, as far as its record tells: a download at 100 % is being converted. */
 export function phaseOf(job: Job): Phase {
+  // A collection's listing (the CLI submits no collection itself).
+  if (job.status === 'expanding') return 'starting';
   if (job.status !== 'running') return job.status;
   const progress = job.progress;
   if (!progress) return 'starting';

@@ -164,6 +164,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A collection's entries, in playlist order: each accepted with its child job, or refused with its problem.
+         * @description Pages of at most 100 items (`limit`, default 50), after the index `after`; a page that is full gives `next_after` for the next. Entries appear as the collection lists them.
+         */
+        get: operations["listJobItems"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}/events": {
         parameters: {
             query?: never;
@@ -278,7 +298,7 @@ export interface components {
          * @description Why a request was refused: a stable code from one closed list, whose statuses and meanings are in docs/api.md's API error codes. A client may match on it; new codes can be added.
          * @enum {string}
          */
-        ApiErrorCode: "validation_failed" | "invalid_json" | "url_invalid" | "url_host_missing" | "url_scheme_not_allowed" | "url_credentials_not_allowed" | "url_smuggled_data" | "url_too_long" | "host_invalid" | "port_invalid" | "too_many_jobs" | "artifact_path_invalid" | "unauthorized" | "signature_invalid" | "signature_expired" | "job_not_found" | "artifact_not_found" | "scrub_not_found" | "route_not_found" | "job_already_finished" | "scrub_running_elsewhere" | "body_too_large" | "unsupported_media_type" | "range_not_satisfiable" | "host_localhost" | "host_unresolvable" | "address_invalid" | "address_unspecified" | "address_loopback" | "address_private" | "address_link_local" | "address_cgnat" | "address_broadcast" | "address_multicast" | "address_documentation" | "address_benchmarking" | "address_reserved" | "address_as112" | "address_amt" | "address_orchid" | "address_unique_local" | "address_site_local" | "address_nat64_local" | "address_ipv4_compatible" | "address_ipv4_translated" | "address_six_to_four" | "address_teredo" | "rate_limited" | "queue_full" | "too_many_event_streams" | "internal_error" | "shutting_down" | "database_unavailable" | "storage_full" | "confinement_unavailable";
+        ApiErrorCode: "validation_failed" | "invalid_json" | "url_invalid" | "url_host_missing" | "url_scheme_not_allowed" | "url_credentials_not_allowed" | "url_smuggled_data" | "url_too_long" | "host_invalid" | "port_invalid" | "too_many_jobs" | "artifact_path_invalid" | "unauthorized" | "signature_invalid" | "signature_expired" | "job_not_found" | "job_not_collection" | "artifact_not_found" | "scrub_not_found" | "route_not_found" | "job_already_finished" | "scrub_running_elsewhere" | "body_too_large" | "unsupported_media_type" | "range_not_satisfiable" | "host_localhost" | "host_unresolvable" | "collection_nested" | "address_invalid" | "address_unspecified" | "address_loopback" | "address_private" | "address_link_local" | "address_cgnat" | "address_broadcast" | "address_multicast" | "address_documentation" | "address_benchmarking" | "address_reserved" | "address_as112" | "address_amt" | "address_orchid" | "address_unique_local" | "address_site_local" | "address_nat64_local" | "address_ipv4_compatible" | "address_ipv4_translated" | "address_six_to_four" | "address_teredo" | "rate_limited" | "queue_full" | "too_many_event_streams" | "internal_error" | "shutting_down" | "database_unavailable" | "storage_full" | "confinement_unavailable";
         ScrubReport: {
             pass_id: string;
             /** @description The node that runs the pass. */
@@ -336,8 +356,18 @@ export interface components {
         };
         Job: {
             job_id: string;
-            /** @enum {string} */
-            status: "queued" | "running" | "done" | "failed" | "canceled";
+            /**
+             * @description `source`: one URL fetched. `collection`: a playlist, album or feed whose entries are child jobs.
+             * @enum {string}
+             */
+            kind: "source" | "collection";
+            /** @description A child job's collection; else null. */
+            parent_id: string | null;
+            /**
+             * @description queued, running, done, failed, canceled; a collection is `expanding` while it lists its entries, then `running` until its last child ends.
+             * @enum {string}
+             */
+            status: "queued" | "expanding" | "running" | "done" | "failed" | "canceled";
             url: string;
             /** @description True when the URL was already stored and nothing was downloaded. */
             born_done: boolean;
@@ -359,6 +389,7 @@ export interface components {
             } | null;
             error: components["schemas"]["JobError"];
             callback: components["schemas"]["Callback"] | null;
+            collection: components["schemas"]["Collection"] | null;
         };
         /** @description What the downloader said of the source, and for a file found by yt-dlp's generic extraction what its own tags add: every text without control characters, bidirectional overrides or markup (HTML tags are removed, and a `<` that could open one becomes `＜`), cut at its bound with `…`. A job born done shows what the job that stored its URL knew. Null until the downloader has read the media, and for jobs that never got that far. */
         Media: {
@@ -476,17 +507,48 @@ export interface components {
             /** @description Why there was no answer: timeout, connect_failed, tls_failed, no_response, or a refusal of the address policy at connect time (host_localhost, host_unresolvable, address_<range>). */
             error: string | null;
         };
+        /** @description A collection's listing and children (`kind` `collection`); null for a source's job. The job is `done` once its listing has ended and every child has ended, however each ended. */
+        Collection: {
+            /** @description The collection's own title, once listed. */
+            title: string | null;
+            /** @description At most this many entries are listed. */
+            max_items: number;
+            /** @description Entries listed so far: one item each. */
+            entries_found: number;
+            /** @description Child jobs made (entries of the same URL share one; born-done ones count). */
+            children: number;
+            /** @description Children done. */
+            done: number;
+            /** @description Children failed. */
+            failed: number;
+            /** @description Children canceled. */
+            canceled: number;
+            /** @description Entries refused as items (their problem is in listJobItems). */
+            refused: number;
+            /** @description The listing stopped at `max_items` while more entries may exist. */
+            truncated: boolean;
+            listing_error: components["schemas"]["JobError"] & unknown;
+        };
         SubmitSource: {
             /**
              * @description http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).
              * @example https://media.example.org/talk.m4a
              */
             url: string;
+            playlist?: components["schemas"]["PlaylistOption"];
             /**
              * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.
              * @example https://hooks.example.org/source-fetch
              */
             callback_url?: string;
+        };
+        /** @description Opt in to a collection: the URL is a playlist, album, channel page or feed, and the job is a parent (`kind` `collection`) that lists it and submits each entry as a child job of its own. Without it a playlist's job fails `playlist_not_supported`. */
+        PlaylistOption: {
+            /**
+             * @description List at most this many entries (PLAYLIST_MAX_ITEMS, if lower, wins).
+             * @example 50
+             */
+            max_items?: number;
         };
         BatchResult: {
             /** @description How many URLs got a job. */
@@ -511,18 +573,55 @@ export interface components {
         };
         SubmitSourceBatch: {
             /**
-             * @description 1 to 100 URLs, each treated as one submitSource; a URL given twice gets one download.
+             * @description 1 to 100 URLs (a string, or an object with `url` and `playlist`), each treated as one submitSource; a URL given twice gets one download.
              * @example [
              *       "https://media.example.org/a.m4a",
              *       "https://media.example.org/b.m4a"
              *     ]
              */
-            urls: string[];
+            urls: (string | components["schemas"]["BatchSource"])[];
             /**
              * @description http or https URL that gets the job record in a signed POST when the job ends (done, failed or canceled); see docs/webhooks.md. Its destination must pass the same address policy as a source URL.
              * @example https://hooks.example.org/source-fetch
              */
             callback_url?: string;
+        };
+        /** @description A URL with its options: `playlist` makes it a collection. */
+        BatchSource: {
+            /**
+             * @description http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).
+             * @example https://media.example.org/talk.m4a
+             */
+            url: string;
+            playlist?: components["schemas"]["PlaylistOption"];
+        };
+        CollectionItems: {
+            /** @description Items in playlist order. */
+            items: components["schemas"]["CollectionItem"][];
+            /** @description Pass as `after` for the next page; null when this page is the last listed so far. */
+            next_after: number | null;
+        };
+        /** @description One entry of a collection, in the batch's per-URL shape: accepted with its child job (entries of the same URL share one), or refused with its problem. */
+        CollectionItem: {
+            /** @description The entry's place in the collection, from 1. */
+            index: number;
+            /** @description The entry's title as listed, or null. */
+            title: string | null;
+            /** @description The entry's URL as listed. */
+            url: string;
+            /** @enum {string} */
+            outcome: "accepted";
+            job: components["schemas"]["Job"];
+        } | {
+            /** @description The entry's place in the collection, from 1. */
+            index: number;
+            /** @description The entry's title as listed, or null. */
+            title: string | null;
+            /** @description The entry's URL as listed. */
+            url: string;
+            /** @enum {string} */
+            outcome: "refused";
+            problem: components["schemas"]["Problem"] & unknown;
         };
     };
     responses: never;
@@ -1157,6 +1256,78 @@ export interface operations {
             };
             /** @description The job is already done or failed. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listJobItems: {
+        parameters: {
+            query?: {
+                /** @description Items after this index (a page's `next_after`). */
+                after?: number | null;
+                /** @description Items per page, 1 to 100. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of items. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CollectionItems"];
+                };
+            };
+            /** @description `after` or `limit` is not a number in range. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (job_not_found), or it is not a collection (job_not_collection). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -88,6 +88,9 @@ export const SSE_HEADERS = {
  * recorded after the job ended, so that a client holding the final state gets 204, not that
  * state again with another id.
  */
+/** A record's status is final (a collection's `expanding` is not a row status, and not final). */
+const hasEnded = (record: JobRecord) => (FINAL_STATUSES as ReadonlySet<string>).has(record.status);
+
 export function eventIdOf(record: JobRecord): string {
   const { callback: _callback, ...job } = record;
   const stable = job.result
@@ -170,7 +173,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     const unique = [...new Map(jobs.map((job) => [job.id, job])).values()];
     const records = await Promise.all(unique.map((job) => deps.render(job)));
     // The records, not the rows: a view reads a follower again whose leader has just ended.
-    const ended = records.every((record) => FINAL_STATUSES.has(record.status));
+    const ended = records.every((record) => hasEnded(record));
     if (ended && records.every((record) => eventIdOf(record) === lastEventId))
       return new Response(null, { status: 204, headers: { 'cache-control': 'no-store' } });
     return records;
@@ -258,7 +261,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
           if (waiting.size === 0 && room()) controller.enqueue(bytes);
           else waiting.set(record.job_id, bytes);
         }
-        if (FINAL_STATUSES.has(record.status) && following.has(record.job_id)) {
+        if (hasEnded(record) && following.has(record.job_id)) {
           following.get(record.job_id)?.();
           following.delete(record.job_id);
           // Closed once the client has read what waits (close() keeps the queue readable).

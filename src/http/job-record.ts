@@ -5,7 +5,7 @@ import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../store/layout.js';
 import { readStoredMedia, type SourceMedia } from '../tools/media-metadata.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import type { CallbackRecord, EvictedRecord, JobRecord, LoudnessRecord } from './schemas.js';
+import type { CallbackRecord, CollectionRecord, EvictedRecord, JobRecord, LoudnessRecord } from './schemas.js';
 
 /** Signs an artifact's URL; `filename`, when given, is the download name the URL carries, signed with it. */
 export interface SignArtifact {
@@ -98,7 +98,9 @@ export function toJobRecord(
       : null;
   return {
     job_id: job.id,
-    status: shown === job ? job.status : shown.status,
+    kind: job.kind,
+    parent_id: job.parentId,
+    status: recordStatus(shown === job ? job : shown),
     url: job.url,
     born_done: job.bornDone,
     created_at: new Date(job.createdAt).toISOString(),
@@ -118,6 +120,37 @@ export function toJobRecord(
           }
         : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
+    collection: job.kind === 'collection' ? collectionRecord(job) : null,
+  };
+}
+
+/** The status shown: a collection being listed is `expanding`, one waiting for its children `running` (src/jobs/collection/parent.ts). */
+function recordStatus(job: JobRow): JobRecord['status'] {
+  if (job.kind !== 'collection') return job.status === 'listed' ? 'running' : job.status;
+  if (job.status === 'running') return 'expanding';
+  return job.status === 'listed' ? 'running' : job.status;
+}
+
+function collectionRecord(job: JobRow): CollectionRecord {
+  return {
+    title: job.collectionTitle,
+    max_items: job.maxItems ?? 0,
+    entries_found: job.entriesFound,
+    children: job.children,
+    done: job.childrenDone,
+    failed: job.childrenFailed,
+    canceled: job.childrenCanceled,
+    refused: job.itemsRefused,
+    truncated: job.truncated,
+    listing_error:
+      job.status !== 'failed' && job.errorCode
+        ? {
+            code: job.errorCode,
+            message: job.errorMessage ?? '',
+            detail: job.errorDetail,
+            http_status: job.errorHttpStatus,
+          }
+        : null,
   };
 }
 

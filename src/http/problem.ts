@@ -58,6 +58,21 @@ export function problemDocument(
   };
 }
 
+/**
+ * The problem document of a refusal that is answered inside another answer (a batch's item, a
+ * collection's item): a queue_full or confinement_unavailable one says when to try again in
+ * `retry_after`, as Retry-After would.
+ */
+export function refusalProblem(refusal: {
+  code: ApiErrorCode;
+  message: string;
+  extra: { fieldErrors?: FieldError[]; fields?: Record<string, unknown>; retryAfterSeconds?: number };
+}): ProblemDocument {
+  const retryAfter = refusal.extra.retryAfterSeconds;
+  const fields = { ...refusal.extra.fields, ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}) };
+  return problemDocument(refusal.code, refusal.message, { fieldErrors: refusal.extra.fieldErrors, fields });
+}
+
 interface ProblemExtra {
   requestId?: string;
   fieldErrors?: FieldError[];

@@ -1,8 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { ApiErrorCodeSchema as ApiErrorCodes } from '../api-errors.js';
-import { JOB_STATUSES } from '../db/database.js';
 import { JobErrorCodeSchema as JobErrorCodes } from '../job-errors.js';
-import { CALLBACK_STATUSES } from '../db/schema/model.js';
+import { CALLBACK_STATUSES, JOB_KINDS } from '../db/schema/model.js';
 import { MAX_FINDINGS_LISTED } from '../store/scrub.js';
 import { MEDIA_TEXT_BOUNDS } from '../tools/media-metadata.js';
 import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
@@ -12,6 +11,15 @@ import { ATTEMPT_LOG_SIZE } from '../webhooks/deliveries.js';
 export const MAX_URL_LENGTH = 2048;
 /** The most URLs one POST /sources/batch may carry. */
 export const MAX_BATCH_URLS = 100;
+/** The most items one page of listJobItems holds, and how many when the request does not say. */
+export const MAX_ITEMS_PAGE = 100;
+export const DEFAULT_ITEMS_PAGE = 50;
+
+/**
+ * A job's status as the API shows it. A collection is `expanding` while its entries are listed,
+ * then `running` until its last child ends (src/jobs/collection/parent.ts).
+ */
+export const JOB_RECORD_STATUSES = ['queued', 'expanding', 'running', 'done', 'failed', 'canceled'] as const;
 
 // The catalogues' codes in an enum of this module's zod: the catalogues are plain zod, which the
 // OpenAPI extension may not have reached when they are first imported.
@@ -38,6 +46,25 @@ const callbackUrl = z.string().max(MAX_URL_LENGTH).optional().openapi({
   example: 'https://hooks.example.org/source-fetch',
 });
 
+export const PlaylistOptionSchema = z
+  .object({
+    max_items: z.number().int().positive().optional().openapi({
+      description: 'List at most this many entries (PLAYLIST_MAX_ITEMS, if lower, wins).',
+      example: 50,
+    }),
+  })
+  .strict()
+  .openapi('PlaylistOption', {
+    description:
+      "Opt in to a collection: the URL is a playlist, album, channel page or feed, and the job is a parent (`kind` `collection`) that lists it and submits each entry as a child job of its own. Without it a playlist's job fails `playlist_not_supported`.",
+  });
+
+const sourceUrl = z.string().openapi({
+  description:
+    'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
+  example: 'https://media.example.org/talk.m4a',
+});
+
 export const SubmitSourceBody = z
   .object({
     // Its length is checked with the rest of the URL's rules (src/policy/source-url.ts), so that a
@@ -47,6 +74,7 @@ export const SubmitSourceBody = z
         'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
       example: 'https://media.example.org/talk.m4a',
     }),
+    playlist: PlaylistOptionSchema.optional(),
     callback_url: callbackUrl,
   })
   .strict()
@@ -56,15 +84,18 @@ export const SubmitSourceBatchBody = z
   .object({
     urls: z
       .array(
-        z.string().openapi({
-          description:
-            'http or https URL of the media to fetch (at most 2048 characters; a longer one is refused with url_too_long).',
-        }),
+        z.union([
+          sourceUrl,
+          z
+            .object({ url: sourceUrl, playlist: PlaylistOptionSchema.optional() })
+            .strict()
+            .openapi('BatchSource', { description: 'A URL with its options: `playlist` makes it a collection.' }),
+        ]),
       )
       .min(1)
       .max(MAX_BATCH_URLS)
       .openapi({
-        description: `1 to ${MAX_BATCH_URLS} URLs, each treated as one submitSource; a URL given twice gets one download.`,
+        description: `1 to ${MAX_BATCH_URLS} URLs (a string, or an object with \`url\` and \`playlist\`), each treated as one submitSource; a URL given twice gets one download.`,
         example: ['https://media.example.org/a.m4a', 'https://media.example.org/b.m4a'],
       }),
     callback_url: callbackUrl,
@@ -234,10 +265,41 @@ export const JobErrorSchema = z
   })
   .openapi('JobError', { description: 'Why a failed job failed; null for any other status.' });
 
+export const CollectionSchema = z
+  .object({
+    title: z.string().nullable().openapi({ description: "The collection's own title, once listed." }),
+    max_items: z.number().int().openapi({ description: 'At most this many entries are listed.' }),
+    entries_found: z.number().int().openapi({ description: 'Entries listed so far: one item each.' }),
+    children: z
+      .number()
+      .int()
+      .openapi({ description: 'Child jobs made (entries of the same URL share one; born-done ones count).' }),
+    done: z.number().int().openapi({ description: 'Children done.' }),
+    failed: z.number().int().openapi({ description: 'Children failed.' }),
+    canceled: z.number().int().openapi({ description: 'Children canceled.' }),
+    refused: z.number().int().openapi({ description: 'Entries refused as items (their problem is in listJobItems).' }),
+    truncated: z.boolean().openapi({ description: 'The listing stopped at `max_items` while more entries may exist.' }),
+    listing_error: JobErrorSchema.nullable().openapi({
+      description:
+        'Why the listing stopped early, when it did after finding entries (the collection still ends done with them); a listing that found none fails the job with this error.',
+    }),
+  })
+  .openapi('Collection', {
+    description:
+      "A collection's listing and children (`kind` `collection`); null for a source's job. The job is `done` once its listing has ended and every child has ended, however each ended.",
+  });
+
 export const JobSchema = z
   .object({
     job_id: z.string(),
-    status: z.enum(JOB_STATUSES),
+    kind: z.enum(JOB_KINDS).openapi({
+      description: '`source`: one URL fetched. `collection`: a playlist, album or feed whose entries are child jobs.',
+    }),
+    parent_id: z.string().nullable().openapi({ description: "A child job's collection; else null." }),
+    status: z.enum(JOB_RECORD_STATUSES).openapi({
+      description:
+        'queued, running, done, failed, canceled; a collection is `expanding` while it lists its entries, then `running` until its last child ends.',
+    }),
     url: z.string(),
     born_done: z.boolean().openapi({ description: 'True when the URL was already stored and nothing was downloaded.' }),
     created_at: z.string(),
@@ -262,6 +324,7 @@ export const JobSchema = z
       .nullable(),
     error: JobErrorSchema.nullable(),
     callback: z.union([CallbackSchema, z.null()]),
+    collection: z.union([CollectionSchema, z.null()]),
   })
   .openapi('Job');
 
@@ -281,6 +344,53 @@ export const BatchItemSchema = z
     }),
   ])
   .openapi('BatchItem');
+
+const itemFields = {
+  index: z.number().int().openapi({ description: "The entry's place in the collection, from 1." }),
+  title: z.string().nullable().openapi({ description: "The entry's title as listed, or null." }),
+  url: z.string().openapi({ description: "The entry's URL as listed." }),
+};
+
+export const CollectionItemSchema = z
+  .discriminatedUnion('outcome', [
+    z.object({ ...itemFields, outcome: z.literal('accepted'), job: JobSchema }),
+    z.object({
+      ...itemFields,
+      outcome: z.literal('refused'),
+      problem: ProblemSchema.openapi({
+        description: 'What submitSource would have answered for this URL alone (its status and stable code).',
+      }),
+    }),
+  ])
+  .openapi('CollectionItem', {
+    description:
+      "One entry of a collection, in the batch's per-URL shape: accepted with its child job (entries of the same URL share one), or refused with its problem.",
+  });
+
+export const CollectionItemsSchema = z
+  .object({
+    items: z.array(CollectionItemSchema).openapi({ description: 'Items in playlist order.' }),
+    next_after: z.number().int().nullable().openapi({
+      description: 'Pass as `after` for the next page; null when this page is the last listed so far.',
+    }),
+  })
+  .openapi('CollectionItems');
+
+export const ItemsQuery = z.object({
+  after: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(0)
+    .openapi({ param: { name: 'after', in: 'query' }, description: "Items after this index (a page's `next_after`)." }),
+  limit: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_ITEMS_PAGE)
+    .default(DEFAULT_ITEMS_PAGE)
+    .openapi({ param: { name: 'limit', in: 'query' }, description: `Items per page, 1 to ${MAX_ITEMS_PAGE}.` }),
+});
 
 export const BatchResultSchema = z
   .object({
@@ -347,6 +457,8 @@ export const HealthSchema = z
   .openapi('Health');
 
 export type JobRecord = z.infer<typeof JobSchema>;
+export type CollectionRecord = z.infer<typeof CollectionSchema>;
+export type CollectionItemsRecord = z.infer<typeof CollectionItemsSchema>;
 export type CallbackRecord = z.infer<typeof CallbackSchema>;
 export type EvictedRecord = z.infer<typeof EvictedSchema>;
 export type LoudnessRecord = z.infer<typeof LoudnessSchema>;

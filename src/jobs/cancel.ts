@@ -1,11 +1,13 @@
 import type { Database, JobRow } from '../db/database.js';
 import { ServiceError } from '../errors.js';
-import { markCanceled } from './queue.js';
+import { activeChildren } from './collection/parent.js';
+import { getJobRow, markCanceled } from './queue.js';
 
 /**
  * cancelJob: queued → canceled at once; running → canceled, and the node running it (whichever
  * it is) is told to kill its tools and drop its work; canceled → the same record again; done or
- * failed → 409.
+ * failed → 409. A collection (./collection/parent.ts) takes its queued and running children with it,
+ * each canceled as a job of its own; its children already ended stay as they are.
  */
 export interface CancelDeps {
   database: Database;
@@ -18,6 +20,8 @@ export interface Canceled {
   job: JobRow;
   /** False when it was canceled before: nothing changed now. */
   changed: boolean;
+  /** A collection's children this cancel ended. */
+  children: JobRow[];
 }
 
 export async function cancelJob({ deps, input }: { deps: CancelDeps; input: { jobId: string } }): Promise<Canceled> {
@@ -35,5 +39,17 @@ export async function cancelJob({ deps, input }: { deps: CancelDeps; input: { jo
     );
   }
   if (before.status === 'running') await deps.stopRunningJob(input.jobId);
-  return { job: after, changed: before.status !== 'canceled' };
+  const children: JobRow[] = [];
+  // Also when it was canceled before: a child its listing made meanwhile is canceled by the listing itself.
+  if (after.kind === 'collection') {
+    for (const childId of await activeChildren(deps.database, after.id)) {
+      const change = await markCanceled(deps.database, childId, deps.now());
+      if (change?.after.status !== 'canceled' || change.before.status === 'canceled') continue;
+      if (change.before.status === 'running') await deps.stopRunningJob(childId);
+      children.push(change.after);
+    }
+  }
+  // Read again: its children's ends changed its counts.
+  const job = children.length > 0 ? ((await getJobRow(deps.database, after.id)) ?? after) : after;
+  return { job, changed: before.status !== 'canceled', children };
 }

@@ -3,6 +3,7 @@ import type { CacheEntryRow, CallbackDeliveryRow, Database, JobRow, Queryable } 
 import { prepared } from '../db/prepared.js';
 import { ServiceError } from '../errors.js';
 import { cancelJob } from './cancel.js';
+import { getCollectionRow, queueCollection, readItems, type StoredProblem } from './collection/parent.js';
 import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
 import { checkCallbackUrl, checkSource, queueChecked, submitJob, type SubmitDeps } from './submit.js';
 import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
@@ -13,6 +14,8 @@ import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
  * from the database. Jobs that end here (born done, canceled) are reported to `onEnded` once.
  */
 export interface JobServiceDeps extends Omit<SubmitDeps, 'onQueued'> {
+  /** PLAYLIST_MAX_ITEMS: a collection lists at most this many entries, or the submission's own lower number. */
+  playlistMaxItems: number;
   /** `mayHaveCallback` is false when none of these jobs was submitted with a callback_url. */
   onEnded: (ended: Ended, mayHaveCallback: boolean) => void;
 }
@@ -28,8 +31,15 @@ export interface JobView {
   evictedAt?: number;
 }
 
+/** Opts a submission in to a collection (playlist, album, feed): a parent job with a child job per entry. */
+export interface PlaylistOption {
+  /** At most this many entries (PLAYLIST_MAX_ITEMS, if lower, wins). */
+  maxItems?: number;
+}
+
 export interface Submission {
   url: string;
+  playlist?: PlaylistOption;
   callbackUrl?: string;
   /** The submitting key's identity (./key-identity.ts), never the key. */
   apiKeyId?: string;
@@ -37,6 +47,11 @@ export interface Submission {
 
 /** One URL of a batch: its job, or why it got none (the error a single submission would have answered). */
 export type BatchItem = { url: string; job: JobRow } | { url: string; refusal: ServiceError };
+
+/** One entry of a collection: its child job's view, or the problem that refused it. */
+export type ItemView = { index: number; title: string | null; url: string } & (
+  { job: JobView } | { problem: StoredProblem }
+);
 
 export interface JobService {
   /** The new job's view: a born-done one's as its transaction read it, any other's read anew. */
@@ -47,7 +62,11 @@ export interface JobService {
    * a refused URL refuses only its own item.
    */
   submitBatch(
-    input: { urls: string[]; callbackUrl?: string; apiKeyId?: string },
+    input: {
+      urls: Array<string | { url: string; playlist?: PlaylistOption }>;
+      callbackUrl?: string;
+      apiKeyId?: string;
+    },
     requestId: string,
   ): Promise<BatchItem[]>;
   get(id: string): Promise<JobRow>;
@@ -63,7 +82,15 @@ export interface JobService {
   find(id: string): Promise<JobView | undefined>;
   /** find(), throwing job_not_found as get() does. */
   read(id: string): Promise<JobView>;
+  /**
+   * A page of a collection's items in playlist order, those after index `after`; `nextAfter`
+   * when the page is full. Throws job_not_found, or job_not_collection for a source's job.
+   */
+  items(id: string, page: { after: number; limit: number }): Promise<{ items: ItemView[]; nextAfter: number | null }>;
 }
+
+/** An item whose child job is gone (never, unless an operator deleted rows). */
+const missingChild: StoredProblem = { code: 'job_not_found', message: "This item's job no longer exists.", extra: {} };
 
 const jobNotFound = () => new ServiceError('not_found', 'job_not_found', 'No job has this id.');
 
@@ -81,6 +108,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
   const database: Database = deps.database;
   const notifyQuietly = (channel: string, payload: string) => database.notify(channel, payload).catch(() => {});
   const notifyQueued = () => void notifyQuietly(JOBS_QUEUED_CHANNEL, '');
+  const maxItemsOf = (playlist: PlaylistOption) => Math.min(playlist.maxItems ?? Infinity, deps.playlistMaxItems);
   const reportBornDone = (job: JobRow, withCallback: boolean) => {
     if (job.bornDone) deps.onEnded({ job, followers: [] }, withCallback);
   };
@@ -119,7 +147,14 @@ export function createJobService(deps: JobServiceDeps): JobService {
     HOT_VIEWS,
   );
   return {
-    async submit({ url, callbackUrl, apiKeyId }, requestId) {
+    async submit({ url, playlist, callbackUrl, apiKeyId }, requestId) {
+      if (playlist) {
+        const { job } = await queueCollection(
+          { ...deps, onQueued: notifyQueued },
+          { url, maxItems: maxItemsOf(playlist), callbackUrl, requestId, apiKeyId },
+        );
+        return view(job);
+      }
       const { job, artifacts, callback } = await submitJob({
         deps: { ...deps, onQueued: notifyQueued },
         input: { url, callbackUrl, requestId, apiKeyId },
@@ -128,8 +163,10 @@ export function createJobService(deps: JobServiceDeps): JobService {
       // A born-done job's record is what its transaction read; one that waits may show its leader.
       return artifacts ? { job, leader: undefined, artifacts, callback } : view(job);
     },
-    async submitBatch({ urls, callbackUrl, apiKeyId }, requestId) {
+    async submitBatch({ urls: given, callbackUrl, apiKeyId }, requestId) {
       const callback = callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, callbackUrl, apiKeyId);
+      const entries = given.map((entry) => (typeof entry === 'string' ? { url: entry } : entry));
+      const urls = entries.map((entry) => entry.url);
       const checked = await mapLimit(urls, BATCH_CHECK_CONCURRENCY, (url) =>
         refusalOr(checkSource(deps, url, apiKeyId)),
       );
@@ -144,8 +181,17 @@ export function createJobService(deps: JobServiceDeps): JobService {
             items.push({ url, refusal: source });
             continue;
           }
+          const { playlist } = entries[index]!;
           const submitted = await refusalOr(
-            queueChecked(submitDeps, source, { callbackUrl: callback, requestId, apiKeyId }),
+            playlist
+              ? queueCollection(submitDeps, {
+                  url,
+                  maxItems: maxItemsOf(playlist),
+                  callbackUrl: callback?.href,
+                  requestId,
+                  apiKeyId,
+                })
+              : queueChecked(submitDeps, source, { callbackUrl: callback, requestId, apiKeyId }),
           );
           if (submitted instanceof ServiceError) {
             items.push({ url, refusal: submitted });
@@ -166,12 +212,13 @@ export function createJobService(deps: JobServiceDeps): JobService {
       return job;
     },
     async cancel(id) {
-      const { job, changed } = await cancelJob({
+      const { job, changed, children } = await cancelJob({
         deps: { database, now: deps.now, stopRunningJob: (jobId) => database.notify(JOB_CANCELED_CHANNEL, jobId) },
         input: { jobId: id },
       });
       // Counted here, by the node that canceled it; the node running it records nothing more.
       if (changed) deps.onEnded({ job, followers: [] }, true);
+      for (const child of children) deps.onEnded({ job: child, followers: [] }, false);
       return job;
     },
     view,
@@ -180,6 +227,18 @@ export function createJobService(deps: JobServiceDeps): JobService {
       const found = await find(id);
       if (!found) throw jobNotFound();
       return found;
+    },
+    async items(id, { after, limit }) {
+      await getCollectionRow(database, id);
+      const rows = await readItems(database, id, after, limit);
+      const items = await Promise.all(
+        rows.map(async ({ index, title, url, jobId, problem }): Promise<ItemView> => {
+          const child = jobId === null ? undefined : await find(jobId);
+          if (child) return { index, title, url, job: child };
+          return { index, title, url, problem: problem ?? missingChild };
+        }),
+      );
+      return { items, nextAfter: rows.length === limit ? rows[rows.length - 1]!.index : null };
     },
   };
 }

@@ -37,9 +37,14 @@ const JOB_ENDED_CHANNEL = 'source_fetch_job_ended';
 /** Under Postgres' NOTIFY payload limit (8000 bytes). */
 const MAX_PAYLOAD_CHARS = 7_000;
 
-/** The notification's payload for a job that ended with its followers: their ids, or '' (any job) when too many. */
+/**
+ * The notification's payload for a job that ended with its followers: their ids, and their
+ * collections' (whose counts changed with them, ./collection/parent.ts), or '' (any job) when too many.
+ */
 function endedJobIds(ended: Ended): string {
-  const ids = [ended.job.id, ...ended.followers.map((follower) => follower.id)].join(',');
+  const jobs = [ended.job, ...ended.followers];
+  const parents = jobs.flatMap((job) => (job.parentId === null ? [] : [job.parentId]));
+  const ids = [...new Set([...jobs.map((job) => job.id), ...parents])].join(',');
   return ids.length <= MAX_PAYLOAD_CHARS ? ids : '';
 }
 

@@ -36,7 +36,8 @@ import { NO_KEY_IDENTITY } from './key-identity.js';
  * whether it happened), so a transition that lost a race changes nothing.
  */
 export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['done', 'failed', 'canceled']);
-const ACTIVE: JobStatus[] = ['queued', 'running'];
+/** 'listed': a collection waiting for its children (./collection/parent.ts); a source job never is. */
+const ACTIVE: JobStatus[] = ['queued', 'running', 'listed'];
 
 /**
  * The conditions of the partial claim and lease indexes (src/db/schema), written into the SQL
@@ -578,7 +579,7 @@ function failedColumns(error: JobError, now: number) {
 }
 
 /**
- * queued or running → canceled. A canceled leader hands its followers on, key by key: the oldest
+ * queued, running (or a collection's listed) → canceled. A canceled leader hands its followers on, key by key: the oldest
  * of a key becomes its new leader (queued, claimable) and the key's others follow it, so one
  * client's cancel never cancels another client's job, and a follower goes on following only a job
  * of its own key. When a job of that key already leads the heir's URL (the heir followed through

@@ -5,7 +5,10 @@ import type { ResidentSandbox } from '../sandbox/resident.js';
 import type { ContentStore } from '../store/content-store.js';
 import { KEY_ALLOWANCE_WINDOW_MS } from '../store/key-allowance.js';
 import type { MakeFifo } from '../tools/fifo.js';
+import { createListCollection, type ListingLimits } from './collection/list-entries.js';
+import { createCollectionRunner } from './collection/run.js';
 import { createFetchTask, type FetchTaskDeps } from './fetch/task.js';
+import type { SubmitDeps } from './submit.js';
 import { createConverterWaiting } from './fetch/waiting-converter.js';
 import type { Ended } from './queue.js';
 import { createWorkerPool, type WorkerPool } from './worker-pool.js';
@@ -16,6 +19,8 @@ export interface WorkersConfig {
   confinement: { mountView: boolean };
   fetchTimeoutMs: number;
   metadataTimeoutMs: number;
+  /** PLAYLIST_LISTING_MAX_BYTES and PLAYLIST_LISTING_TIMEOUT_S. */
+  playlistListing: ListingLimits;
   downloadStall: FetchTaskDeps['limits']['downloadStall'];
   maxDownloadBytes: number;
   maxOutputBytes: number;
@@ -48,6 +53,8 @@ export interface WorkersDeps {
   onDownloaded: (bytes: number) => void;
   /** Every job's end on this node's workers. */
   onJobEnded: (ended: Ended) => void;
+  /** How a collection's entries are submitted as child jobs: as the API submits a URL. */
+  submitChild: SubmitDeps;
   nodeId: string;
   now: () => number;
   log: Logger;
@@ -55,7 +62,10 @@ export interface WorkersDeps {
   onStop: (stop: () => void | Promise<void>) => void;
 }
 
-/** The workers: each claims a job and runs it (yt-dlp, then ffmpeg, in the sandbox; then the store). */
+/**
+ * The workers: each claims a job and runs it (yt-dlp, then ffmpeg, in the sandbox; then the
+ * store), or lists a collection and submits its entries (./collection/run.ts).
+ */
 export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerPool {
   const { database, store, sandbox, makeFifo, nodeId, now, log } = deps;
   const limits = {
@@ -100,6 +110,24 @@ export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerP
         : { bytes: config.storeBytesPerKeyPerDay, windowMs: KEY_ALLOWANCE_WINDOW_MS },
     onDownloaded: deps.onDownloaded,
   });
+  // A collection's listing: one yt-dlp run confined as a fetch's runs are, within its own limits.
+  const listCollection = createListCollection({
+    store,
+    sandbox,
+    mountView: config.confinement.mountView,
+    tools: deps.tools,
+    workDir: config.workDir,
+    limits,
+    openEgressSession: deps.openEgressSession,
+    cookiesFile: config.ytdlpCookiesFile,
+    listing: config.playlistListing,
+    log,
+  });
+  const runCollection = createCollectionRunner({
+    listCollection,
+    submit: deps.submitChild,
+    onJobEnded: deps.onJobEnded,
+  });
   const workers = createWorkerPool({
     database,
     nodeId,
@@ -110,7 +138,7 @@ export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerP
     log,
     canClaim: () => deps.confined() && sandbox.settled() && deps.roomForJob(),
     runJob: async (job, ctx) => {
-      const ended = await runJob(job, ctx);
+      const ended = await (job.kind === 'collection' ? runCollection : runJob)(job, ctx);
       if (ended) deps.onJobEnded(ended);
       return ended;
     },

@@ -220,6 +220,7 @@ describe('the interface description', () => {
       'getMetrics',
       'getStoreScrub',
       'getWebhookSecret',
+      'listJobItems',
       'scrubStore',
       'submitSource',
       'submitSourceBatch',

@@ -37,6 +37,9 @@ describe('event stream reader', () => {
 
 const job = (overrides: Partial<Job>): Job => ({
   job_id: 'j-1',
+  kind: 'source',
+  parent_id: null,
+  collection: null,
   status: 'queued',
   url: 'http://m.example/a.wav',
   born_done: false,

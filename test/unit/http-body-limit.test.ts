@@ -13,7 +13,14 @@ import { sourceOperations } from '../../src/http/routes/sources.js';
 const unused = {} as never;
 const served = [
   ...sourceOperations({ admission: unused, submit: unused, submitBatch: unused, render: unused, renderView: unused }),
-  ...jobOperations({ admission: unused, read: unused, cancel: unused, render: unused }),
+  ...jobOperations({
+    admission: unused,
+    read: unused,
+    cancel: unused,
+    render: unused,
+    items: unused,
+    renderView: unused,
+  }),
 ];
 
 describe('the body limit by path', () => {

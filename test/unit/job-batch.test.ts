@@ -53,6 +53,7 @@ describe.each(BACKENDS)('submitBatch on %s', (kind) => {
       },
       contentPresent: () => true,
       admitJob: createAdmission({ database, maxQueuedJobs, confinementOk: () => true }),
+      playlistMaxItems: 500,
       // Marked when the job may have a callback to send: the delivery worker is woken for those only.
       onEnded: (e, mayHaveCallback) => ended.push(mayHaveCallback ? `${e.job.id} with callback` : e.job.id),
     });

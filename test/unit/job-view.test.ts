@@ -24,6 +24,7 @@ function serviceOn(database: Database): JobService {
     checkDestination: async () => {},
     contentPresent: () => true,
     admitJob: createAdmission({ database, maxQueuedJobs: 10, confinementOk: () => true }),
+    playlistMaxItems: 500,
     onEnded: () => {},
   });
 }

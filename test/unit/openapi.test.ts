@@ -93,6 +93,7 @@ describe('src/client/openapi-types.ts', () => {
       'submitSourceBatch',
       'getJob',
       'cancelJob',
+      'listJobItems',
       'getJobEvents',
       'getEvents',
       'scrubStore',

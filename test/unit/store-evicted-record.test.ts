@@ -30,6 +30,7 @@ function serviceOn(fx: StoreFixture, now: () => number): JobService {
     checkDestination: async () => {},
     contentPresent: (cid) => fx.store.hasSync(cid, AUDIO_ARTIFACT_NAME),
     admitJob: createAdmission({ database: fx.database, maxQueuedJobs: 10, confinementOk: () => true }),
+    playlistMaxItems: 500,
     onEnded: () => {},
   });
 }

@@ -11,7 +11,7 @@ import {
   uniqueIndex,
 } from 'drizzle-orm/pg-core';
 import { JOB_ERROR_CODES } from '../../job-errors.js';
-import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_KINDS, JOB_STATUSES } from './model.js';
 
 /**
  * The PostgreSQL schema: the twin of ./sqlite.ts, whose comments say what each table and column is
@@ -50,6 +50,17 @@ export const jobs = pgTable(
     apiKeyId: text('api_key_id').notNull().default(''),
     storedBytes: int64('stored_bytes'),
     media: text('media'),
+    kind: text('kind', { enum: JOB_KINDS }).notNull().default('source'),
+    parentId: text('parent_id'),
+    maxItems: integer('max_items'),
+    collectionTitle: text('collection_title'),
+    entriesFound: integer('entries_found').notNull().default(0),
+    itemsRefused: integer('items_refused').notNull().default(0),
+    children: integer('children').notNull().default(0),
+    childrenDone: integer('children_done').notNull().default(0),
+    childrenFailed: integer('children_failed').notNull().default(0),
+    childrenCanceled: integer('children_canceled').notNull().default(0),
+    truncated: boolean('truncated').notNull().default(false),
   },
   (t) => [
     index('jobs_claim_idx')
@@ -74,7 +85,23 @@ export const jobs = pgTable(
     index('jobs_key_stored_idx')
       .on(t.apiKeyId, t.finishedAt)
       .where(sql`stored_bytes is not null`),
+    index('jobs_parent_idx')
+      .on(t.parentId)
+      .where(sql`parent_id is not null`),
   ],
+);
+
+export const collectionItems = pgTable(
+  'collection_items',
+  {
+    parentId: text('parent_id').notNull(),
+    idx: integer('idx').notNull(),
+    url: text('url').notNull(),
+    title: text('title'),
+    jobId: text('job_id'),
+    problem: text('problem'),
+  },
+  (t) => [primaryKey({ columns: [t.parentId, t.idx] })],
 );
 
 export const cacheEntries = pgTable(

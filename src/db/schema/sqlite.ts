@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import { JOB_ERROR_CODES } from '../../job-errors.js';
-import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_STATUSES } from './model.js';
+import { ALIAS_KINDS, CALLBACK_STATUSES, JOB_KINDS, JOB_STATUSES } from './model.js';
 
 /**
  * The SQLite schema (the embedded default). Its twin is ./postgres.ts: the same tables, columns,
@@ -54,6 +54,27 @@ export const jobs = sqliteTable(
      * JSON (src/tools/media-metadata.ts); a born-done job's is its URL's alias's.
      */
     media: text('media'),
+    /**
+     * 'collection': a playlist, album or feed whose entries become child jobs (src/jobs/collection);
+     * its url_key is 'collection:' and its id, so that it never takes part in single flight.
+     */
+    kind: text('kind', { enum: JOB_KINDS }).notNull().default('source'),
+    /** A child job: the collection it was listed in. */
+    parentId: text('parent_id'),
+    /** A collection's: at most this many entries are listed. */
+    maxItems: integer('max_items'),
+    /** A collection's own title, once listed. */
+    collectionTitle: text('collection_title'),
+    /** A collection's entries listed so far (items), of which refused ones. */
+    entriesFound: integer('entries_found').notNull().default(0),
+    itemsRefused: integer('items_refused').notNull().default(0),
+    /** A collection's child jobs, and how many of them ended each way: kept by triggers (drizzle/sqlite/0016_collections.sql). */
+    children: integer('children').notNull().default(0),
+    childrenDone: integer('children_done').notNull().default(0),
+    childrenFailed: integer('children_failed').notNull().default(0),
+    childrenCanceled: integer('children_canceled').notNull().default(0),
+    /** The listing stopped at max_items while more entries may exist. */
+    truncated: integer('truncated', { mode: 'boolean' }).notNull().default(false),
   },
   (t) => [
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job
@@ -84,7 +105,28 @@ export const jobs = sqliteTable(
     index('jobs_key_stored_idx')
       .on(t.apiKeyId, t.finishedAt)
       .where(sql`stored_bytes is not null`),
+    // A collection's children (cancel).
+    index('jobs_parent_idx')
+      .on(t.parentId)
+      .where(sql`parent_id is not null`),
   ],
+);
+
+/**
+ * A collection's entries, in its order (index from 1): the child job it got (several entries of
+ * one URL share one), or the problem that refused it (JSON: code, message, field errors, fields).
+ */
+export const collectionItems = sqliteTable(
+  'collection_items',
+  {
+    parentId: text('parent_id').notNull(),
+    idx: integer('idx').notNull(),
+    url: text('url').notNull(),
+    title: text('title'),
+    jobId: text('job_id'),
+    problem: text('problem'),
+  },
+  (t) => [primaryKey({ columns: [t.parentId, t.idx] })],
 );
 
 /**

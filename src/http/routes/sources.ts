@@ -1,12 +1,12 @@
 import { createRoute } from '@hono/zod-openapi';
 import type { JobRow } from '../../db/database.js';
-import type { BatchItem, JobView, Submission } from '../../jobs/job-service.js';
+import type { BatchItem, JobService, JobView, Submission } from '../../jobs/job-service.js';
 import { jobKeyIdentity } from '../../jobs/key-identity.js';
 import type { KeyAdmission } from '../key-admission.js';
 import { apiKeySecurity, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
 import { jsonRequestBody } from '../json-request-body.js';
 import { bindOperation, jsonAnswer, type OperationBinding } from '../operation.js';
-import { problemDocument } from '../problem.js';
+import { refusalProblem } from '../problem.js';
 import { SOURCES_ROUTE } from '../route-template.js';
 import {
   BatchResultSchema,
@@ -68,10 +68,7 @@ export const submitSourceBatchRoute = createRoute({
 export interface SourceOperationsDeps {
   admission: KeyAdmission;
   submit: (input: Submission, requestId: string) => Promise<JobView>;
-  submitBatch: (
-    input: { urls: string[]; callbackUrl?: string; apiKeyId?: string },
-    requestId: string,
-  ) => Promise<BatchItem[]>;
+  submitBatch: (input: Parameters<JobService['submitBatch']>[0], requestId: string) => Promise<BatchItem[]>;
   render: (job: JobRow) => Promise<JobRecord>;
   renderView: (view: JobView) => JobRecord;
 }
@@ -83,9 +80,16 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
       maxBodyBytes: MAX_BODY_BYTES,
       async answer(request) {
         const key = deps.admission.admit(request);
-        const { url, callback_url: callbackUrl } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
+        const {
+          url,
+          playlist,
+          callback_url: callbackUrl,
+        } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
         const { facts } = request;
-        const view = await deps.submit({ url, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+        const view = await deps.submit(
+          { url, playlist: playlist && { maxItems: playlist.max_items }, callbackUrl, apiKeyId: jobKeyIdentity(key) },
+          facts.id,
+        );
         const { job } = view;
         // Told by the request's access line, not a line of its own.
         facts.jobId = job.id;
@@ -103,24 +107,18 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
           SubmitSourceBatchBody,
         );
         const { facts } = request;
-        const items = await deps.submitBatch({ urls, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
+        const sources = urls.map((entry) =>
+          typeof entry === 'string'
+            ? entry
+            : { url: entry.url, playlist: entry.playlist && { maxItems: entry.playlist.max_items } },
+        );
+        const items = await deps.submitBatch({ urls: sources, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
         const results: BatchResult['results'] = [];
         for (const item of items) {
           if ('job' in item) {
             results.push({ outcome: 'accepted', url: item.url, job: await deps.render(item.job) });
           } else {
-            const { refusal } = item;
-            // A queue_full or confinement_unavailable item says when to try it again, as Retry-After would.
-            const retryAfter = refusal.extra.retryAfterSeconds;
-            const fields = {
-              ...refusal.extra.fields,
-              ...(retryAfter !== undefined ? { retry_after: retryAfter } : {}),
-            };
-            const problem = problemDocument(refusal.code, refusal.message, {
-              fieldErrors: refusal.extra.fieldErrors,
-              fields,
-            });
-            results.push({ outcome: 'refused', url: item.url, problem });
+            results.push({ outcome: 'refused', url: item.url, problem: refusalProblem(item.refusal) });
           }
         }
         const accepted = results.filter((result) => result.outcome === 'accepted').length;

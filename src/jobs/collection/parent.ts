@@ -1,0 +1,228 @@
+import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
+import type { ApiErrorCode } from '../../api-errors.js';
+import type { Database, JobRow, Queryable } from '../../db/database.js';
+import { ServiceError } from '../../errors.js';
+import type { JobError } from '../../job-errors.js';
+import { NO_KEY_IDENTITY } from '../key-identity.js';
+import { getJobRow } from '../queue.js';
+import { checkCallbackUrl, checkSource, type SubmitDeps, type Submitted } from '../submit.js';
+
+/**
+ * A collection's parent job and its items, on either database, for any number of nodes.
+ *
+ *   queued ──claim──▶ running (listing) ──▶ listed (waiting for its children) ──▶ done
+ *                        │        └──(no entry, listing failed)──▶ failed
+ *                        └──(every child already ended)──▶ done
+ *   queued, running or listed ──cancel──▶ canceled (its queued and running children with it, ../cancel.ts)
+ *
+ * The parent is claimed like any job (the fair turns across keys count it as a running job of
+ * its key while it lists) and holds a lease while it lists; once listed it holds none, and no node
+ * needs to be watching it: the trigger of drizzle/sqlite/0016_collections.sql (PostgreSQL:
+ * 0014_collections.sql) counts each child as it is linked (parent_id) and as it ends, in that
+ * transaction, and ends the parent done with its last child. The API shows a collection that is
+ * `running` as `expanding` and one that is `listed` as `running` (src/http/job-record.ts).
+ *
+ * Items: one row per entry listed, in its order; an entry that passed the submission policy
+ * names its child job (entries of the same URL share one), a refused one the problem it would
+ * have got submitted alone. A listing taken over by another node (the lease ran out) lists again
+ * and skips the indexes already recorded.
+ */
+
+/** A collection's url_key: its own, so that a collection never leads nor follows (single flight is for sources). */
+export const collectionUrlKey = (id: string) => `collection:${id}`;
+
+/** The problem of a refused item, as stored (JSON in collection_items.problem). */
+export interface StoredProblem {
+  code: ApiErrorCode;
+  message: string;
+  extra: ServiceError['extra'];
+}
+
+export const storedProblemOf = (err: ServiceError): StoredProblem => ({
+  code: err.code,
+  message: err.message,
+  extra: err.extra,
+});
+
+export interface CollectionItemRow {
+  index: number;
+  url: string;
+  title: string | null;
+  jobId: string | null;
+  problem: StoredProblem | null;
+}
+
+/**
+ * Queues a collection's parent job: its URL and callback_url checked as a source's, the queue's
+ * admission asked, the job and its callback's delivery written in one transaction.
+ */
+export async function queueCollection(
+  deps: SubmitDeps,
+  input: { url: string; maxItems: number; callbackUrl?: string; requestId?: string; apiKeyId?: string },
+): Promise<Submitted> {
+  const { url } = await checkSource(deps, input.url, input.apiKeyId);
+  const callbackUrl =
+    input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl, input.apiKeyId);
+  await deps.admitJob();
+  const id = deps.newJobId();
+  const now = deps.now();
+  const submitted = await deps.database.transaction(async (q): Promise<Submitted> => {
+    const [job] = await q.db
+      .insert(q.t.jobs)
+      .values({
+        id,
+        url: url.href,
+        urlKey: collectionUrlKey(id),
+        status: 'queued',
+        kind: 'collection',
+        maxItems: input.maxItems,
+        createdAt: now,
+        requestId: input.requestId ?? null,
+        apiKeyId: input.apiKeyId ?? NO_KEY_IDENTITY,
+      })
+      .returning();
+    const callback =
+      callbackUrl && (await deps.recordCallback(q, { jobId: id, url: callbackUrl.href, createdAt: now }));
+    return { job: job!, ...(callback ? { callback } : {}) };
+  });
+  deps.onQueued();
+  return submitted;
+}
+
+/** The entries a listing already recorded (an earlier attempt's): their indexes, and the child of each URL. */
+export async function recordedItems(
+  q: Queryable,
+  parentId: string,
+): Promise<{ indexes: Set<number>; childByUrlKey: Map<string, string> }> {
+  const { collectionItems: items, jobs } = q.t;
+  const rows = await q.db
+    .select({ idx: items.idx, jobId: items.jobId, urlKey: jobs.urlKey })
+    .from(items)
+    .leftJoin(jobs, eq(jobs.id, items.jobId))
+    .where(eq(items.parentId, parentId));
+  const childByUrlKey = new Map<string, string>();
+  for (const row of rows) if (row.jobId && row.urlKey) childByUrlKey.set(row.urlKey, row.jobId);
+  return { indexes: new Set(rows.map((row) => row.idx)), childByUrlKey };
+}
+
+/** Rolls back an item's transaction when its parent is no longer being listed by this node. */
+class ListingLost extends Error {}
+
+/**
+ * Records an entry's item, and links a new child (`linkChild`) to the parent, in one transaction
+ * that holds only while `owner` still lists the parent. False when it no longer does (canceled,
+ * or taken over): nothing is written.
+ */
+export async function recordItem(
+  database: Database,
+  parent: { id: string; owner: string },
+  item: { index: number; url: string; title: string | null; jobId: string | null; problem: StoredProblem | null },
+  linkChild: boolean,
+): Promise<boolean> {
+  try {
+    await database.transaction(async (q) => {
+      const { jobs, collectionItems: items } = q.t;
+      const counted = await q.db
+        .update(jobs)
+        .set({
+          entriesFound: sql`${jobs.entriesFound} + 1`,
+          itemsRefused: sql`${jobs.itemsRefused} + ${item.problem ? 1 : 0}`,
+        })
+        .where(and(eq(jobs.id, parent.id), eq(jobs.status, 'running'), eq(jobs.lockOwner, parent.owner)))
+        .returning({ id: jobs.id });
+      if (counted.length === 0) throw new ListingLost();
+      await q.db.insert(items).values({
+        parentId: parent.id,
+        idx: item.index,
+        url: item.url,
+        title: item.title,
+        jobId: item.jobId,
+        problem: item.problem && JSON.stringify(item.problem),
+      });
+      // The trigger counts the child, and its end if it has ended already (born done).
+      if (linkChild && item.jobId) await q.db.update(jobs).set({ parentId: parent.id }).where(eq(jobs.id, item.jobId));
+    });
+    return true;
+  } catch (err) {
+    if (err instanceof ListingLost) return false;
+    throw err;
+  }
+}
+
+/**
+ * running → listed, or → done when every child has already ended, or → failed when the listing
+ * failed before it found any entry. Records the title, whether the list was cut, and the
+ * listing's error (shown as the collection's listing_error when entries were found). Undefined
+ * when `owner` no longer lists it.
+ */
+export async function endListing(
+  database: Database,
+  parent: { id: string; owner: string },
+  end: { title: string | null; truncated: boolean; error: JobError | null },
+  now: number,
+): Promise<JobRow | undefined> {
+  const { jobs } = database.t;
+  const failed = end.error ? sql`${jobs.entriesFound} = 0` : sql`false`;
+  const allEnded = sql`${jobs.childrenDone} + ${jobs.childrenFailed} + ${jobs.childrenCanceled} >= ${jobs.children}`;
+  const [row] = await database.db
+    .update(jobs)
+    .set({
+      status: sql`case when ${failed} then 'failed' when ${allEnded} then 'done' else 'listed' end`,
+      finishedAt: sql`case when ${failed} or ${allEnded} then cast(${now} as bigint) else null end`,
+      collectionTitle: end.title,
+      truncated: end.truncated,
+      errorCode: end.error?.code ?? null,
+      errorMessage: end.error?.message ?? null,
+      errorDetail: end.error?.detail ?? null,
+      errorHttpStatus: end.error?.httpStatus ?? null,
+      lockOwner: null,
+      leaseExpiresAt: null,
+      progressBytes: null,
+      progressTotalBytes: null,
+    })
+    .where(and(eq(jobs.id, parent.id), eq(jobs.status, 'running'), eq(jobs.lockOwner, parent.owner)))
+    .returning();
+  return row;
+}
+
+/** The children of a collection that are still queued or running: a cancel of the parent cancels them. */
+export async function activeChildren(q: Queryable, parentId: string): Promise<string[]> {
+  const { jobs } = q.t;
+  const rows = await q.db
+    .select({ id: jobs.id })
+    .from(jobs)
+    .where(and(eq(jobs.parentId, parentId), inArray(jobs.status, ['queued', 'running'])));
+  return rows.map((row) => row.id);
+}
+
+/** A page of a collection's items in their order: those after index `after`, at most `limit`. */
+export async function readItems(
+  q: Queryable,
+  parentId: string,
+  after: number,
+  limit: number,
+): Promise<CollectionItemRow[]> {
+  const { collectionItems: items } = q.t;
+  const rows = await q.db
+    .select()
+    .from(items)
+    .where(and(eq(items.parentId, parentId), gt(items.idx, after)))
+    .orderBy(asc(items.idx))
+    .limit(limit);
+  return rows.map((row) => ({
+    index: row.idx,
+    url: row.url,
+    title: row.title,
+    jobId: row.jobId,
+    problem: row.problem === null ? null : (JSON.parse(row.problem) as StoredProblem),
+  }));
+}
+
+/** The collection `id`; throws job_not_found when there is no job, job_not_collection when it is a source's. */
+export async function getCollectionRow(q: Queryable, id: string): Promise<JobRow> {
+  const job = await getJobRow(q, id);
+  if (!job) throw new ServiceError('not_found', 'job_not_found', 'No job has this id.');
+  if (job.kind !== 'collection')
+    throw new ServiceError('not_found', 'job_not_collection', 'This job fetches one source: it has no items.');
+  return job;
+}
