@@ -32,6 +32,7 @@ import { shutdownGate } from './http/shutdown-gate.js';
 import { loadWebFiles } from './http/web-page.js';
 import { createAdmission } from './jobs/admission.js';
 import { createJobService } from './jobs/job-service.js';
+import { claimEndedParents } from './jobs/collection/parent.js';
 import { announceJobEnded, createJobWatcher, hearJobEnds, readJobRows } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkers } from './jobs/workers.js';
@@ -201,6 +202,14 @@ async function main(): Promise<void> {
   signals.downloadedBytes.on((bytes) => metrics.addDownloadedBytes(bytes));
   signals.evicted.on(({ artifacts, bytes }) => metrics.observeEviction(artifacts, bytes));
   signals.jobEnded.on(({ ended }) => metrics.observeEnded(ended));
+  // A collection the trigger ended with its last child: its end is announced as any job's, once.
+  signals.jobEnded.on(({ ended }) => {
+    claimEndedParents(database, ended)
+      .then((parents) => {
+        for (const job of parents) signals.jobEnded.emit({ ended: { job, followers: [] }, mayHaveCallback: true });
+      })
+      .catch((err: unknown) => log.warn({ err }, "announcing a collection's end failed"));
+  });
   const scrubber = createScrubber({ database, store, nodeId, log, now, metrics, ...config.scrub });
   onStop(() => scrubber.stop());
 

@@ -1,13 +1,12 @@
 import type { Database, JobRow } from '../db/database.js';
 import { ServiceError } from '../errors.js';
-import { activeChildren } from './collection/parent.js';
-import { getJobRow, markCanceled } from './queue.js';
+import { cancelActiveChildren, getJobRow, markCanceled } from './queue.js';
 
 /**
  * cancelJob: queued → canceled at once; running → canceled, and the node running it (whichever
  * it is) is told to kill its tools and drop its work; canceled → the same record again; done or
  * failed → 409. A collection (./collection/parent.ts) takes its queued and running children with it,
- * each canceled as a job of its own; its children already ended stay as they are.
+ * canceled a batch to a transaction (cancelActiveChildren); its children already ended stay as they are.
  */
 export interface CancelDeps {
   database: Database;
@@ -42,11 +41,9 @@ export async function cancelJob({ deps, input }: { deps: CancelDeps; input: { jo
   const children: JobRow[] = [];
   // Also when it was canceled before: a child its listing made meanwhile is canceled by the listing itself.
   if (after.kind === 'collection') {
-    for (const childId of await activeChildren(deps.database, after.id)) {
-      const change = await markCanceled(deps.database, childId, deps.now());
-      if (change?.after.status !== 'canceled' || change.before.status === 'canceled') continue;
-      if (change.before.status === 'running') await deps.stopRunningJob(childId);
-      children.push(change.after);
+    for (const { wasRunning, job } of await cancelActiveChildren(deps.database, after.id, deps.now())) {
+      if (wasRunning) await deps.stopRunningJob(job.id);
+      children.push(job);
     }
   }
   // Read again: its children's ends changed its counts.

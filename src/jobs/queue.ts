@@ -579,11 +579,9 @@ function failedColumns(error: JobError, now: number) {
 }
 
 /**
- * queued, running (or a collection's listed) → canceled. A canceled leader hands its followers on, key by key: the oldest
- * of a key becomes its new leader (queued, claimable) and the key's others follow it, so one
- * client's cancel never cancels another client's job, and a follower goes on following only a job
- * of its own key. When a job of that key already leads the heir's URL (the heir followed through
- * another URL of the same media), the key's followers follow that job instead. Returns the row
+ * queued, running (or a collection's listed) → canceled. A canceled leader hands its followers on
+ * (handOnFollowers), so one client's cancel never cancels another client's job, and a follower goes
+ * on following only a job of its own key. Returns the row
  * after the change (and what it was before), or undefined if there is no such job.
  */
 export async function markCanceled(
@@ -601,34 +599,92 @@ export async function markCanceled(
       .where(and(eq(jobs.id, id), inArray(jobs.status, ACTIVE)))
       .returning();
     if (!changed) return { before, after: (await getJobRow(q, id))! };
-    const followers = await q.db
-      .select({ id: jobs.id, apiKeyId: jobs.apiKeyId, urlKey: jobs.urlKey })
-      .from(jobs)
-      .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
-      .orderBy(asc(jobs.createdAt));
-    // Each key's new leader, and the followers that follow it.
-    const heirs = new Map<string, { id: string; followers: string[] }>();
-    for (const follower of followers) {
-      const heir = heirs.get(follower.apiKeyId);
-      if (heir) {
-        heir.followers.push(follower.id);
-        continue;
-      }
-      // Locked as enqueueJob locks a leader: it cannot end before its new followers are recorded.
-      const leading = await activeLeaderFor(q, follower.urlKey, follower.apiKeyId);
-      if (leading && (await lockIfActive(q, leading.id))) {
-        heirs.set(follower.apiKeyId, { id: leading.id, followers: [follower.id] });
-      } else {
-        await q.db.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, follower.id));
-        heirs.set(follower.apiKeyId, { id: follower.id, followers: [] });
-      }
-    }
-    for (const heir of heirs.values()) {
-      if (heir.followers.length > 0)
-        await q.db.update(jobs).set({ followsJobId: heir.id }).where(inArray(jobs.id, heir.followers));
-    }
+    await handOnFollowers(q, id);
     return { before, after: changed };
   });
+}
+
+/** How many of a collection's children one transaction of cancelActiveChildren cancels. */
+export const CHILDREN_PER_CANCEL = 200;
+
+/**
+ * Cancels a collection's queued and running children, CHILDREN_PER_CANCEL to a transaction (each
+ * handing on its followers as markCanceled does), until none is left. Each canceled child with the
+ * status it had: a running one's node must be told to stop it.
+ */
+export async function cancelActiveChildren(
+  database: Database,
+  parentId: string,
+  now: number,
+): Promise<Array<{ wasRunning: boolean; job: JobRow }>> {
+  const canceled: Array<{ wasRunning: boolean; job: JobRow }> = [];
+  for (;;) {
+    const batch = await database.transaction(async (q) => {
+      const { jobs } = q.t;
+      // In id order, locked first (PostgreSQL): two cancels, or a cancel and children ending, lock alike.
+      const active = q.db
+        .select({ id: jobs.id, status: jobs.status })
+        .from(jobs)
+        .where(and(eq(jobs.parentId, parentId), inArray(jobs.status, ['queued', 'running'])))
+        .orderBy(asc(jobs.id))
+        .limit(CHILDREN_PER_CANCEL);
+      const rows = q.kind === 'postgres' ? await active.for('update') : await active;
+      if (rows.length === 0) return [];
+      const changed = await q.db
+        .update(jobs)
+        .set({ status: 'canceled', finishedAt: now, lockOwner: null, leaseExpiresAt: null })
+        .where(
+          and(
+            inArray(
+              jobs.id,
+              rows.map((row) => row.id),
+            ),
+            inArray(jobs.status, ['queued', 'running']),
+          ),
+        )
+        .returning();
+      const running = new Set(rows.filter((row) => row.status === 'running').map((row) => row.id));
+      for (const job of changed) await handOnFollowers(q, job.id);
+      return changed.map((job) => ({ wasRunning: running.has(job.id), job }));
+    });
+    if (batch.length === 0) return canceled;
+    canceled.push(...batch);
+  }
+}
+
+/**
+ * A canceled leader's followers, key by key: the oldest of a key becomes its new leader (queued,
+ * claimable) and the key's others follow it; when a job of that key already leads the heir's URL,
+ * the key's followers follow that job instead.
+ */
+async function handOnFollowers(q: Queryable, id: string): Promise<void> {
+  const { jobs } = q.t;
+  const followers = await q.db
+    .select({ id: jobs.id, apiKeyId: jobs.apiKeyId, urlKey: jobs.urlKey })
+    .from(jobs)
+    .where(and(eq(jobs.followsJobId, id), eq(jobs.status, 'queued')))
+    .orderBy(asc(jobs.createdAt));
+  // Each key's new leader, and the followers that follow it.
+  const heirs = new Map<string, { id: string; followers: string[] }>();
+  for (const follower of followers) {
+    const heir = heirs.get(follower.apiKeyId);
+    if (heir) {
+      heir.followers.push(follower.id);
+      continue;
+    }
+    // Locked as enqueueJob locks a leader: it cannot end before its new followers are recorded.
+    const leading = await activeLeaderFor(q, follower.urlKey, follower.apiKeyId);
+    if (leading && (await lockIfActive(q, leading.id))) {
+      heirs.set(follower.apiKeyId, { id: leading.id, followers: [follower.id] });
+    } else {
+      await q.db.update(jobs).set({ followsJobId: null }).where(eq(jobs.id, follower.id));
+      heirs.set(follower.apiKeyId, { id: follower.id, followers: [] });
+    }
+  }
+  for (const heir of heirs.values()) {
+    if (heir.followers.length > 0)
+      await q.db.update(jobs).set({ followsJobId: heir.id }).where(inArray(jobs.id, heir.followers));
+  }
 }
 
 /** running → queued, for a job a shutdown interrupted; the attempt does not count. */
@@ -733,15 +789,42 @@ export async function expireLeasesOfGoneHolders(q: Queryable, isGone: (owner: st
   return expired.length;
 }
 
+/**
+ * A collection that is 'listed' holds this as its lock_owner (no node does) until its end is
+ * announced: the trigger that ends it with its last child cannot tell any node, so whoever hears of
+ * a child's end takes the marker off, once (./collection/parent.ts, claimEndedParents).
+ */
+export const END_UNANNOUNCED = 'collection:end-unannounced';
+
+/**
+ * A collection whose listing was cut short ends as a listing that failed does (./collection/parent.ts,
+ * endListing): failed when it found no entry; otherwise it keeps its children and waits for them
+ * (listed), or is done when they have all ended; the error is its listing_error.
+ */
+function exhaustedColumns(jobs: Queryable['t']['jobs']) {
+  const keeps = sql`(${jobs.kind} = 'collection' and ${jobs.entriesFound} > 0)`;
+  const waits = sql`(${keeps} and ${jobs.childrenDone} + ${jobs.childrenFailed} + ${jobs.childrenCanceled} < ${jobs.children})`;
+  return { keeps, waits };
+}
+
 async function exhaust(q: Queryable, where: SQL, maxAttempts: number, now: number): Promise<Ended[]> {
   const { jobs } = q.t;
   // Its followers were never interrupted themselves, but their fetch was, as many times.
   const error = jobError('attempts_exhausted', { values: { attempts: maxAttempts } });
-  const failed = await q.db
+  const { keeps, waits } = exhaustedColumns(jobs);
+  const rows = await q.db
     .update(jobs)
-    .set({ ...failedColumns(error, now), lockOwner: null, leaseExpiresAt: null, mediaKey: null })
+    .set({
+      ...failedColumns(error, now),
+      status: sql`case when ${waits} then 'listed' when ${keeps} then 'done' else 'failed' end`,
+      finishedAt: sql`case when ${waits} then null else cast(${now} as bigint) end`,
+      lockOwner: sql`case when ${waits} then ${END_UNANNOUNCED} else null end`,
+      leaseExpiresAt: null,
+      mediaKey: null,
+    })
     .where(where)
     .returning();
+  const failed = rows.filter((job) => FINAL_STATUSES.has(job.status));
   const ended: Ended[] = [];
   for (const job of failed) {
     ended.push({

@@ -1,3 +1,4 @@
+import { eq, like } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database, JobRow } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
@@ -7,7 +8,17 @@ import { createAdmission } from '../../src/jobs/admission.js';
 import type { CollectionEntry, ListCollection, ListingEnd } from '../../src/jobs/collection/listing.js';
 import { createCollectionRunner } from '../../src/jobs/collection/run.js';
 import { createJobService, type JobService } from '../../src/jobs/job-service.js';
-import { claimNextJob, getJobRow, markDone, markFailed, type Ended } from '../../src/jobs/queue.js';
+import { claimEndedParents, endListing } from '../../src/jobs/collection/parent.js';
+import {
+  CHILDREN_PER_CANCEL,
+  claimNextJob,
+  getJobRow,
+  markDone,
+  markFailed,
+  reclaimExpiredLeases,
+  releaseJob,
+  type Ended,
+} from '../../src/jobs/queue.js';
 import type { SubmitDeps } from '../../src/jobs/submit.js';
 import { JOB_CANCELED_CHANNEL } from '../../src/jobs/worker-pool.js';
 import { sourceDestinationCheck } from '../../src/policy/source-url.js';
@@ -282,5 +293,175 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
       'canceled',
       'canceled',
     ]);
+  });
+  /** A listing that hands on `entries` and then throws, as a crashing listing run does. */
+  const crashingLister =
+    (entries: CollectionEntry[]): ListCollection =>
+    async (_request, onEntry) => {
+      for (const item of entries) await onEntry(item);
+      throw new Error('the listing crashed');
+    };
+
+  /** Submits a collection, claims it as `owner`, and runs `list` to its end or its throw. */
+  async function runAs(list: ListCollection, owner: string, now = 2000) {
+    const { job } = await service.submit({ url: 'https://m.example/feed.xml', playlist: {} }, 'req-3');
+    const claimed = (await claimNextJob(database, { owner, now, leaseMs: 60_000 }))!;
+    expect(claimed.id).toBe(job.id);
+    const run = createCollectionRunner({ listCollection: list, submit, onJobEnded: () => {} });
+    const outcome = await run(claimed, { signal: new AbortController().signal, log, owner }).catch((err: Error) => err);
+    return { parentId: job.id, outcome };
+  }
+
+  const activeChildrenOf = async (parentId: string) => {
+    const { jobs } = database.t;
+    const rows = await database.db.select().from(jobs).where(eq(jobs.parentId, parentId));
+    return rows.filter((job) => job.status === 'queued' || job.status === 'running');
+  };
+
+  it('a listing cut short by attempts_exhausted keeps its queued children and ends with them, announced once', async () => {
+    const entries = [entry(1, 'https://m.example/1.m4a'), entry(2, 'https://m.example/2.m4a')];
+    const { parentId, outcome } = await runAs(crashingLister(entries), OWNER);
+    expect(outcome).toBeInstanceOf(Error);
+    // The worker pool gives the job back; its last attempt is spent.
+    const ended = await releaseJob(database, parentId, OWNER, 1, 3000);
+    // Not ended: a parent never ends while a child of it is queued or running.
+    expect(ended).toBeUndefined();
+    const parent = await row(parentId);
+    expect(parent).toMatchObject({ status: 'listed', errorCode: 'attempts_exhausted', children: 2, finishedAt: null });
+    expect(toJobRecord(parent, { artifacts: [], sign: () => ({ query: '', expiresAt: 0 }) })).toMatchObject({
+      status: 'running',
+      error: null,
+      collection: { listing_error: { code: 'attempts_exhausted' } },
+    });
+    const children = await activeChildrenOf(parentId);
+    expect(children).toHaveLength(2);
+
+    // The first child's end does not end it: nothing to announce.
+    const [first, second] = [(await claimNextJob(database, lease()))!, (await claimNextJob(database, lease()))!];
+    const firstEnd = (await database.transaction((q) => markDone(q, first.id, OWNER, 'cid-1', 4000)))!;
+    expect(await claimEndedParents(database, firstEnd)).toEqual([]);
+    // The last child's end does: the parent is announced by the first node that asks, and only then.
+    const lastEnd = (await database.transaction((q) =>
+      markFailed(q, second.id, OWNER, jobError('http_not_found', { values: { status: 404 } }), 4001),
+    ))!;
+    const announced = await claimEndedParents(database, lastEnd);
+    expect(announced.map((job) => [job.id, job.status])).toEqual([[parentId, 'done']]);
+    expect(await claimEndedParents(database, lastEnd)).toEqual([]);
+    expect(await row(parentId)).toMatchObject({ status: 'done', childrenDone: 1, childrenFailed: 1, finishedAt: 4001 });
+  });
+
+  it('a listing whose lease ran out for the last time keeps its children; with no entry it fails', async () => {
+    const { parentId: emptyId } = await runAs(crashingLister([]), OWNER);
+    const { parentId } = await runAs(crashingLister([entry(1, 'https://m.example/1.m4a')]), OWNER);
+    // Both still running under OWNER (the runner threw, nobody released them): the node died.
+    const { failed } = await reclaimExpiredLeases(database, 1, 100_000);
+    expect(failed.map((e) => e.job.id)).toEqual([emptyId]);
+    expect(await row(emptyId)).toMatchObject({ status: 'failed', errorCode: 'attempts_exhausted', children: 0 });
+    expect(await row(parentId)).toMatchObject({ status: 'listed', errorCode: 'attempts_exhausted', children: 1 });
+    expect(await activeChildrenOf(parentId)).toHaveLength(1);
+    // A listed parent is no one's to take back: a later sweep leaves it alone.
+    expect((await reclaimExpiredLeases(database, 1, 200_000)).failed).toEqual([]);
+    expect((await row(parentId)).status).toBe('listed');
+  });
+
+  it('a parent whose children all ended before its last attempt ran out is done and announced at once', async () => {
+    const { parentId } = await runAs(crashingLister([entry(1, STORED)]), OWNER);
+    const ended = await releaseJob(database, parentId, OWNER, 1, 3000);
+    expect(ended?.job).toMatchObject({
+      id: parentId,
+      status: 'done',
+      errorCode: 'attempts_exhausted',
+      lockOwner: null,
+    });
+    expect(await activeChildrenOf(parentId)).toEqual([]);
+  });
+
+  it('a listing taken over by another node queues no entry twice and keeps its counts exact', async () => {
+    const urls = [1, 2, 3].map((n) => `https://m.example/${n}.m4a`);
+    // Node A lists two entries (one born done) and dies holding the lease.
+    const { list: partial, holding } = listerOf([entry(1, urls[0]!), entry(2, STORED)], { hold: true });
+    const { job } = await service.submit({ url: 'https://m.example/feed.xml', playlist: {} }, 'req-4');
+    const claimedA = (await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 1000 }))!;
+    const runA = createCollectionRunner({ listCollection: partial, submit, onJobEnded: () => {} });
+    const aborted = new AbortController();
+    const listingA = runA(claimedA, { signal: aborted.signal, log, owner: 'node-a' });
+    await holding;
+    expect((await reclaimExpiredLeases(database, 3, 10_000)).requeued).toBe(1);
+    // Node B claims it and lists it all again: 1 and 2 are recorded, 3 repeats 1's URL, 4 and 5 are new.
+    const claimedB = (await claimNextJob(database, { owner: 'node-b', now: 10_001, leaseMs: 60_000 }))!;
+    expect(claimedB).toMatchObject({ id: job.id, attempts: 2 });
+    const all = [entry(1, urls[0]!), entry(2, STORED), entry(3, urls[0]!), entry(4, urls[1]!), entry(5, urls[2]!)];
+    const runB = createCollectionRunner({ listCollection: listerOf(all).list, submit, onJobEnded: () => {} });
+    expect(await runB(claimedB, { signal: new AbortController().signal, log, owner: 'node-b' })).toBeUndefined();
+    // Node A, still alive after all, records nothing more: the listing is no longer its own.
+    aborted.abort('lost');
+    expect(await listingA).toBeUndefined();
+
+    const parent = await row(job.id);
+    expect(parent).toMatchObject({
+      status: 'listed',
+      entriesFound: 5,
+      children: 4,
+      childrenDone: 1,
+      itemsRefused: 0,
+      lockOwner: 'collection:end-unannounced',
+    });
+    const { jobs } = database.t;
+    const made = await database.db.select().from(jobs).where(eq(jobs.parentId, job.id));
+    expect(made.map((child) => child.url).sort()).toEqual([STORED, ...urls].sort());
+    const { items } = await service.items(job.id, { after: 0, limit: 10 });
+    const childOf = (n: number) => {
+      const item = items[n - 1]!;
+      return 'job' in item ? item.job.job.id : undefined;
+    };
+    expect(items.map((item) => item.index)).toEqual([1, 2, 3, 4, 5]);
+    expect(childOf(3)).toBe(childOf(1));
+    // Every queued child ends: the parent ends with the last, its counts exact.
+    for (let n = 0; n < 3; n++) {
+      const child = (await claimNextJob(database, lease()))!;
+      await database.transaction((q) => markDone(q, child.id, OWNER, `cid-${n}`, 20_000 + n));
+    }
+    expect(await claimNextJob(database, lease())).toBeUndefined();
+    expect(await row(job.id)).toMatchObject({ status: 'done', children: 4, childrenDone: 4 });
+  });
+
+  it(`cancels a 500-child collection ${CHILDREN_PER_CANCEL} children to a transaction`, async () => {
+    const { job } = await service.submit({ url: 'https://m.example/feed.xml', playlist: {} }, 'req-5');
+    await claimNextJob(database, lease());
+    const { jobs } = database.t;
+    const children = Array.from({ length: 500 }, (_, n) => ({
+      id: `child-${String(n).padStart(3, '0')}`,
+      url: `https://m.example/${n}.m4a`,
+      urlKey: `https://m.example/${n}.m4a`,
+      status: 'queued' as const,
+      createdAt: 3000 + n,
+      apiKeyId: '',
+    }));
+    await database.db.insert(jobs).values(children);
+    // Linked as the listing links them: the trigger counts each.
+    await database.db.update(jobs).set({ parentId: job.id }).where(like(jobs.id, 'child-%'));
+    await endListing(database, { id: job.id, owner: OWNER }, { title: null, truncated: false, error: null }, 3500);
+    const running = [];
+    for (let n = 0; n < 3; n++) running.push((await claimNextJob(database, lease()))!);
+    const stopped: string[] = [];
+    const unlisten = await database.listen(JOB_CANCELED_CHANNEL, (id) => stopped.push(id));
+
+    let transactions = 0;
+    const transaction = database.transaction.bind(database);
+    database.transaction = (fn, options) => {
+      transactions++;
+      return transaction(fn, options);
+    };
+    const canceled = await service.cancel(job.id);
+    database.transaction = transaction;
+
+    expect(canceled).toMatchObject({ status: 'canceled', children: 500, childrenCanceled: 500 });
+    expect(await activeChildrenOf(job.id)).toEqual([]);
+    // The parent's own, then 500 children in three batches and the empty one that ends the loop.
+    expect(transactions).toBeLessThanOrEqual(1 + Math.ceil(500 / CHILDREN_PER_CANCEL) + 1);
+    // Control: each running child's node is told to stop it.
+    await until('the running children told to stop', () => (stopped.length === 3 ? true : undefined));
+    await unlisten();
+    expect(stopped.sort()).toEqual(running.map((child) => child.id).sort());
   });
 });

@@ -4,7 +4,7 @@ import type { Database, JobRow, Queryable } from '../../db/database.js';
 import { ServiceError } from '../../errors.js';
 import type { JobError } from '../../job-errors.js';
 import { NO_KEY_IDENTITY } from '../key-identity.js';
-import { getJobRow } from '../queue.js';
+import { END_UNANNOUNCED, getJobRow, type Ended } from '../queue.js';
 import { checkCallbackUrl, checkSource, type SubmitDeps, type Submitted } from '../submit.js';
 
 /**
@@ -14,6 +14,11 @@ import { checkCallbackUrl, checkSource, type SubmitDeps, type Submitted } from '
  *                        │        └──(no entry, listing failed)──▶ failed
  *                        └──(every child already ended)──▶ done
  *   queued, running or listed ──cancel──▶ canceled (its queued and running children with it, ../cancel.ts)
+ *
+ * A listing cut short other than by a cancel (its attempts spent: ../queue.ts, exhaust) ends the
+ * same way as one that failed: failed with no entry, else listed or done; never ended with a child
+ * still queued or running. A listed collection's lock_owner is END_UNANNOUNCED until the node that
+ * ends its last child announces its end (claimEndedParents).
  *
  * The parent is claimed like any job (the fair turns across keys count it as a running job of
  * its key while it lists) and holds a lease while it lists; once listed it holds none, and no node
@@ -175,7 +180,7 @@ export async function endListing(
       errorMessage: end.error?.message ?? null,
       errorDetail: end.error?.detail ?? null,
       errorHttpStatus: end.error?.httpStatus ?? null,
-      lockOwner: null,
+      lockOwner: sql`case when ${failed} or ${allEnded} then null else ${END_UNANNOUNCED} end`,
       leaseExpiresAt: null,
       progressBytes: null,
       progressTotalBytes: null,
@@ -185,14 +190,20 @@ export async function endListing(
   return row;
 }
 
-/** The children of a collection that are still queued or running: a cancel of the parent cancels them. */
-export async function activeChildren(q: Queryable, parentId: string): Promise<string[]> {
-  const { jobs } = q.t;
-  const rows = await q.db
-    .select({ id: jobs.id })
-    .from(jobs)
-    .where(and(eq(jobs.parentId, parentId), inArray(jobs.status, ['queued', 'running'])));
-  return rows.map((row) => row.id);
+/**
+ * The collections that ended with these jobs' ends (the trigger ended them with their last child):
+ * each returned once, on whichever node asks first, so that its end is announced like any job's
+ * (metrics, the job-ended notification, its callback's wake-up).
+ */
+export async function claimEndedParents(database: Database, ended: Ended): Promise<JobRow[]> {
+  const parentIds = [...new Set([ended.job, ...ended.followers].flatMap((job) => job.parentId ?? []))];
+  if (parentIds.length === 0) return [];
+  const { jobs } = database.t;
+  return database.db
+    .update(jobs)
+    .set({ lockOwner: null })
+    .where(and(inArray(jobs.id, parentIds), eq(jobs.status, 'done'), eq(jobs.lockOwner, END_UNANNOUNCED)))
+    .returning();
 }
 
 /** A page of a collection's items in their order: those after index `after`, at most `limit`. */
