@@ -1,6 +1,7 @@
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { METRIC_PREFIX } from '../../src/metrics.js';
 import { startCountingListener, type CountingListener } from '../support/counting-listener.js';
 import { openEventStream } from '../support/event-stream.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
@@ -182,6 +183,19 @@ describe.each(BACKENDS)('a feed listed into child jobs on %s', (kind) => {
     expect(res.status).toBe(200);
     return ((await res.json()) as { items: ItemBody[] }).items;
   };
+  /** jobs_finished_total as /metrics shows it now. */
+  const finishedCounts = async () => {
+    const lines = (await (await svc.request('/metrics')).text()).split('\n');
+    const count = (labels: string) =>
+      Number(
+        lines.find((line) => line.startsWith(`${METRIC_PREFIX}jobs_finished_total{${labels}}`))?.split(' ')[1] ?? 0,
+      );
+    return {
+      done: count('status="done",born_done="false"'),
+      failed: count('status="failed",born_done="false"'),
+      bornDone: count('status="done",born_done="true"'),
+    };
+  };
   const submitCollection = async (url: string, extra: Record<string, unknown> = {}) => {
     const res = await svc.request('/sources', {
       method: 'POST',
@@ -195,6 +209,7 @@ describe.each(BACKENDS)('a feed listed into child jobs on %s', (kind) => {
   it(
     'each entry becomes its item: born done, shared, failed with its 404, refused by the policy with no connection; one callback at the end',
     async () => {
+      const before = await finishedCounts();
       const stored = media.url(`/${kind}/stored.flac`);
       media.serveFile(`/${kind}/stored.flac`, tone.path, { contentType: tone.contentType });
       // Large enough that the downloader's metadata step reads only its start: a whole GET is a download.
@@ -293,6 +308,14 @@ describe.each(BACKENDS)('a feed listed into child jobs on %s', (kind) => {
       expect(JSON.parse(callback!.body)).toMatchObject({ job_id: parent.job_id, status: 'done' });
       await svc.waitForJob(a.job!.job_id, ['done']);
       expect(receiver.requests).toHaveLength(1);
+      // The ended-jobs metrics count the parent, ended by its last child's transaction, once: done
+      // are the stored URL's job, A and the parent; failed the 404 and the feed linked as an entry.
+      const expected = { done: before.done + 3, failed: before.failed + 2, bornDone: before.bornDone + 1 };
+      await until('the parent counted among ended jobs', async () => {
+        const now = await finishedCounts();
+        return now.done >= expected.done ? now : undefined;
+      });
+      expect(await finishedCounts()).toEqual(expected);
     },
     HEAVY_TEST_TIMEOUT_MS,
   );
