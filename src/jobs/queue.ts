@@ -494,6 +494,23 @@ export async function followMediaDownload(
 }
 
 /**
+ * PostgreSQL: locks, in id order, the collections of jobs `ids` and of their queued followers,
+ * before a transaction ends or cancels them. The trigger of drizzle/postgres/0014_collections.sql
+ * locks a child's collection as the child's row changes; a leader and its followers may be children
+ * of different collections, so two such ends at once would take the same two collections in
+ * opposite orders and deadlock. Every end takes them first, in one order.
+ */
+async function lockCollectionsOf(q: Queryable, ids: string[]): Promise<void> {
+  if (q.kind !== 'postgres' || ids.length === 0) return;
+  const { jobs } = q.t;
+  const ended = q.db
+    .select({ parentId: jobs.parentId })
+    .from(jobs)
+    .where(or(inArray(jobs.id, ids), and(inArray(jobs.followsJobId, ids), eq(jobs.status, 'queued'))));
+  await q.db.select({ id: jobs.id }).from(jobs).where(inArray(jobs.id, ended)).orderBy(asc(jobs.id)).for('update');
+}
+
+/**
  * running → done, with every follower. `storedBytes`: the new content the job put into the store,
  * which counts against its key's allowance (src/store/key-allowance.ts); null when it stored none.
  * `media`: what the job knows of its source once converted (the record's `media` in JSON), kept
@@ -511,6 +528,7 @@ export async function markDone(
   media?: string,
 ): Promise<Ended | undefined> {
   const { jobs } = q.t;
+  await lockCollectionsOf(q, [id]);
   const [job] = await q.db
     .update(jobs)
     .set({
@@ -548,6 +566,7 @@ export async function markFailed(
   now: number,
 ): Promise<Ended | undefined> {
   const { jobs } = q.t;
+  await lockCollectionsOf(q, [id]);
   const [job] = await q.db
     .update(jobs)
     .set({ ...failedColumns(error, now), lockOwner: null, leaseExpiresAt: null })
@@ -593,6 +612,7 @@ export async function markCanceled(
     const { jobs } = q.t;
     const before = await getJobRow(q, id);
     if (!before) return undefined;
+    await lockCollectionsOf(q, [id]);
     const [changed] = await q.db
       .update(jobs)
       .set({ status: 'canceled', finishedAt: now, lockOwner: null, leaseExpiresAt: null })
@@ -621,7 +641,9 @@ export async function cancelActiveChildren(
   for (;;) {
     const batch = await database.transaction(async (q) => {
       const { jobs } = q.t;
-      // In id order, locked first (PostgreSQL): two cancels, or a cancel and children ending, lock alike.
+      // The collection first, as every end takes it (lockCollectionsOf); then its children in id order.
+      if (q.kind === 'postgres')
+        await q.db.select({ id: jobs.id }).from(jobs).where(eq(jobs.id, parentId)).for('update');
       const active = q.db
         .select({ id: jobs.id, status: jobs.status })
         .from(jobs)
@@ -719,6 +741,7 @@ export async function releaseJob(
 ): Promise<Ended | undefined> {
   return database.transaction(async (q) => {
     const { jobs } = q.t;
+    await lockCollectionsOf(q, [id]);
     const mine = and(eq(jobs.id, id), eq(jobs.status, 'running'), eq(jobs.lockOwner, owner));
     const exhausted = await exhaust(q, and(mine, sql`${jobs.attempts} >= ${maxAttempts}`)!, maxAttempts, now);
     if (exhausted.length > 0) return exhausted[0];

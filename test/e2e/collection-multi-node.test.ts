@@ -2,10 +2,12 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { METRIC_PREFIX } from '../../src/metrics.js';
 import { makeTone, type MediaFixture } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
 import { HEAVY_TEST_TIMEOUT_MS, startService, type JobBody, type ServiceHandle } from '../support/service.js';
+import { until } from '../support/until.js';
 
 /**
  * A collection on two worker nodes sharing one PostgreSQL database and one artifact root: the
@@ -68,6 +70,13 @@ afterAll(async () => {
   await rm(sharedRoot, { recursive: true, force: true });
 });
 
+/** A node's count of jobs that ended done with a download (jobs_finished_total). */
+const doneCount = async (svc: ServiceHandle) => {
+  const lines = (await (await svc.request('/metrics')).text()).split('\n');
+  const line = lines.find((l) => l.startsWith(`${METRIC_PREFIX}jobs_finished_total{status="done",born_done="false"}`));
+  return Number(line?.split(' ')[1] ?? 0);
+};
+
 /** The job ids a node's workers stored content for ('job done' lines). */
 const doneOn = (svc: ServiceHandle) =>
   new Set(svc.logs.filter((line) => line.msg === 'job done').map((line) => line.job_id as string));
@@ -100,6 +109,14 @@ describe('a collection on two nodes', () => {
       expect(children.filter((id) => onB.has(id)).length).toBeGreaterThan(0);
       expect(children.every((id) => onA.has(id) !== onB.has(id))).toBe(true);
       for (let i = 0; i < CHILDREN; i++) expect(media.downloadsOf(`/c-${i}.wav`)).toBe(1);
+      // Each end counted by exactly one node, the parent's too (whichever node ended its last child
+      // announced it): the children and the parent, on the two nodes together.
+      const ended = await until('the parent counted among ended jobs', async () => {
+        const sum = (await doneCount(a)) + (await doneCount(b));
+        return sum >= CHILDREN + 1 ? sum : undefined;
+      });
+      expect(ended).toBe(CHILDREN + 1);
+      expect((await doneCount(a)) + (await doneCount(b))).toBe(CHILDREN + 1);
     },
     HEAVY_TEST_TIMEOUT_MS,
   );

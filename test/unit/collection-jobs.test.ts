@@ -1,6 +1,6 @@
-import { eq, like } from 'drizzle-orm';
+import { eq, inArray, like, sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Database, JobRow } from '../../src/db/database.js';
+import type { Database, JobRow, NewJobRow } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
 import { jobError } from '../../src/job-errors.js';
 import { toJobRecord } from '../../src/http/job-record.js';
@@ -464,4 +464,63 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
     await unlisten();
     expect(stopped.sort()).toEqual(running.map((child) => child.id).sort());
   });
+  // PostgreSQL only: SQLite runs one transaction at a time, so two ends cannot hold locks at once.
+  it.runIf(kind === 'postgres')(
+    'two leaders whose followers are children of each other’s collection end at once without a deadlock',
+    async () => {
+      const { jobs } = database.t;
+      const base = { apiKeyId: '', createdAt: 1, url: 'https://m.example/x' };
+      const collection = (id: string) => ({
+        ...base,
+        id,
+        urlKey: `collection:${id}`,
+        kind: 'collection' as const,
+        status: 'listed' as const,
+      });
+      const rows: NewJobRow[] = [
+        collection('p1'),
+        collection('p2'),
+        { ...base, id: 'l1', urlKey: 'a', status: 'running', lockOwner: OWNER, parentId: 'p1' },
+        { ...base, id: 'f1', urlKey: 'a', status: 'queued', followsJobId: 'l1', parentId: 'p2' },
+        { ...base, id: 'l2', urlKey: 'b', status: 'running', lockOwner: OWNER, parentId: 'p2' },
+        { ...base, id: 'f2', urlKey: 'b', status: 'queued', followsJobId: 'l2', parentId: 'p1' },
+      ];
+      await database.db.insert(jobs).values(rows);
+      const lockWaits = async () => {
+        const rows = (await database.db.execute(
+          sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`,
+        )) as unknown as Array<{ n: number }>;
+        return rows[0]!.n;
+      };
+      const outcome = (end: Promise<unknown>) =>
+        end.then(
+          () => 'ok',
+          (err: Error) => String((err.cause as { code?: string } | undefined)?.code ?? err.message),
+        );
+      // Another transaction holds p2, so that both ends are under way before either can finish:
+      // l2's end waits for p2 first, then l1's end takes p1 and waits for p2 through its follower f1.
+      let release!: () => void;
+      let held!: () => void;
+      const holding = new Promise<void>((resolve) => (held = resolve));
+      const holder = database.transaction(async (q) => {
+        await q.db.select({ id: q.t.jobs.id }).from(q.t.jobs).where(eq(q.t.jobs.id, 'p2')).for('update');
+        held();
+        await new Promise<void>((resolve) => (release = resolve));
+      });
+      await holding;
+      const second = outcome(database.transaction((q) => markDone(q, 'l2', OWNER, 'cid-b', 5000)));
+      await until('the second end waits', async () => ((await lockWaits()) >= 1 ? true : undefined));
+      const first = outcome(database.transaction((q) => markDone(q, 'l1', OWNER, 'cid-a', 5000)));
+      await until('both ends wait', async () => ((await lockWaits()) >= 2 ? true : undefined));
+      release();
+      await holder;
+      // Without one lock order, one of them fails 40P01 (deadlock detected).
+      expect(await Promise.all([first, second])).toEqual(['ok', 'ok']);
+      const ended = await database.db
+        .select()
+        .from(jobs)
+        .where(inArray(jobs.id, ['l1', 'f1', 'l2', 'f2']));
+      expect(ended.map((job) => job.status)).toEqual(['done', 'done', 'done', 'done']);
+    },
+  );
 });
