@@ -351,7 +351,8 @@ async function fetchPlaylistCommand(
     out.write(`${label}: ${parent.error.message} (${parent.error.code})\n`);
     if (parent.error.detail) out.write(indented('  detail: ', parent.error.detail));
   }
-  const width = Math.max(2, String(parent.collection?.max_items ?? 0).length);
+  // Indexes as wide as the last one's (at least two digits), so that the files sort in order.
+  const width = Math.max(2, String(parent.collection?.entries_found ?? 0).length);
   const silent: ProgressView = { job() {}, saving() {}, finish() {} };
   let code: ExitCode = EXIT.ok;
   const worse = (next: ExitCode) => {

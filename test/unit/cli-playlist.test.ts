@@ -92,7 +92,7 @@ function parent(
       truncated: false,
       listing_error: null,
       ...counts,
-    } as NonNullable<Job['collection']>,
+    },
   });
 }
 
