@@ -31,7 +31,7 @@ const $ = (id) => document.getElementById(id);
 const status = $('status');
 /**
  * job id → { element, record, player, samples: [{ at, bytes }] }; a collection's parent also has
- * `entries` (its items as read: { after, reading, again, children: Set }), a child `parentId`
+ * `entries` (its items as read: { after, reading, again, whole, seen, children: Set }), a child `parentId`
  * and `entryTitle` (the title its collection listed).
  */
 const jobs = new Map();
