@@ -13,6 +13,8 @@ const JOBS_STORAGE = 'source-fetch.jobs';
 const MAX_JOBS = 200;
 /** The most URLs one POST /sources/batch takes; more are sent in turn. */
 const MAX_BATCH_URLS = 100;
+/** A collection's entries are read in pages of this many (GET /jobs/{id}/items takes 1 to 100). */
+const ITEMS_PAGE = 100;
 /** Cancels sent at once by "Cancel all": a browser has six connections to a host, one is the stream. */
 const CANCELS_AT_ONCE = 3;
 const FINAL = new Set(['done', 'failed', 'canceled']);
@@ -27,7 +29,11 @@ const SEEK_PAGE_S = 30;
 
 const $ = (id) => document.getElementById(id);
 const status = $('status');
-/** job id → { element, record, player, samples: [{ at, bytes }] } */
+/**
+ * job id → { element, record, player, samples: [{ at, bytes }] }; a collection's parent also has
+ * `entries` (its items as read: { after, reading, again, whole, seen, children: Set }), a child `parentId`
+ * and `entryTitle` (the title its collection listed).
+ */
 const jobs = new Map();
 
 class Unauthorized extends Error {}
@@ -177,8 +183,11 @@ urlsField.addEventListener('keydown', (event) => {
   }
 });
 
-/** Submits `urls` (batches of at most MAX_BATCH_URLS); the accepted jobs are listed. Returns the refused lines. */
-async function submitUrls(urls) {
+/**
+ * Submits `urls` (batches of at most MAX_BATCH_URLS); the accepted jobs are listed. Returns the
+ * refused lines. `playlist` (`{}` or `{ max_items }`) makes each URL a collection.
+ */
+async function submitUrls(urls, playlist = null) {
   const refused = [];
   let accepted = 0;
   for (let at = 0; at < urls.length; at += MAX_BATCH_URLS) {
@@ -187,7 +196,11 @@ async function submitUrls(urls) {
     const response = await api(single ? '/sources' : '/sources/batch', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(single ? { url: chunk[0] } : { urls: chunk }),
+      body: JSON.stringify(
+        single
+          ? { url: chunk[0], ...(playlist ? { playlist } : {}) }
+          : { urls: playlist ? chunk.map((url) => ({ url, playlist })) : chunk },
+      ),
     });
     if (!response.ok) {
       const problem = await problemText(response);
@@ -224,14 +237,28 @@ $('submit-form').addEventListener('submit', async (event) => {
     urlsField.focus();
     return;
   }
+  let playlist = null;
+  if ($('playlist').checked) {
+    const max = $('max-items').value.trim();
+    if (max && !/^[1-9][0-9]*$/.test(max)) {
+      error.textContent = 'At most this many entries: a whole number of 1 or more, or empty.';
+      $('max-items').setAttribute('aria-invalid', 'true');
+      $('max-items').focus();
+      return;
+    }
+    $('max-items').setAttribute('aria-invalid', 'false');
+    playlist = max ? { max_items: Number(max) } : {};
+  }
   // Not disabled while it waits: a disabled button would drop the keyboard's focus out of the form.
   submitting = true;
   $('submit-form').setAttribute('aria-busy', 'true');
   try {
-    const { accepted, refused } = await submitUrls(urls);
+    const { accepted, refused } = await submitUrls(urls, playlist);
     error.textContent = refused.length ? `Refused: ${refused.map(({ url, why }) => `${url}: ${why}`).join('; ')}` : '';
     if (accepted > 0) urlsField.value = refused.map(({ url }) => url).join('\n');
-    announce(`${accepted} job${accepted === 1 ? '' : 's'} submitted${refused.length ? `, ${refused.length} refused` : ''}.`);
+    announce(
+      `${accepted} job${accepted === 1 ? '' : 's'} submitted${refused.length ? `, ${refused.length} refused` : ''}.`,
+    );
   } catch (err) {
     if (!(err instanceof Unauthorized)) error.textContent = `Could not submit: ${err.message}`;
   } finally {
@@ -240,6 +267,10 @@ $('submit-form').addEventListener('submit', async (event) => {
   }
   // The focus stays in the form, for the next URLs.
   if (!$('submit-form').contains(document.activeElement) && !$('submit-section').hidden) urlsField.focus();
+});
+
+$('playlist').addEventListener('change', () => {
+  $('max-items-row').hidden = !$('playlist').checked;
 });
 
 // --- Jobs ---------------------------------------------------------------------------------
@@ -272,12 +303,16 @@ const nearScreen = new IntersectionObserver(
   { rootMargin: '600px 0px' },
 );
 
-function addJob(id, record) {
+/**
+ * Lists a job: at the top of the page's list, or, for a collection's child (`parent` its parent's
+ * entry), last in its parent's entries, in the collection's order.
+ */
+function addJob(id, record, parent = null) {
   const titleId = `job-${id}-title`;
   const element = el(
     'li',
     { class: 'job', 'data-job-id': id, 'aria-labelledby': titleId },
-    el('h3', { id: titleId, class: 'job-title', tabindex: '-1', text: record?.url ?? id }),
+    el(parent ? 'h4' : 'h3', { id: titleId, class: 'job-title', tabindex: '-1', text: record?.url ?? id }),
     el('p', { class: 'job-url', hidden: '' }),
     el(
       'p',
@@ -287,21 +322,23 @@ function addJob(id, record) {
       el('span', { 'data-field': 'detail' }),
     ),
     el('progress', { max: '100', 'aria-label': 'Progress', hidden: '' }),
+    el('p', { class: 'counts', 'data-field': 'counts', hidden: '' }),
     el('p', { class: 'job-times', 'data-field': 'times' }),
     el('p', { class: 'problem', 'data-field': 'error', hidden: '' }),
     el('p', { class: 'error-detail', 'data-field': 'error-detail', hidden: '' }),
     el('div', { class: 'job-actions' }),
     el('div', { class: 'job-result' }),
   );
-  const job = { element, record: null, player: null, shown: false, samples: [] };
-  element
-    .querySelector('.job-actions')
-    .append(
-      button('Cancel', 'quiet cancel', () => void cancelJob(id), titleId),
-      button('Retry', 'quiet retry', () => void retryJob(id), titleId),
-      button('Remove', 'quiet remove', () => removeFromList(id), titleId),
-    );
-  $('jobs').prepend(element);
+  const job = { element, record: null, player: null, shown: false, samples: [], parentId: parent?.id ?? null };
+  element.querySelector('.job-actions').append(
+    button('Cancel', 'quiet cancel', () => void cancelJob(id), titleId),
+    button('Retry', 'quiet retry', () => void retryJob(id), titleId),
+    button('Remove', 'quiet remove', () => removeFromList(id), titleId),
+  );
+  if (parent) {
+    parent.element.querySelector('.entries').append(element);
+    parent.job.entries.children.add(id);
+  } else $('jobs').prepend(element);
   jobs.set(id, job);
   nearScreen.observe(element);
   return job;
@@ -310,6 +347,9 @@ function addJob(id, record) {
 function removeJob(id) {
   const job = jobs.get(id);
   if (!job) return;
+  // A collection's children leave with it.
+  for (const child of job.entries?.children ?? []) removeJob(child);
+  if (job.parentId) jobs.get(job.parentId)?.entries?.children.delete(id);
   nearScreen.unobserve(job.element);
   job.player?.destroy();
   job.element.remove();
@@ -344,11 +384,11 @@ function trimList() {
 
 /** The list's empty note, its counts and the buttons for all jobs. */
 function updateList() {
-  const records = [...jobs.values()].map((job) => job.record);
+  const records = [...jobs.values()].filter((job) => !job.parentId).map((job) => job.record);
   const active = records.filter((record) => record && !FINAL.has(record.status)).length;
   const finished = records.filter((record) => record && FINAL.has(record.status)).length;
-  $('no-jobs').hidden = jobs.size > 0;
-  $('jobs-tools').hidden = jobs.size === 0;
+  $('no-jobs').hidden = records.length > 0;
+  $('jobs-tools').hidden = records.length === 0;
   $('cancel-all').hidden = active === 0;
   $('cancel-all').textContent = `Cancel all (${active})`;
   $('clear-finished').hidden = finished === 0;
@@ -369,10 +409,15 @@ function showJobProblem(id, text, detail = '') {
   secondary.hidden = !detail;
 }
 
-/** What a person calls the job: the media's title when the service knows it, else its URL. */
-function nameOf(record) {
-  const title = typeof record.media?.title === 'string' ? record.media.title.trim() : '';
-  return title || record.url;
+/**
+ * What a person calls the job: for a collection's child, the title its collection listed it
+ * with; else the media's title when the service knows it (a collection's: its playlist's title);
+ * else its URL.
+ */
+function nameOf(record, listedTitle = null) {
+  const known = record.kind === 'collection' ? record.collection?.title : record.media?.title;
+  const title = [listedTitle, known].find((value) => typeof value === 'string' && value.trim());
+  return title?.trim() ?? record.url;
 }
 
 /** Hides a control; the keyboard's focus, if it was there, goes to the job's title. */
@@ -391,7 +436,7 @@ function update(record) {
   const { element } = job;
   element.dataset.status = record.status;
   element.dataset.bornDone = String(record.born_done === true);
-  const name = nameOf(record);
+  const name = nameOf(record, job.entryTitle);
   element.querySelector('.job-title').textContent = name;
   const url = element.querySelector('.job-url');
   url.textContent = record.url;
@@ -423,14 +468,131 @@ function update(record) {
 
   const ended = FINAL.has(record.status);
   setShown(element, '.cancel', !ended);
-  setShown(element, '.retry', record.status === 'failed' || record.status === 'canceled');
-  setShown(element, '.remove', ended);
+  // A child's list is its collection's: it is retried or removed with the whole.
+  setShown(element, '.retry', !job.parentId && (record.status === 'failed' || record.status === 'canceled'));
+  setShown(element, '.remove', !job.parentId && ended);
   if (record.status === 'done' && !job.shown && isNearScreen(element)) showResult(job, record);
   if (record.status === 'done' && record.result?.evicted) showJobProblem(id, record.result.evicted.message);
-  if (before && before !== record.status) {
+  if (record.kind === 'collection') showCollection(job, record, before);
+  // A collection's children are said through its counts, not one by one.
+  if (before && before !== record.status && !job.parentId) {
     announce(`${name}: ${record.status}${record.error ? `: ${record.error.message}` : ''}`);
   }
   updateList();
+}
+
+/**
+ * A collection's counts and its entries: the list is made once; its items are read as its
+ * counts change (those found, and those ended: children the stream does not carry), and all
+ * again once it has ended.
+ */
+function showCollection(job, record, before) {
+  const { element } = job;
+  if (!job.entries) {
+    job.entries = { after: 0, reading: false, again: false, whole: false, children: new Set(), seen: '' };
+    element
+      .querySelector('.job-result')
+      .before(el('ol', { class: 'entries', 'aria-label': `Entries of ${nameOf(record)}` }));
+  }
+  element.querySelector('.entries').setAttribute('aria-label', `Entries of ${nameOf(record)}`);
+  const counts = record.collection;
+  const field = element.querySelector('[data-field="counts"]');
+  field.hidden = !counts;
+  if (!counts) return;
+  const parts = [
+    `${counts.entries_found} found`,
+    `${counts.done} done`,
+    `${counts.failed} failed`,
+    `${counts.refused} refused`,
+  ];
+  if (counts.canceled) parts.push(`${counts.canceled} canceled`);
+  if (counts.truncated) parts.push(`cut at ${counts.max_items}`);
+  field.textContent = parts.join(' · ');
+  if (counts.listing_error) showJobProblem(record.job_id, `The listing ended early: ${counts.listing_error.message}`);
+  const seen = JSON.stringify([counts.entries_found, counts.done, counts.failed, counts.canceled, record.status]);
+  if (seen === job.entries.seen) return;
+  job.entries.seen = seen;
+  // Once it has ended, or when some children under way are not in the stream, every item is read
+  // again for its child's state; else only the items not read yet.
+  const ended = FINAL.has(record.status) && before !== undefined && !FINAL.has(before);
+  const unfollowed = [...job.entries.children].some((id) => underWay(id) && !stream?.ids.has(id));
+  void readItems(record.job_id, ended || unfollowed);
+}
+
+/** Reads a collection's items (from its first with `whole`, else after those read) and shows them. */
+async function readItems(parentId, whole) {
+  const parent = jobs.get(parentId);
+  if (!parent?.entries) return;
+  const entries = parent.entries;
+  if (entries.reading) {
+    entries.again = true;
+    entries.whole ||= whole;
+    return;
+  }
+  entries.reading = true;
+  try {
+    let after = whole ? 0 : entries.after;
+    for (;;) {
+      const response = await api(`/jobs/${encodeURIComponent(parentId)}/items?after=${after}&limit=${ITEMS_PAGE}`);
+      if (!response.ok) {
+        showJobProblem(parentId, `Could not read its entries: ${await problemText(response)}`);
+        break;
+      }
+      const page = await response.json();
+      if (!jobs.has(parentId)) return;
+      for (const item of page.items) showItem(parent, parentId, item);
+      if (page.items.length > 0) {
+        after = page.items.at(-1).index;
+        entries.after = Math.max(entries.after, after);
+      }
+      if (page.next_after === null || page.next_after === undefined) break;
+      after = page.next_after;
+    }
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) showJobProblem(parentId, `Could not read its entries: ${err.message}`);
+  } finally {
+    entries.reading = false;
+  }
+  syncStream();
+  if (entries.again) {
+    const again = entries.whole;
+    entries.again = false;
+    entries.whole = false;
+    void readItems(parentId, again);
+  }
+}
+
+/** One item of a collection: its child job, listed as any job, or the problem that refused it. */
+function showItem(parent, parentId, item) {
+  const list = parent.element.querySelector('.entries');
+  if (item.outcome === 'refused') {
+    if (list.querySelector(`[data-index="${item.index}"]`)) return;
+    const titleId = `job-${parentId}-entry-${item.index}`;
+    const problem = item.problem ?? {};
+    list.append(
+      el(
+        'li',
+        { class: 'entry-refused', 'data-index': String(item.index), 'aria-labelledby': titleId },
+        el('h4', { id: titleId, text: (item.title ?? '').trim() || item.url }),
+        el('p', { class: 'job-url', text: item.url }),
+        el('p', { class: 'job-state' }, el('span', { class: 'badge', text: 'refused' })),
+        el('p', { class: 'problem', text: problem.detail ?? problem.title ?? 'Refused' }),
+        el('p', { class: 'error-detail', text: problem.code ?? '' }),
+      ),
+    );
+    return;
+  }
+  const id = item.job.job_id;
+  const known = jobs.get(id);
+  if (known && known.parentId !== parentId) return;
+  if (known) {
+    // The stream brings the states of the children it carries; the items those of the others.
+    if (!stream?.ids.has(id) || FINAL.has(item.job.status)) update(item.job);
+    return;
+  }
+  const child = addJob(id, item.job, { id: parentId, element: parent.element, job: parent });
+  child.entryTitle = item.title;
+  update(item.job);
 }
 
 function isNearScreen(element) {
@@ -444,6 +606,13 @@ function isNearScreen(element) {
  * WAV is being made, checked and stored), then its end.
  */
 function phaseOf(job, record) {
+  if (record.kind === 'collection') {
+    const counts = record.collection;
+    const ended = counts ? counts.done + counts.failed + counts.canceled : 0;
+    const percent =
+      record.status === 'running' && counts?.children ? Math.round((100 * ended) / counts.children) : undefined;
+    return { name: record.status === 'expanding' ? 'listing entries' : record.status, detail: '', percent };
+  }
   if (record.status !== 'running') {
     job.samples = [];
     return { name: record.status, detail: '' };
@@ -503,7 +672,10 @@ async function retryJob(id) {
     const response = await api('/sources', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ url: old.record.url }),
+      body: JSON.stringify({
+        url: old.record.url,
+        ...(old.record.kind === 'collection' ? { playlist: { max_items: old.record.collection.max_items } } : {}),
+      }),
     });
     if (!response.ok) {
       showJobProblem(id, `Could not retry: ${await problemText(response)}`);
@@ -525,8 +697,9 @@ async function retryJob(id) {
 }
 
 $('cancel-all').addEventListener('click', async () => {
+  // A collection's children are canceled with it.
   const ids = [...jobs.entries()]
-    .filter(([, job]) => job.record && !FINAL.has(job.record.status))
+    .filter(([, job]) => !job.parentId && job.record && !FINAL.has(job.record.status))
     .map(([id]) => id);
   announce(`Canceling ${ids.length} job${ids.length === 1 ? '' : 's'}…`);
   let next = 0;
@@ -538,7 +711,7 @@ $('cancel-all').addEventListener('click', async () => {
 });
 
 $('clear-finished').addEventListener('click', () => {
-  const ids = [...jobs.entries()].filter(([, job]) => FINAL.has(job.record?.status)).map(([id]) => id);
+  const ids = [...jobs.entries()].filter(([, job]) => !job.parentId && FINAL.has(job.record?.status)).map(([id]) => id);
   for (const id of ids) removeJob(id);
   saveList();
   updateList();
@@ -553,10 +726,18 @@ $('clear-finished').addEventListener('click', () => {
 let stream = null;
 let reconnectTimer;
 
-/** The jobs the page waits on: those whose state is not known yet, or not final. */
+const underWay = (id) => !FINAL.has(jobs.get(id)?.record?.status);
+
+/**
+ * The jobs the page waits on: those whose state is not known yet, or not final; the listed jobs
+ * first, then collections' children, at most MAX_JOBS (the most one stream carries). Children past
+ * that get their states from their collection's items, read again at each of its counts' change.
+ */
 function wantedIds() {
   trimList();
-  return listedIds().filter((id) => !FINAL.has(jobs.get(id)?.record?.status));
+  const listed = listedIds();
+  const children = listed.flatMap((id) => [...(jobs.get(id)?.entries?.children ?? [])]);
+  return [...listed, ...children].filter(underWay).slice(0, MAX_JOBS);
 }
 
 function stopStream() {
@@ -574,6 +755,9 @@ function syncStream() {
   if (!apiKey()) return;
   const wanted = wantedIds();
   if (stream && wanted.every((id) => stream.ids.has(id))) return;
+  // Children waiting for a place in a full stream: it is replaced once half of its jobs have ended,
+  // not at each child's end.
+  if (stream && wanted.length === MAX_JOBS && [...stream.ids].filter(underWay).length > MAX_JOBS / 2) return;
   stopStream();
   if (wanted.length === 0) return;
   const current = { ids: new Set(wanted), controller: new AbortController() };

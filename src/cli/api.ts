@@ -13,6 +13,9 @@ type Submitted = operations['submitSource']['responses'][202]['content']['applic
 type JobAnswer = operations['getJob']['responses'][200]['content']['application/json'];
 type Canceled = operations['cancelJob']['responses'][200]['content']['application/json'];
 export type ScrubReport = components['schemas']['ScrubReport'];
+export type CollectionItems = components['schemas']['CollectionItems'];
+export type CollectionItem = components['schemas']['CollectionItem'];
+type PlaylistOption = components['schemas']['PlaylistOption'];
 export type WebhookSecrets = components['schemas']['WebhookSecrets'];
 
 /** A path of the description with its parameters filled in (each percent-encoded). */
@@ -45,7 +48,10 @@ export interface ApiClientOptions {
 }
 
 export interface ApiClient {
-  submit(url: string): Promise<Submitted>;
+  /** submitSource; with `playlist`, the URL is a collection (its parent job is answered). */
+  submit(url: string, playlist?: PlaylistOption): Promise<Submitted>;
+  /** listJobItems: a collection's items after index `after`, at most `limit`. */
+  listItems(id: string, after: number, limit: number): Promise<CollectionItems>;
   getJob(id: string): Promise<JobAnswer>;
   cancel(id: string): Promise<Canceled>;
   /**
@@ -114,8 +120,8 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
   }
 
   return {
-    async submit(url) {
-      const body: SubmitBody = { url };
+    async submit(url, playlist) {
+      const body: SubmitBody = playlist ? { url, playlist } : { url };
       const res = await send(pathOf('/sources'), {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
@@ -125,6 +131,9 @@ export function createApiClient(opts: ApiClientOptions): ApiClient {
     },
     async getJob(id) {
       return json<JobAnswer>(await send(pathOf('/jobs/{id}', { id })));
+    },
+    async listItems(id, after, limit) {
+      return json<CollectionItems>(await send(`${pathOf('/jobs/{id}/items', { id })}?after=${after}&limit=${limit}`));
     },
     async cancel(id) {
       return json<Canceled>(await send(pathOf('/jobs/{id}/cancel', { id }), { method: 'POST' }));

@@ -4,7 +4,15 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { requestedDownloadName } from '../delivery/download-name.js';
-import { ApiError, createApiClient, TransportError, type ApiClient, type Job, type ScrubReport } from './api.js';
+import {
+  ApiError,
+  createApiClient,
+  TransportError,
+  type ApiClient,
+  type CollectionItem,
+  type Job,
+  type ScrubReport,
+} from './api.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import {
   createPlainView,
@@ -39,6 +47,10 @@ export const USAGE = `Usage:
                                        progress, save the WAV and check that its SHA-256 is the content id.
                                        Default FILE: the source's title (made a safe file name) with .wav,
                                        "<title> (2).wav"... when taken; <content id>.wav without a title.
+  source-fetch fetch <url> --playlist [--max-items N] [-o DIR/]
+                                       Fetch each entry of a playlist, album or feed (at most N, or the
+                                       service's limit) and save it into DIR (default: here) as
+                                       "01 - <title>.wav"..., never replacing a file; one line per entry.
   source-fetch status <job-id> [--json]
                                        Show a job (--json: its whole record).
   source-fetch cancel <job-id>         Cancel a queued or running job.
@@ -53,7 +65,8 @@ Environment:
   SOURCE_FETCH_URL       the service (or nginx in front of it); default ${DEFAULT_BASE_URL}
   SOURCE_FETCH_API_KEY   an API key (required)
 
-Exit codes: 0 done, 1 job failed or canceled, 2 usage, 3 refused by the service (4xx),
+Exit codes: 0 done (--playlist: every entry saved), 1 job failed or canceled (--playlist: an entry
+refused, failed or canceled, or the listing failed), 2 usage, 3 refused by the service (4xx),
 4 service unreachable or failing (5xx; scrub: the pass failed), 5 SHA-256 mismatch,
 6 output not writable, 7 scrub found corrupt, missing or unreadable artifacts, 130 interrupted.
 `;
@@ -102,6 +115,15 @@ export async function runCli(deps: CliDeps): Promise<ExitCode> {
   try {
     switch (parsed.command) {
       case 'fetch':
+        if (parsed.playlist)
+          return await fetchPlaylistCommand(
+            deps,
+            api,
+            parsed.url,
+            parsed.output,
+            parsed.playlist,
+            (id) => (jobId = id),
+          );
         return await fetchCommand(deps, api, parsed.url, parsed.output, (id) => (jobId = id));
       case 'status':
         return await statusCommand(deps, api, parsed.jobId, parsed.json);
@@ -131,14 +153,21 @@ export async function runCli(deps: CliDeps): Promise<ExitCode> {
 
 type Parsed =
   | { command: 'help' | 'version' }
-  | { command: 'fetch'; url: string; output: string | undefined }
+  | { command: 'fetch'; url: string; output: string | undefined; playlist: { max_items?: number } | null }
   | { command: 'status'; jobId: string; json: boolean }
   | { command: 'cancel'; jobId: string }
   | { command: 'scrub'; json: boolean }
   | { command: 'webhook-secret' };
 
 function parse(argv: string[]): Parsed {
-  let values: { output?: string; json?: boolean; help?: boolean; version?: boolean };
+  let values: {
+    output?: string;
+    json?: boolean;
+    playlist?: boolean;
+    'max-items'?: string;
+    help?: boolean;
+    version?: boolean;
+  };
   let positionals: string[];
   try {
     ({ values, positionals } = parseArgs({
@@ -147,6 +176,8 @@ function parse(argv: string[]): Parsed {
       options: {
         output: { type: 'string', short: 'o' },
         json: { type: 'boolean' },
+        playlist: { type: 'boolean' },
+        'max-items': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
         version: { type: 'boolean' },
       },
@@ -162,12 +193,20 @@ function parse(argv: string[]): Parsed {
   const only = (option: string, allowed: boolean) => {
     if (!allowed) throw new UsageError(`${option} does not apply to ${command}`);
   };
+  if (command !== 'fetch') {
+    only('--playlist', values.playlist === undefined);
+    only('--max-items', values['max-items'] === undefined);
+  }
   switch (command) {
     case 'fetch':
       if (!argument) throw new UsageError('fetch needs a URL');
       only('--json', values.json === undefined);
-      if (values.output === '') throw new UsageError('-o needs a file name');
-      return { command, url: argument, output: values.output };
+      if (values.output === '') throw new UsageError(`-o needs a ${values.playlist ? 'folder' : 'file name'}`);
+      if (!values.playlist) {
+        if (values['max-items'] !== undefined) throw new UsageError('--max-items needs --playlist');
+        return { command, url: argument, output: values.output, playlist: null };
+      }
+      return { command, url: argument, output: values.output, playlist: maxItemsOption(values['max-items']) };
     case 'scrub':
       if (argument !== undefined) throw new UsageError(`unexpected argument: ${argument}`);
       only('-o', values.output === undefined);
@@ -188,6 +227,13 @@ function parse(argv: string[]): Parsed {
     default:
       throw new UsageError(`unknown command: ${command}`);
   }
+}
+
+/** --max-items: a whole number from 1; without it, the service's own limit. */
+function maxItemsOption(text: string | undefined): { max_items?: number } {
+  if (text === undefined) return {};
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new UsageError('--max-items needs a whole number from 1');
+  return { max_items: Number(text) };
 }
 
 function connection(env: Record<string, string | undefined>): { baseUrl: string; apiKey: string } {
@@ -264,6 +310,125 @@ async function fetchCommand(
   const written = output ?? path.basename(saved.path);
   out.write(`wrote ${written} (${details.filter(Boolean).join(', ')}): SHA-256 matches the content id\n`);
   return EXIT.ok;
+}
+
+/** A collection's items are read in pages of this many (listJobItems takes 1 to 100). */
+const ITEMS_PAGE = 100;
+
+/**
+ * fetch --playlist: submits the URL as a collection, follows its parent job to its end (one line
+ * at each change of its status), then saves each entry in the collection's order into the folder,
+ * one line per entry: written, or why not (refused, failed or canceled, with the sentence and
+ * code). Each file is named "<index> - <title>.wav" (made safe as a title's name is), never
+ * replacing a file. 0 only when every entry was saved.
+ */
+async function fetchPlaylistCommand(
+  deps: CliDeps,
+  api: ApiClient,
+  url: string,
+  output: string | undefined,
+  playlist: { max_items?: number },
+  onJobId: (id: string) => void,
+): Promise<ExitCode> {
+  const out = deps.stdout;
+  const folder = path.resolve(deps.cwd, output ?? '.');
+  const submitted = await api.submit(url, playlist);
+  onJobId(submitted.job_id);
+  const label = `collection ${submitted.job_id}`;
+  let shown = '';
+  const view: ProgressView = {
+    job(job) {
+      const line = collectionLine(job);
+      if (line !== shown) out.write(`${label}: ${line}\n`);
+      shown = line;
+    },
+    saving() {},
+    finish() {},
+  };
+  view.job(submitted);
+  const parent = FINAL.has(submitted.status) ? submitted : await follow(api, submitted, view, deps.signal);
+  if (parent.status === 'failed' && parent.error) {
+    out.write(`${label}: ${parent.error.message} (${parent.error.code})\n`);
+    if (parent.error.detail) out.write(indented('  detail: ', parent.error.detail));
+  }
+  // Indexes as wide as the last one's (at least two digits), so that the files sort in order.
+  const width = Math.max(2, String(parent.collection?.entries_found ?? 0).length);
+  const silent: ProgressView = { job() {}, saving() {}, finish() {} };
+  let code: ExitCode = EXIT.ok;
+  const worse = (next: ExitCode) => {
+    const rank: ExitCode[] = [EXIT.ok, EXIT.jobFailed, EXIT.unavailable, EXIT.checksumMismatch, EXIT.writeFailed];
+    if (rank.indexOf(next) > rank.indexOf(code)) code = next;
+  };
+  if (parent.status !== 'done') worse(EXIT.jobFailed);
+  for (let after = 0; ;) {
+    const page = await api.listItems(parent.job_id, after, ITEMS_PAGE);
+    for (const item of page.items) {
+      const index = String(item.index).padStart(width, '0');
+      const name = `${index} ${(item.title ?? '').trim() || item.url}`;
+      const outcome = await saveItem(deps, api, item, folder, index, silent);
+      out.write(`${name}: ${outcome.line}\n`);
+      if (outcome.detail) out.write(indented('  detail: ', outcome.detail));
+      worse(outcome.code);
+    }
+    if (page.next_after === null || page.items.length === 0) break;
+    after = page.next_after;
+  }
+  return code;
+}
+
+/** The parent's line: its status, its counts, and where it was cut. */
+function collectionLine(job: Job): string {
+  const counts = job.collection;
+  if (!counts) return job.status;
+  const parts = [`${counts.entries_found} found`, `${counts.done} done`, `${counts.failed} failed`];
+  parts.push(`${counts.refused} refused`);
+  if (counts.canceled) parts.push(`${counts.canceled} canceled`);
+  if (counts.truncated) parts.push(`cut at ${counts.max_items}`);
+  return `${job.status === 'expanding' ? 'listing entries' : job.status}: ${parts.join(', ')}`;
+}
+
+/** One entry of a collection saved into `folder`, or why it was not: its line, its exit code. */
+async function saveItem(
+  deps: CliDeps,
+  api: ApiClient,
+  item: CollectionItem,
+  folder: string,
+  index: string,
+  view: ProgressView,
+): Promise<{ line: string; detail?: string; code: ExitCode }> {
+  if (item.outcome === 'refused') {
+    return {
+      line: `refused: ${item.problem.detail ?? item.problem.title} (${item.problem.code})`,
+      code: EXIT.jobFailed,
+    };
+  }
+  const job = item.job;
+  if (job.status !== 'done' || !job.result) {
+    return {
+      line: job.error ? `${job.status}: ${job.error.message} (${job.error.code})` : job.status,
+      detail: job.error?.detail ?? undefined,
+      code: EXIT.jobFailed,
+    };
+  }
+  const artifact = job.result.artifacts.find((a) => a.name === 'audio.wav') ?? job.result.artifacts[0];
+  if (!artifact) return { line: `job ${job.job_id} is done but lists no artifact`, code: EXIT.unavailable };
+  // The title as listed, else the source's, else the index alone: made safe as a single file's name is.
+  const title = (item.title ?? '').trim() || (artifact.download_name ?? '').replace(/\.wav$/i, '');
+  const target = path.join(folder, requestedDownloadName(title ? `${index} - ${title}` : index, 'audio.wav'));
+  const saved = await save(deps, api, artifact.path, artifact.bytes, target, job.result.content_id, view, {
+    replace: false,
+  });
+  if (saved.result === 'write_failed')
+    return { line: `cannot write ${path.basename(target)}: ${saved.reason}`, code: EXIT.writeFailed };
+  if (saved.result === 'mismatch')
+    return {
+      line: `the WAV's SHA-256 ${saved.digest} is not its content id ${job.result.content_id}; nothing was written`,
+      code: EXIT.checksumMismatch,
+    };
+  return {
+    line: `wrote ${path.basename(saved.path)} (${formatBytes(saved.bytes)}${job.born_done ? ', already stored' : ''})`,
+    code: EXIT.ok,
+  };
 }
 
 /**

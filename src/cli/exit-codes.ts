@@ -2,7 +2,7 @@
 export const EXIT = {
   /** fetch: the WAV is written and its SHA-256 is the content id; status: shown; cancel: canceled. */
   ok: 0,
-  /** fetch: the job failed or was canceled (its error code is printed). */
+  /** fetch: the job failed or was canceled (its error code is printed); --playlist: an entry was not saved (refused, failed, canceled) or the listing failed. */
   jobFailed: 1,
   /** Bad arguments, or SOURCE_FETCH_URL / SOURCE_FETCH_API_KEY missing or malformed. */
   usage: 2,

@@ -234,6 +234,54 @@ describe('source-fetch fetch', () => {
   });
 });
 
+describe('source-fetch fetch --playlist', () => {
+  it('saves each entry of a feed into the folder as "<index> - <title>.wav", one line per entry; a failed and a refused entry make it exit 1, all saved 0', async () => {
+    const feedBody =
+      '<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>CLI Feed</title>' +
+      `<link>${media.url('/')}</link>\n` +
+      [
+        ['Short one', media.url('/short.wav?feed=1')],
+        ['Gone', media.url('/missing-in-feed.wav')],
+        ['Passwords', 'file:///etc/passwd'],
+      ]
+        .map(
+          ([title, url], i) =>
+            `<item><title>${title}</title><enclosure url="${url}" type="audio/mpeg" length="1"/><guid>${i + 1}</guid></item>\n`,
+        )
+        .join('') +
+      '</channel></rss>\n';
+    media.route('/feed.xml', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/rss+xml' });
+      res.end(feedBody);
+    });
+    const dir = path.join(work, 'feed');
+    await mkdir(dir);
+    const result = await cli(['fetch', media.url('/feed.xml'), '--playlist', '-o', `${dir}/`]);
+    expect(result.code, result.stderr).toBe(EXIT.jobFailed);
+    const lines = result.stdout.trimEnd().split('\n');
+    expect(lines.at(-1)).toMatch(/^03 Passwords: refused: .+ \(url_scheme_not_allowed\)$/);
+    expect(lines).toContainEqual(expect.stringMatching(/^01 Short one: wrote 01 - Short one\.wav \(/));
+    expect(lines).toContainEqual('02 Gone: failed: Nothing was found at the source (HTTP 404). (http_not_found)');
+    expect(lines).toContainEqual(
+      expect.stringMatching(/^collection [0-9a-f-]{36}: done: 3 found, 1 done, 1 failed, 1 refused$/),
+    );
+    expect(await readdir(dir)).toEqual(['01 - Short one.wav']);
+    const parentId = /^collection ([0-9a-f-]{36})/.exec(result.stdout)![1]!;
+    const items = (await (await svc.request(`/jobs/${parentId}/items`)).json()) as {
+      items: Array<{ job?: { result: { content_id: string } | null } }>;
+    };
+    expect(await sha256(path.join(dir, '01 - Short one.wav'))).toBe(items.items[0]!.job!.result!.content_id);
+
+    // Cut at one entry, born done: all saved (0), beside the first file, not over it.
+    const again = await cli(['fetch', media.url('/feed.xml'), '--playlist', '--max-items', '1', '-o', dir]);
+    expect(again.code, again.stderr).toBe(EXIT.ok);
+    expect(again.stdout).toMatch(
+      /: done: 1 found, 1 done, 0 failed, 0 refused, cut at 1\n01 Short one: wrote 01 - Short one \(2\)\.wav \(.*, already stored\)\n$/,
+    );
+    expect((await readdir(dir)).sort()).toEqual(['01 - Short one (2).wav', '01 - Short one.wav']);
+  });
+});
+
 describe('exit codes', () => {
   it("1: the job failed (its sentence and code printed, the downloader's words below)", async () => {
     const result = await cli(['fetch', media.url('/missing.wav')]);
