@@ -110,15 +110,7 @@ export function toJobRecord(
     progress,
     media,
     result,
-    error:
-      job.status === 'failed' && job.errorCode
-        ? {
-            code: job.errorCode,
-            message: job.errorMessage ?? '',
-            detail: job.errorDetail,
-            http_status: job.errorHttpStatus,
-          }
-        : null,
+    error: job.status === 'failed' ? errorRecord(job) : null,
     callback: context.callback ? toCallbackRecord(job, context.callback) : null,
     collection: job.kind === 'collection' ? collectionRecord(job) : null,
   };
@@ -129,6 +121,17 @@ function recordStatus(job: JobRow): JobRecord['status'] {
   if (job.kind !== 'collection') return job.status === 'listed' ? 'running' : job.status;
   if (job.status === 'running') return 'expanding';
   return job.status === 'listed' ? 'running' : job.status;
+}
+
+/** The job's recorded error: a failed job's, or what cut a collection's listing short. */
+function errorRecord(job: JobRow) {
+  if (!job.errorCode) return null;
+  return {
+    code: job.errorCode,
+    message: job.errorMessage ?? '',
+    detail: job.errorDetail,
+    http_status: job.errorHttpStatus,
+  };
 }
 
 function collectionRecord(job: JobRow): CollectionRecord {
@@ -142,15 +145,7 @@ function collectionRecord(job: JobRow): CollectionRecord {
     canceled: job.childrenCanceled,
     refused: job.itemsRefused,
     truncated: job.truncated,
-    listing_error:
-      job.status !== 'failed' && job.errorCode
-        ? {
-            code: job.errorCode,
-            message: job.errorMessage ?? '',
-            detail: job.errorDetail,
-            http_status: job.errorHttpStatus,
-          }
-        : null,
+    listing_error: job.status !== 'failed' ? errorRecord(job) : null,
   };
 }
 

@@ -20,6 +20,7 @@ import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { freePort } from '../support/nginx.js';
 import { ROOT, startService, type ServiceHandle } from '../support/service.js';
+import { rssFeed } from '../support/feeds.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const CLI = path.join(ROOT, 'dist/cli/main.js');
@@ -236,20 +237,11 @@ describe('source-fetch fetch', () => {
 
 describe('source-fetch fetch --playlist', () => {
   it('saves each entry of a feed into the folder as "<index> - <title>.wav", one line per entry; a failed and a refused entry make it exit 1, all saved 0', async () => {
-    const feedBody =
-      '<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>CLI Feed</title>' +
-      `<link>${media.url('/')}</link>\n` +
-      [
-        ['Short one', media.url('/short.wav?feed=1')],
-        ['Gone', media.url('/missing-in-feed.wav')],
-        ['Passwords', 'file:///etc/passwd'],
-      ]
-        .map(
-          ([title, url], i) =>
-            `<item><title>${title}</title><enclosure url="${url}" type="audio/mpeg" length="1"/><guid>${i + 1}</guid></item>\n`,
-        )
-        .join('') +
-      '</channel></rss>\n';
+    const feedBody = rssFeed('CLI Feed', media.url('/'), [
+      { title: 'Short one', url: media.url('/short.wav?feed=1') },
+      { title: 'Gone', url: media.url('/missing-in-feed.wav') },
+      { title: 'Passwords', url: 'file:///etc/passwd' },
+    ]);
     media.route('/feed.xml', (_req, res) => {
       res.writeHead(200, { 'content-type': 'application/rss+xml' });
       res.end(feedBody);

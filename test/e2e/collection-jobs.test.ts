@@ -11,6 +11,7 @@ import { HEAVY_TEST_TIMEOUT_MS, startService, type JobBody, type ServiceHandle }
 import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { until } from '../support/until.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver.js';
+import { rssFeed } from '../support/feeds.js';
 
 /**
  * Collections through the real service and database (each kind): the opt-in per submission and
@@ -60,17 +61,8 @@ afterAll(async () => {
   await trap?.close();
 });
 
-/** An RSS feed whose items are enclosures (or, with `link`, a page yt-dlp would list as a URL). */
-function rss(title: string, items: Array<{ title: string; url: string; link?: boolean }>): string {
-  const item = (it: { title: string; url: string; link?: boolean }, i: number) =>
-    `<item><title>${it.title}</title>` +
-    (it.link ? `<link>${it.url}</link>` : `<enclosure url="${it.url}" type="audio/mpeg" length="1"/>`) +
-    `<guid>${i + 1}</guid></item>\n`;
-  return (
-    `<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>${title}</title>` +
-    `<link>${media.url('/')}</link>\n${items.map(item).join('')}</channel></rss>\n`
-  );
-}
+/** The feed at the media server's root link. */
+const rss = (title: string, items: Parameters<typeof rssFeed>[2]) => rssFeed(title, media.url('/'), items);
 
 function serveText(urlPath: string, body: string): void {
   media.route(urlPath, (_req, res) => {

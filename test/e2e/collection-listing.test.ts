@@ -16,6 +16,7 @@ import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { processesMatching } from '../support/processes.js';
 import { until } from '../support/until.js';
 import { CURRENT_YTDLP, DEBIAN_YTDLP } from '../support/ytdlp-under-test.js';
+import { rssFeed } from '../support/feeds.js';
 
 /**
  * Listing a collection (src/jobs/collection/list-entries.ts) with the real yt-dlp (Debian's, and a
@@ -101,16 +102,8 @@ async function list(
   return { entries, end, jobId };
 }
 
-function rss(title: string, items: Array<{ title: string; url: string; link?: boolean }>): string {
-  const item = (it: { title: string; url: string; link?: boolean }, i: number) =>
-    `<item><title>${it.title}</title>` +
-    (it.link ? `<link>${it.url}</link>` : `<enclosure url="${it.url}" type="audio/mpeg" length="1"/>`) +
-    `<guid>${i + 1}</guid></item>\n`;
-  return (
-    `<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>${title}</title>` +
-    `<link>${media.url('/')}</link>\n${items.map(item).join('')}</channel></rss>\n`
-  );
-}
+/** The feed at the media server's root link. */
+const rss = (title: string, items: Parameters<typeof rssFeed>[2]) => rssFeed(title, media.url('/'), items);
 
 function serveText(urlPath: string, contentType: string, body: string): void {
   media.route(urlPath, (_req, res) => {

@@ -8,6 +8,7 @@ import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { freshDatabaseUrl } from '../support/postgres.js';
 import { HEAVY_TEST_TIMEOUT_MS, startService, type JobBody, type ServiceHandle } from '../support/service.js';
 import { until } from '../support/until.js';
+import { rssFeed } from '../support/feeds.js';
 
 /**
  * A collection on two worker nodes sharing one PostgreSQL database and one artifact root: the
@@ -38,17 +39,14 @@ beforeAll(async () => {
   tones.forEach((tone, i) =>
     media.serveFile(`/c-${i}.wav`, tone.path, { contentType: 'audio/wav', throttleBytesPerSec: THROTTLE }),
   );
-  const items = tones
-    .map(
-      (_, i) =>
-        `<item><title>C ${i}</title><enclosure url="${media.url(`/c-${i}.wav`)}" type="audio/wav" length="1"/><guid>${i}</guid></item>`,
-    )
-    .join('\n');
+  const feed = rssFeed(
+    'Spread',
+    media.url('/'),
+    tones.map((_, i) => ({ title: `C ${i}`, url: media.url(`/c-${i}.wav`) })),
+  );
   media.route('/feed.xml', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/rss+xml' });
-    res.end(
-      `<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>Spread</title><link>${media.url('/')}</link>\n${items}\n</channel></rss>\n`,
-    );
+    res.end(feed);
   });
   const startNode = () =>
     startService({

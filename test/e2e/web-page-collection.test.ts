@@ -16,6 +16,7 @@ import { BROWSERS, launchBrowser, type BrowserName } from '../support/browser.js
 import { makeTone } from '../support/media.js';
 import { startMediaServer, type MediaServer } from '../support/media-server.js';
 import { HEAVY_TEST_TIMEOUT_MS, ROOT, startService, type ServiceHandle } from '../support/service.js';
+import { rssFeed } from '../support/feeds.js';
 
 const FIXTURE_DIR = path.join(tmpdir(), 'source-fetch-fixtures');
 const AXE_SCRIPT = path.join(ROOT, 'node_modules', 'axe-core', 'axe.min.js');
@@ -58,17 +59,7 @@ afterAll(async () => {
 
 /** An RSS feed of enclosures, served at `urlPath`. */
 function serveFeed(urlPath: string, title: string, items: Array<{ title: string; url: string }>): string {
-  const body =
-    `<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel><title>${title}</title>` +
-    `<link>${media.url('/')}</link>\n` +
-    items
-      .map(
-        (item, i) =>
-          `<item><title>${item.title}</title><enclosure url="${item.url}" type="audio/mpeg" length="1"/>` +
-          `<guid>${i + 1}</guid></item>\n`,
-      )
-      .join('') +
-    `</channel></rss>\n`;
+  const body = rssFeed(title, media.url('/'), items);
   media.route(urlPath, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/rss+xml' });
     res.end(body);

@@ -3,6 +3,8 @@ import { open, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { expect } from 'vitest';
 import type { Database } from '../../src/db/database.js';
+import type { GuardSession } from '../../src/egress/guard.js';
+import type { FetchLimits } from '../../src/jobs/fetch/step.js';
 import { createFetchTask } from '../../src/jobs/fetch/task.js';
 import { claimNextJob, enqueueJob, getJobRow } from '../../src/jobs/queue.js';
 import { createLogger } from '../../src/logger.js';
@@ -19,6 +21,30 @@ import type { runProcess, RunProcessResult } from '../../src/tools/process.js';
  *   const tools = fakeTools({ extractorKey: 'Generic', id: 'x' }, wav(1));
  *   const job = await runJob(fx, { url: 'https://media.example/x.m4a', run: tools.run, now: 5000 });
  */
+/** Small limits for a fetch, or a listing, on the fakes. */
+export const TEST_FETCH_LIMITS: FetchLimits = {
+  timeoutMs: 10_000,
+  metadataTimeoutMs: 10_000,
+  downloadStall: { windowMs: 10_000, minBytes: 1 },
+  maxDownloadBytes: 1_000_000,
+  maxOutputBytes: 1_000_000,
+  maxDurationS: 3600,
+  tool: { memoryBytes: 256 * 1024 ** 2, cpuSeconds: 60, processes: 64 },
+};
+
+/** An egress session that refused nothing and contacted no host, unless `overrides` say otherwise. */
+export function fakeGuardSession(overrides: Partial<GuardSession> = {}): GuardSession {
+  return {
+    proxyUrlAt: (at) => `http://job:secret@${at}`,
+    refusals: () => [],
+    upstreamFailures: () => [],
+    hostsContacted: () => [],
+    overByteLimit: () => false,
+    close: () => {},
+    ...overrides,
+  };
+}
+
 const OK: RunProcessResult = {
   exitCode: 0,
   signal: null,
@@ -145,23 +171,8 @@ export async function runJob(
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     makeFifo,
     workDir: path.join(fx.dir, 'work'),
-    limits: {
-      timeoutMs: 10_000,
-      metadataTimeoutMs: 10_000,
-      downloadStall: { windowMs: 10_000, minBytes: 1 },
-      maxDownloadBytes: 1_000_000,
-      maxOutputBytes: 1_000_000,
-      maxDurationS: 3600,
-      tool: { memoryBytes: 256 * 1024 ** 2, cpuSeconds: 60, processes: 64 },
-    },
-    openEgressSession: () => ({
-      proxyUrlAt: (at) => `http://job:secret@${at}`,
-      refusals: () => [],
-      upstreamFailures: () => [],
-      hostsContacted: () => opts.hostsContacted ?? [],
-      overByteLimit: () => false,
-      close: () => {},
-    }),
+    limits: TEST_FETCH_LIMITS,
+    openEgressSession: () => fakeGuardSession({ hostsContacted: () => opts.hostsContacted ?? [] }),
   });
   await task(job, { signal: new AbortController().signal, log: createLogger('silent'), owner: 'node' });
   return (await getJobRow(fx.database, id))!;

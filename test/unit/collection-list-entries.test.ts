@@ -8,6 +8,7 @@ import { createListCollection } from '../../src/jobs/collection/list-entries.js'
 import { createLogger } from '../../src/logger.js';
 import type { SandboxedResult, SandboxRunOptions } from '../../src/sandbox/sandbox.js';
 import { LISTING_PREFIX } from '../../src/tools/ytdlp-args.js';
+import { fakeGuardSession, TEST_FETCH_LIMITS } from '../support/fetch-task-fakes.js';
 
 /**
  * What the listing (src/jobs/collection/list-entries.ts) makes of a run's lines, with a stand-in
@@ -76,24 +77,8 @@ function listWith(sandbox: ReturnType<typeof fakeSandbox>['sandbox'], session: P
     mountView: false,
     tools: { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg' },
     workDir: path.join(dir, 'work'),
-    limits: {
-      timeoutMs: 10_000,
-      metadataTimeoutMs: 10_000,
-      downloadStall: { windowMs: 10_000, minBytes: 1 },
-      maxDownloadBytes: 1_000_000,
-      maxOutputBytes: 1_000_000,
-      maxDurationS: 3600,
-      tool: { memoryBytes: 256 * 1024 ** 2, cpuSeconds: 60, processes: 64 },
-    },
-    openEgressSession: () => ({
-      proxyUrlAt: (at) => `http://job:secret@${at}`,
-      refusals: () => [],
-      upstreamFailures: () => [],
-      hostsContacted: () => [],
-      overByteLimit: () => false,
-      close: () => {},
-      ...session,
-    }),
+    limits: TEST_FETCH_LIMITS,
+    openEgressSession: () => fakeGuardSession(session),
     listing: { maxBytes: 1_000_000, timeoutMs: 10_000 },
     log: createLogger('silent'),
   });
