@@ -318,10 +318,10 @@ describe.each(WAYS)('bounds, %s', (way, sandboxOf) => {
     });
     expect(entries).toEqual([]);
     expect(end.error).not.toBeNull();
-    // 2026.10.26 at the ceiling sometimes dies of "Fatal Python error: _Py_CheckRecursiveCall:
-    // Cannot recover from stack overflow" instead of a MemoryError, which exceededLimit
-    // (src/sandbox/limits.ts) does not read as memory: download_failed then.
-    if (CURRENT_YTDLP === undefined) expect(end.error?.code).toBe('memory_exceeded');
+    // Either yt-dlp at the ceiling sometimes dies of a Python fatal error (such as "Cannot recover
+    // from stack overflow") instead of a MemoryError, which exceededLimit (src/sandbox/limits.ts)
+    // does not read as memory: download_failed then. Stopped either way; the control is above.
+    expect(['memory_exceeded', 'download_failed']).toContain(end.error?.code);
   });
 
   it('an abort mid-listing stops the run: its reason is the error, no yt-dlp process is left', async () => {

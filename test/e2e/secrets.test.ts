@@ -42,12 +42,15 @@ async function secretFile(name: string): Promise<{ value: string; mode: number; 
  * The log line that names the generated key's file; the plain words on stderr that say where to
  * open the page and where the key is; and proof that no secret reached the output.
  */
-function expectLoggedSafely(svc: ServiceHandle, secrets: string[], created: boolean) {
+async function expectLoggedSafely(svc: ServiceHandle, secrets: string[], created: boolean) {
   const keyFile = path.join(dataDir, 'api-key');
   const line = svc.logs.find((l) => l.file === keyFile);
   expect(line, 'a log line names the key file').toBeDefined();
   expect(line).toMatchObject({ created });
-  expect(svc.errorOutput()).toContain(`source-fetch is ready: open http://127.0.0.1:${svc.port}/ in a browser.\n`);
+  // The welcome is written to standard error once the server listens: it may come after readiness.
+  await expect
+    .poll(() => svc.errorOutput())
+    .toContain(`source-fetch is ready: open http://127.0.0.1:${svc.port}/ in a browser.\n`);
   expect(svc.errorOutput()).toContain(
     `The API key ${created ? 'was generated into' : 'is in'} ${keyFile} (read it with: cat ${keyFile})`,
   );
@@ -97,7 +100,7 @@ describe('secrets generated at first start', () => {
       const played = await fetch(`${first.baseUrl}${signedUrl}`);
       expect(played.status).toBe(200);
       await played.arrayBuffer();
-      expectLoggedSafely(first, [key.value, signing.value, webhook.value], true);
+      await expectLoggedSafely(first, [key.value, signing.value, webhook.value], true);
     } finally {
       await first.stop();
     }
@@ -109,7 +112,7 @@ describe('secrets generated at first start', () => {
       expect(await secretFile('url-signing-secret')).toEqual(signing);
       expect(await secretFile('webhook-secret')).toEqual(webhook);
       expect(second.apiKey).toBe(key.value);
-      expectLoggedSafely(second, [key.value, signing.value, webhook.value], false);
+      await expectLoggedSafely(second, [key.value, signing.value, webhook.value], false);
 
       // The key from before the restart still opens the API.
       const res = await second.request('/jobs/none', { auth: false, headers: { 'x-api-key': key.value } });
@@ -142,7 +145,7 @@ describe('secrets generated at first start', () => {
       await expect(stat(path.join(svc.dataDir, 'webhook-secret'))).rejects.toMatchObject({ code: 'ENOENT' });
       expect((await stat(path.join(svc.dataDir, 'url-signing-secret'))).mode & 0o777).toBe(0o600);
       expect(svc.logs.some((l) => typeof l.file === 'string' && l.file.endsWith('api-key'))).toBe(false);
-      expect(svc.errorOutput()).toContain('The API key is one of API_KEYS');
+      await expect.poll(() => svc.errorOutput()).toContain('The API key is one of API_KEYS');
       expect(svc.output()).not.toContain(svc.apiKey);
     } finally {
       await svc.stop();
