@@ -12,6 +12,7 @@ import { BACKENDS, serviceEnv } from '../support/test-database.js';
 import { until } from '../support/until.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver.js';
 import { rssFeed } from '../support/feeds.js';
+import type { components } from '../../src/client/openapi-types.js';
 
 /**
  * Collections through the real service and database (each kind): the opt-in per submission and
@@ -21,18 +22,7 @@ import { rssFeed } from '../support/feeds.js';
 interface CollectionBody extends JobBody {
   kind: string;
   parent_id: string | null;
-  collection: {
-    title: string | null;
-    max_items: number;
-    entries_found: number;
-    children: number;
-    done: number;
-    failed: number;
-    canceled: number;
-    refused: number;
-    truncated: boolean;
-    listing_error: { code: string } | null;
-  } | null;
+  collection: components['schemas']['Collection'] | null;
 }
 
 interface ItemBody {

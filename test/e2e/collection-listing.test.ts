@@ -301,7 +301,6 @@ describe.each(WAYS)('bounds, %s', (way, sandboxOf) => {
     expect(end).toEqual({ title: 'Huge', truncated: true, error: null });
     expect(entries.map((e) => e.index)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
     expect(entries[49]).toEqual({ index: 50, url: media.url('/e/50.mp3'), title: 'Episode 50', nested: false });
-    expect(seconds).toBeLessThan(60);
     // The control of the sampling: it saw the run.
     expect(peakKiB).toBeGreaterThan(0);
     expect(peakKiB * 1024).toBeLessThan(TOOL_MEMORY_BYTES);
