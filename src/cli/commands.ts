@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { link, open, rename, rm } from 'node:fs/promises';
+import { link, mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
@@ -49,8 +49,9 @@ export const USAGE = `Usage:
                                        "<title> (2).wav"... when taken; <content id>.wav without a title.
   source-fetch fetch <url> --playlist [--max-items N] [-o DIR/]
                                        Fetch each entry of a playlist, album or feed (at most N, or the
-                                       service's limit) and save it into DIR (default: here) as
-                                       "01 - <title>.wav"..., never replacing a file; one line per entry.
+                                       service's limit) and save it into DIR (default: here; made when
+                                       missing) as "01 - <title>.wav"..., never replacing a file, as
+                                       soon as it ends; one line per entry.
   source-fetch status <job-id> [--json]
                                        Show a job (--json: its whole record).
   source-fetch cancel <job-id>         Cancel a queued or running job.
@@ -316,11 +317,12 @@ async function fetchCommand(
 const ITEMS_PAGE = 100;
 
 /**
- * fetch --playlist: submits the URL as a collection, follows its parent job to its end (one line
- * at each change of its status), then saves each entry in the collection's order into the folder,
- * one line per entry: written, or why not (refused, failed or canceled, with the sentence and
- * code). Each file is named "<index> - <title>.wav" (made safe as a title's name is), never
- * replacing a file. 0 only when every entry was saved.
+ * fetch --playlist: creates the folder, submits the URL as a collection and follows its parent job
+ * (a line at each change of its status). Once the listing is over, each entry is saved into the
+ * folder as it ends, one line per entry: written, or why not (refused, failed or canceled, with
+ * the sentence and code); the parent's final line comes last. Each file is named
+ * "<index> - <title>.wav" (made safe as a title's name is), never replacing a file. 0 only when
+ * every entry was saved.
  */
 async function fetchPlaylistCommand(
   deps: CliDeps,
@@ -332,48 +334,102 @@ async function fetchPlaylistCommand(
 ): Promise<ExitCode> {
   const out = deps.stdout;
   const folder = path.resolve(deps.cwd, output ?? '.');
+  try {
+    await mkdir(folder, { recursive: true });
+  } catch (e) {
+    deps.stderr.write(`source-fetch: cannot make the folder ${output ?? '.'}: ${errorCode(e)}\n`);
+    return EXIT.writeFailed;
+  }
   const submitted = await api.submit(url, playlist);
   onJobId(submitted.job_id);
   const label = `collection ${submitted.job_id}`;
-  let shown = '';
+  const entries = createEntrySaver(deps, api, submitted.job_id, folder);
+  let shownStatus: Job['status'] | undefined;
   const view: ProgressView = {
     job(job) {
-      const line = collectionLine(job);
-      if (line !== shown) out.write(`${label}: ${line}\n`);
-      shown = line;
+      if (job.status !== shownStatus && !FINAL.has(job.status)) out.write(`${label}: ${collectionLine(job)}\n`);
+      shownStatus = job.status;
+      entries.parentChanged(job);
     },
     saving() {},
     finish() {},
   };
   view.job(submitted);
   const parent = FINAL.has(submitted.status) ? submitted : await follow(api, submitted, view, deps.signal);
+  const code = await entries.saveRest(parent);
+  out.write(`${label}: ${collectionLine(parent)}\n`);
   if (parent.status === 'failed' && parent.error) {
     out.write(`${label}: ${parent.error.message} (${parent.error.code})\n`);
     if (parent.error.detail) out.write(indented('  detail: ', parent.error.detail));
   }
-  // Indexes as wide as the last one's (at least two digits), so that the files sort in order.
-  const width = Math.max(2, String(parent.collection?.entries_found ?? 0).length);
-  const silent: ProgressView = { job() {}, saving() {}, finish() {} };
+  return parent.status === 'done' ? code : worseExit(code, EXIT.jobFailed);
+}
+
+/** The worse of two exit codes of a playlist's entries: a write failure outranks a mismatch, a failed job... */
+function worseExit(a: ExitCode, b: ExitCode): ExitCode {
+  const rank: ExitCode[] = [EXIT.ok, EXIT.jobFailed, EXIT.unavailable, EXIT.checksumMismatch, EXIT.writeFailed];
+  return rank.indexOf(b) > rank.indexOf(a) ? b : a;
+}
+
+/**
+ * Saves a collection's entries as they end. parentChanged, at each state of the parent, reads the
+ * items again when more have ended (one read at a time: states seen meanwhile make one more), from
+ * the first entry not yet handled; saveRest, once the parent has ended, handles every entry left.
+ */
+function createEntrySaver(deps: CliDeps, api: ApiClient, parentId: string, folder: string) {
+  const handled = new Set<number>();
+  /** Every entry up to this index is handled. */
+  let handledThrough = 0;
+  /** Indexes as wide as the last one's (at least two digits), so that the files sort in order; known once listed. */
+  let width = 2;
   let code: ExitCode = EXIT.ok;
-  const worse = (next: ExitCode) => {
-    const rank: ExitCode[] = [EXIT.ok, EXIT.jobFailed, EXIT.unavailable, EXIT.checksumMismatch, EXIT.writeFailed];
-    if (rank.indexOf(next) > rank.indexOf(code)) code = next;
-  };
-  if (parent.status !== 'done') worse(EXIT.jobFailed);
-  for (let after = 0; ;) {
-    const page = await api.listItems(parent.job_id, after, ITEMS_PAGE);
-    for (const item of page.items) {
-      const index = String(item.index).padStart(width, '0');
-      const name = `${index} ${(item.title ?? '').trim() || item.url}`;
-      const outcome = await saveItem(deps, api, item, folder, index, silent);
-      out.write(`${name}: ${outcome.line}\n`);
-      if (outcome.detail) out.write(indented('  detail: ', outcome.detail));
-      worse(outcome.code);
+  let endedSeen = 0;
+  let reading: Promise<void> = Promise.resolve();
+  let readQueued = false;
+  let failure: { thrown: unknown } | null = null;
+  const silent: ProgressView = { job() {}, saving() {}, finish() {} };
+
+  async function saveEnded(all: boolean): Promise<void> {
+    for (let after = handledThrough; ;) {
+      const page = await api.listItems(parentId, after, ITEMS_PAGE);
+      for (const item of page.items) {
+        if (handled.has(item.index)) continue;
+        if (!all && item.outcome === 'accepted' && !FINAL.has(item.job.status)) continue;
+        handled.add(item.index);
+        while (handled.has(handledThrough + 1)) handledThrough++;
+        const index = String(item.index).padStart(width, '0');
+        const outcome = await saveItem(deps, api, item, folder, index, silent);
+        deps.stdout.write(`${index} ${(item.title ?? '').trim() || item.url}: ${outcome.line}\n`);
+        if (outcome.detail) deps.stdout.write(indented('  detail: ', outcome.detail));
+        code = worseExit(code, outcome.code);
+      }
+      if (page.next_after === null || page.items.length === 0) break;
+      after = page.next_after;
     }
-    if (page.next_after === null || page.items.length === 0) break;
-    after = page.next_after;
   }
-  return code;
+
+  return {
+    parentChanged(job: Job): void {
+      const counts = job.collection;
+      if (!counts || job.status === 'queued' || job.status === 'expanding' || FINAL.has(job.status)) return;
+      width = Math.max(2, String(counts.entries_found).length);
+      const ended = counts.done + counts.failed + counts.canceled + counts.refused;
+      if (ended <= endedSeen || readQueued) return;
+      endedSeen = ended;
+      readQueued = true;
+      reading = reading.then(async () => {
+        readQueued = false;
+        if (failure === null) await saveEnded(false).catch((thrown: unknown) => void (failure = { thrown }));
+      });
+    },
+    async saveRest(parent: Job): Promise<ExitCode> {
+      await reading;
+      if (failure !== null) throw failure.thrown;
+      width = Math.max(2, String(parent.collection?.entries_found ?? 0).length);
+      await saveEnded(true);
+      return code;
+    },
+  };
 }
 
 /** The parent's line: its status, its counts, and where it was cut. */
@@ -512,7 +568,7 @@ async function save(
   } catch (e) {
     // Unread, the answer would hold its connection (and the process) open.
     await res.body?.cancel();
-    return { result: 'write_failed', reason: (e as NodeJS.ErrnoException).code ?? (e as Error).message };
+    return { result: 'write_failed', reason: errorCode(e) };
   }
   const hash = createHash('sha256');
   let bytes = 0;
@@ -525,7 +581,7 @@ async function save(
       try {
         await file.write(chunk);
       } catch (e) {
-        return { result: 'write_failed', reason: (e as NodeJS.ErrnoException).code ?? (e as Error).message };
+        return { result: 'write_failed', reason: errorCode(e) };
       }
       bytes += chunk.byteLength;
       const now = Date.now();
@@ -552,6 +608,11 @@ async function save(
     await file.close().catch(() => {});
     if (!kept) await rm(partial, { force: true });
   }
+}
+
+/** A file system error's code (ENOENT, ENOSPC...), else its message. */
+function errorCode(e: unknown): string {
+  return (e as NodeJS.ErrnoException).code ?? (e as Error).message;
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -246,17 +246,15 @@ describe('source-fetch fetch --playlist', () => {
       res.writeHead(200, { 'content-type': 'application/rss+xml' });
       res.end(feedBody);
     });
+    // The folder is made; each entry's line comes as it ends, the collection's final line last.
     const dir = path.join(work, 'feed');
-    await mkdir(dir);
     const result = await cli(['fetch', media.url('/feed.xml'), '--playlist', '-o', `${dir}/`]);
     expect(result.code, result.stderr).toBe(EXIT.jobFailed);
     const lines = result.stdout.trimEnd().split('\n');
-    expect(lines.at(-1)).toMatch(/^03 Passwords: refused: .+ \(url_scheme_not_allowed\)$/);
+    expect(lines.at(-1)).toMatch(/^collection [0-9a-f-]{36}: done: 3 found, 1 done, 1 failed, 1 refused$/);
+    expect(lines).toContainEqual(expect.stringMatching(/^03 Passwords: refused: .+ \(url_scheme_not_allowed\)$/));
     expect(lines).toContainEqual(expect.stringMatching(/^01 Short one: wrote 01 - Short one\.wav \(/));
     expect(lines).toContainEqual('02 Gone: failed: Nothing was found at the source (HTTP 404). (http_not_found)');
-    expect(lines).toContainEqual(
-      expect.stringMatching(/^collection [0-9a-f-]{36}: done: 3 found, 1 done, 1 failed, 1 refused$/),
-    );
     expect(await readdir(dir)).toEqual(['01 - Short one.wav']);
     const parentId = /^collection ([0-9a-f-]{36})/.exec(result.stdout)![1]!;
     const items = (await (await svc.request(`/jobs/${parentId}/items`)).json()) as {
@@ -268,9 +266,55 @@ describe('source-fetch fetch --playlist', () => {
     const again = await cli(['fetch', media.url('/feed.xml'), '--playlist', '--max-items', '1', '-o', dir]);
     expect(again.code, again.stderr).toBe(EXIT.ok);
     expect(again.stdout).toMatch(
-      /: done: 1 found, 1 done, 0 failed, 0 refused, cut at 1\n01 Short one: wrote 01 - Short one \(2\)\.wav \(.*, already stored\)\n$/,
+      /\n01 Short one: wrote 01 - Short one \(2\)\.wav \(.*, already stored\)\ncollection [0-9a-f-]{36}: done: 1 found, 1 done, 0 failed, 0 refused, cut at 1\n$/,
     );
     expect((await readdir(dir)).sort()).toEqual(['01 - Short one (2).wav', '01 - Short one.wav']);
+  });
+});
+
+describe('source-fetch fetch --playlist, entry by entry', () => {
+  it('saves an entry as soon as it ends, while another is still downloading', async () => {
+    const tone = await makeTone(FIXTURE_DIR, { seconds: 1, channels: 1, sampleRate: 22050, format: 'wav' });
+    const bytes = await readFile(tone.path);
+    // The second entry's source answers nothing until the first entry's line is out.
+    let released = false;
+    const held: Array<() => void> = [];
+    const release = () => {
+      released = true;
+      for (const answer of held.splice(0)) answer();
+    };
+    media.route('/held.wav', (_req, res) => {
+      const answer = () => {
+        res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': bytes.length });
+        res.end(bytes);
+      };
+      if (released) answer();
+      else held.push(answer);
+    });
+    const feedBody = rssFeed('Held Feed', media.url('/'), [
+      { title: 'Early', url: media.url('/short.wav?feed=early') },
+      { title: 'Late', url: media.url('/held.wav') },
+    ]);
+    media.route('/held-feed.xml', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/rss+xml' });
+      res.end(feedBody);
+    });
+    const dir = path.join(work, 'held');
+    let earlyWhileHeld: string[] | undefined;
+    const result = await cli(['fetch', media.url('/held-feed.xml'), '--playlist', '-o', dir], {
+      onStdout: (text) => {
+        if (earlyWhileHeld === undefined && text.includes('01 Early: wrote ')) {
+          earlyWhileHeld = readdirSync(dir);
+          release();
+        }
+      },
+    });
+    expect(result.code, result.stderr).toBe(EXIT.ok);
+    expect(earlyWhileHeld).toEqual(['01 - Early.wav']);
+    expect((await readdir(dir)).sort()).toEqual(['01 - Early.wav', '02 - Late.wav']);
+    expect(result.stdout).toMatch(
+      /\n01 Early: wrote .*\n02 Late: wrote .*\ncollection [0-9a-f-]{36}: done: 2 found, 2 done/,
+    );
   });
 });
 

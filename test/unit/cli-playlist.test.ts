@@ -144,12 +144,12 @@ describe('source-fetch fetch --playlist', () => {
     expect(result.code, result.stderr).toBe(EXIT.jobFailed);
     expect(result.stdout).toBe(
       [
-        'collection p-1: done: 4 found, 2 done, 1 failed, 1 refused',
         '01 One / Two: wrote 01 - One _ Two.wav (26 B)',
         '02 Passwords: refused: Only http and https. (url_scheme_not_allowed)',
         '03 Missing: failed: Nothing was found at the source (HTTP 404). (http_not_found)',
         '  detail: HTTP Error 404',
         '04 Four: wrote 04 - Four (2).wav (26 B)',
+        'collection p-1: done: 4 found, 2 done, 1 failed, 1 refused',
         '',
       ].join('\n'),
     );
@@ -195,13 +195,47 @@ describe('source-fetch fetch --playlist', () => {
       ],
     );
     expect(ordered.code, ordered.stderr).toBe(EXIT.ok);
-    expect(ordered.stdout.split('\n')[0]).toBe('collection p-1: done: 2 found, 2 done, 0 failed, 0 refused, cut at 2');
+    expect(ordered.stdout.trimEnd().split('\n').at(-1)).toBe(
+      'collection p-1: done: 2 found, 2 done, 0 failed, 0 refused, cut at 2',
+    );
     expect(ordered.requests.map((request) => new URL(request.url).search).filter(Boolean)).toEqual([
       '?after=0&limit=100',
       '?after=1&limit=100',
     ]);
     expect((await readdir(dir)).filter((name) => name.endsWith('.wav')).sort()).toContain('02 - Two.wav');
     expect(await readdir(dir)).toContain('01.wav');
+  });
+
+  it('makes the folder, and its parents, when it does not exist', async () => {
+    const dir = path.join(await folder(), 'new', 'deeper');
+    const result = await runScriptedCli(
+      ['fetch', 'http://m.example/feed.xml', '--playlist', '-o', `${dir}/`],
+      [
+        { status: 202, body: parent('done', { entries_found: 1, children: 1, done: 1 }) },
+        {
+          status: 200,
+          body: {
+            items: [{ index: 1, title: 'One', url: 'http://m.example/1.wav', outcome: 'accepted', job: doneChild(1) }],
+            next_after: null,
+          },
+        },
+        { status: 200, body: wavText(1) },
+      ],
+    );
+    expect(result.code, result.stderr).toBe(EXIT.ok);
+    expect(await readdir(dir)).toEqual(['01 - One.wav']);
+  });
+
+  it('a folder that cannot be made (a file is in its place): exit 6 before any request', async () => {
+    const dir = await folder();
+    await writeFile(path.join(dir, 'taken'), 'a file');
+    const result = await runScriptedCli(
+      ['fetch', 'http://m.example/feed.xml', '--playlist', '-o', `${dir}/taken/`],
+      [],
+    );
+    expect(result.code).toBe(EXIT.writeFailed);
+    expect(result.stderr).toBe(`source-fetch: cannot make the folder ${dir}/taken/: EEXIST\n`);
+    expect(result.requests).toEqual([]);
   });
 
   it('a listing that failed: its sentence, no entry, exit 1', async () => {
