@@ -43,6 +43,7 @@ import { makeNodeId } from './ops/node-id.js';
 import { resolveServiceSecrets } from './ops/service-secrets.js';
 import { createShutdown } from './ops/shutdown.js';
 import { createSignal } from './ops/signal.js';
+import { startFailureText } from './ops/start-failure.js';
 import { openStorage } from './ops/storage.js';
 import { welcomeText } from './ops/welcome.js';
 import { sourceDestinationCheck } from './policy/source-url.js';
@@ -93,15 +94,18 @@ async function main(): Promise<void> {
 
   const tools = await locateTools(config);
   exitOnRefusal('YTDLP_COOKIES_FILE', tools.cookiesFileRefusal);
-  const { database, store } = await openStorage(config, {
-    nodeId,
-    hostname: os.hostname(),
-    now,
-    log,
-    isProcessAlive,
-    newId: randomUUID,
-    onStop,
-  });
+  const { database, store } = await orExitOnStartFailure(
+    openStorage(config, {
+      nodeId,
+      hostname: os.hostname(),
+      now,
+      log,
+      isProcessAlive,
+      newId: randomUUID,
+      onStop,
+    }),
+    config,
+  );
   const secrets = await orExit(
     resolveServiceSecrets({
       configured: {
@@ -353,6 +357,18 @@ async function main(): Promise<void> {
     (server as { closeIdleConnections?: () => void }).closeIdleConnections?.();
   });
 
+  // Nothing is claimed before the node listens: an address taken or not allowed stops the start
+  // in plain words, with no job begun.
+  await orExitOnStartFailure(
+    new Promise<void>((resolve, reject) => {
+      server.once('listening', () => {
+        server.off('error', reject);
+        resolve();
+      });
+      server.once('error', reject);
+    }),
+    config,
+  );
   // An API-only node (WORKER_CONCURRENCY=0) claims nothing, but still takes back dead nodes' jobs.
   await workers.start();
   callbacks.start();
@@ -374,6 +390,18 @@ function exitOnConfigError(err: unknown): never {
   if (!(err instanceof ConfigError)) throw err;
   process.stderr.write(`${err.message}\n`);
   process.exit(2);
+}
+
+/** A start that cannot go on for a reason the person who started it can fix (./ops/start-failure.ts): its sentence, exit status 1. */
+function exitOnStartFailure(err: unknown, listen: { host: string; port: number }): never {
+  const text = startFailureText(err, listen);
+  if (text === null) throw err;
+  process.stderr.write(`source-fetch cannot start: ${text}\n`);
+  process.exit(1);
+}
+
+async function orExitOnStartFailure<T>(value: Promise<T>, listen: { host: string; port: number }): Promise<T> {
+  return value.catch((err: unknown) => exitOnStartFailure(err, listen));
 }
 
 async function orExit<T>(value: Promise<T>): Promise<T> {
