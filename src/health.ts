@@ -203,18 +203,26 @@ export function downloaderMetrics(checkHealth: () => Promise<HealthReport>) {
   };
 }
 
-/** The health check at start, in the log: its warnings each on a line, then its outcome. */
+/**
+ * The health check at start, in the log: its warnings each on a line, then its outcome (a warning
+ * when the node cannot fetch); `tell` gets the report, for the plain words on standard error.
+ */
 export function logFirstHealthCheck(
   checkHealth: () => Promise<HealthReport>,
   log: Pick<Logger, 'info' | 'warn' | 'error'>,
+  tell: (report: HealthReport) => void = () => {},
 ): void {
   void checkHealth().then(
     (report) => {
       for (const warning of report.warnings) log.warn({ code: warning.code }, warning.message);
-      log.info(
-        { status: report.status, downloader: report.downloader.version, warnings: report.warnings.length },
-        'first health check',
-      );
+      const outcome = {
+        status: report.status,
+        downloader: report.downloader.version,
+        warnings: report.warnings.length,
+      };
+      if (report.can_fetch) log.info(outcome, 'first health check');
+      else log.warn(outcome, 'first health check');
+      tell(report);
     },
     (err: unknown) => log.error({ err }, 'the first health check failed'),
   );

@@ -45,7 +45,7 @@ import { createShutdown } from './ops/shutdown.js';
 import { createSignal } from './ops/signal.js';
 import { startFailureText } from './ops/start-failure.js';
 import { openStorage } from './ops/storage.js';
-import { welcomeText } from './ops/welcome.js';
+import { cannotFetchText, welcomeText } from './ops/welcome.js';
 import { sourceDestinationCheck } from './policy/source-url.js';
 import { startConfinement } from './sandbox/confinement.js';
 import { readStoreTotals } from './store/eviction.js';
@@ -154,7 +154,10 @@ async function main(): Promise<void> {
     storedBytes: async () => (await readStoreTotals(database)).bytes,
     now,
   });
-  logFirstHealthCheck(checkHealth, log);
+  logFirstHealthCheck(checkHealth, log, (report) => {
+    const text = cannotFetchText(report, { ...config.tools, artifactRoot: config.artifactRoot });
+    if (text !== null) process.stderr.write(text);
+  });
 
   // How a URL becomes a job, for the API's submissions and for a collection's entries alike.
   const submitDeps = {

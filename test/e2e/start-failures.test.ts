@@ -8,7 +8,8 @@ import { ROOT, startService, type ServiceHandle } from '../support/service.js';
 /**
  * A start that cannot go on for a reason its person can fix says so in one sentence on standard
  * error and exits 1, without a stack trace: the SQLite file held by another process, the port
- * taken. The control: the same start with its own data folder and a free port comes up.
+ * taken. The control: the same start with its own data folder and a free port comes up. One that
+ * comes up without its tools says what it lacks.
  */
 let first: ServiceHandle;
 let work: string;
@@ -23,7 +24,10 @@ afterAll(async () => {
   await rm(work, { recursive: true, force: true });
 });
 
-/** dist/main.js with `env`, until it exits or says it is ready (then stopped): its exit code and standard error. */
+/**
+ * dist/main.js with `env`, until it exits, or until it is ready and its first health check is
+ * logged (then it is stopped): its exit code, its standard error, and whether it came up.
+ */
 function start(env: Record<string, string>): Promise<{ code: number | null; stderr: string; ready: boolean }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [path.join(ROOT, 'dist/main.js')], {
@@ -35,16 +39,23 @@ function start(env: Record<string, string>): Promise<{ code: number | null; stde
         API_KEYS: 'start-failures-key-0123456789',
         ...env,
       },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
+    let stdout = '';
     let stderr = '';
     let ready = false;
+    const stopOnceChecked = () => {
+      if (ready || !stderr.includes('source-fetch is ready') || !stdout.includes('"msg":"first health check"')) return;
+      ready = true;
+      child.kill('SIGTERM');
+    };
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+      stopOnceChecked();
+    });
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       stderr += chunk;
-      if (!ready && stderr.includes('source-fetch is ready')) {
-        ready = true;
-        child.kill('SIGTERM');
-      }
+      stopOnceChecked();
     });
     child.once('error', reject);
     child.once('close', (code) => resolve({ code, stderr, ready }));
@@ -70,9 +81,27 @@ describe('a start that cannot go on', () => {
     );
   });
 
-  it('the control: its own data folder and a free port, it comes up', async () => {
+  it('the control: its own data folder and a free port, it comes up, and says nothing more once it can fetch', async () => {
     const third = await start({ DATA_DIR: path.join(work, 'own'), PORT: '0' });
     expect(third.ready).toBe(true);
-    expect(third.stderr).not.toContain('cannot start');
+    expect(third.stderr).not.toContain('cannot');
+  });
+
+  it('without its tools it still comes up, and says in plain words that it cannot fetch yet, and what to do', async () => {
+    const toolless = await start({
+      DATA_DIR: path.join(work, 'toolless'),
+      PORT: '0',
+      YTDLP_PATH: '/nonexistent/yt-dlp',
+      FFMPEG_PATH: '/nonexistent/ffmpeg',
+    });
+    expect(toolless.ready).toBe(true);
+    expect(toolless.stderr).toContain(
+      [
+        'It cannot fetch yet (GET /healthz says so too):',
+        '  yt-dlp was not found (/nonexistent/yt-dlp): install it (apt-get install yt-dlp, or scripts/fetch-current-ytdlp.sh) or set YTDLP_PATH to it.',
+        '  ffmpeg was not found (/nonexistent/ffmpeg): install it (apt-get install ffmpeg) or set FFMPEG_PATH to it.',
+        '',
+      ].join('\n'),
+    );
   });
 });

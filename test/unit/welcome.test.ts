@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import path from 'node:path';
-import { welcomeText } from '../../src/ops/welcome.js';
+import type { HealthReport } from '../../src/http/schemas.js';
+import { cannotFetchText, welcomeText } from '../../src/ops/welcome.js';
 
 describe('the words at start-up', () => {
   it('name the page to open and the file of a generated key, resolved, never a key', () => {
@@ -33,5 +34,68 @@ describe('the words at start-up', () => {
     expect(welcomeText({ address: '::1', port: 80, keys: configured, behindNginx: false })).toContain(
       'http://[::1]:80/',
     );
+  });
+
+  describe('when the first health check finds the node cannot fetch or store', () => {
+    const healthy: HealthReport = {
+      status: 'ok',
+      can_fetch: true,
+      downloader: {
+        present: true,
+        path: '/usr/bin/yt-dlp',
+        version: '2026.10.26',
+        released_on: '2026-10-26',
+        age_days: 1,
+        outdated: false,
+      },
+      ffmpeg: { present: true, path: '/usr/bin/ffmpeg', version: 'ffmpeg version 5.1' },
+      node_id: 'n',
+      database: { ok: true, kind: 'sqlite' },
+      artifact_root: { writable: true, free_bytes: 10, min_free_bytes: 1, can_store: true, stored_bytes: 0 },
+      confinement: { mode: 'netns', ok: true, reason: null },
+      warnings: [],
+    };
+    const settings = { ytdlp: 'yt-dlp', ffmpeg: 'ffmpeg', artifactRoot: '/d/artifacts' };
+
+    it('say nothing when it can', () => {
+      expect(cannotFetchText(healthy, settings)).toBeNull();
+    });
+
+    it('say each thing it lacks, with what to do', () => {
+      const text = cannotFetchText(
+        {
+          ...healthy,
+          status: 'unavailable',
+          can_fetch: false,
+          downloader: { ...healthy.downloader, present: false, path: '/opt/yt-dlp', version: null },
+          confinement: { mode: 'netns', ok: false, reason: 'unshare: operation not permitted' },
+          database: { ok: false, kind: 'postgres' },
+          artifact_root: { ...healthy.artifact_root, writable: false },
+        },
+        settings,
+      );
+      expect(text).toBe(
+        [
+          'It cannot fetch yet (GET /healthz says so too):',
+          '  yt-dlp at /opt/yt-dlp does not run (its --version failed): set YTDLP_PATH to a working one.',
+          '  The tools cannot be confined to the egress guard (unshare: operation not permitted): see docs/threat-model.md; TOOL_CONFINEMENT=off runs them unconfined.',
+          '  The database does not answer.',
+          '  The artifact root /d/artifacts is not writable.',
+          '',
+        ].join('\n'),
+      );
+    });
+
+    it('a volume short of room: it takes no job yet, and the warning says why', () => {
+      const text = cannotFetchText(
+        {
+          ...healthy,
+          status: 'degraded',
+          warnings: [{ code: 'store_low_on_space', message: 'The volume has 5 bytes free.' }],
+        },
+        settings,
+      );
+      expect(text).toBe('It takes no job yet (GET /healthz says so too):\n  The volume has 5 bytes free.\n');
+    });
   });
 });
