@@ -1065,7 +1065,7 @@ describe("a collection's item events", () => {
     for (const state of items.values()) state.ended = true;
     push(parent({ status: 'canceled', entriesFound: count, children: count, childrenCanceled: count, finishedAt: 1 }));
 
-    const reader = res.body!.getReader();
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     const decoder = new TextDecoder();
     let text = '';
     let readBytes = 0;
