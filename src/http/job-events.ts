@@ -150,6 +150,8 @@ interface ItemCursor {
   sent: Set<number>;
   /** The id of the parent's state last passed to the stream: its item events carry it. */
   stateId: string | undefined;
+  /** The parent's count of ended children when the cursor last looked: a child's end changes it (the trigger counts it in that transaction). */
+  endedCount: number | undefined;
   /** A look at the items is under way; `again`: another is wanted after it. */
   looking: boolean;
   again: boolean;
@@ -252,6 +254,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         from: 1,
         sent: new Set(),
         stateId: undefined,
+        endedCount: undefined,
         looking: false,
         again: false,
         behind: false,
@@ -405,7 +408,13 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         }
         if (cursor) {
           cursor.stateId = id;
-          void look(record.job_id, cursor);
+          // Only a change of the count of ended children can bring item events (or the parent's end).
+          const counts = record.collection;
+          const endedCount = counts ? counts.done + counts.failed + counts.canceled : 0;
+          if (endedCount !== cursor.endedCount || hasEnded(record)) {
+            cursor.endedCount = endedCount;
+            void look(record.job_id, cursor);
+          }
         }
         if (hasEnded(record) && following.has(record.job_id)) {
           following.get(record.job_id)?.();

@@ -247,6 +247,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
       });
       // Counted here, by the node that canceled it; the node running it records nothing more.
       if (changed) deps.onEnded({ job, followers: [] }, true);
+      // A child's own callback (item_callbacks) is found by the wake of its parent's end above.
       for (const child of children) deps.onEnded({ job: child, followers: [] }, false);
       return job;
     },
