@@ -324,6 +324,11 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
             if (room()) controller.enqueue(encoder.encode(': keep-alive\n\n'));
             return;
           }
+          // Room, and items still wait: their read failed; it is tried again.
+          if (room()) {
+            drain();
+            return;
+          }
           // States wait: the stream is not idle. A client that took none of them for a whole
           // interval is too slow; it reconnects.
           if (stalled) stream.end('client_too_slow');
