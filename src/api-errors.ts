@@ -88,6 +88,11 @@ const REQUEST_ERRORS = {
   url_too_long: { kind: 'invalid_input', meaning: 'The URL is longer than 2048 characters.' },
   host_invalid: { kind: 'invalid_input', meaning: 'The destination host name is not a valid one (`host`).' },
   port_invalid: { kind: 'invalid_input', meaning: 'The destination port is not a valid TCP port (`host`, `port`).' },
+  callback_url_required: {
+    kind: 'invalid_input',
+    meaning:
+      '`playlist.item_callbacks` asks for a callback per child job, but the submission has no `callback_url` to send them to.',
+  },
   too_many_jobs: {
     kind: 'invalid_input',
     meaning: 'getEvents names more jobs than one stream carries (`max_jobs`).',

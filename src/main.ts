@@ -14,7 +14,7 @@ import { startEgress } from './egress/start.js';
 import { createHealthCheck, downloaderMetrics, logFirstHealthCheck } from './health.js';
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
-import { createJobRenderer } from './http/job-record.js';
+import { collectionItemRecord, createJobRenderer } from './http/job-record.js';
 import { createKeyAdmission } from './http/key-admission.js';
 import { createNodeRouter, maxBodyBytesByPath } from './http/node-router.js';
 import { rateLimiterOf } from './http/rate-limit.js';
@@ -258,6 +258,11 @@ async function main(): Promise<void> {
   const jobEvents = createJobEventStreams({
     watcher: jobWatcher,
     render: renderJob,
+    items: {
+      states: (parentId, from) => jobs.itemStates(parentId, from),
+      records: async (parentId, indexes) =>
+        (await jobs.itemsAt(parentId, indexes)).map((item) => collectionItemRecord(item, renderView)),
+    },
     keepAliveMs,
     maxPerKey,
     maxPerNode,

@@ -3,7 +3,8 @@ import type { JobRow } from '../db/database.js';
 import { ServiceError } from '../errors.js';
 import type { JobWatcher } from '../jobs/job-watch.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
-import type { JobRecord } from './schemas.js';
+import type { ItemState } from '../jobs/collection/parent.js';
+import type { CollectionItemRecord, JobRecord } from './schemas.js';
 
 /**
  * Job event streams: the records of one job (getJobEvents) or of many (getEvents) as Server-Sent
@@ -26,16 +27,40 @@ import type { JobRecord } from './schemas.js';
  * than the changes misses states in between, and loses nothing else), and a client that takes
  * none of them for a whole keep-alive interval has its stream ended, and reconnects.
  *
+ * A collection's stream (kind `collection`) also sends an `item` event for each of its entries
+ * whose child job ends while the stream is open: the item as listJobItems shows it (its index,
+ * title, URL, and its child's final record: content id or error code), one per entry (a child
+ * shared by two entries of the same URL gives two, one per index; a born-done child one as soon as
+ * it is listed). Children that had ended when the stream opened are told by the parent's counts,
+ * not by item events (listJobItems has them all). Item events follow the parent's `job` event
+ * that counts them, and carry its `id`: resuming from an item event is resuming from that state of
+ * the parent, and a client that reconnects is sent no item event for children that ended before
+ * (it reads them with listJobItems). Item events are never collapsed nor dropped while the stream
+ * is open: past the 64 KiB unread they wait, as nothing more than a cursor on the collection's
+ * items (the entries at or past the first whose child has not ended, those of them sent), and are
+ * read from the database and sent as the client reads; a client that reads none of them for a
+ * whole keep-alive interval has its stream ended as too slow, as above.
+ *
  * A stream holds its place in those bounds only as long as the HTTP exchange that carries it: it
  * ends, and gives its place back, when the exchange does (`closed`), however it ends, even when
  * nobody reads or cancels the body. HEAD gets the head a GET would get (200, 204 or 429) and no
  * stream at all.
  */
 export const JOB_EVENT = 'job';
+export const ITEM_EVENT = 'item';
+
+/** A collection's items, for its streams' item events. */
+export interface CollectionItemSource {
+  /** Where the collection's items stand from index `from` on, in their order. */
+  states(parentId: string, from: number): Promise<ItemState[]>;
+  /** The items at these indexes, as listJobItems shows them. */
+  records(parentId: string, indexes: number[]): Promise<CollectionItemRecord[]>;
+}
 
 export interface JobEventStreamsDeps {
   watcher: JobWatcher<JobRecord>;
   render: (job: JobRow) => Promise<JobRecord>;
+  items: CollectionItemSource;
   keepAliveMs: number;
   maxPerKey: number;
   maxPerNode: number;
@@ -109,6 +134,46 @@ export function formatEvent(record: JobRecord, id: string): string {
   return `id: ${id}\nevent: ${JOB_EVENT}\ndata: ${JSON.stringify(record)}\n\n`;
 }
 
+/** An item event: the id is that of the parent's state it follows. */
+export function formatItemEvent(item: CollectionItemRecord, parentStateId: string): string {
+  return `id: ${parentStateId}\nevent: ${ITEM_EVENT}\ndata: ${JSON.stringify(item)}\n\n`;
+}
+
+/** Items read and sent at once by a stream that has room. */
+const ITEMS_PER_READ = 20;
+
+/** A stream's place in one collection's items: which ends it has sent. */
+interface ItemCursor {
+  /** Every item below this index is settled: refused, or its child's end sent (or told by the counts at the open). */
+  from: number;
+  /** Items at or past `from` whose child's end has been sent (or had come by the open). */
+  sent: Set<number>;
+  /** The id of the parent's state last passed to the stream: its item events carry it. */
+  stateId: string | undefined;
+  /** The parent's count of ended children when the cursor last looked: a child's end changes it (the trigger counts it in that transaction). */
+  endedCount: number | undefined;
+  /** A look at the items is under way; `again`: another is wanted after it. */
+  looking: boolean;
+  again: boolean;
+  /** Items may be due that did not fit: looked at again when the client reads. */
+  behind: boolean;
+}
+
+/**
+ * The first index at or past `from` whose child has not ended (the end when there is none), and
+ * the items due: ended, not refused, not sent.
+ */
+function settle(states: readonly ItemState[], cursor: ItemCursor): { firstOpen: number; due: number[] } {
+  let firstOpen: number | undefined;
+  const due: number[] = [];
+  for (const state of states) {
+    if (state.jobId === null) continue;
+    if (!state.ended) firstOpen ??= state.index;
+    else if (!cursor.sent.has(state.index)) due.push(state.index);
+  }
+  return { firstOpen: firstOpen ?? (states.at(-1)?.index ?? cursor.from - 1) + 1, due };
+}
+
 interface OpenStream {
   keyIdentity: string;
   end(reason: StreamEnd): void;
@@ -179,6 +244,30 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     return records;
   }
 
+  /** A cursor for each collection carried that has not ended, its children already ended taken as told. */
+  async function itemCursors(jobs: readonly JobRow[]): Promise<Map<string, ItemCursor>> {
+    const open = jobs.filter((job) => job.kind === 'collection' && !FINAL_STATUSES.has(job.status));
+    const cursors = new Map<string, ItemCursor>();
+    for (const job of open) {
+      if (cursors.has(job.id)) continue;
+      const cursor: ItemCursor = {
+        from: 1,
+        sent: new Set(),
+        stateId: undefined,
+        endedCount: undefined,
+        looking: false,
+        again: false,
+        behind: false,
+      };
+      const states = await deps.items.states(job.id, 1);
+      const { firstOpen, due } = settle(states, cursor);
+      cursor.from = firstOpen;
+      for (const index of due) if (index > firstOpen) cursor.sent.add(index);
+      cursors.set(job.id, cursor);
+    }
+    return cursors;
+  }
+
   return {
     async head({ jobs, lastEventId, keyIdentity }) {
       admit(keyIdentity);
@@ -188,6 +277,9 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
     },
     async open({ jobs, lastEventId, keyIdentity, closed: exchangeClosed, onEnd }) {
       admit(keyIdentity);
+      // Read before the records: a child that ends in between is counted by the parent's first
+      // record and may get its item event too, but none is missed.
+      const cursors = await itemCursors(jobs);
       const records = await current(jobs, lastEventId);
       if (records instanceof Response) return records;
       // Checked again: rendering awaited, and other streams may have opened meanwhile.
@@ -228,8 +320,13 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
         },
         keepAlive() {
           if (closed) return;
-          if (waiting.size === 0) {
+          if (waiting.size === 0 && !itemsBehind()) {
             if (room()) controller.enqueue(encoder.encode(': keep-alive\n\n'));
+            return;
+          }
+          // Room, and items still wait: their read failed; it is tried again.
+          if (room()) {
+            drain();
             return;
           }
           // States wait: the stream is not idle. A client that took none of them for a whole
@@ -242,7 +339,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
       /** desiredSize counts down from the high-water mark as bytes wait unread. */
       const room = () => (controller.desiredSize ?? 0) > 0;
 
-      /** Moves waiting states into the queue while it has room (the client has read). */
+      /** Moves waiting states into the queue while it has room (the client has read), then items that wait. */
       function drain(): void {
         for (const [jobId, bytes] of waiting) {
           if (closed || !room()) return;
@@ -250,22 +347,85 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
           stalled = false;
           controller.enqueue(bytes);
         }
+        for (const [jobId, cursor] of cursors) if (cursor.behind) void look(jobId, cursor);
+      }
+
+      const itemsBehind = () => [...cursors.values()].some((cursor) => cursor.behind);
+      const itemsIdle = () => [...cursors.values()].every((cursor) => !cursor.looking && !cursor.behind);
+      /** Nothing left to send: every job ended, and all they gave sent. */
+      function endIfDone(): void {
+        if (!closed && following.size === 0 && waiting.size === 0 && itemsIdle()) stream.end('jobs_ended');
+      }
+
+      /**
+       * Sends the item events due in a collection: the items whose child has ended since the
+       * cursor last looked. One look at a time per collection; past the queue's room, the rest
+       * wait for the client to read (`behind`), after any job state that waits.
+       */
+      async function look(jobId: string, cursor: ItemCursor): Promise<void> {
+        if (cursor.looking) {
+          cursor.again = true;
+          return;
+        }
+        cursor.looking = true;
+        cursor.behind = false;
+        try {
+          do {
+            cursor.again = false;
+            const { firstOpen, due } = settle(await deps.items.states(jobId, cursor.from), cursor);
+            let unsent = due.length;
+            for (let at = 0; at < due.length && !closed; at += ITEMS_PER_READ) {
+              if (waiting.size > 0 || !room()) break;
+              const items = await deps.items.records(jobId, due.slice(at, at + ITEMS_PER_READ));
+              if (closed) return;
+              for (const item of items) {
+                controller.enqueue(encoder.encode(formatItemEvent(item, cursor.stateId ?? '')));
+                cursor.sent.add(item.index);
+              }
+              stalled = false;
+              unsent = Math.max(0, due.length - at - ITEMS_PER_READ);
+            }
+            if (closed) return;
+            if (unsent > 0) {
+              cursor.behind = true;
+              cursor.from = Math.min(firstOpen, due[due.length - unsent]!);
+            } else cursor.from = firstOpen;
+            for (const index of cursor.sent) if (index < cursor.from) cursor.sent.delete(index);
+          } while (cursor.again && !cursor.behind);
+        } catch {
+          // The database failed: looked at again at the parent's next change or the client's next read.
+          cursor.behind = true;
+        } finally {
+          cursor.looking = false;
+          endIfDone();
+        }
       }
 
       function send(record: JobRecord): void {
         if (closed) return;
         const id = eventIdOf(record);
+        const cursor = cursors.get(record.job_id);
         if (lastSentIds.get(record.job_id) !== id) {
           lastSentIds.set(record.job_id, id);
           const bytes = encoder.encode(formatEvent(record, id));
           if (waiting.size === 0 && room()) controller.enqueue(bytes);
           else waiting.set(record.job_id, bytes);
         }
+        if (cursor) {
+          cursor.stateId = id;
+          // Only a change of the count of ended children can bring item events (or the parent's end).
+          const counts = record.collection;
+          const endedCount = counts ? counts.done + counts.failed + counts.canceled : 0;
+          if (endedCount !== cursor.endedCount || hasEnded(record)) {
+            cursor.endedCount = endedCount;
+            void look(record.job_id, cursor);
+          }
+        }
         if (hasEnded(record) && following.has(record.job_id)) {
           following.get(record.job_id)?.();
           following.delete(record.job_id);
           // Closed once the client has read what waits (close() keeps the queue readable).
-          if (following.size === 0 && waiting.size === 0) stream.end('jobs_ended');
+          endIfDone();
         }
       }
 
@@ -276,7 +436,7 @@ export function createJobEventStreams(deps: JobEventStreamsDeps): JobEventStream
           },
           pull() {
             drain();
-            if (!closed && waiting.size === 0 && following.size === 0) stream.end('jobs_ended');
+            endIfDone();
           },
           cancel() {
             stream.end('client_closed');

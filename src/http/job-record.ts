@@ -1,11 +1,19 @@
 import type { CacheEntryRow, JobRow } from '../db/database.js';
 import { downloadName } from '../delivery/download-name.js';
-import type { JobView } from '../jobs/job-service.js';
+import type { ItemView, JobView } from '../jobs/job-service.js';
 import { FINAL_STATUSES } from '../jobs/queue.js';
 import { artifactUrlPath, AUDIO_ARTIFACT_NAME } from '../store/layout.js';
 import { readStoredMedia, type SourceMedia } from '../tools/media-metadata.js';
 import { attemptsOf, type CallbackDeliveryRow } from '../webhooks/deliveries.js';
-import type { CallbackRecord, CollectionRecord, EvictedRecord, JobRecord, LoudnessRecord } from './schemas.js';
+import { refusalProblem } from './problem.js';
+import type {
+  CallbackRecord,
+  CollectionItemRecord,
+  CollectionRecord,
+  EvictedRecord,
+  JobRecord,
+  LoudnessRecord,
+} from './schemas.js';
 
 /** Signs an artifact's URL; `filename`, when given, is the download name the URL carries, signed with it. */
 export interface SignArtifact {
@@ -38,6 +46,16 @@ export function createJobRenderer(sign: SignArtifact, now: () => number): (view:
     rendered.set(view, { second, record });
     return record;
   };
+}
+
+/** A collection's item as listJobItems and the item events of the event streams show it. */
+export function collectionItemRecord(
+  { index, title, url, ...outcome }: ItemView,
+  renderView: (view: JobView) => JobRecord,
+): CollectionItemRecord {
+  return 'job' in outcome
+    ? { index, title, url, outcome: 'accepted', job: renderView(outcome.job) }
+    : { index, title, url, outcome: 'refused', problem: refusalProblem(outcome.problem) };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

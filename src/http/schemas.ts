@@ -52,6 +52,10 @@ export const PlaylistOptionSchema = z
       description: 'List at most this many entries (PLAYLIST_MAX_ITEMS, if lower, wins).',
       example: 50,
     }),
+    item_callbacks: z.boolean().optional().openapi({
+      description:
+        "Each child job also gets a callback of its own when it ends, to the submission's `callback_url` (required with it: else 400 `callback_url_required`), signed as any callback; a child shared by several entries gets one. Without it only the collection's own end is called back.",
+    }),
   })
   .strict()
   .openapi('PlaylistOption', {
@@ -459,6 +463,7 @@ export const HealthSchema = z
 export type JobRecord = z.infer<typeof JobSchema>;
 export type CollectionRecord = z.infer<typeof CollectionSchema>;
 export type CollectionItemsRecord = z.infer<typeof CollectionItemsSchema>;
+export type CollectionItemRecord = z.infer<typeof CollectionItemSchema>;
 export type CallbackRecord = z.infer<typeof CallbackSchema>;
 export type EvictedRecord = z.infer<typeof EvictedSchema>;
 export type LoudnessRecord = z.infer<typeof LoudnessSchema>;

@@ -3,7 +3,16 @@ import type { CacheEntryRow, CallbackDeliveryRow, Database, JobRow, Queryable } 
 import { prepared } from '../db/prepared.js';
 import { ServiceError } from '../errors.js';
 import { cancelJob } from './cancel.js';
-import { getCollectionRow, queueCollection, readItems, type StoredProblem } from './collection/parent.js';
+import {
+  getCollectionRow,
+  queueCollection,
+  readItems,
+  readItemsAt,
+  readItemStates,
+  type CollectionItemRow,
+  type ItemState,
+  type StoredProblem,
+} from './collection/parent.js';
 import { FINAL_STATUSES, getJobRow, type Ended } from './queue.js';
 import { checkCallbackUrl, checkSource, queueChecked, submitJob, type SubmitDeps } from './submit.js';
 import { JOB_CANCELED_CHANNEL, JOBS_QUEUED_CHANNEL } from './worker-pool.js';
@@ -35,6 +44,8 @@ export interface JobView {
 export interface PlaylistOption {
   /** At most this many entries (PLAYLIST_MAX_ITEMS, if lower, wins). */
   maxItems?: number;
+  /** Each child gets a callback of its own, to the submission's callback_url (required with it). */
+  itemCallbacks?: boolean;
 }
 
 export interface Submission {
@@ -87,6 +98,10 @@ export interface JobService {
    * when the page is full. Throws job_not_found, or job_not_collection for a source's job.
    */
   items(id: string, page: { after: number; limit: number }): Promise<{ items: ItemView[]; nextAfter: number | null }>;
+  /** A collection's items at these indexes, as items() shows them (the event streams' item events). */
+  itemsAt(id: string, indexes: number[]): Promise<ItemView[]>;
+  /** Where a collection's items stand, from index `from` on (./collection/parent.ts, readItemStates). */
+  itemStates(id: string, from: number): Promise<ItemState[]>;
 }
 
 /** An item whose child job is gone (never, unless an operator deleted rows). */
@@ -146,12 +161,25 @@ export function createJobService(deps: JobServiceDeps): JobService {
     },
     HOT_VIEWS,
   );
+  /** An item with its child's view, or the problem that refused it. */
+  async function itemView({ index, title, url, jobId, problem }: CollectionItemRow): Promise<ItemView> {
+    const child = jobId === null ? undefined : await find(jobId);
+    if (child) return { index, title, url, job: child };
+    return { index, title, url, problem: problem ?? missingChild };
+  }
   return {
     async submit({ url, playlist, callbackUrl, apiKeyId }, requestId) {
       if (playlist) {
         const { job } = await queueCollection(
           { ...deps, onQueued: notifyQueued },
-          { url, maxItems: maxItemsOf(playlist), callbackUrl, requestId, apiKeyId },
+          {
+            url,
+            maxItems: maxItemsOf(playlist),
+            itemCallbacks: playlist.itemCallbacks,
+            callbackUrl,
+            requestId,
+            apiKeyId,
+          },
         );
         return view(job);
       }
@@ -187,6 +215,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
               ? queueCollection(submitDeps, {
                   url,
                   maxItems: maxItemsOf(playlist),
+                  itemCallbacks: playlist.itemCallbacks,
                   callbackUrl: callback?.href,
                   requestId,
                   apiKeyId,
@@ -218,6 +247,7 @@ export function createJobService(deps: JobServiceDeps): JobService {
       });
       // Counted here, by the node that canceled it; the node running it records nothing more.
       if (changed) deps.onEnded({ job, followers: [] }, true);
+      // A child's own callback (item_callbacks) is found by the wake of its parent's end above.
       for (const child of children) deps.onEnded({ job: child, followers: [] }, false);
       return job;
     },
@@ -231,15 +261,13 @@ export function createJobService(deps: JobServiceDeps): JobService {
     async items(id, { after, limit }) {
       await getCollectionRow(database, id);
       const rows = await readItems(database, id, after, limit);
-      const items = await Promise.all(
-        rows.map(async ({ index, title, url, jobId, problem }): Promise<ItemView> => {
-          const child = jobId === null ? undefined : await find(jobId);
-          if (child) return { index, title, url, job: child };
-          return { index, title, url, problem: problem ?? missingChild };
-        }),
-      );
+      const items = await Promise.all(rows.map(itemView));
       return { items, nextAfter: rows.length === limit ? rows[rows.length - 1]!.index : null };
     },
+    async itemsAt(id, indexes) {
+      return Promise.all((await readItemsAt(database, id, indexes)).map(itemView));
+    },
+    itemStates: (id, from) => readItemStates(database, id, from),
   };
 }
 

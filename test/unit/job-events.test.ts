@@ -2,12 +2,17 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Database, JobRow } from '../../src/db/database.js';
 import { ServiceError } from '../../src/errors.js';
 import { createApp } from '../../src/app.js';
-import { createJobEventStreams, eventIdOf, type StreamEnd } from '../../src/http/job-events.js';
+import {
+  createJobEventStreams,
+  eventIdOf,
+  type CollectionItemSource,
+  type StreamEnd,
+} from '../../src/http/job-events.js';
 import { createKeyAdmission } from '../../src/http/key-admission.js';
 import { jobIdsOf, MAX_JOBS_PER_EVENT_STREAM } from '../../src/http/routes/events.js';
 import { createLogger } from '../../src/logger.js';
 import { toJobRecord } from '../../src/http/job-record.js';
-import type { JobRecord } from '../../src/http/schemas.js';
+import type { CollectionItemRecord, JobRecord } from '../../src/http/schemas.js';
 import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
 import {
   claimNextJob,
@@ -343,6 +348,7 @@ describe('job event streams', () => {
     const streams = createJobEventStreams({
       watcher,
       render: (job) => Promise.resolve(render(job)),
+      items: noItems,
       keepAliveMs: limits.keepAliveMs ?? 60_000,
       maxPerKey: limits.maxPerKey ?? 10,
       maxPerNode: limits.maxPerNode ?? 100,
@@ -475,6 +481,7 @@ describe('job event streams', () => {
     const streams = createJobEventStreams({
       watcher: manualWatcher().watcher,
       render: () => Promise.resolve(later),
+      items: noItems,
       keepAliveMs: 60_000,
       maxPerKey: 10,
       maxPerNode: 10,
@@ -490,6 +497,7 @@ describe('job event streams', () => {
     const streams = createJobEventStreams({
       watcher: manualWatcher().watcher,
       render: () => Promise.resolve(doneRecord),
+      items: noItems,
       keepAliveMs: 60_000,
       maxPerKey: 10,
       maxPerNode: 10,
@@ -673,6 +681,7 @@ describe('a stream of many jobs (getEvents)', () => {
     const streams = createJobEventStreams({
       watcher,
       render: (job) => Promise.resolve(render(job)),
+      items: noItems,
       keepAliveMs: limits.keepAliveMs ?? 60_000,
       maxPerKey: limits.maxPerKey ?? 10,
       maxPerNode: limits.maxPerNode ?? 100,
@@ -850,6 +859,7 @@ describe("getEvents' request", () => {
     const events = createJobEventStreams({
       watcher: manualWatcher().watcher,
       render: (job) => Promise.resolve(render(job)),
+      items: noItems,
       keepAliveMs: 60_000,
       maxPerKey: 10,
       maxPerNode: 10,
@@ -917,5 +927,171 @@ describe("getEvents' request", () => {
 
   it('needs the API key', async () => {
     expect((await ask('?jobs=a', 'not-the-key-0123456789abcdef')).status).toBe(401);
+  });
+});
+
+/** For streams of source jobs: never asked. */
+const noItems: CollectionItemSource = {
+  states: () => Promise.reject(new Error('no collection here')),
+  records: () => Promise.reject(new Error('no collection here')),
+};
+
+describe("a collection's item events", () => {
+  const ends: StreamEnd[] = [];
+  beforeEach(() => {
+    ends.length = 0;
+  });
+  const parent = (overrides: Partial<JobRow> = {}) =>
+    row({
+      id: 'p',
+      kind: 'collection',
+      status: 'listed',
+      parentId: null,
+      maxItems: 500,
+      collectionTitle: 'Feed',
+      entriesFound: 0,
+      itemsRefused: 0,
+      children: 0,
+      childrenDone: 0,
+      childrenFailed: 0,
+      childrenCanceled: 0,
+      truncated: false,
+      ...overrides,
+    });
+  /** Items held in memory: index → its child (null: refused) and whether it has ended. */
+  const scripted = (title = '') => {
+    const items = new Map<number, { jobId: string | null; ended: boolean }>();
+    const fetches: Array<{ indexes: number[]; bytes: number }> = [];
+    const record = (index: number): CollectionItemRecord => {
+      const { jobId, ended } = items.get(index)!;
+      return {
+        index,
+        title: `${title}${index}`,
+        url: `https://m.example/${index}`,
+        outcome: 'accepted',
+        job: render(row({ id: jobId!, parentId: 'p', status: ended ? 'done' : 'queued' })),
+      };
+    };
+    const source: CollectionItemSource = {
+      states: (_id, from) =>
+        Promise.resolve(
+          [...items]
+            .filter(([index]) => index >= from)
+            .sort(([a], [b]) => a - b)
+            .map(([index, state]) => ({ index, ...state })),
+        ),
+      records: (_id, indexes) => {
+        const records = indexes.map(record);
+        fetches.push({ indexes, bytes: records.reduce((n, r) => n + JSON.stringify(r).length, 0) });
+        return Promise.resolve(records);
+      },
+    };
+    return { items, source, fetches };
+  };
+  const make = (source: CollectionItemSource) => {
+    const { watcher, push } = manualWatcher();
+    const streams = createJobEventStreams({
+      watcher,
+      render: (job) => Promise.resolve(render(job)),
+      items: source,
+      keepAliveMs: 60_000,
+      maxPerKey: 10,
+      maxPerNode: 100,
+    });
+    const open = (job: JobRow, lastEventId?: string) =>
+      streams.open({ jobs: [job], lastEventId, keyIdentity: 'key-a', onEnd: (reason) => ends.push(reason) });
+    return { streams, push, open };
+  };
+  const itemsOf = (events: Array<{ event: string; data: string }>) =>
+    events.filter((e) => e.event === 'item').map((e) => JSON.parse(e.data) as CollectionItemRecord);
+
+  it("one per entry whose child ends while the stream is open, after the parent's state that counts it and with its id; shared and born-done children too; none for those ended before", async () => {
+    const { items, source } = scripted();
+    items.set(1, { jobId: 'c1', ended: true }); // born done before the open: told by the counts
+    items.set(2, { jobId: null, ended: false }); // refused: no child, no item event
+    items.set(3, { jobId: 'c3', ended: false });
+    items.set(4, { jobId: 'c4', ended: false });
+    items.set(5, { jobId: 'c3', ended: false }); // the same URL as 3: the same child
+    const { open, push } = make(source);
+    const stream = readEvents(await open(parent({ entriesFound: 5, itemsRefused: 1, children: 3, childrenDone: 1 })));
+    await stream.waitFor(() => stream.records.length === 1, 'the first state');
+
+    items.set(3, { jobId: 'c3', ended: true });
+    items.set(5, { jobId: 'c3', ended: true });
+    push(parent({ entriesFound: 5, itemsRefused: 1, children: 3, childrenDone: 2 }));
+    await stream.waitFor(() => itemsOf(stream.events).length === 2, "the shared child's two entries");
+
+    items.set(4, { jobId: 'c4', ended: true });
+    items.set(6, { jobId: 'c6', ended: true }); // listed born done
+    push(parent({ status: 'done', entriesFound: 6, itemsRefused: 1, children: 4, childrenDone: 4, finishedAt: 1 }));
+    await stream.ended;
+    expect(ends).toEqual(['jobs_ended']);
+    expect(stream.events.map((e) => (e.event === 'job' ? 'job' : `item ${itemsOf([e])[0]!.index}`))).toEqual([
+      'job',
+      'job',
+      'item 3',
+      'item 5',
+      'job',
+      'item 4',
+      'item 6',
+    ]);
+    expect(itemsOf(stream.events).map((item) => item.outcome === 'accepted' && item.job.job_id)).toEqual([
+      'c3',
+      'c3',
+      'c4',
+      'c6',
+    ]);
+    // Each item event carries the id of the parent's state it follows.
+    const ids = stream.events.map((e) => e.id);
+    expect(ids[2]).toBe(ids[1]);
+    expect(ids[3]).toBe(ids[1]);
+    expect(ids[5]).toBe(ids[4]);
+    expect(ids[6]).toBe(ids[4]);
+    // Resuming from the last item event is resuming from the parent's final state: nothing left.
+    const again = await open(
+      parent({ status: 'done', entriesFound: 6, itemsRefused: 1, children: 4, childrenDone: 4, finishedAt: 1 }),
+      ids[6],
+    );
+    expect(again.status).toBe(204);
+  });
+
+  it('a slow reader: item events wait as a cursor, read from the source only as the client reads; none lost, none twice', async () => {
+    const count = 300;
+    const { items, source, fetches } = scripted('x'.repeat(1000));
+    for (let index = 1; index <= count; index++) items.set(index, { jobId: `c${index}`, ended: false });
+    const { open, push } = make(source);
+    const res = await open(parent({ entriesFound: count, children: count }));
+    // Every child ends at once (a cancel of the parent), before the client reads anything.
+    for (const state of items.values()) state.ended = true;
+    push(parent({ status: 'canceled', entriesFound: count, children: count, childrenCanceled: count, finishedAt: 1 }));
+
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let readBytes = 0;
+    /** What the source had handed out, less what the client had read, at each fetch. */
+    const ahead: number[] = [];
+    let fetched = 0;
+    for (;;) {
+      while (fetched < fetches.length) {
+        const before = fetches.slice(0, fetched).reduce((n, f) => n + f.bytes, 0);
+        ahead.push(before - readBytes);
+        fetched++;
+      }
+      const { done, value } = await reader.read();
+      if (done) break;
+      readBytes += value.byteLength;
+      text += decoder.decode(value, { stream: true });
+      // A slow client: it lets the server run between reads.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const indexes = [...text.matchAll(/^event: item\ndata: (.*)$/gm)].map(
+      (m) => (JSON.parse(m[1]!) as CollectionItemRecord).index,
+    );
+    expect(indexes).toEqual(Array.from({ length: count }, (_, i) => i + 1));
+    expect(ends).toEqual(['jobs_ended']);
+    // Far more than the queue holds was sent, yet never more than it holds and one read of the source ahead of the client.
+    expect(fetches.reduce((n, f) => n + f.bytes, 0)).toBeGreaterThan(4 * 64 * 1024);
+    expect(Math.max(...ahead)).toBeLessThanOrEqual(64 * 1024 + Math.max(...fetches.map((f) => f.bytes)));
   });
 });

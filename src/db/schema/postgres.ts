@@ -61,6 +61,7 @@ export const jobs = pgTable(
     childrenFailed: integer('children_failed').notNull().default(0),
     childrenCanceled: integer('children_canceled').notNull().default(0),
     truncated: boolean('truncated').notNull().default(false),
+    itemCallbacks: boolean('item_callbacks').notNull().default(false),
   },
   (t) => [
     index('jobs_claim_idx')

@@ -75,6 +75,8 @@ export const jobs = sqliteTable(
     childrenCanceled: integer('children_canceled').notNull().default(0),
     /** The listing stopped at max_items while more entries may exist. */
     truncated: integer('truncated', { mode: 'boolean' }).notNull().default(false),
+    /** A collection's children each get a callback of their own, to the collection's callback_url. */
+    itemCallbacks: integer('item_callbacks', { mode: 'boolean' }).notNull().default(false),
   },
   (t) => [
     // Partial: ended jobs, which pile up, are in none of these three, so inserting a born-done job

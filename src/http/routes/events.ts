@@ -5,7 +5,7 @@ import type { JobRow } from '../../db/database.js';
 import { ServiceError } from '../../errors.js';
 import type { AppEnv } from '../env.js';
 import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec } from '../error-responses.js';
-import { JOB_EVENT, type JobEventStreams } from '../job-events.js';
+import { ITEM_EVENT, JOB_EVENT, type JobEventStreams } from '../job-events.js';
 import type { KeyAdmission } from '../key-admission.js';
 import { admitted } from '../middleware/admitted.js';
 import { validationError } from '../problem.js';
@@ -50,6 +50,16 @@ const tooManyStreams = problemResponseSpec(
   'Too many requests (`rate_limited`), or too many event streams open for this key or on this node (`too_many_event_streams`, with `limit`: `per_key` or `per_node`); see Retry-After.',
 );
 
+/** What both routes say of a collection's item events (src/http/job-events.ts). */
+const ITEM_EVENTS_DESCRIPTION = [
+  `A collection's record is sent at each change of its counts; and, for each of its entries whose child job ends while the`,
+  `stream is open, an \`${ITEM_EVENT}\` event whose \`data\` is the item as listJobItems shows it (index, title, URL, the child's`,
+  'final record: its content id or error), one per entry (two entries of the same URL: two events for their one child), after',
+  "the collection's record that counts that child, with that record's `id`. Children that had ended when the stream opened are",
+  'told by the counts only: listJobItems has every item. Item events are never dropped while the stream is open: past what',
+  'the stream queues unread they wait, and are sent as the client reads.',
+].join(' ');
+
 export const getJobEventsRoute = createRoute({
   operationId: 'getJobEvents',
   method: 'get',
@@ -61,6 +71,7 @@ export const getJobEventsRoute = createRoute({
     'after which the stream ends. Comment lines (`: keep-alive`) keep an idle stream open. Reconnecting with `Last-Event-ID`',
     'sends the current state only if it differs from that one; 204 when that was the final state already.',
     'Answers the same on every node, whichever node runs the job. getEvents follows many jobs in one stream.',
+    ITEM_EVENTS_DESCRIPTION,
   ].join(' '),
   security,
   request: { params: JobIdParam, headers: lastEventIdHeader },
@@ -90,6 +101,7 @@ export const getEventsRoute = createRoute({
     "the limits per key and per node. Reconnecting with `Last-Event-ID` sends every job's current state but that one",
     '(a client loses nothing but repeats): name only the jobs not yet ended. 204 when there is nothing to send:',
     'every job has ended and the one state left is the Last-Event-ID.',
+    ITEM_EVENTS_DESCRIPTION,
   ].join(' '),
   security,
   request: {

@@ -5,7 +5,7 @@ import { apiKeySecurity as security, commonErrorResponses, problemResponseSpec }
 import { bindOperation, jsonAnswer, type ApiRequest, type OperationBinding } from '../operation.js';
 import { validationError } from '../problem.js';
 import { JOB_ROUTE } from '../route-template.js';
-import { refusalProblem } from '../problem.js';
+import { collectionItemRecord } from '../job-record.js';
 import {
   CollectionItemsSchema,
   ItemsQuery,
@@ -119,11 +119,7 @@ export function jobOperations(deps: {
         request.facts.jobId = id;
         const page = await deps.items(id, query.data);
         const body: CollectionItemsRecord = {
-          items: page.items.map(({ index, title, url, ...outcome }) =>
-            'job' in outcome
-              ? { index, title, url, outcome: 'accepted' as const, job: deps.renderView(outcome.job) }
-              : { index, title, url, outcome: 'refused' as const, problem: refusalProblem(outcome.problem) },
-          ),
+          items: page.items.map((item) => collectionItemRecord(item, deps.renderView)),
           next_after: page.nextAfter,
         };
         return jsonAnswer(200, JSON.stringify(body));

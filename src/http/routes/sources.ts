@@ -87,7 +87,12 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
         } = await jsonRequestBody(request, MAX_BODY_BYTES, SubmitSourceBody);
         const { facts } = request;
         const view = await deps.submit(
-          { url, playlist: playlist && { maxItems: playlist.max_items }, callbackUrl, apiKeyId: jobKeyIdentity(key) },
+          {
+            url,
+            playlist: playlist && { maxItems: playlist.max_items, itemCallbacks: playlist.item_callbacks },
+            callbackUrl,
+            apiKeyId: jobKeyIdentity(key),
+          },
           facts.id,
         );
         const { job } = view;
@@ -110,7 +115,13 @@ export function sourceOperations(deps: SourceOperationsDeps): OperationBinding[]
         const sources = urls.map((entry) =>
           typeof entry === 'string'
             ? entry
-            : { url: entry.url, playlist: entry.playlist && { maxItems: entry.playlist.max_items } },
+            : {
+                url: entry.url,
+                playlist: entry.playlist && {
+                  maxItems: entry.playlist.max_items,
+                  itemCallbacks: entry.playlist.item_callbacks,
+                },
+              },
         );
         const items = await deps.submitBatch({ urls: sources, callbackUrl, apiKeyId: jobKeyIdentity(key) }, facts.id);
         const results: BatchResult['results'] = [];

@@ -1,10 +1,10 @@
-import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
+import { and, asc, eq, gt, gte, inArray, sql } from 'drizzle-orm';
 import type { ApiErrorCode } from '../../api-errors.js';
-import type { Database, JobRow, Queryable } from '../../db/database.js';
+import type { Database, JobRow, Queryable, Tables } from '../../db/database.js';
 import { ServiceError } from '../../errors.js';
 import type { JobError } from '../../job-errors.js';
 import { NO_KEY_IDENTITY } from '../key-identity.js';
-import { END_UNANNOUNCED, getJobRow, type Ended } from '../queue.js';
+import { END_UNANNOUNCED, FINAL_STATUSES, getJobRow, type Ended } from '../queue.js';
 import { checkCallbackUrl, checkSource, type SubmitDeps, type Submitted } from '../submit.js';
 
 /**
@@ -63,8 +63,22 @@ export interface CollectionItemRow {
  */
 export async function queueCollection(
   deps: SubmitDeps,
-  input: { url: string; maxItems: number; callbackUrl?: string; requestId?: string; apiKeyId?: string },
+  input: {
+    url: string;
+    maxItems: number;
+    /** Each child gets a callback of its own, to callbackUrl (recordItem). */
+    itemCallbacks?: boolean;
+    callbackUrl?: string;
+    requestId?: string;
+    apiKeyId?: string;
+  },
 ): Promise<Submitted> {
+  if (input.itemCallbacks && input.callbackUrl === undefined)
+    throw new ServiceError(
+      'invalid_input',
+      'callback_url_required',
+      'playlist.item_callbacks asks for a callback per child job: give the callback_url to send them to.',
+    );
   const { url } = await checkSource(deps, input.url, input.apiKeyId);
   const callbackUrl =
     input.callbackUrl === undefined ? undefined : await checkCallbackUrl(deps, input.callbackUrl, input.apiKeyId);
@@ -81,6 +95,7 @@ export async function queueCollection(
         status: 'queued',
         kind: 'collection',
         maxItems: input.maxItems,
+        itemCallbacks: input.itemCallbacks ?? false,
         createdAt: now,
         requestId: input.requestId ?? null,
         apiKeyId: input.apiKeyId ?? NO_KEY_IDENTITY,
@@ -116,26 +131,28 @@ class ListingLost extends Error {}
 /**
  * Records an entry's item, and links a new child (`linkChild`) to the parent, in one transaction
  * that holds only while `owner` still lists the parent. False when it no longer does (canceled,
- * or taken over): nothing is written.
+ * or taken over): nothing is written. A parent submitted with item_callbacks gives the child it
+ * links a callback delivery of its own, to the parent's callback URL, in that transaction: only a
+ * linked child gets one, once (entries of the same URL share the child and link it once).
  */
 export async function recordItem(
-  database: Database,
+  deps: Pick<SubmitDeps, 'database' | 'recordCallback' | 'now'>,
   parent: { id: string; owner: string },
   item: { index: number; url: string; title: string | null; jobId: string | null; problem: StoredProblem | null },
   linkChild: boolean,
 ): Promise<boolean> {
   try {
-    await database.transaction(async (q) => {
-      const { jobs, collectionItems: items } = q.t;
-      const counted = await q.db
+    await deps.database.transaction(async (q) => {
+      const { jobs, collectionItems: items, callbackDeliveries } = q.t;
+      const [counted] = await q.db
         .update(jobs)
         .set({
           entriesFound: sql`${jobs.entriesFound} + 1`,
           itemsRefused: sql`${jobs.itemsRefused} + ${item.problem ? 1 : 0}`,
         })
         .where(and(eq(jobs.id, parent.id), eq(jobs.status, 'running'), eq(jobs.lockOwner, parent.owner)))
-        .returning({ id: jobs.id });
-      if (counted.length === 0) throw new ListingLost();
+        .returning({ itemCallbacks: jobs.itemCallbacks });
+      if (!counted) throw new ListingLost();
       await q.db.insert(items).values({
         parentId: parent.id,
         idx: item.index,
@@ -145,7 +162,14 @@ export async function recordItem(
         problem: item.problem && JSON.stringify(item.problem),
       });
       // The trigger counts the child, and its end if it has ended already (born done).
-      if (linkChild && item.jobId) await q.db.update(jobs).set({ parentId: parent.id }).where(eq(jobs.id, item.jobId));
+      if (!linkChild || !item.jobId) return;
+      await q.db.update(jobs).set({ parentId: parent.id }).where(eq(jobs.id, item.jobId));
+      if (!counted.itemCallbacks) return;
+      const [callback] = await q.db
+        .select({ url: callbackDeliveries.url })
+        .from(callbackDeliveries)
+        .where(eq(callbackDeliveries.jobId, parent.id));
+      if (callback) await deps.recordCallback(q, { jobId: item.jobId, url: callback.url, createdAt: deps.now() });
     });
     return true;
   } catch (err) {
@@ -220,13 +244,52 @@ export async function readItems(
     .where(and(eq(items.parentId, parentId), gt(items.idx, after)))
     .orderBy(asc(items.idx))
     .limit(limit);
-  return rows.map((row) => ({
+  return rows.map(itemRowOf);
+}
+
+/** A collection's items at these indexes, in their order. */
+export async function readItemsAt(q: Queryable, parentId: string, indexes: number[]): Promise<CollectionItemRow[]> {
+  if (indexes.length === 0) return [];
+  const { collectionItems: items } = q.t;
+  const rows = await q.db
+    .select()
+    .from(items)
+    .where(and(eq(items.parentId, parentId), inArray(items.idx, indexes)))
+    .orderBy(asc(items.idx));
+  return rows.map(itemRowOf);
+}
+
+/** Where an item stands: its child, and whether that child has ended (a refused item has none). */
+export interface ItemState {
+  index: number;
+  jobId: string | null;
+  ended: boolean;
+}
+
+/** The states of a collection's items from index `from` on, in their order: one narrow query (the event streams' item events). */
+export async function readItemStates(q: Queryable, parentId: string, from: number): Promise<ItemState[]> {
+  const { collectionItems: items, jobs } = q.t;
+  const rows = await q.db
+    .select({ index: items.idx, jobId: items.jobId, status: jobs.status })
+    .from(items)
+    .leftJoin(jobs, eq(jobs.id, items.jobId))
+    .where(and(eq(items.parentId, parentId), gte(items.idx, from)))
+    .orderBy(asc(items.idx));
+  return rows.map(({ index, jobId, status }) => ({
+    index,
+    jobId,
+    ended: status !== null && FINAL_STATUSES.has(status),
+  }));
+}
+
+function itemRowOf(row: Tables['collectionItems']['$inferSelect']): CollectionItemRow {
+  return {
     index: row.idx,
     url: row.url,
     title: row.title,
     jobId: row.jobId,
     problem: row.problem === null ? null : (JSON.parse(row.problem) as StoredProblem),
-  }));
+  };
 }
 
 /** The collection `id`; throws job_not_found when there is no job, job_not_collection when it is a source's. */

@@ -69,7 +69,7 @@ export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
         const outcome = await outcomeOf(entry);
         const made = 'made' in outcome ? outcome.made : undefined;
         const recorded = await recordItem(
-          database,
+          submit,
           parent,
           {
             index: entry.index,

@@ -1,0 +1,3 @@
+-- A collection submitted with playlist.item_callbacks: each child it links gets a callback delivery of its
+-- own, to the collection's callback_url (src/jobs/collection/parent.ts, recordItem).
+ALTER TABLE "jobs" ADD COLUMN "item_callbacks" boolean DEFAULT false NOT NULL;
