@@ -217,3 +217,80 @@ describe.each(BACKENDS)('collections and the fair share on %s', (kind) => {
     HEAVY_TEST_TIMEOUT_MS,
   );
 });
+
+/** The rate limiter is each node's memory, the same whatever the database: one run, on SQLite. */
+describe("a collection's entries and its key's rate limit", () => {
+  const BURST = 20;
+  const ENTRIES_RL = 30;
+  let svc: ServiceHandle;
+
+  beforeAll(async () => {
+    svc = await startService({
+      apiKey: KEY_A,
+      env: {
+        ...(await serviceEnv('sqlite')),
+        API_KEYS: `${KEY_A},${KEY_B}`,
+        FETCH_ALLOW_HOSTS: media.hostPort,
+        // One token a minute after the burst: an entry that finds the bucket spent would wait
+        // longer than the listing's time limit, so it is refused at once.
+        RATE_LIMIT_PER_MINUTE: '1',
+        RATE_LIMIT_BURST: String(BURST),
+        PLAYLIST_LISTING_TIMEOUT_S: '20',
+      },
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it("takes a token of the key's bucket for each entry, leaves the key's own reserve, and refuses the rest as rate_limited items", async () => {
+    // Entries that fail fast (404): the children end soon after they are listed.
+    const entries = Array.from({ length: ENTRIES_RL }, (_, i) => ({
+      title: `Missing ${i + 1}`,
+      url: media.url(`/rl/missing-${i + 1}.flac`),
+    }));
+    media.route('/rl/feed.xml', (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/rss+xml' });
+      res.end(rssFeed('Rate', media.url('/'), entries));
+    });
+    const auth = { authorization: `Bearer ${KEY_A}` };
+    // Two requests of the key's: the submission and its event stream.
+    const submitted = await svc.request('/sources', {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: JSON.stringify({ url: media.url('/rl/feed.xml'), playlist: {} }),
+    });
+    expect(submitted.status).toBe(202);
+    const parent = (await submitted.json()) as JobBody;
+    const stream = await openEventStream(`${svc.baseUrl}/jobs/${parent.job_id}/events`, auth);
+    await stream.ended;
+    const done = stream.records.at(-1)!;
+    expect(done.status).toBe('done');
+
+    // The key's third request: the tenth of the bucket the entries left (two tokens) serves it.
+    const page = await svc.request(`/jobs/${parent.job_id}/items?limit=100`, { headers: auth });
+    expect(page.status).toBe(200);
+    const listed = ((await page.json()) as { items: Array<ItemBody & { problem?: { code: string; status: number } }> })
+      .items;
+    expect(listed).toHaveLength(ENTRIES_RL);
+    const accepted = listed.filter((item) => item.outcome === 'accepted');
+    const refused = listed.filter((item) => item.outcome === 'refused');
+    // 20 tokens, 2 kept back, 1 or 2 taken by the submission and the stream before the entries.
+    expect(accepted.length).toBeGreaterThanOrEqual(BURST - 2 - 2);
+    expect(accepted.length).toBeLessThanOrEqual(BURST - 2 - 1);
+    // In order: the first entries took the tokens, every later one was refused as its request would be.
+    expect(listed.slice(0, accepted.length).every((item) => item.outcome === 'accepted')).toBe(true);
+    for (const item of refused) expect(item.problem).toMatchObject({ status: 429, code: 'rate_limited' });
+    expect(done.collection).toMatchObject({ entries_found: ENTRIES_RL, refused: refused.length });
+
+    // What is left is the reserve less the key's requests since: the entries took every other
+    // token (20: the submission, the stream, the items read and the entries, two kept back).
+    let served = 0;
+    while (served < 5 && (await svc.request(`/jobs/${parent.job_id}`, { headers: auth })).status === 200) served++;
+    expect(served).toBe(BURST - 3 - accepted.length);
+    // Another key's bucket is untouched.
+    expect(
+      (await svc.request(`/jobs/${parent.job_id}`, { headers: { authorization: `Bearer ${KEY_B}` } })).status,
+    ).toBe(200);
+  });
+});
