@@ -118,6 +118,12 @@ export const JOB_ERRORS = {
     sentence: 'The URL is a playlist; submit the URL of one item.',
     action: 'Submit each item of the playlist on its own.',
   },
+  collection_nested: {
+    family: 'content',
+    sentence:
+      'This entry of a collection is itself a playlist or feed; collections are not expanded inside collections.',
+    action: "Submit the entry's URL with `playlist` as a collection of its own.",
+  },
   not_a_collection: {
     family: 'content',
     sentence: 'The URL is not a playlist, album, channel or feed: it leads to one item.',

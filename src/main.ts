@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { statfsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,7 +16,7 @@ import { createHealthCheck, downloaderMetrics, logFirstHealthCheck } from './hea
 import { createKeyChecker } from './http/api-key.js';
 import { createJobEventStreams } from './http/job-events.js';
 import { collectionItemRecord, createJobRenderer } from './http/job-record.js';
-import { createKeyAdmission } from './http/key-admission.js';
+import { createKeyAdmission, entryTokenTaker } from './http/key-admission.js';
 import { createNodeRouter, maxBodyBytesByPath } from './http/node-router.js';
 import { rateLimiterOf } from './http/rate-limit.js';
 import { createRequestEnvelope } from './http/request-envelope.js';
@@ -173,6 +174,8 @@ async function main(): Promise<void> {
       confinementOk: () => confinement.status().ok,
     }),
   };
+  // Each key's request rate, on this node: its requests, and its collections' entries listed here.
+  const rateLimiter = rateLimiterOf({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now });
   const workers = createWorkers(config, {
     database,
     store,
@@ -188,6 +191,10 @@ async function main(): Promise<void> {
     submitChild: {
       ...submitDeps,
       onQueued: () => void database.notify(JOBS_QUEUED_CHANNEL, '').catch(() => {}),
+    },
+    entryTokens: rateLimiter && {
+      take: entryTokenTaker(rateLimiter, { now, sleep: (ms, signal) => sleep(ms, undefined, { signal }) }),
+      maxWaitMs: config.playlistListing.timeoutMs,
     },
     nodeId,
     now,
@@ -277,7 +284,7 @@ async function main(): Promise<void> {
 
   const admission = createKeyAdmission({
     checkKey: createKeyChecker(secrets.apiKeys),
-    rateLimiter: rateLimiterOf({ perMinute: config.rateLimitPerMinute, burst: config.rateLimitBurst, now }),
+    rateLimiter,
   });
   const operations = [
     healthOperation({ check: checkHealth }),

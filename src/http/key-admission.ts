@@ -1,11 +1,13 @@
 import { ServiceError } from '../errors.js';
 import { presentedKey, type KeyChecker } from './api-key.js';
-import { keyIdentity, type RateLimiter } from './rate-limit.js';
+import { jobKeyIdentity } from '../jobs/key-identity.js';
+import { waitForWorkToken, type RateLimiter } from './rate-limit.js';
 
 /**
  * Who may use an operation: a valid API key (`Authorization: Bearer <key>` or `X-API-Key`),
- * counted against the key's rate limit. Requests without a valid key are not counted (they are
- * refused, and made-up keys must not grow the limiter's table).
+ * counted against the key's rate limit, whose bucket is that of the key's job identity (the one
+ * its collections' children take tokens from). Requests without a valid key are not counted (they
+ * are refused, and made-up keys must not grow the limiter's table).
  */
 export interface KeyAdmission {
   /** The request's key when it is valid, uncounted; undefined otherwise. */
@@ -20,7 +22,7 @@ export interface KeyedRequest {
   header(name: string): string | undefined;
 }
 
-// Rate-limit identities of the keys counted, so that a key's every request does not pay a SHA-256
+// Job identities of the keys counted, so that a key's every request does not pay a SHA-256
 // for it; only valid keys are counted, so this holds the configured keys (bounded all the same).
 const MAX_IDENTITIES = 1024;
 
@@ -29,7 +31,7 @@ export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: R
   const identityOf = (key: string): string => {
     let identity = identities.get(key);
     if (identity === undefined) {
-      identity = keyIdentity(key);
+      identity = jobKeyIdentity(key);
       if (identities.size >= MAX_IDENTITIES) identities.clear();
       identities.set(key, identity);
     }
@@ -42,16 +44,7 @@ export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: R
   const count = (key: string): void => {
     if (!deps.rateLimiter) return;
     const decision = deps.rateLimiter.take(identityOf(key));
-    if (!decision.allowed) {
-      throw new ServiceError(
-        'rate_limited',
-        'rate_limited',
-        'Too many requests with this API key; slow down and try again later.',
-        {
-          retryAfterSeconds: decision.retryAfterSeconds,
-        },
-      );
-    }
+    if (!decision.allowed) throw rateLimited(decision.retryAfterSeconds);
   };
   return {
     validKey,
@@ -68,5 +61,32 @@ export function createKeyAdmission(deps: { checkKey: KeyChecker; rateLimiter?: R
       count(key);
       return key;
     },
+  };
+}
+
+/** The refusal of a request (or of a collection's entry) whose key's rate limit is spent. */
+export function rateLimited(retryAfterSeconds: number): ServiceError {
+  return new ServiceError(
+    'rate_limited',
+    'rate_limited',
+    'Too many requests with this API key; slow down and try again later.',
+    {
+      retryAfterSeconds,
+    },
+  );
+}
+
+/**
+ * How a collection's entries take their tokens of the key's rate (src/jobs/collection/run.ts,
+ * EntryTokens.take): each waits for a work token of the bucket of the job's key identity until
+ * `until`, and is refused as a request would be (rate_limited) when none comes by then.
+ */
+export function entryTokenTaker(
+  limiter: RateLimiter,
+  deps: { now: () => number; sleep: (ms: number, signal: AbortSignal) => Promise<void> },
+): (apiKeyId: string, until: number, signal: AbortSignal) => Promise<ServiceError | undefined> {
+  return async (apiKeyId, until, signal) => {
+    const decision = await waitForWorkToken(limiter, apiKeyId, { ...deps, until, signal });
+    return decision.allowed ? undefined : rateLimited(decision.retryAfterSeconds);
   };
 }

@@ -6,8 +6,9 @@ import { createHash } from 'node:crypto';
  * key: the first 128 bits of a SHA-256 of the key under a label of its own, base64url (22
  * characters). Keys are at least 16 characters (API_KEYS) and the generated one is random, so
  * the digest does not give the key back; 128 bits keep two keys from sharing an identity; the
- * label keeps it apart from every other digest of the key (the rate limiter's, the key check's),
- * so that a job record's identity matches nothing in memory or in another table.
+ * label keeps it apart from every other digest of the key (the event streams', the key check's).
+ * The request rate limit's buckets go by it too (src/http/key-admission.ts), so that a worker
+ * submitting a collection's children takes their tokens from their key's bucket.
  *
  * The key itself never reaches a job record, a log line, an error or a metric.
  */

@@ -6,7 +6,7 @@ import type { ContentStore } from '../store/content-store.js';
 import { KEY_ALLOWANCE_WINDOW_MS } from '../store/key-allowance.js';
 import type { MakeFifo } from '../tools/fifo.js';
 import { createListCollection, type ListingLimits } from './collection/list-entries.js';
-import { createCollectionRunner } from './collection/run.js';
+import { createCollectionRunner, type EntryTokens } from './collection/run.js';
 import { createFetchTask, type FetchTaskDeps } from './fetch/task.js';
 import type { SubmitDeps } from './submit.js';
 import { createConverterWaiting } from './fetch/waiting-converter.js';
@@ -55,6 +55,8 @@ export interface WorkersDeps {
   onJobEnded: (ended: Ended) => void;
   /** How a collection's entries are submitted as child jobs: as the API submits a URL. */
   submitChild: SubmitDeps;
+  /** The tokens of its key's rate limit each entry takes; absent when there is no limit. */
+  entryTokens?: EntryTokens;
   nodeId: string;
   now: () => number;
   log: Logger;
@@ -127,6 +129,7 @@ export function createWorkers(config: WorkersConfig, deps: WorkersDeps): WorkerP
     listCollection,
     submit: deps.submitChild,
     onJobEnded: deps.onJobEnded,
+    entryTokens: deps.entryTokens,
   });
   const workers = createWorkerPool({
     database,

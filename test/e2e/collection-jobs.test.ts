@@ -270,7 +270,8 @@ describe.each(BACKENDS)('a feed listed into child jobs on %s', (kind) => {
       expect(trapped.problem).toMatchObject({ status: 422, code: 'address_loopback' });
       // A feed listed as a <link> is not known to be a feed until fetched, so it is an ordinary
       // child: its fetch (no playlist) is given the feed's first entry by yt-dlp, which is not
-      // served here (a gap of issue 47: such an entry is not refused as nested).
+      // served here, so it fails as that entry does (served, the child fails collection_nested:
+      // collection-fairness.test.ts).
       expect(nested.job).toMatchObject({ status: 'failed', error: { code: 'http_not_found' } });
       await trap.settle();
       expect(trap.connections).toBe(trapBefore);

@@ -6,7 +6,9 @@ import { jobError } from '../../src/job-errors.js';
 import { toJobRecord } from '../../src/http/job-record.js';
 import { createAdmission } from '../../src/jobs/admission.js';
 import type { CollectionEntry, ListCollection, ListingEnd } from '../../src/jobs/collection/listing.js';
-import { createCollectionRunner } from '../../src/jobs/collection/run.js';
+import { createCollectionRunner, type EntryTokens } from '../../src/jobs/collection/run.js';
+import { entryTokenTaker } from '../../src/http/key-admission.js';
+import { createTokenBucketLimiter } from '../../src/http/rate-limit.js';
 import { createJobService, type JobService } from '../../src/jobs/job-service.js';
 import { claimEndedParents, endListing } from '../../src/jobs/collection/parent.js';
 import {
@@ -205,6 +207,81 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
       'queue_full',
     ]);
     expect(parent).toMatchObject({ entriesFound: 3, children: 1, itemsRefused: 2, truncated: false });
+  });
+
+  it("takes a token of its key's rate for each entry: waits for it within the listing's time, refused past it", async () => {
+    let t = 1_000_000;
+    submit.now = () => t;
+    const limiter = createTokenBucketLimiter({ perMinute: 60, burst: 3, now: () => t });
+    const slept: number[] = [];
+    const entryTokens: EntryTokens = {
+      take: entryTokenTaker(limiter, {
+        now: () => t,
+        sleep: (ms) => {
+          slept.push(ms);
+          t += ms;
+          return Promise.resolve();
+        },
+      }),
+      maxWaitMs: 1500,
+    };
+    const { job } = await service.submit({ url: 'https://m.example/feed.xml', playlist: {}, apiKeyId: 'key-a' }, 'r');
+    const claimed = (await claimNextJob(database, lease()))!;
+    expect(claimed.id).toBe(job.id);
+    const entries = [1, 2, 3, 4, 5].map((n) => entry(n, `https://m.example/${n}.m4a`));
+    const run = createCollectionRunner({
+      listCollection: listerOf(entries).list,
+      submit,
+      onJobEnded: () => {},
+      entryTokens,
+    });
+    await run(claimed, { signal: new AbortController().signal, log, owner: OWNER });
+    const { items } = await service.items(job.id, { after: 0, limit: 10 });
+    // Three from the bucket, the fourth a second later, the fifth would pass the 1.5 s wait.
+    expect(items.map((item) => ('problem' in item ? item.problem.code : 'accepted'))).toEqual([
+      'accepted',
+      'accepted',
+      'accepted',
+      'accepted',
+      'rate_limited',
+    ]);
+    expect(slept).toEqual([1000]);
+    expect(await row(job.id)).toMatchObject({ entriesFound: 5, children: 4, itemsRefused: 1 });
+    // The key's requests find the bucket spent by its entries.
+    expect(limiter.take('key-a').allowed).toBe(false);
+    expect(limiter.take('key-b').allowed).toBe(true);
+  });
+
+  it('a cancel while an entry waits for its token records nothing more', async () => {
+    const limiter = createTokenBucketLimiter({ perMinute: 1, burst: 1, now: () => 0 });
+    let waited: () => void = () => {};
+    const waiting = new Promise<void>((resolve) => (waited = resolve));
+    const entryTokens: EntryTokens = {
+      take: entryTokenTaker(limiter, {
+        now: () => 0,
+        sleep: (_ms, signal) => {
+          waited();
+          return new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+        },
+      }),
+      maxWaitMs: 600_000,
+    };
+    const { job } = await service.submit({ url: 'https://m.example/feed.xml', playlist: {}, apiKeyId: 'key-a' }, 'r');
+    const claimed = (await claimNextJob(database, lease()))!;
+    const entries = [1, 2].map((n) => entry(n, `https://m.example/${n}.m4a`));
+    const run = createCollectionRunner({
+      listCollection: listerOf(entries).list,
+      submit,
+      onJobEnded: () => {},
+      entryTokens,
+    });
+    const controller = new AbortController();
+    const running = run(claimed, { signal: controller.signal, log, owner: OWNER });
+    await waiting;
+    controller.abort('canceled');
+    expect(await running).toBeUndefined();
+    const { items } = await service.items(job.id, { after: 0, limit: 10 });
+    expect(items.map((item) => item.index)).toEqual([1]);
   });
 
   it('ends done at once when every child has ended by the listing end, and failed when nothing was listed', async () => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { createKeyChecker } from '../../src/http/api-key.js';
 import { createKeyAdmission } from '../../src/http/key-admission.js';
-import { createTokenBucketLimiter, keyIdentity } from '../../src/http/rate-limit.js';
+import { createTokenBucketLimiter, keyIdentity, waitForWorkToken } from '../../src/http/rate-limit.js';
+import { jobKeyIdentity } from '../../src/jobs/key-identity.js';
 import type { ServiceError } from '../../src/errors.js';
 
 /** The per-key token bucket, with an injected clock. */
@@ -47,6 +48,43 @@ describe('token bucket limiter', () => {
     // 600 refilled in the minute plus the initial burst of 10.
     expect(allowed).toBeGreaterThanOrEqual(600);
     expect(allowed).toBeLessThanOrEqual(611);
+  });
+
+  it('takes work tokens from the same bucket, never its last tenth, and says how long until the next', () => {
+    const c = clock();
+    const limiter = createTokenBucketLimiter({ perMinute: 60, burst: 20, now: c.now });
+    let work = 0;
+    while (limiter.takeForWork('k').allowed) work++;
+    expect(work).toBe(18);
+    const refused = limiter.takeForWork('k');
+    // One token a second; two are left and a third is needed above them.
+    expect(refused).toMatchObject({ allowed: false, waitMs: 1000, retryAfterSeconds: 1 });
+    // The reserve is the key's own requests'.
+    expect([1, 2, 3].map(() => limiter.take('k').allowed)).toEqual([true, true, false]);
+    expect(limiter.takeForWork('k').waitMs).toBe(3000);
+    c.advance(3000);
+    expect(limiter.takeForWork('k').allowed).toBe(true);
+  });
+
+  it('waits for a work token until its bound, then gives the refusal; an abort ends the wait', async () => {
+    const c = clock();
+    const limiter = createTokenBucketLimiter({ perMinute: 60, burst: 1, now: c.now });
+    const slept: number[] = [];
+    const sleep = (ms: number) => (slept.push(ms), c.advance(ms), Promise.resolve());
+    const signal = new AbortController().signal;
+    const wait = (until: number) => waitForWorkToken(limiter, 'k', { now: c.now, until, signal, sleep });
+    expect((await wait(c.now())).allowed).toBe(true);
+    // The next token is a second away: taken after waiting for it.
+    expect((await wait(c.now() + 1000)).allowed).toBe(true);
+    expect(slept).toEqual([1000]);
+    // Past the bound: refused without waiting.
+    expect(await wait(c.now() + 999)).toMatchObject({ allowed: false, retryAfterSeconds: 1 });
+    expect(slept).toEqual([1000]);
+    const aborted = new AbortController();
+    aborted.abort('canceled');
+    await expect(
+      waitForWorkToken(limiter, 'k', { now: c.now, until: c.now() + 5000, signal: aborted.signal, sleep }),
+    ).rejects.toBe('canceled');
   });
 
   it('keeps one bucket per identity', () => {
@@ -106,6 +144,7 @@ describe('key admission', () => {
           seen.push(id);
           return limiter.take(id);
         },
+        takeForWork: () => expect.unreachable(),
       },
     });
     return { admit, seen, clock: c };
@@ -169,14 +208,18 @@ describe('key admission identities', () => {
     const seen: string[] = [];
     const admit = createKeyAdmission({
       checkKey: createKeyChecker(['key-c-0123456789abcdef', 'key-d-0123456789abcdef']),
-      rateLimiter: { take: (id) => (seen.push(id), { allowed: true, remaining: 1, retryAfterSeconds: 0 }) },
+      rateLimiter: {
+        take: (id) => (seen.push(id), { allowed: true, remaining: 1, retryAfterSeconds: 0, waitMs: 0 }),
+        takeForWork: () => expect.unreachable(),
+      },
     });
     const withKey = (key: string) => ({ header: (name: string) => (name === 'x-api-key' ? key : undefined) });
     for (let i = 0; i < 3; i++) admit.admit(withKey('key-c-0123456789abcdef'));
     admit.admit(withKey('key-d-0123456789abcdef'));
     expect(new Set(seen.slice(0, 3)).size).toBe(1);
-    expect(seen[0]).toBe(keyIdentity('key-c-0123456789abcdef'));
-    expect(seen[3]).toBe(keyIdentity('key-d-0123456789abcdef'));
+    // The identity its jobs record: a collection's children take from the same bucket.
+    expect(seen[0]).toBe(jobKeyIdentity('key-c-0123456789abcdef'));
+    expect(seen[3]).toBe(jobKeyIdentity('key-d-0123456789abcdef'));
     expect(seen.join()).not.toContain('key-c');
   });
 });

@@ -1,5 +1,6 @@
 import type { JobRow } from '../../db/database.js';
 import { ServiceError } from '../../errors.js';
+import { NO_KEY_IDENTITY } from '../key-identity.js';
 import { FINAL_STATUSES, markCanceled, type Ended } from '../queue.js';
 import { checkSource, queueChecked, type SubmitDeps } from '../submit.js';
 import type { JobRunner } from '../worker-pool.js';
@@ -10,8 +11,9 @@ import { endListing, recordedItems, recordItem, storedProblemOf, type StoredProb
  * Runs a claimed collection (./parent.ts): lists it with the ListCollection it is given and, as
  * each entry comes, makes its item. An entry goes through the very submission a URL submitted
  * alone goes through (../submit.ts: scheme, address policy, smuggled data, born done, single flight
- * within the key, the queue's admission), under the parent's key and request id; a refusal is the
- * item's. A nested collection is refused (collection_nested); entries of the same normalized URL
+ * within the key, the queue's admission), under the parent's key and request id, after taking a
+ * token of its key's rate limit as that submission's request would; a refusal is the item's. A
+ * nested collection is refused (collection_nested); entries of the same normalized URL
  * share one child. When the listing ends the parent waits for its children (listed), or ends.
  * Aborted (canceled, lease lost, shutdown), the listing stops and nothing more is recorded.
  */
@@ -21,6 +23,19 @@ export interface CollectionRunnerDeps {
   submit: SubmitDeps;
   /** Each job this runner ends: a born-done child, the parent when its listing ends it. */
   onJobEnded: (ended: Ended) => void;
+  /** The key's request rate limit, on this node; absent when there is none. */
+  entryTokens?: EntryTokens;
+}
+
+/**
+ * Each entry takes a token of its key's rate limit (src/http/key-admission.ts, entryTokenTaker),
+ * waiting for it (the listing's back-pressure) for at most `maxWaitMs` from the listing's start;
+ * an entry that gets none by then is refused as its request would be (rate_limited).
+ */
+export interface EntryTokens {
+  /** Resolves once the token is taken (undefined), or with the refusal once none can come before `until`. */
+  take: (apiKeyId: string, until: number, signal: AbortSignal) => Promise<ServiceError | undefined>;
+  maxWaitMs: number;
 }
 
 export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
@@ -32,6 +47,7 @@ export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
     const requestId = job.requestId ?? undefined;
     // An earlier attempt's items stay; their entries are not submitted again.
     const { indexes, childByUrlKey } = await recordedItems(database, job.id);
+    const tokensUntil = submit.now() + (deps.entryTokens?.maxWaitMs ?? 0);
     const listing = new AbortController();
     const stop = () => listing.abort(ctx.signal.reason);
     if (ctx.signal.aborted) stop();
@@ -49,6 +65,11 @@ export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
             extra: {},
           },
         };
+      const limited =
+        deps.entryTokens && apiKeyId !== NO_KEY_IDENTITY
+          ? await deps.entryTokens.take(apiKeyId, tokensUntil, listing.signal)
+          : undefined;
+      if (limited) return { problem: storedProblemOf(limited) };
       try {
         const source = await checkSource(submit, entry.url, apiKeyId);
         const shared = childByUrlKey.get(source.urlKey);
@@ -66,7 +87,12 @@ export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
       { url: job.url, maxItems: job.maxItems ?? 0, signal: listing.signal, jobId: job.id },
       async (entry) => {
         if (listing.signal.aborted || indexes.has(entry.index)) return;
-        const outcome = await outcomeOf(entry);
+        const outcome = await outcomeOf(entry).catch((err: unknown) => {
+          // Stopped while waiting for a token: nothing to record.
+          if (listing.signal.aborted) return undefined;
+          throw err;
+        });
+        if (!outcome) return;
         const made = 'made' in outcome ? outcome.made : undefined;
         const recorded = await recordItem(
           submit,

@@ -1,11 +1,11 @@
 import type { Database, JobRow } from '../../db/database.js';
-import type { JobError } from '../../job-errors.js';
+import { jobError, type JobError } from '../../job-errors.js';
 import type { ContentStore } from '../../store/content-store.js';
 import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
 import { sourceMediaOf, storedMedia } from '../../tools/media-metadata.js';
 import { namesMp4File } from '../../tools/streamable-container.js';
-import { markFailed, recordProgress, type Ended } from '../queue.js';
+import { getJobRow, markFailed, recordProgress, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import {
   closeAttempt,
@@ -171,13 +171,32 @@ async function decideAtGate(
 ): Promise<boolean> {
   const started = performance.now();
   try {
-    decided.extracted = checkExtracted(infoText, deps.limits, ctx.hostsContacted());
+    decided.extracted = await nestedAsSuch(deps, ctx.job, () =>
+      checkExtracted(infoText, deps.limits, ctx.hostsContacted()),
+    );
     const resolved = await resolveMedia(ctx, deps, decided.extracted);
     if (!resolved.ok) throw new JobFailure(resolved.error);
     decided.media = resolved.value;
     return decided.media.kind === 'download';
   } finally {
     times.duringDownload.media_checks_and_alias_ms = Math.round(performance.now() - started);
+  }
+}
+
+/**
+ * A collection's child that turns out to be a playlist itself (an entry that only linked to
+ * another feed, so its listing could not tell): it fails collection_nested, not
+ * playlist_not_supported, which would tell its client to submit each item alone. Its row is read
+ * again when the claim did not show its parent: a child is linked to its parent just after it is
+ * queued, and may be claimed in between.
+ */
+async function nestedAsSuch(deps: FetchTaskDeps, job: JobRow, check: () => Extracted): Promise<Extracted> {
+  try {
+    return check();
+  } catch (err) {
+    if (!(err instanceof JobFailure) || err.error.code !== 'playlist_not_supported') throw err;
+    const parentId = job.parentId ?? (await getJobRow(deps.database, job.id))?.parentId;
+    throw parentId ? new JobFailure(jobError('collection_nested')) : err;
   }
 }
 
