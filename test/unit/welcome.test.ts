@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import path from 'node:path';
 import type { HealthReport } from '../../src/http/schemas.js';
-import { cannotFetchText, welcomeText } from '../../src/ops/welcome.js';
+import { cannotFetchText } from '../../src/health.js';
+import { welcomeText } from '../../src/ops/welcome.js';
 
 describe('the words at start-up', () => {
   it('name the page to open and the file of a generated key, resolved, never a key', () => {
