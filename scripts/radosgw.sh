@@ -22,6 +22,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(realpath -m "${RADOSGW_DIR:-$root/.cache/radosgw}")
 store=${RADOSGW_OSD_STORE:-memstore}
 conf=$dir/ceph.conf
+# The first line of the configuration this script writes.
+conf_mark='# Made by scripts/radosgw.sh'
 # The Debian packages' Python, which the ceph CLI runs on too (not a pyenv shim on the PATH).
 python=/usr/bin/python3
 export CEPH_CONF=$conf
@@ -70,14 +72,18 @@ wait_for() {
 
 create_cluster() {
   local fsid mon_port rgw_port
-  # What a creation cut short left (no daemon of it can be running: the monitor starts after).
-  find "$dir" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
+  if [ -n "$(find "$dir" -mindepth 1 -maxdepth 1 ! -name lock -print -quit)" ]; then
+    # Never a folder of someone else's files; what a creation cut short left goes (no daemon of it
+    # can be running: the monitor starts once the folder is complete).
+    head -n 1 "$conf" 2>/dev/null | grep -q "^$conf_mark" ||
+      die "$dir is not empty and not a cluster of this script's: choose another RADOSGW_DIR"
+    find "$dir" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
+  fi
   fsid=$(uuidgen)
   mon_port=$(free_port)
   rgw_port=$(free_port)
-  mkdir -p "$dir/run" "$dir/log" "$dir/mon" "$dir/osd" "$dir/crash"
-  cat >"$conf.new" <<EOF
-# Made by scripts/radosgw.sh: a one-node test cluster on loopback, authentication off.
+  cat >"$conf" <<EOF
+$conf_mark: a one-node test cluster on loopback, authentication off.
 [global]
 fsid = $fsid
 mon host = v2:127.0.0.1:$mon_port
@@ -131,7 +137,7 @@ rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw data = $dir/rgw
 rgw enable usage log = false
 EOF
-  mv "$conf.new" "$conf"
+  mkdir -p "$dir/run" "$dir/log" "$dir/mon" "$dir/osd" "$dir/crash"
   ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
   ceph-authtool "$dir/keyring" --gen-key -n client.admin --cap mon 'allow *' --cap osd 'allow *' >/dev/null
   monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null
