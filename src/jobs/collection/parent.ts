@@ -110,42 +110,53 @@ export async function recordedItems(
   return { indexes: new Set(rows.map((row) => row.idx)), childByUrlKey };
 }
 
-/** Rolls back an item's transaction when its parent is no longer being listed by this node. */
+/** Rolls back an items' transaction when its parent is no longer being listed by this node. */
 class ListingLost extends Error {}
 
 /**
- * Records an entry's item, and links a new child (`linkChild`) to the parent, in one transaction
- * that holds only while `owner` still lists the parent. False when it no longer does (canceled,
- * or taken over): nothing is written.
+ * Records entries' items, and links their new children (`linkChildren`, job ids) to the parent,
+ * in one transaction that holds only while `owner` still lists the parent. False when it no
+ * longer does (canceled, or taken over): nothing is written.
  */
-export async function recordItem(
+export async function recordItems(
   database: Database,
   parent: { id: string; owner: string },
-  item: { index: number; url: string; title: string | null; jobId: string | null; problem: StoredProblem | null },
-  linkChild: boolean,
+  items: Array<{
+    index: number;
+    url: string;
+    title: string | null;
+    jobId: string | null;
+    problem: StoredProblem | null;
+  }>,
+  linkChildren: string[],
 ): Promise<boolean> {
+  if (items.length === 0) return true;
   try {
     await database.transaction(async (q) => {
-      const { jobs, collectionItems: items } = q.t;
+      const { jobs, collectionItems } = q.t;
+      const refused = items.filter((item) => item.problem !== null).length;
       const counted = await q.db
         .update(jobs)
         .set({
-          entriesFound: sql`${jobs.entriesFound} + 1`,
-          itemsRefused: sql`${jobs.itemsRefused} + ${item.problem ? 1 : 0}`,
+          entriesFound: sql`${jobs.entriesFound} + ${items.length}`,
+          itemsRefused: sql`${jobs.itemsRefused} + ${refused}`,
         })
         .where(and(eq(jobs.id, parent.id), eq(jobs.status, 'running'), eq(jobs.lockOwner, parent.owner)))
         .returning({ id: jobs.id });
       if (counted.length === 0) throw new ListingLost();
-      await q.db.insert(items).values({
-        parentId: parent.id,
-        idx: item.index,
-        url: item.url,
-        title: item.title,
-        jobId: item.jobId,
-        problem: item.problem && JSON.stringify(item.problem),
-      });
-      // The trigger counts the child, and its end if it has ended already (born done).
-      if (linkChild && item.jobId) await q.db.update(jobs).set({ parentId: parent.id }).where(eq(jobs.id, item.jobId));
+      await q.db.insert(collectionItems).values(
+        items.map((item) => ({
+          parentId: parent.id,
+          idx: item.index,
+          url: item.url,
+          title: item.title,
+          jobId: item.jobId,
+          problem: item.problem && JSON.stringify(item.problem),
+        })),
+      );
+      // The trigger counts each child, and its end if it has ended already (born done).
+      if (linkChildren.length > 0)
+        await q.db.update(jobs).set({ parentId: parent.id }).where(inArray(jobs.id, linkChildren));
     });
     return true;
   } catch (err) {
