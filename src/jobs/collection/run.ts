@@ -8,10 +8,11 @@ import { endListing, recordedItems, recordItems, storedProblemOf, type StoredPro
 
 /**
  * Runs a claimed collection (./parent.ts): lists it with the ListCollection it is given and, as
- * each entry comes, makes its item. An entry goes through the very submission a URL submitted
- * alone goes through (../submit.ts: scheme, address policy, smuggled data, born done, single flight
- * within the key, the queue's admission), under the parent's key and request id; a refusal is the
- * item's. A nested collection is refused (collection_nested); entries of the same normalized URL
+ * entries come (those listed while the last were written come together), makes their items, one
+ * transaction for the entries handed on together. An entry goes through the very submission a URL
+ * submitted alone goes through (../submit.ts: scheme, address policy, smuggled data, born done,
+ * single flight within the key, the queue's admission), under the parent's key and request id; a
+ * refusal is the item's. A nested collection is refused (collection_nested); entries of the same normalized URL
  * share one child. When the listing ends the parent waits for its children (listed), or ends.
  * Aborted (canceled, lease lost, shutdown), the listing stops and nothing more is recorded.
  */
@@ -130,7 +131,7 @@ export function createCollectionRunner(deps: CollectionRunnerDeps): JobRunner {
             made.map((child) => child.id),
           ));
         if (!recorded) {
-          // Canceled or taken over meanwhile: the children just made belong to nobody, so they go too.
+          // Stopped, canceled or taken over meanwhile: the children just made belong to nobody, so they go too.
           for (const child of made)
             if (!FINAL_STATUSES.has(child.status)) await markCanceled(database, child.id, submit.now());
           listing.abort('lost');
