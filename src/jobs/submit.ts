@@ -159,18 +159,19 @@ export async function checkCallbackUrl(
 /**
  * Gives a checked source its job: born done, following another, or queued. `apiKeyId` is the
  * submitting key's identity (./key-identity.ts), recorded on the job whichever way it is made.
+ * `bornDoneTried`: submitBornDone has just found no stored content for it, so the first round
+ * goes straight to the queue (a collection's entries, ./collection/run.ts).
  */
 export async function queueChecked(
   deps: SubmitDeps,
   source: CheckedSource,
-  options: { callbackUrl?: URL; requestId?: string; apiKeyId?: string },
+  options: { callbackUrl?: URL; requestId?: string; apiKeyId?: string; bornDoneTried?: boolean },
 ): Promise<Submitted> {
   const { url, urlKey } = source;
   const id = deps.newJobId();
   const requestId = options.requestId ?? null;
   const apiKeyId = options.apiKeyId ?? NO_KEY_IDENTITY;
   const { callbackUrl } = options;
-  const bornDone = bornDoneOn(deps.database);
 
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const now = deps.now();
@@ -178,15 +179,10 @@ export async function queueChecked(
     const callbackFor =
       callbackUrl &&
       ((q: Queryable, job: JobRow) => deps.recordCallback(q, { jobId: job.id, url: callbackUrl.href, createdAt: now }));
-    const born = await bornDone(urlKey, {
-      decide: (artifacts) => {
-        const aliased = artifacts?.[0]?.contentId;
-        if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
-        return { id, url: url.href, urlKey, contentId: aliased, at: now, requestId, apiKeyId };
-      },
-      along: callbackFor,
-    });
-    if (born) return { job: born.written, artifacts: born.value ?? [], callback: born.along };
+    if (round > 0 || !options.bornDoneTried) {
+      const born = await bornDoneJob(deps, source, { id, now, requestId, apiKeyId }, callbackFor);
+      if (born) return born;
+    }
 
     await deps.admitJob();
     const enqueue = () => enqueueJob(deps.database, { id, url: url.href, urlKey, createdAt: now, requestId, apiKeyId });
@@ -203,4 +199,40 @@ export async function queueChecked(
     }
   }
   throw new ServiceError('internal', 'internal_error', 'The job could not be queued; try again.');
+}
+
+/**
+ * The source's job born done when its URL's content is stored, else undefined (nothing written):
+ * the first step of queueChecked alone. Calls made at the same time are written together.
+ */
+export function submitBornDone(
+  deps: SubmitDeps,
+  source: CheckedSource,
+  options: { requestId?: string; apiKeyId?: string },
+): Promise<Submitted | undefined> {
+  const job = {
+    id: deps.newJobId(),
+    now: deps.now(),
+    requestId: options.requestId ?? null,
+    apiKeyId: options.apiKeyId ?? NO_KEY_IDENTITY,
+  };
+  return bornDoneJob(deps, source, job, undefined);
+}
+
+async function bornDoneJob(
+  deps: SubmitDeps,
+  { url, urlKey }: CheckedSource,
+  job: { id: string; now: number; requestId: string | null; apiKeyId: string },
+  along: ((q: Queryable, job: JobRow) => Promise<CallbackDeliveryRow>) | undefined,
+): Promise<Submitted | undefined> {
+  const { id, now, requestId, apiKeyId } = job;
+  const born = await bornDoneOn(deps.database)(urlKey, {
+    decide: (artifacts) => {
+      const aliased = artifacts?.[0]?.contentId;
+      if (aliased === undefined || !deps.contentPresent(aliased)) return undefined;
+      return { id, url: url.href, urlKey, contentId: aliased, at: now, requestId, apiKeyId };
+    },
+    along,
+  });
+  return born && { job: born.written, artifacts: born.value ?? [], callback: born.along };
 }

@@ -78,7 +78,7 @@ function newJob(): { jobId: string; folder: string } {
   return { jobId, folder: path.join(dir, 'work', `${jobId}.listing`) };
 }
 
-/** Lists `url` to its end; the entries as onEntry got them. */
+/** Lists `url` to its end; the entries as onEntries got them, in order. */
 async function list(
   url: string,
   opts: {
@@ -94,8 +94,8 @@ async function list(
   const entries: CollectionEntry[] = [];
   const end = await createListCollection(deps(opts.listing, opts.sandbox, opts.memoryBytes))(
     { url, maxItems: opts.maxItems ?? 100, signal: opts.signal ?? new AbortController().signal, jobId },
-    (entry) => {
-      entries.push(entry);
+    (handed) => {
+      entries.push(...handed);
       return Promise.resolve();
     },
   );

@@ -5,7 +5,12 @@ import { createLogger } from '../../src/logger.js';
 import { jobError } from '../../src/job-errors.js';
 import { toJobRecord } from '../../src/http/job-record.js';
 import { createAdmission } from '../../src/jobs/admission.js';
-import type { CollectionEntry, ListCollection, ListingEnd } from '../../src/jobs/collection/listing.js';
+import {
+  ENTRIES_PER_HANDING,
+  type CollectionEntry,
+  type ListCollection,
+  type ListingEnd,
+} from '../../src/jobs/collection/listing.js';
 import { createCollectionRunner, type EntryTokens } from '../../src/jobs/collection/run.js';
 import { entryTokenTaker } from '../../src/http/key-admission.js';
 import { createTokenBucketLimiter } from '../../src/http/rate-limit.js';
@@ -48,14 +53,23 @@ const entry = (index: number, url: string, nested = false): CollectionEntry => (
   nested,
 });
 
-/** Lists `entries` (at most maxItems), each handed on and awaited; `hold` keeps the listing open until aborted. */
-function listerOf(entries: CollectionEntry[], options: { end?: Partial<ListingEnd>; hold?: boolean } = {}) {
+/**
+ * Lists `entries` (at most maxItems), handed on `perCall` at a time (default: as many as one call
+ * takes, as when a feed's lines come at once) and each call awaited; `hold` keeps the listing
+ * open until aborted.
+ */
+function listerOf(
+  entries: CollectionEntry[],
+  options: { end?: Partial<ListingEnd>; hold?: boolean; perCall?: number } = {},
+) {
   let held: () => void = () => {};
   const holding = new Promise<void>((resolve) => (held = resolve));
-  const list: ListCollection = async (request, onEntry) => {
-    for (const item of entries.slice(0, request.maxItems)) {
+  const perCall = options.perCall ?? ENTRIES_PER_HANDING;
+  const list: ListCollection = async (request, onEntries) => {
+    const listed = entries.slice(0, request.maxItems);
+    for (let at = 0; at < listed.length; at += perCall) {
       if (request.signal.aborted) break;
-      await onEntry(item);
+      await onEntries(listed.slice(at, at + perCall));
     }
     if (options.hold && !request.signal.aborted) {
       const aborted = new Promise((resolve) => request.signal.addEventListener('abort', resolve, { once: true }));
@@ -130,65 +144,71 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
     return { parent: await row(job.id), result };
   }
 
-  it('makes one item per entry: born done, shared by duplicates, refused by the policy, nested refused', async () => {
-    const { list } = listerOf([
-      entry(1, STORED),
-      entry(2, 'https://m.example/a.m4a'),
-      entry(3, 'https://M.EXAMPLE/a.m4a'),
-      entry(4, 'http://169.254.169.254/x'),
-      entry(5, 'file:///etc/passwd'),
-      entry(6, 'https://m.example/nested.xml', true),
-      entry(7, 'https://refused.example/b.m4a'),
-    ]);
-    const { parent, result } = await listed(list, 10);
-    expect(parent.kind).toBe('collection');
-    expect(parent.maxItems).toBe(5); // PLAYLIST_MAX_ITEMS wins over the request's higher one
-    expect(parent.status).toBe('listed');
-    expect(statusShown(parent)).toBe('running');
-    expect(result).toBeUndefined();
-    expect(parent).toMatchObject({
-      collectionTitle: 'A Feed',
-      truncated: true,
-      entriesFound: 5,
-      children: 2,
-      childrenDone: 1,
-      itemsRefused: 2,
-    });
-    // 169.254.169.254 refused at policy without a look-up; only m.example was resolved.
-    expect(new Set(resolved)).toEqual(new Set(['m.example']));
+  it.each([1, ENTRIES_PER_HANDING])(
+    'makes one item per entry: born done, shared by duplicates, refused by the policy, nested refused (%i a call)',
+    async (perCall) => {
+      const { list } = listerOf(
+        [
+          entry(1, STORED),
+          entry(2, 'https://m.example/a.m4a'),
+          entry(3, 'https://M.EXAMPLE/a.m4a'),
+          entry(4, 'http://169.254.169.254/x'),
+          entry(5, 'file:///etc/passwd'),
+          entry(6, 'https://m.example/nested.xml', true),
+          entry(7, 'https://refused.example/b.m4a'),
+        ],
+        { perCall },
+      );
+      const { parent, result } = await listed(list, 10);
+      expect(parent.kind).toBe('collection');
+      expect(parent.maxItems).toBe(5); // PLAYLIST_MAX_ITEMS wins over the request's higher one
+      expect(parent.status).toBe('listed');
+      expect(statusShown(parent)).toBe('running');
+      expect(result).toBeUndefined();
+      expect(parent).toMatchObject({
+        collectionTitle: 'A Feed',
+        truncated: true,
+        entriesFound: 5,
+        children: 2,
+        childrenDone: 1,
+        itemsRefused: 2,
+      });
+      // 169.254.169.254 refused at policy without a look-up; only m.example was resolved.
+      expect(new Set(resolved)).toEqual(new Set(['m.example']));
 
-    const { items, nextAfter } = await service.items(parent.id, { after: 0, limit: 100 });
-    expect(nextAfter).toBeNull();
-    const outcomes = items.map((item) =>
-      'job' in item ? [item.index, item.job.job.id, item.job.job.status] : [item.index, item.problem.code],
-    );
-    const [bornDone, child] = [items[0]!, items[1]!].map((item) => ('job' in item ? item.job.job : undefined));
-    expect(bornDone).toMatchObject({ bornDone: true, parentId: parent.id, apiKeyId: '' });
-    expect(child).toMatchObject({ status: 'queued', parentId: parent.id, requestId: 'req-1' });
-    expect(outcomes).toEqual([
-      [1, bornDone!.id, 'done'],
-      [2, child!.id, 'queued'],
-      [3, child!.id, 'queued'],
-      [4, 'address_link_local'],
-      [5, 'url_scheme_not_allowed'],
-    ]);
-    // The born-done child's end was reported, as a submission's is.
-    expect(ended.map((e) => e.job.id)).toEqual([bornDone!.id]);
+      const { items, nextAfter } = await service.items(parent.id, { after: 0, limit: 100 });
+      expect(nextAfter).toBeNull();
+      const outcomes = items.map((item) =>
+        'job' in item ? [item.index, item.job.job.id, item.job.job.status] : [item.index, item.problem.code],
+      );
+      const [bornDone, child] = [items[0]!, items[1]!].map((item) => ('job' in item ? item.job.job : undefined));
+      expect(bornDone).toMatchObject({ bornDone: true, parentId: parent.id, apiKeyId: '' });
+      expect(child).toMatchObject({ status: 'queued', parentId: parent.id, requestId: 'req-1' });
+      expect(outcomes).toEqual([
+        [1, bornDone!.id, 'done'],
+        [2, child!.id, 'queued'],
+        [3, child!.id, 'queued'],
+        [4, 'address_link_local'],
+        [5, 'url_scheme_not_allowed'],
+      ]);
+      // The born-done child's end was reported, as a submission's is.
+      expect(ended.map((e) => e.job.id)).toEqual([bornDone!.id]);
 
-    // Paging: two at a time, after the last index seen.
-    const first = await service.items(parent.id, { after: 0, limit: 2 });
-    expect(first.items.map((item) => item.index)).toEqual([1, 2]);
-    expect(first.nextAfter).toBe(2);
-    const second = await service.items(parent.id, { after: 2, limit: 2 });
-    expect(second.items.map((item) => item.index)).toEqual([3, 4]);
+      // Paging: two at a time, after the last index seen.
+      const first = await service.items(parent.id, { after: 0, limit: 2 });
+      expect(first.items.map((item) => item.index)).toEqual([1, 2]);
+      expect(first.nextAfter).toBe(2);
+      const second = await service.items(parent.id, { after: 2, limit: 2 });
+      expect(second.items.map((item) => item.index)).toEqual([3, 4]);
 
-    // The last child's end ends the parent, in its own transaction; the parent's callback is then due.
-    expect((await deliveryForJob(database, parent.id))?.status).toBe('pending');
-    const claimedChild = await claimNextJob(database, lease());
-    expect(claimedChild?.id).toBe(child!.id);
-    await database.transaction((q) => markDone(q, child!.id, OWNER, 'cid-a', 5000));
-    expect(await row(parent.id)).toMatchObject({ status: 'done', finishedAt: 5000, childrenDone: 2, children: 2 });
-  });
+      // The last child's end ends the parent, in its own transaction; the parent's callback is then due.
+      expect((await deliveryForJob(database, parent.id))?.status).toBe('pending');
+      const claimedChild = await claimNextJob(database, lease());
+      expect(claimedChild?.id).toBe(child!.id);
+      await database.transaction((q) => markDone(q, child!.id, OWNER, 'cid-a', 5000));
+      expect(await row(parent.id)).toMatchObject({ status: 'done', finishedAt: 5000, childrenDone: 2, children: 2 });
+    },
+  );
 
   it('nests no collection and refuses entries past the queue limit as items', async () => {
     submit.admitJob = createAdmission({ database, maxQueuedJobs: 1, confinementOk: () => true });
@@ -270,7 +290,8 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
     const claimed = (await claimNextJob(database, lease()))!;
     const entries = [1, 2].map((n) => entry(n, `https://m.example/${n}.m4a`));
     const run = createCollectionRunner({
-      listCollection: listerOf(entries).list,
+      // Handed on one by one, as a listing hands its first entry: the first is recorded, the second waits.
+      listCollection: listerOf(entries, { perCall: 1 }).list,
       submit,
       onJobEnded: () => {},
       entryTokens,
@@ -374,8 +395,8 @@ describe.each(BACKENDS)('collections on %s', (kind) => {
   /** A listing that hands on `entries` and then throws, as a crashing listing run does. */
   const crashingLister =
     (entries: CollectionEntry[]): ListCollection =>
-    async (_request, onEntry) => {
-      for (const item of entries) await onEntry(item);
+    async (_request, onEntries) => {
+      for (const item of entries) await onEntries([item]);
       throw new Error('the listing crashed');
     };
 

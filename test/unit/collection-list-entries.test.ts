@@ -97,8 +97,8 @@ async function collect(
   session?: Partial<GuardSession>,
 ): Promise<{ entries: CollectionEntry[]; end: Awaited<ReturnType<ReturnType<typeof createListCollection>>> }> {
   const entries: CollectionEntry[] = [];
-  const end = await listWith(fake.sandbox, session)(request(maxItems), (entry) => {
-    entries.push(entry);
+  const end = await listWith(fake.sandbox, session)(request(maxItems), (handed) => {
+    entries.push(...handed);
     return Promise.resolve();
   });
   return { entries, end };
@@ -151,23 +151,25 @@ describe('entries', () => {
     expect(exact.entries).toHaveLength(2);
   });
 
-  it('onEntry is awaited before the next, and the listing ends after the last', async () => {
+  it('onEntries is awaited before its next call, which takes the entries listed meanwhile, in order, 64 at most', async () => {
+    const fake = fakeSandbox(Array.from({ length: 70 }, (_, i) => top(i + 1)));
     const calls: string[] = [];
-    const end = await listWith(fakeSandbox([1, 2, 3].map((i) => top(i))).sandbox)(request(), async (entry) => {
-      calls.push(`start ${entry.index}`);
-      for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve));
-      calls.push(`end ${entry.index}`);
+    const end = await listWith(fake.sandbox)(request(100), async (entries) => {
+      calls.push(`start ${entries[0]!.index}-${entries.at(-1)!.index}`);
+      // The first call is busy until the run has printed every line.
+      while (entries[0]!.index === 1 && fake.runs[0]!.printed < 70) await new Promise((r) => setImmediate(r));
+      calls.push(`end ${entries[0]!.index}-${entries.at(-1)!.index}`);
     });
-    expect(calls).toEqual(['start 1', 'end 1', 'start 2', 'end 2', 'start 3', 'end 3']);
+    expect(calls).toEqual(['start 1-1', 'end 1-1', 'start 2-65', 'end 2-65', 'start 66-70', 'end 66-70']);
     expect(end.error).toBeNull();
   });
 
-  it('an onEntry that throws stops the run, and the listing rejects with its error', async () => {
+  it('an onEntries that throws stops the run, and the listing rejects with its error', async () => {
     const fake = fakeSandbox([1, 2, 3, 4, 5, 6].map((i) => top(i)));
     const seen: number[] = [];
-    const listing = listWith(fake.sandbox)(request(), (entry) => {
-      seen.push(entry.index);
-      return entry.index === 2 ? Promise.reject(new Error('the parent could not take it')) : Promise.resolve();
+    const listing = listWith(fake.sandbox)(request(), (entries) => {
+      seen.push(...entries.map((entry) => entry.index));
+      return seen.includes(2) ? Promise.reject(new Error('the parent could not take it')) : Promise.resolve();
     });
     await expect(listing).rejects.toThrow('the parent could not take it');
     expect(seen).toEqual([1, 2]);

@@ -18,7 +18,13 @@ import {
 } from '../fetch/attempt.js';
 import { JobFailure } from '../fetch/step.js';
 import { listingFolder } from '../fetch/work-folder.js';
-import type { CollectionEntry, ListCollection, ListingEnd, ListingRequest } from './listing.js';
+import {
+  ENTRIES_PER_HANDING,
+  type CollectionEntry,
+  type ListCollection,
+  type ListingEnd,
+  type ListingRequest,
+} from './listing.js';
 
 /**
  * The listing of a collection (./listing.ts's ListCollection): one yt-dlp run, made, confined and
@@ -32,8 +38,9 @@ import type { CollectionEntry, ListCollection, ListingEnd, ListingRequest } from
  * extractor reads a whole feed before its first entry; PLAYLIST_LISTING_TIMEOUT_S stops it
  * (listing_timeout); TOOL_MEMORY_BYTES, TOOL_CPU_S and TOOL_MAX_PROCESSES hold as for any tool run.
  *
- * Entries go to onEntry one at a time, in order, as the run prints them; those printed while
- * onEntry is busy wait in a queue, at most maxItems of them. An entry that is a collection
+ * Entries go to onEntries in order as the run prints them: those printed while it is busy wait
+ * in a queue (at most maxItems of them) and go together in its next call, at most
+ * ENTRIES_PER_HANDING a call. An entry that is a collection
  * itself is handed on as nested, never listed: one whose `_type` says so, and one whose entries
  * the extractor lists in place (lines naming another playlist_id than the first line's).
  */
@@ -56,7 +63,7 @@ const ENOUGH: JobError = jobError('internal_error', { detail: 'Enough entries we
 const NOT_A_COLLECTION: JobError = jobError('not_a_collection');
 
 export function createListCollection(deps: ListCollectionDeps): ListCollection {
-  return async (request, onEntry) => {
+  return async (request, onEntries) => {
     const log = deps.log.child({ job_id: request.jobId });
     const egress = deps.openEgressSession?.(request.jobId, { maxBytes: deps.listing.maxBytes });
     const workDir = listingFolder(deps.workDir, request.jobId);
@@ -71,7 +78,7 @@ export function createListCollection(deps: ListCollectionDeps): ListCollection {
       directAttempt: null,
       otherFolders: [],
     };
-    const listing = new Listing(request, onEntry);
+    const listing = new Listing(request, onEntries);
     const timer = setTimeout(
       () => listing.stop(jobError('listing_timeout', { values: { limit: deps.listing.timeoutMs / 1000 } })),
       deps.listing.timeoutMs,
@@ -115,12 +122,15 @@ class Listing {
   /** The collection listed, as its first line names it; lines naming another are a nested collection's. */
   private first: ListedLine | undefined;
   private readonly nestedSeen = new Set<string>();
-  private handing: Promise<void> = Promise.resolve();
+  /** Entries printed and not yet handed on, in order. */
+  private waiting: CollectionEntry[] = [];
+  /** The handing on under way, while there is one. */
+  private handing: Promise<void> | null = null;
   private failure: { thrown: unknown } | null = null;
 
   constructor(
     private readonly request: ListingRequest,
-    private readonly onEntry: (entry: CollectionEntry) => Promise<void>,
+    private readonly onEntries: (entries: CollectionEntry[]) => Promise<void>,
   ) {}
 
   stop(reason: JobError): void {
@@ -164,22 +174,30 @@ class Listing {
     return { url: listed.url, title: listed.title, nested: listed.collection };
   }
 
-  /** onEntry for each entry in turn; a failure of onEntry stops the run, and the listing rejects with it. */
+  /** Queues the entry for onEntries; a failure of onEntries stops the run, and the listing rejects with it. */
   private hand(entry: CollectionEntry): void {
-    this.handing = this.handing.then(async () => {
-      if (this.failure !== null || this.request.signal.aborted) return;
+    this.waiting.push(entry);
+    // From the next microtask: the lines of one read of the run's output go together.
+    this.handing ??= Promise.resolve().then(() => this.handOn());
+  }
+
+  private async handOn(): Promise<void> {
+    while (this.waiting.length > 0) {
+      const entries = this.waiting.splice(0, ENTRIES_PER_HANDING);
+      if (this.failure !== null || this.request.signal.aborted) continue;
       try {
-        await this.onEntry(entry);
+        await this.onEntries(entries);
       } catch (err) {
         this.failure = { thrown: err };
         this.stop(ENOUGH);
       }
-    });
+    }
+    this.handing = null;
   }
 
   /** Once every entry printed has been handed on (or the listing was stopped from outside). */
   async drained(): Promise<void> {
-    await this.handing;
+    while (this.handing !== null) await this.handing;
     if (this.failure !== null) throw this.failure.thrown;
   }
 }

@@ -28,7 +28,7 @@ export interface ListingEnd {
 
 export interface ListingRequest {
   url: string;
-  /** At most this many entries are handed to onEntry. */
+  /** At most this many entries are handed to onEntries. */
   maxItems: number;
   /** Aborted: the listing run is stopped at once (cancel, shutdown); the promise then resolves with the reason as its error. */
   signal: AbortSignal;
@@ -36,14 +36,19 @@ export interface ListingRequest {
   jobId: string;
 }
 
+/** The most entries one call of onEntries is handed: what the parent writes in one transaction. */
+export const ENTRIES_PER_HANDING = 64;
+
 /**
- * Lists a collection, calling onEntry for each entry as it is listed (so the first child can
- * start before the listing ends) and awaiting it before the next (back-pressure). Resolves once
- * the run has ended and every entry listed has been handed on; never rejects for what the URL or
- * the tool did. An onEntry that rejects stops the run, and the listing rejects with its error.
+ * Lists a collection, handing its entries to onEntries as they are listed (so the first child can
+ * start before the listing ends), in order, and awaiting each call before the next
+ * (back-pressure): a call gets every entry listed while the one before was busy, at most
+ * ENTRIES_PER_HANDING, so that the parent writes them together. Resolves once the run has ended
+ * and every entry listed has been handed on; never rejects for what the URL or the tool did. An
+ * onEntries that rejects stops the run, and the listing rejects with its error.
  * Implemented by ./list-entries.ts (createListCollection).
  */
 export type ListCollection = (
   request: ListingRequest,
-  onEntry: (entry: CollectionEntry) => Promise<void>,
+  onEntries: (entries: CollectionEntry[]) => Promise<void>,
 ) => Promise<ListingEnd>;

@@ -125,51 +125,64 @@ export async function recordedItems(
   return { indexes: new Set(rows.map((row) => row.idx)), childByUrlKey };
 }
 
-/** Rolls back an item's transaction when its parent is no longer being listed by this node. */
+/** Rolls back an items' transaction when its parent is no longer being listed by this node. */
 class ListingLost extends Error {}
 
 /**
- * Records an entry's item, and links a new child (`linkChild`) to the parent, in one transaction
- * that holds only while `owner` still lists the parent. False when it no longer does (canceled,
- * or taken over): nothing is written. A parent submitted with item_callbacks gives the child it
- * links a callback delivery of its own, to the parent's callback URL, in that transaction: only a
- * linked child gets one, once (entries of the same URL share the child and link it once).
+ * Records entries' items, and links their new children (`linkChildren`, job ids) to the parent,
+ * in one transaction that holds only while `owner` still lists the parent. False when it no
+ * longer does (canceled, or taken over): nothing is written. A parent submitted with
+ * item_callbacks gives each child it links a callback delivery of its own, to the parent's
+ * callback URL, in that transaction: only a linked child gets one, once (entries of the same URL
+ * share the child and link it once).
  */
-export async function recordItem(
+export async function recordItems(
   deps: Pick<SubmitDeps, 'database' | 'recordCallback' | 'now'>,
   parent: { id: string; owner: string },
-  item: { index: number; url: string; title: string | null; jobId: string | null; problem: StoredProblem | null },
-  linkChild: boolean,
+  items: Array<{
+    index: number;
+    url: string;
+    title: string | null;
+    jobId: string | null;
+    problem: StoredProblem | null;
+  }>,
+  linkChildren: string[],
 ): Promise<boolean> {
+  if (items.length === 0) return true;
   try {
     await deps.database.transaction(async (q) => {
-      const { jobs, collectionItems: items, callbackDeliveries } = q.t;
+      const { jobs, collectionItems, callbackDeliveries } = q.t;
+      const refused = items.filter((item) => item.problem !== null).length;
       const [counted] = await q.db
         .update(jobs)
         .set({
-          entriesFound: sql`${jobs.entriesFound} + 1`,
-          itemsRefused: sql`${jobs.itemsRefused} + ${item.problem ? 1 : 0}`,
+          entriesFound: sql`${jobs.entriesFound} + ${items.length}`,
+          itemsRefused: sql`${jobs.itemsRefused} + ${refused}`,
         })
         .where(and(eq(jobs.id, parent.id), eq(jobs.status, 'running'), eq(jobs.lockOwner, parent.owner)))
         .returning({ itemCallbacks: jobs.itemCallbacks });
       if (!counted) throw new ListingLost();
-      await q.db.insert(items).values({
-        parentId: parent.id,
-        idx: item.index,
-        url: item.url,
-        title: item.title,
-        jobId: item.jobId,
-        problem: item.problem && JSON.stringify(item.problem),
-      });
-      // The trigger counts the child, and its end if it has ended already (born done).
-      if (!linkChild || !item.jobId) return;
-      await q.db.update(jobs).set({ parentId: parent.id }).where(eq(jobs.id, item.jobId));
+      await q.db.insert(collectionItems).values(
+        items.map((item) => ({
+          parentId: parent.id,
+          idx: item.index,
+          url: item.url,
+          title: item.title,
+          jobId: item.jobId,
+          problem: item.problem && JSON.stringify(item.problem),
+        })),
+      );
+      // The trigger counts each child, and its end if it has ended already (born done).
+      if (linkChildren.length === 0) return;
+      await q.db.update(jobs).set({ parentId: parent.id }).where(inArray(jobs.id, linkChildren));
       if (!counted.itemCallbacks) return;
       const [callback] = await q.db
         .select({ url: callbackDeliveries.url })
         .from(callbackDeliveries)
         .where(eq(callbackDeliveries.jobId, parent.id));
-      if (callback) await deps.recordCallback(q, { jobId: item.jobId, url: callback.url, createdAt: deps.now() });
+      if (!callback) return;
+      for (const jobId of linkChildren)
+        await deps.recordCallback(q, { jobId, url: callback.url, createdAt: deps.now() });
     });
     return true;
   } catch (err) {
