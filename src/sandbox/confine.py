@@ -46,6 +46,9 @@ import time
 MARKER = 'source-fetch-sandbox:'
 SETUP_FAILED = 125
 NOT_FOUND = 127
+# yt-dlp run in the sandbox's own interpreter (resident.py) ended by a MemoryError: an allocation
+# the run's data ceiling refused, told by the exception itself, never by words a tool printed.
+MEMORY_EXHAUSTED = 123
 
 # pivot_root(2), which the C library need not wrap.
 PIVOT_ROOT = {'x86_64': 155, 'aarch64': 41}.get(os.uname().machine, 155)

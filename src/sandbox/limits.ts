@@ -54,6 +54,17 @@ export const PRLIMIT_NOT_FOUND = /^prlimit: failed to execute /m;
  */
 const OUT_OF_MEMORY =
   /\bMemoryError\b|Unable to allocate output buffer|Cannot allocate memory|std::bad_alloc|\bout of memory\b/i;
+/** confine.py's MEMORY_EXHAUSTED: yt-dlp in the resident sandbox's interpreter ended by a MemoryError. */
+export const MEMORY_EXHAUSTED_STATUS = 123;
+/** Python's abort() after a fatal error: the signal, or confine.py's 128 + signal. */
+const SIGABRT_STATUS = 128 + 6;
+/**
+ * The fatal errors of Python 3.11 (Debian 12's) that a run at its data ceiling dies of instead of a
+ * MemoryError, written by the interpreter itself before it aborts: a recursion through the
+ * handling of MemoryErrors, or none left to raise.
+ */
+const PYTHON_FATAL_OUT_OF_MEMORY =
+  /^Fatal Python error: (?:\w+: )?(?:Cannot recover from stack overflow|Cannot recover from MemoryErrors while normalizing exceptions|Out of memory)/m;
 /** A write refused under the file size limit where SIGXFSZ is ignored (Python: EFBIG). */
 const FILE_TOO_LARGE = /File too large|\[Errno 27\]/;
 /** fork() or a new thread refused under the process limit: EAGAIN in C, Python's own words for threads. */
@@ -61,14 +72,19 @@ const NO_MORE_PROCESSES = /Resource temporarily unavailable|can't start new thre
 
 /**
  * Which ceiling ended a run, from how it ended: a signal (or confine.py's 128 + signal) for CPU and
- * file size, the tool's report of a refused allocation, write or fork otherwise. Null for a run
- * that ended for any other reason.
+ * file size, the sandbox's status for a MemoryError, the tool's report of a refused allocation,
+ * write or fork otherwise. Python's fatal errors count as memory only with the abort that ends
+ * them, which no words a tool passes on from an origin can make. Null for a run that ended for any
+ * other reason.
  */
 export function exceededLimit(
   result: Pick<RunProcessResult, 'exitCode' | 'signal' | 'stderrTail'>,
 ): ExceededLimit | null {
   if (result.signal === 'SIGXCPU' || result.exitCode === SIGXCPU_STATUS) return 'cpu';
   if (result.signal === 'SIGXFSZ' || result.exitCode === SIGXFSZ_STATUS) return 'file_size';
+  if (result.exitCode === MEMORY_EXHAUSTED_STATUS) return 'memory';
+  const aborted = result.signal === 'SIGABRT' || result.exitCode === SIGABRT_STATUS;
+  if (aborted && PYTHON_FATAL_OUT_OF_MEMORY.test(result.stderrTail)) return 'memory';
   // ffmpeg reports a refused allocation while decoding and may still exit 0.
   if (OUT_OF_MEMORY.test(result.stderrTail)) return 'memory';
   if (result.exitCode === 0) return null;

@@ -38,7 +38,8 @@ A run, in the forked child (the run's leader):
      the host's data), and for "guard" the bridge 127.0.0.1:PORT → GUARD_SOCKET, as confine.py
      gives a tool it starts;
   3. forks the run's PID 1, which serves the bridge, and either runs yt_dlp.main(argv) itself
-     (when command is the imported LAUNCHER) or starts command as confine.py does (passing
+     (when command is the imported LAUNCHER; a MemoryError that ends it is the status
+     confine.MEMORY_EXHAUSTED) or starts command as confine.py does (passing
      signals on, reaping orphans): stdin /dev/null, stdout and stderr on pipes, cwd; the tool, or
      yt-dlp in PID 1, under the request's limits (confine.apply_limits);
   4. relays stdout (frame O) and stderr (frame E), then the exit status (frame X, JSON). A setup
@@ -472,7 +473,9 @@ def run_ytdlp(yt_dlp, argv):
 
 
 def ytdlp_status(yt_dlp, argv):
-    """yt-dlp's main(), returning the status the interpreter would exit with."""
+    """yt-dlp's main(), returning the status the interpreter would exit with, but for a MemoryError
+    that ends it (raised, or met while handling another exception): confine.MEMORY_EXHAUSTED, with
+    the traceback the interpreter would print."""
     try:
         yt_dlp.main(argv)
     except SystemExit as end:
@@ -482,7 +485,26 @@ def ytdlp_status(yt_dlp, argv):
             return end.code
         sys.stderr.write(f'{end.code}\n')
         return 1
+    except BaseException as err:
+        if not out_of_memory(err):
+            raise
+        try:
+            traceback.print_exc()
+        except MemoryError:
+            pass
+        return confine.MEMORY_EXHAUSTED
     return 0
+
+
+def out_of_memory(err):
+    """Whether a MemoryError is among an exception and those it was raised from or while handling."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, MemoryError):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def relay(conn, pid1, out_r, err_r):

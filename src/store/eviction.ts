@@ -1,5 +1,7 @@
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Database, Queryable } from '../db/database.js';
+import { databaseOutage } from '../db/outage.js';
+import type { CommitReserve } from './commit-reserve.js';
 import type { ContentStore } from './content-store.js';
 import { markEvicted } from './evicted.js';
 import type { StoreSpace } from './free-space.js';
@@ -11,15 +13,21 @@ import { lockContent, pinnedAmong } from './pins.js';
  * used together), with their files and the aliases that pointed at them; the time each content
  * went is kept (./evicted.ts) for the records of the jobs done with it. Rows are read in
  * last-use order through the index, a batch at a time, so the cost grows with what is evicted,
- * not with the size of the store. Rows first, files after, in one transaction: a crash in
- * between leaves files without rows, which start-up reconciliation removes; never a row without
- * its file.
+ * not with the size of the store. Rows first, in one transaction; files only once it has
+ * committed (`removeUnrecorded`), so a commit the database refuses (its disk full, its connection
+ * lost) leaves every row with its file; one refused for lack of room on a volume it shares with
+ * the store commits in a reserve kept for it (./commit-reserve.ts), as no unlink has made room
+ * before it. Never a row without its file: a crash or a failure
+ * between the commit and the unlink leaves files without rows, of content marked evicted, which
+ * the next run of the size cap (./size-cap.ts) or start-up reconciliation (./reconcile.ts) removes.
  *
  * Never evicted: content a job is storing, pinned in the database by the store's put until the
- * job has recorded it, on any node (the victims are locked, their pins checked, their rows and
- * files removed before the lock is let go, and a pin takes the same lock); and content a job
- * reuses, which it checks and records in one transaction. A queued job holds no content: it
- * may need content only through an alias, which it checks when it runs.
+ * job has recorded it, on any node (the victims are locked and their pins checked before their
+ * rows go, and a pin takes the same lock); and content a job reuses, which it checks and records
+ * in one transaction. Between the commit and the unlink, born-done jobs and delivery find no row;
+ * a put that pins the content then may find its file still there and take it up: the unlink
+ * takes the lock again and leaves the files of content pinned or recorded since. A queued job
+ * holds no content: it may need content only through an alias, which it checks when it runs.
  */
 export interface StoreTotals {
   bytes: number;
@@ -50,6 +58,44 @@ export interface EvictionResult {
   evictedArtifacts: number;
   evictedBytes: number;
   evictedContentIds: string[];
+  /**
+   * Evicted content whose files could not be removed after the commit (the database lost, an
+   * unlink refused): the run stopped there, as its files still take their space; for the next run.
+   */
+  filesLeft: string[];
+  /** Why `filesLeft` are left. */
+  filesError?: unknown;
+}
+
+/**
+ * Removes the files of content whose rows are gone, once their removal has committed: under the
+ * content locks, but for content a put has pinned since (it may have found the files there and be
+ * recording them; a put that fails takes back what no row names) or that has rows again. Returns
+ * the ids whose folders it removed. A reader that has a file open keeps reading it: unlinking does
+ * not cut a download short.
+ */
+export async function removeUnrecorded(deps: {
+  database: Database;
+  store: ContentStore;
+  contentIds: string[];
+  now: () => number;
+}): Promise<string[]> {
+  const { database, store, contentIds } = deps;
+  if (contentIds.length === 0) return [];
+  return database.transaction(async (q) => {
+    const { cacheEntries } = q.t;
+    await lockContent(q, contentIds, 'remove');
+    const pinned = await pinnedAmong(q, contentIds, deps.now());
+    const recorded = await q.db
+      .selectDistinct({ contentId: cacheEntries.contentId })
+      .from(cacheEntries)
+      .where(inArray(cacheEntries.contentId, contentIds));
+    const kept = new Set([...pinned, ...recorded.map((row) => row.contentId)]);
+    const removable = contentIds.filter((contentId) => !kept.has(contentId));
+    // Still under the locks: no put can pin these until their files are gone.
+    for (const contentId of removable) store.removeSync(contentId);
+    return removable;
+  });
 }
 
 export interface EvictionCursor {
@@ -97,11 +143,13 @@ export async function evictToCap(deps: {
   capBytes: number;
   now: () => number;
   space?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
+  /** Room on the database's volume for a commit refused for lack of it (./commit-reserve.ts). */
+  reserve?: CommitReserve;
   batchSize?: number;
 }): Promise<EvictionResult> {
   const { database, store } = deps;
   const batchSize = deps.batchSize ?? 200;
-  const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
+  const result: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [], filesLeft: [] };
   let cursor: EvictionCursor | undefined;
   /** Bytes to evict: past the cap, or short of the free space to keep, whichever is more. */
   const shortfall = async () => {
@@ -135,48 +183,63 @@ export async function evictToCap(deps: {
       break;
     }
 
-    const removed = await database.transaction(async (q) => {
-      const { cacheEntries, aliases } = q.t;
-      const touched = [...new Set(candidates.map((row) => row.contentId))];
-      await lockContent(q, touched, 'remove');
-      // Pinned since the batch was read: a put on some node is storing it now.
-      const pinnedNow = await pinnedAmong(q, touched, deps.now());
-      const victims = candidates.filter((row) => !pinnedNow.has(row.contentId));
-      const deleted: Array<{ contentId: string; bytes: number }> = [];
-      for (const victim of victims) {
-        // Only if unused since the batch was read: a job (born done, or through the media alias)
-        // may have taken it up, under the same lock, in between.
-        const gone = await q.db
-          .delete(cacheEntries)
-          .where(
-            and(
-              eq(cacheEntries.contentId, victim.contentId),
-              eq(cacheEntries.name, victim.name),
-              eq(cacheEntries.lastUsedAt, victim.lastUsedAt),
-            ),
-          )
-          .returning({ bytes: cacheEntries.bytes });
-        if (gone.length === 0) continue;
-        // A content's files go together (its WAV and the peaks drawn from it): the others of its rows too.
-        const rest = await q.db
-          .delete(cacheEntries)
-          .where(eq(cacheEntries.contentId, victim.contentId))
-          .returning({ bytes: cacheEntries.bytes });
-        for (const row of [...gone, ...rest]) deleted.push({ contentId: victim.contentId, bytes: row.bytes });
-      }
-      const goneIds = [...new Set(deleted.map((row) => row.contentId))];
-      if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
-      await markEvicted(q, goneIds, deps.now());
-      // Still under the content locks: no put can pin these until their files are gone. A reader
-      // that has a file open keeps reading it: unlinking does not cut a download short.
-      for (const contentId of goneIds) store.removeSync(contentId);
-      return { deleted, goneIds };
-    });
+    const removeRows = () =>
+      database.transaction(async (q) => {
+        const { cacheEntries, aliases } = q.t;
+        const touched = [...new Set(candidates.map((row) => row.contentId))];
+        await lockContent(q, touched, 'remove');
+        // Pinned since the batch was read: a put on some node is storing it now.
+        const pinnedNow = await pinnedAmong(q, touched, deps.now());
+        const victims = candidates.filter((row) => !pinnedNow.has(row.contentId));
+        const deleted: Array<{ contentId: string; bytes: number }> = [];
+        for (const victim of victims) {
+          // Only if unused since the batch was read: a job (born done, or through the media alias)
+          // may have taken it up, under the same lock, in between.
+          const gone = await q.db
+            .delete(cacheEntries)
+            .where(
+              and(
+                eq(cacheEntries.contentId, victim.contentId),
+                eq(cacheEntries.name, victim.name),
+                eq(cacheEntries.lastUsedAt, victim.lastUsedAt),
+              ),
+            )
+            .returning({ bytes: cacheEntries.bytes });
+          if (gone.length === 0) continue;
+          // A content's files go together (its WAV and the peaks drawn from it): the others of its rows too.
+          const rest = await q.db
+            .delete(cacheEntries)
+            .where(eq(cacheEntries.contentId, victim.contentId))
+            .returning({ bytes: cacheEntries.bytes });
+          for (const row of [...gone, ...rest]) deleted.push({ contentId: victim.contentId, bytes: row.bytes });
+        }
+        const goneIds = [...new Set(deleted.map((row) => row.contentId))];
+        if (goneIds.length > 0) await q.db.delete(aliases).where(inArray(aliases.contentId, goneIds));
+        await markEvicted(q, goneIds, deps.now());
+        return { deleted, goneIds };
+      });
+    let removed;
+    try {
+      removed = await removeRows();
+    } catch (err) {
+      // Refused for lack of room on the database's volume, which no unlink has freed yet: the reserve's.
+      if (databaseOutage(err) !== 'full' || !deps.reserve?.release()) throw err;
+      removed = await removeRows();
+    }
     // A candidate used meanwhile is hot now: the order changed, so the next batch starts over.
     if (removed.goneIds.length < new Set(candidates.map((row) => row.contentId)).size) cursor = undefined;
     result.evictedArtifacts += removed.deleted.length;
     result.evictedBytes += removed.deleted.reduce((sum, victim) => sum + victim.bytes, 0);
     result.evictedContentIds.push(...removed.goneIds);
+    try {
+      await removeUnrecorded({ database, store, contentIds: removed.goneIds, now: deps.now });
+    } catch (err) {
+      // Their space is not free yet: evicting more would not make up for it.
+      result.filesLeft.push(...removed.goneIds);
+      result.filesError = err;
+      break;
+    }
   }
+  deps.reserve?.restore();
   return result;
 }

@@ -6,14 +6,17 @@ import { openRegularFile } from '../tools/regular-file.js';
 import { parseWavHeader } from '../tools/wav.js';
 import { SOURCE_WAV_KIND, WAVEFORM_PEAKS_KIND } from './cache-entries.js';
 import { sha256File, type ContentStore } from './content-store.js';
-import { clearEvicted, markEvicted } from './evicted.js';
+import { clearEvicted, evictedAt, markEvicted } from './evicted.js';
+import { removeUnrecorded } from './eviction.js';
 import { AUDIO_ARTIFACT_NAME, isContentId, PEAKS_ARTIFACT_NAME } from './layout.js';
 import { MAX_PEAKS_JSON_BYTES } from '../audio/peaks.js';
 import { pinnedAmong } from './pins.js';
 
 /**
  * Start-up reconciliation of the store with its cache rows:
- *  - a file with no row is adopted when its bytes hash to its content id and it is a WAV the
+ *  - the files of content marked evicted (./evicted.ts) whose WAV has no row are removed: its
+ *    eviction committed, and the node stopped before it removed them (./eviction.ts);
+ *  - else a file with no row is adopted when its bytes hash to its content id and it is a WAV the
  *    service made (a crash between store and commit), else removed; a peaks.json with no row is
  *    adopted beside its content's WAV (with the WAV's last use) when it reads as peaks, else removed;
  *  - a row whose file is gone is dropped; a WAV's with every other row and file of its content
@@ -61,12 +64,19 @@ export async function reconcileStore(deps: {
       const names = (await fs.readdir(contentDir).catch(() => [] as string[])).sort(
         (a, b) => Number(b === AUDIO_ARTIFACT_NAME) - Number(a === AUDIO_ARTIFACT_NAME),
       );
-      if (
-        names.some((name) => !rows.has(`${contentId}/${name}`)) &&
-        (await pinnedAmong(deps.database, [contentId], deps.now())).size > 0
-      ) {
-        for (const name of names) seen.add(`${contentId}/${name}`);
-        continue;
+      if (names.some((name) => !rows.has(`${contentId}/${name}`))) {
+        if ((await pinnedAmong(deps.database, [contentId], deps.now())).size > 0) {
+          for (const name of names) seen.add(`${contentId}/${name}`);
+          continue;
+        }
+        if (
+          !rows.has(`${contentId}/${AUDIO_ARTIFACT_NAME}`) &&
+          (await evictedAt(deps.database, [contentId])).size > 0
+        ) {
+          const removed = await removeUnrecorded({ ...deps, contentIds: [contentId] });
+          if (removed.length > 0) counts.filesRemoved += names.length;
+          continue;
+        }
       }
       for (const name of names) {
         const key = `${contentId}/${name}`;

@@ -2,7 +2,8 @@ import type { Database } from '../db/database.js';
 import { giveBackLease, takeLease } from '../db/leases.js';
 import type { Logger } from '../logger.js';
 import type { ContentStore } from './content-store.js';
-import { evictToCap, readStoreTotals, type EvictionResult } from './eviction.js';
+import { evictToCap, readStoreTotals, removeUnrecorded, type EvictionResult } from './eviction.js';
+import type { CommitReserve } from './commit-reserve.js';
 import type { StoreSpace } from './free-space.js';
 import { dropExpiredPins } from './pins.js';
 
@@ -13,7 +14,8 @@ import { dropExpiredPins } from './pins.js';
  * node at a time across nodes (the 'evictor' lease; a node that finds it taken leaves the work to
  * its holder). A request during a run schedules one more run after it. Each run first writes this
  * node's uses still pending in memory, so content served since the last flush is not taken for
- * cold.
+ * cold, and removes the files a run before it evicted but could not remove (./eviction.ts:
+ * `filesLeft`; a node that stops first leaves them to start-up reconciliation).
  */
 export interface SizeCap {
   request(): void;
@@ -24,13 +26,14 @@ export interface SizeCap {
 
 const EVICTOR_LEASE = 'evictor';
 const EVICTOR_LEASE_MS = 10 * 60 * 1000;
-const NOTHING: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [] };
+const NOTHING: EvictionResult = { evictedArtifacts: 0, evictedBytes: 0, evictedContentIds: [], filesLeft: [] };
 
 export function createSizeCap(deps: {
   database: Database;
   store: ContentStore;
   capBytes: number;
   space?: Pick<StoreSpace, 'freeBytes' | 'minFreeBytes'>;
+  reserve?: CommitReserve;
   log: Logger;
   nodeId: string;
   now: () => number;
@@ -44,6 +47,22 @@ export function createSizeCap(deps: {
   let timer: NodeJS.Timeout | undefined;
   /** Whether the last run left the volume short of its free space: said once per stretch. */
   let stuck = false;
+  /** Evicted content whose files are still to be removed. */
+  let filesLeft: string[] = [];
+
+  /** Removes the files left by an earlier run; false if they are still left. */
+  async function removeFilesLeft(): Promise<boolean> {
+    if (filesLeft.length === 0) return true;
+    try {
+      await removeUnrecorded({ database: deps.database, store: deps.store, contentIds: filesLeft, now: deps.now });
+      deps.log.info({ contents: filesLeft.length }, 'removed the files of evicted content left by an earlier run');
+      filesLeft = [];
+      return true;
+    } catch (err) {
+      deps.log.error({ err, contents: filesLeft.length }, 'the files of evicted content could not be removed yet');
+      return false;
+    }
+  }
 
   /** After a run: the volume still short of free space means eviction cannot make room (logged once until it can). */
   async function noteStillShort(): Promise<void> {
@@ -68,12 +87,15 @@ export function createSizeCap(deps: {
     if (!(await takeLease(deps.database, EVICTOR_LEASE, deps.nodeId, deps.now(), EVICTOR_LEASE_MS))) return NOTHING;
     try {
       await dropExpiredPins(deps.database, deps.now());
+      // Until they are gone the space they take is not free: evicting more would not make up for it.
+      if (!(await removeFilesLeft())) return NOTHING;
       const result = await evictToCap({
         database: deps.database,
         store: deps.store,
         capBytes: deps.capBytes,
         now: deps.now,
         space: deps.space,
+        reserve: deps.reserve,
       });
       if (result.evictedArtifacts > 0) {
         deps.log.info(
@@ -86,6 +108,13 @@ export function createSizeCap(deps: {
           'store over its cap or short of free space: evicted the least recently used content',
         );
         deps.onEvicted?.(result);
+      }
+      if (result.filesLeft.length > 0) {
+        filesLeft = result.filesLeft;
+        deps.log.error(
+          { err: result.filesError, contents: filesLeft.length },
+          'evicted content whose files could not be removed: removing them on the next run',
+        );
       }
       await noteStillShort();
       return result;

@@ -1,5 +1,7 @@
 import type { Database } from '../db/database.js';
 import type { Logger } from '../logger.js';
+import path from 'node:path';
+import { createCommitReserve } from './commit-reserve.js';
 import type { ContentStore } from './content-store.js';
 import { createStoreSpace, type StatFs } from './free-space.js';
 import { createSizeCap } from './size-cap.js';
@@ -11,6 +13,7 @@ export interface StoreUpkeepConfig {
   storeMinFreeBytes: number;
   artifactCapBytes: number;
   evictionIntervalMs: number;
+  database: { kind: 'sqlite'; path: string } | { kind: 'postgres' };
 }
 
 export interface StoreUpkeepDeps {
@@ -29,7 +32,8 @@ export interface StoreUpkeepDeps {
 /**
  * What keeps the store within its bounds: free space on the artifact root's volume (eviction keeps
  * STORE_MIN_FREE_BYTES of it, and a node with less takes no job and says so in /healthz), the uses
- * of artifacts (served by the app, or by nginx through its usage log), and eviction by size cap.
+ * of artifacts (served by the app, or by nginx through its usage log), and eviction by size cap,
+ * with room kept beside a SQLite database for its commits (./commit-reserve.ts).
  */
 export function createStoreUpkeep(config: StoreUpkeepConfig, deps: StoreUpkeepDeps) {
   const { database, store, nodeId, now, log } = deps;
@@ -64,6 +68,10 @@ export function createStoreUpkeep(config: StoreUpkeepConfig, deps: StoreUpkeepDe
     store,
     capBytes: config.artifactCapBytes,
     space,
+    reserve:
+      config.database.kind === 'sqlite'
+        ? createCommitReserve(path.join(path.dirname(config.database.path), 'commit-reserve.bin'))
+        : undefined,
     log,
     nodeId,
     now,

@@ -33,10 +33,15 @@ export interface StoreFixture {
 
 export async function createStoreFixture(
   kind: DatabaseKind = 'sqlite',
-  opts: { now?: () => number } = {},
+  /**
+   * `database`: one of `kind` opened by the caller (closed with the fixture), instead of a fresh
+   * test database; `parent`: where the fixture's folder (its artifact root) is made, instead of the
+   * system's temp folder.
+   */
+  opts: { now?: () => number; database?: TestDatabase; parent?: string } = {},
 ): Promise<StoreFixture> {
-  const dir = await mkdtemp(path.join(tmpdir(), 'sf-store-'));
-  const database = await openTestDatabase(kind);
+  const dir = await mkdtemp(path.join(opts.parent ?? tmpdir(), 'sf-store-'));
+  const database = opts.database ?? (await openTestDatabase(kind));
   onTestFinished(async () => {
     await database.close();
     await rm(dir, { recursive: true, force: true });

@@ -8,6 +8,7 @@ import BetterSqlite3 from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Database } from '../../src/db/database.js';
 import { openSqlite } from '../../src/db/sqlite.js';
+import { createCommitReserve } from '../../src/store/commit-reserve.js';
 import { createContentStore, type ContentStore } from '../../src/store/content-store.js';
 import { evictToCap, readStoreTotals } from '../../src/store/eviction.js';
 import { createDatabasePins } from '../../src/store/pins.js';
@@ -133,6 +134,8 @@ describe.each(CASES)('a commit on a full volume, on $kind, $layout', ({ kind, la
       'test-node',
     );
     await mkdir(store.root);
+    // As the service keeps beside its SQLite database: eviction commits there, on a full volume.
+    const reserve = kind === 'sqlite' ? createCommitReserve(path.join(dir, 'commit-reserve.bin')) : undefined;
     const filler = path.join(volume, 'filler.bin');
     await writeFile(filler, '');
 
@@ -184,7 +187,7 @@ describe.each(CASES)('a commit on a full volume, on $kind, $layout', ({ kind, la
         expect((await readStoreTotals(database)).bytes).toBe(files.reduce((sum, file) => sum + file.bytes, 0));
         outcomes.push('done');
         // Evicted whole, for the next job to start from the same free space.
-        await evictToCap({ database, store, capBytes: 0, now: Date.now });
+        await evictToCap({ database, store, capBytes: 0, now: Date.now, reserve });
         expect(await filesUnder(store.root)).toEqual([]);
       } else {
         expect(seen).toMatchObject({ status: 'failed', error: 'storage_full' });
