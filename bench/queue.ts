@@ -31,7 +31,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import postgres from 'postgres';
 import { openPostgres } from '../src/db/postgres.js';
-import { claimNextJob, markDone, recordProgress, type Lease } from '../src/jobs/queue.js';
+import { claimNextJob, markDone, type Lease } from '../src/jobs/queue.js';
 import { createWorkerPool, type WorkerPool } from '../src/jobs/worker-pool.js';
 import { startPostgresCluster, type PostgresCluster } from '../test/support/postgres.js';
 
@@ -103,7 +103,7 @@ async function nodes(url: string, first: number, count: number): Promise<void> {
         while (Date.now() - started < lasts && !ctx.signal.aborted) {
           await sleep(500);
           const bytes = Math.round((total * (Date.now() - started)) / lasts);
-          void recordProgress(database, job.id, ctx.owner, Math.min(bytes, total), total).catch(() => {});
+          ctx.reportProgress?.(Math.min(bytes, total), total);
         }
         if (ctx.signal.aborted) return undefined;
         return database.transaction((q) => markDone(q, job.id, nodeId, 'bench-content', Date.now()));
@@ -181,7 +181,9 @@ const cpuSecondsBetween = (a: Map<number, number>, b: Map<number, number>) =>
 
 async function throughput(url: string, sql: postgres.Sql, processes: number): Promise<void> {
   await fill(sql, 100_000, 1_000);
-  const children = Array.from({ length: processes }, (_, i) => startChild('claimer', url, `claimer-${i}`, `${SECONDS}`));
+  const children = Array.from({ length: processes }, (_, i) =>
+    startChild('claimer', url, `claimer-${i}`, `${SECONDS}`),
+  );
   for (const child of children) await nextLine(child);
   const started = performance.now();
   for (const child of children) child.process.stdin!.write('go\n');
