@@ -125,21 +125,21 @@ async function nodes(url: string, first: number, count: number): Promise<void> {
 
 interface Child {
   process: ChildProcess;
-  lines: AsyncIterator<string>;
+  lines: AsyncIterator<string, undefined>;
 }
 
 function startChild(role: string, ...rest: string[]): Child {
   const child = spawn(process.execPath, [...process.execArgv, import.meta.filename, role, ...rest], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
-  const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   return { process: child, lines };
 }
 
 async function nextLine(child: Child): Promise<string> {
-  const { value, done } = await child.lines.next();
-  if (done) throw new Error('a child process ended early');
-  return value;
+  const next = await child.lines.next();
+  if (next.done === true) throw new Error('a child process ended early');
+  return next.value;
 }
 
 async function fill(sql: postgres.Sql, jobs: number, keys: number): Promise<void> {

@@ -181,7 +181,7 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
 
 /**
  * What the job record is made of, without what changes while nothing happens: the lease is
- * renewed every second, and its owner is not shown.
+ * renewed now and then, and its owner is not shown.
  */
 function stateOf(job: JobRow, leader: JobRow | undefined): string {
   const shown = (row: JobRow) => {

@@ -141,7 +141,7 @@ async function download(
   times: StepTimes,
   reportProgress: JobContext['reportProgress'],
 ): Promise<{ downloaded: Outcome<Downloaded | null>; decided: Decided }> {
-  const { ctx, log } = attempt;
+  const { ctx } = attempt;
   const decided: Decided = {};
   const timings: DownloadTimings = {};
   const started = performance.now();
