@@ -22,9 +22,10 @@ import {
  * progress is kept here (progressOf, which this node's event streams read) and written with the
  * leases, one statement for all of the node's jobs every renewal (a quarter of the lease, at most
  * 7.5 s); between renewals the heartbeat only reads. A job's first progress, and its progress past
- * each quarter of a known total, are written at the next heartbeat (those jobs alone), so that
- * other nodes see a download start and move on within a second; otherwise they see its progress
- * as of the last renewal. Any pool takes back jobs whose lease ran out on a dead node. Each running job owns an
+ * each quarter of a known total, are written at once (those jobs alone), so that other nodes see a
+ * download start and move on; otherwise they see its progress as of the last renewal.
+ *
+ * Any pool takes back jobs whose lease ran out on a dead node. Each running job owns an
  * AbortController: 'canceled' when told so, 'lost' when the lease is gone, 'shutdown' when a
  * shutdown outlasts its grace period (the job goes back to the queue, the attempt not counted).
  * A job function that throws gives its job back (the attempt counts).
@@ -96,6 +97,10 @@ interface Running {
   written?: Progress;
 }
 
+/** Progress other nodes should see now: the download's first, or past another quarter. */
+const isUrgent = ({ progress, written }: Running) =>
+  progress !== undefined && (written === undefined || quarterOf(progress) > quarterOf(written));
+
 export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
   const running = new Map<string, Running>();
   const heartbeatMs = deps.heartbeatMs ?? 1000;
@@ -129,6 +134,8 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
     const entry: Running = { controller, done: Promise.resolve() };
     const reportProgress = (bytes: number, totalBytes: number | null) => {
       entry.progress = { bytes, totalBytes };
+      // Written now, or at the next heartbeat when one is under way.
+      if (isUrgent(entry) && !beating) void heartbeat().catch(report('renewing leases failed'));
     };
     entry.done = deps
       .runJob(job, { signal: controller.signal, log, owner: deps.nodeId, reportProgress })
@@ -168,12 +175,9 @@ export function createWorkerPool(deps: WorkerPoolDeps): WorkerPool {
     const unwritten = (entry: Running) =>
       entry.progress !== undefined &&
       (entry.progress.bytes !== entry.written?.bytes || entry.progress.totalBytes !== entry.written.totalBytes);
-    const urgent = (entry: Running) =>
-      entry.progress !== undefined &&
-      (entry.written === undefined || quarterOf(entry.progress) > quarterOf(entry.written));
     const writing = ids.filter((id) => {
       const entry = running.get(id)!;
-      return due ? true : urgent(entry);
+      return due ? true : isUrgent(entry);
     });
     const progress = new Map<string, Progress>();
     for (const id of writing) {
