@@ -111,7 +111,7 @@ export const envSchema = z
         defaultText: '`<hostname>-<pid>-<random>`',
       }),
     JOB_LEASE_S: positiveInt(30).describe(
-      "A running job's lease, renewed every second by its node; when a node dies, any node takes its jobs back once their leases run out.",
+      "A running job's lease, renewed by its node every quarter of it (at most every 7.5 s), one statement for all its jobs; when a node dies, any node takes its jobs back once their leases run out.",
     ),
     ARTIFACT_ROOT: optionalString.meta({
       description: 'Root of the content-addressed store.',
@@ -375,7 +375,7 @@ export const envSchema = z
       .max(60_000)
       .default(500)
       .describe(
-        "How often a node's job event streams read their jobs (one query for all of them), in ms: how soon a stream shows a claim or the progress, which is recorded every half second. A job's end is told to every node as it happens and does not wait for this.",
+        "How often a node's job event streams read their jobs (one query for all of them), in ms: how soon a stream shows a claim or the progress (a job running on this node: its latest progress; on another node: as that node wrote it, at the download's start, past each quarter and every lease renewal). A job's end is told to every node as it happens and does not wait for this.",
       ),
     EVENT_STREAMS_PER_KEY: positiveInt(20).describe(
       'Job event streams one API key may hold open on a node, a stream of many jobs (`GET /events`) counting once; past it 429 `too_many_event_streams`.',
@@ -502,7 +502,7 @@ export interface Config {
   database: { kind: 'postgres'; url: string; poolSize: number } | { kind: 'sqlite'; path: string };
   /** This process among the nodes: its leases and pins carry it. Unset: made unique per start. */
   nodeId: string | undefined;
-  /** A running job's lease: renewed every second; a dead node's jobs are taken back after it. */
+  /** A running job's lease: renewed every quarter of it (at most 7.5 s); a dead node's jobs are taken back after it. */
   jobLeaseMs: number;
   artifactRoot: string;
   /** Per-job working folders; on the data dir, never served. */

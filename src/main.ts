@@ -34,7 +34,7 @@ import { loadWebFiles } from './http/web-page.js';
 import { createAdmission } from './jobs/admission.js';
 import { createJobService } from './jobs/job-service.js';
 import { claimEndedParents } from './jobs/collection/parent.js';
-import { announceJobEnded, createJobWatcher, hearJobEnds, readJobRows } from './jobs/job-watch.js';
+import { announceJobEnded, createJobWatcher, hearJobEnds, readJobRows, withLocalProgress } from './jobs/job-watch.js';
 import { countQueued, type Ended } from './jobs/queue.js';
 import { createWorkers } from './jobs/workers.js';
 import { JOBS_QUEUED_CHANNEL } from './jobs/worker-pool.js';
@@ -254,9 +254,11 @@ async function main(): Promise<void> {
     onStop,
   });
 
-  // Event streams follow jobs in the database, whichever node runs them: one query per tick for all.
+  // Event streams follow jobs in the database, whichever node runs them: one query per tick for
+  // all; the jobs running here with their latest progress.
   const jobWatcher = createJobWatcher({
-    readJobs: (ids) => readJobRows(database, ids),
+    readJobs: async (ids) =>
+      withLocalProgress(await readJobRows(database, ids), nodeId, (id) => workers.progressOf(id)),
     render: renderJob,
     intervalMs: config.events.pollMs,
     onError: (err) => log.error({ err }, 'reading watched jobs failed'),

@@ -1,6 +1,6 @@
 import { inArray } from 'drizzle-orm';
 import type { Database, JobRow, Queryable } from '../db/database.js';
-import type { Ended } from './queue.js';
+import type { Ended, Progress } from './queue.js';
 
 /**
  * Watches jobs for changes on behalf of this node's event streams, whichever node runs them:
@@ -9,10 +9,12 @@ import type { Ended } from './queue.js';
  * costs a row in that query, not a query of its own. A job's new state is rendered once per
  * change, however many streams watch it.
  *
- * Polling rather than LISTEN/NOTIFY: a job changes in many places (claim, progress every half
- * second, end, cancel, a lease taken back, a follower handed on), on any node; a poll of the row
- * sees every one of them, including those no notification was sent for, and costs the same on
- * SQLite. A job's end, the change its watchers wait for, is not left to the next poll: told of it
+ * Polling rather than LISTEN/NOTIFY: a job changes in many places (claim, progress, end, cancel,
+ * a lease taken back, a follower handed on), on any node; a poll of the row sees every one of
+ * them, including those no notification was sent for, and costs the same on SQLite. A job's
+ * progress reaches the database only now and then (./worker-pool.ts): the node that runs the job
+ * shows its latest progress at every tick (withLocalProgress), other nodes show it as written (at
+ * the download's start, past each quarter of it, and with every renewal of the node's leases). A job's end, the change its watchers wait for, is not left to the next poll: told of it
  * (`nudge`, from a notification every node hears), the watcher ticks at once.
  */
 export interface JobWatcher<T> {
@@ -179,7 +181,7 @@ export function createJobWatcher<T>(deps: JobWatcherDeps<T>): JobWatcher<T> {
 
 /**
  * What the job record is made of, without what changes while nothing happens: the lease is
- * renewed every second, and its owner is not shown.
+ * renewed now and then, and its owner is not shown.
  */
 function stateOf(job: JobRow, leader: JobRow | undefined): string {
   const shown = (row: JobRow) => {
@@ -187,6 +189,21 @@ function stateOf(job: JobRow, leader: JobRow | undefined): string {
     return rest;
   };
   return JSON.stringify([shown(job), leader ? shown(leader) : null]);
+}
+
+/**
+ * The rows, with the latest progress of the jobs running on this node (`nodeId`) in place of the
+ * progress written so far (WorkerPool.progressOf).
+ */
+export function withLocalProgress(
+  rows: JobRow[],
+  nodeId: string,
+  progressOf: (jobId: string) => Progress | undefined,
+): JobRow[] {
+  return rows.map((row) => {
+    const progress = row.status === 'running' && row.lockOwner === nodeId ? progressOf(row.id) : undefined;
+    return progress ? { ...row, progressBytes: progress.bytes, progressTotalBytes: progress.totalBytes } : row;
+  });
 }
 
 /**

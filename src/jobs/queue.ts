@@ -257,8 +257,8 @@ async function lockIfActive(q: Queryable, id: string): Promise<{ apiKeyId: strin
  * the jobs; taking the key's job walks the claim index. Given the database, all of it is one
  * transaction; given a transaction, it joins it.
  *
- * The statements are prepared (../db/prepared.ts), as are the queries a running job makes every
- * second or so (renewLeases, recordProgress): a statement sent unprepared is built anew by drizzle
+ * The statements are prepared (../db/prepared.ts), as are the queries a node makes for its running
+ * jobs every second or so (renewLeases, heldLeases): a statement sent unprepared is built anew by drizzle
  * each time, and PostgreSQL describes it in a round trip of its own before running it.
  */
 export async function claimNextJob(q: Queryable | Database, lease: Lease): Promise<JobRow | undefined> {
@@ -353,30 +353,81 @@ async function recordKeyTurn(q: Queryable, apiKeyId: string, at: number): Promis
   await query.execute({ apiKeyId, at });
 }
 
+/** What a running job has downloaded: bytes, of the total when the source announced one. */
+export interface Progress {
+  bytes: number;
+  totalBytes: number | null;
+}
+
 /**
- * Extends the leases of the jobs `ids` that `owner` still holds; returns those ids. A job missing
- * from the answer was canceled, or taken back after its lease ran out: its node must stop it.
+ * Extends the leases of the jobs `ids` that `owner` still holds, and records the progress given
+ * for some of them (the others keep theirs): one statement for a node's jobs. Returns the ids
+ * held. A job missing from the answer was canceled, or taken back after its lease ran out: its
+ * node must stop it.
  */
-export async function renewLeases(q: Queryable, ids: string[], lease: Lease): Promise<Set<string>> {
+export async function renewLeases(
+  q: Queryable,
+  ids: string[],
+  lease: Lease,
+  progress: ReadonlyMap<string, Progress> = new Map(),
+): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
   const query = prepared(q, 'renew_leases', ({ db, t: { jobs }, kind }) => {
-    // One statement for any number of ids: an array on PostgreSQL, a JSON array on SQLite.
+    // One statement for any number of ids: an array on PostgreSQL, a JSON array on SQLite. The
+    // progress: a JSON object, each id's [bytes, total].
+    const given = sql.placeholder('progress');
+    const listed =
+      kind === 'postgres'
+        ? sql`${jobs.id} = any(${sql.placeholder('ids')})`
+        : sql`${jobs.id} in (select value from json_each(${sql.placeholder('ids')}))`;
+    const [progressOf, bytesOf, totalOf] =
+      kind === 'postgres'
+        ? [
+            sql`(${given}::jsonb -> ${jobs.id})`,
+            sql`(${given}::jsonb -> ${jobs.id} ->> 0)::bigint`,
+            sql`(${given}::jsonb -> ${jobs.id} ->> 1)::bigint`,
+          ]
+        : [
+            sql`json_type(${given}, '$."' || ${jobs.id} || '"')`,
+            sql`json_extract(${given}, '$."' || ${jobs.id} || '"[0]')`,
+            sql`json_extract(${given}, '$."' || ${jobs.id} || '"[1]')`,
+          ];
+    return db
+      .update(jobs)
+      .set({
+        leaseExpiresAt: sql`${sql.placeholder('leaseExpiresAt')}`,
+        progressBytes: sql`case when ${progressOf} is null then ${jobs.progressBytes} else ${bytesOf} end`,
+        progressTotalBytes: sql`case when ${progressOf} is null then ${jobs.progressTotalBytes} else ${totalOf} end`,
+      })
+      .where(and(listed, eq(jobs.lockOwner, sql.placeholder('owner')), eq(jobs.status, 'running')))
+      .returning({ id: jobs.id })
+      .prepare('renew_leases');
+  });
+  const given = Object.fromEntries([...progress].map(([id, { bytes, totalBytes }]) => [id, [bytes, totalBytes]]));
+  const rows = await query.execute({
+    ids: q.kind === 'postgres' ? ids : JSON.stringify(ids),
+    leaseExpiresAt: lease.now + lease.leaseMs,
+    owner: lease.owner,
+    progress: JSON.stringify(given),
+  });
+  return new Set(rows.map((row) => row.id));
+}
+
+/** Of the jobs `ids`, those `owner` still holds (a read: renewLeases without writing). */
+export async function heldLeases(q: Queryable, ids: string[], owner: string): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const query = prepared(q, 'held_leases', ({ db, t: { jobs }, kind }) => {
     const listed =
       kind === 'postgres'
         ? sql`${jobs.id} = any(${sql.placeholder('ids')})`
         : sql`${jobs.id} in (select value from json_each(${sql.placeholder('ids')}))`;
     return db
-      .update(jobs)
-      .set({ leaseExpiresAt: sql`${sql.placeholder('leaseExpiresAt')}` })
+      .select({ id: jobs.id })
+      .from(jobs)
       .where(and(listed, eq(jobs.lockOwner, sql.placeholder('owner')), eq(jobs.status, 'running')))
-      .returning({ id: jobs.id })
-      .prepare('renew_leases');
+      .prepare('held_leases');
   });
-  const rows = await query.execute({
-    ids: q.kind === 'postgres' ? ids : JSON.stringify(ids),
-    leaseExpiresAt: lease.now + lease.leaseMs,
-    owner: lease.owner,
-  });
+  const rows = await query.execute({ ids: q.kind === 'postgres' ? ids : JSON.stringify(ids), owner });
   return new Set(rows.map((row) => row.id));
 }
 
@@ -386,32 +437,6 @@ export async function countQueued(q: Queryable): Promise<number> {
     .from(q.t.jobs)
     .where(isQueued(q.t.jobs));
   return Number(row?.n ?? 0);
-}
-
-export async function recordProgress(
-  q: Queryable,
-  id: string,
-  owner: string,
-  bytes: number,
-  totalBytes: number | null,
-): Promise<void> {
-  const query = prepared(q, 'record_progress', ({ db, t: { jobs } }) =>
-    db
-      .update(jobs)
-      .set({
-        progressBytes: sql`${sql.placeholder('bytes')}`,
-        progressTotalBytes: sql`${sql.placeholder('totalBytes')}`,
-      })
-      .where(
-        and(
-          eq(jobs.id, sql.placeholder('id')),
-          eq(jobs.status, 'running'),
-          eq(jobs.lockOwner, sql.placeholder('owner')),
-        ),
-      )
-      .prepare('record_progress'),
-  );
-  await query.execute({ id, owner, bytes, totalBytes });
 }
 
 /**

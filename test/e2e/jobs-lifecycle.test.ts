@@ -78,7 +78,7 @@ describe.each(BACKENDS)('cancelJob on %s', (kind) => {
     expect(running.status).toBe('running');
     const size = (await stat(long.path)).size;
     expectProgress(running, size);
-    // Progress moves on while the download runs (it is written every 500 ms).
+    // Progress moves on while the download runs (written past each quarter and with every lease renewal).
     let later = running;
     const deadline = Date.now() + 10_000;
     while (

@@ -14,14 +14,7 @@ import { createLogger } from '../../src/logger.js';
 import { toJobRecord } from '../../src/http/job-record.js';
 import type { CollectionItemRecord, JobRecord } from '../../src/http/schemas.js';
 import { createJobWatcher, readJobRows, type JobWatcher } from '../../src/jobs/job-watch.js';
-import {
-  claimNextJob,
-  enqueueJob,
-  getJobRow,
-  markCanceled,
-  recordProgress,
-  renewLeases,
-} from '../../src/jobs/queue.js';
+import { claimNextJob, enqueueJob, getJobRow, markCanceled, renewLeases } from '../../src/jobs/queue.js';
 import { readFileSync } from 'node:fs';
 import { loadConfig } from '../../src/config.js';
 import { readEventStream as readEvents } from '../support/event-stream.js';
@@ -156,7 +149,7 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
     }
     expect(heard).toHaveLength(1);
 
-    await recordProgress(database, 'a', 'node-1', 1000, 4000);
+    await renewLeases(database, ['a'], lease, new Map([['a', { bytes: 1000, totalBytes: 4000 }]]));
     const progressed = until(() => heard.length === 2, 'the progress');
     ticks.push(progressed.poke);
     await progressed.done;
@@ -179,7 +172,7 @@ describe.each(BACKENDS)('job watcher on %s', (kind) => {
       heard.push(record);
       progressed.poke();
     });
-    await recordProgress(database, 'leader', 'node-1', 500, null);
+    await renewLeases(database, ['leader'], lease, new Map([['leader', { bytes: 500, totalBytes: null }]]));
     ticks.push(progressed.poke);
     await progressed.done;
     expect(heard.at(-1)).toMatchObject({

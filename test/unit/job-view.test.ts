@@ -3,7 +3,7 @@ import BetterSqlite3 from 'better-sqlite3';
 import type { Database } from '../../src/db/database.js';
 import { createAdmission } from '../../src/jobs/admission.js';
 import { createJobService, type JobService, type JobView } from '../../src/jobs/job-service.js';
-import { claimNextJob, getJobRow, markDone, recordProgress } from '../../src/jobs/queue.js';
+import { claimNextJob, getJobRow, markDone, renewLeases } from '../../src/jobs/queue.js';
 import { setAlias } from '../../src/store/aliases.js';
 import { recordCacheEntry } from '../../src/store/cache-entries.js';
 import { callbackRecorder } from '../../src/webhooks/deliveries.js';
@@ -51,7 +51,8 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     expect(queuedView.leader?.id).toBe(leader.id);
 
     const stale = (await getJobRow(database, follower.id))!;
-    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    const lease = { owner: 'node-a', now: 2000, leaseMs: 30_000 };
+    await claimNextJob(database, lease);
     await database.transaction(async (q) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
       await recordCacheEntry(q, wavEntry('cid-a'), 3000);
@@ -81,7 +82,8 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
       url: 'https://hooks.example/done',
     });
 
-    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    const lease = { owner: 'node-a', now: 2000, leaseMs: 30_000 };
+    await claimNextJob(database, lease);
     await database.transaction(async (q) => {
       await markDone(q, leader.id, 'node-a', 'cid-a', 3000);
       // Two artifacts of one content, written out of order: one joined row each, in name order.
@@ -131,7 +133,8 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     const { job: other } = await service.submit({ url: 'https://m.example/b' }, 'req-2');
     // Under way before the write (on PostgreSQL, two reads: every later one waits for its turn).
     const before = [service.find(job.id), service.find(other.id)];
-    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    const lease = { owner: 'node-a', now: 2000, leaseMs: 30_000 };
+    await claimNextJob(database, lease);
     const running = await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
     expect(running).toBeDefined();
     const after = await service.find(job.id);
@@ -172,15 +175,16 @@ describe.each(BACKENDS)('the job view on %s', (kind) => {
     }
 
     // An autocommit write.
-    await claimNextJob(database, { owner: 'node-a', now: 2000, leaseMs: 30_000 });
+    const lease = { owner: 'node-a', now: 2000, leaseMs: 30_000 };
+    await claimNextJob(database, lease);
     expect((await service.find(job.id))!.job.status).toBe('running');
-    await recordProgress(database, job.id, 'node-a', 10, 100);
+    await renewLeases(database, [job.id], lease, new Map([[job.id, { bytes: 10, totalBytes: 100 }]]));
     expect((await service.find(job.id))!.job.progressBytes).toBe(10);
 
     // A transaction that wrote, read from inside it, then rolled back.
     await expect(
       database.transaction(async (q) => {
-        await recordProgress(q, job.id, 'node-a', 50, 100);
+        await renewLeases(q, [job.id], lease, new Map([[job.id, { bytes: 50, totalBytes: 100 }]]));
         if (kind === 'sqlite') expect((await service.find(job.id))!.job.progressBytes).toBe(50);
         throw new Error('roll back');
       }),

@@ -5,7 +5,7 @@ import type { KeyAllowance } from '../../store/key-allowance.js';
 import type { MakeFifo } from '../../tools/fifo.js';
 import { sourceMediaOf, storedMedia } from '../../tools/media-metadata.js';
 import { namesMp4File } from '../../tools/streamable-container.js';
-import { getJobRow, markFailed, recordProgress, type Ended } from '../queue.js';
+import { getJobRow, markFailed, type Ended } from '../queue.js';
 import type { JobContext } from '../worker-pool.js';
 import {
   closeAttempt,
@@ -72,7 +72,7 @@ async function runAttempt(deps: FetchTaskDeps, job: JobRow, jobCtx: JobContext):
   let error: JobError;
   try {
     await times.timed('setup', () => prepareFolder(deps, attempt));
-    const outcome = await runSteps(deps, attempt, times);
+    const outcome = await runSteps(deps, attempt, times, jobCtx.reportProgress);
     if (outcome.ok) {
       await closeAttempt(attempt);
       times.log(attempt.log);
@@ -94,6 +94,7 @@ async function runSteps(
   deps: FetchTaskDeps,
   attempt: FetchAttempt,
   times: StepTimes,
+  reportProgress: JobContext['reportProgress'],
 ): Promise<Outcome<Ended | undefined>> {
   const { ctx } = attempt;
   // ffmpeg started before the download (or before the job), and fed it as it grows when its
@@ -105,7 +106,7 @@ async function runSteps(
   const alongside = convertWhileDownloading(ctx, (input) => convertToWav(ctx, input), deps.makeFifo, waiting);
   if (streamable) alongside.start();
   try {
-    const { downloaded, decided } = await download(deps, attempt, alongside, times);
+    const { downloaded, decided } = await download(deps, attempt, alongside, times, reportProgress);
     const converted = await times.timed('convert', () => convert(ctx, alongside, downloaded));
     Object.assign(times.duringDownload, alongside.report());
     if (!downloaded.ok) return downloaded;
@@ -138,18 +139,16 @@ async function download(
   attempt: FetchAttempt,
   alongside: ConversionAlongside,
   times: StepTimes,
+  reportProgress: JobContext['reportProgress'],
 ): Promise<{ downloaded: Outcome<Downloaded | null>; decided: Decided }> {
-  const { ctx, log } = attempt;
+  const { ctx } = attempt;
   const decided: Decided = {};
   const timings: DownloadTimings = {};
   const started = performance.now();
   const downloaded = await downloadMedia(
     ctx,
     {
-      onProgress: (bytes, total) =>
-        void recordProgress(deps.database, ctx.job.id, ctx.owner, bytes, total).catch((err: unknown) =>
-          log.warn({ err }, 'recording progress failed'),
-        ),
+      onProgress: (bytes, total) => reportProgress?.(bytes, total),
       refusals: () => attempt.egress?.refusals() ?? [],
       decide: (infoText) => decideAtGate(deps, ctx, infoText, decided, times),
       onGrowing: () => alongside.onGrowing(),
