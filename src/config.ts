@@ -81,6 +81,9 @@ export const envSchema = z
       .describe(
         "Addresses and CIDR ranges of the proxies in front of the app (nginx), comma-separated: they carry many clients' requests, so their connections are not capped per client. Default: loopback, where nginx on the same host connects from; empty: every peer is capped.",
       ),
+    HTTP_KEEP_ALIVE_TIMEOUT_S: positiveInt(75).describe(
+      "A connection kept alive between requests is closed after this many seconds without one (told to clients in `Keep-Alive: timeout=`). Above nginx's upstream `keepalive_timeout` (60 s in nginx/templates/default.conf.template), so the app never closes a connection nginx is about to reuse; HTTP_MAX_IDLE_CONNECTIONS bounds how many wait.",
+    ),
     HTTP_SEND_TIMEOUT_S: positiveInt(60).describe(
       "An answer whose waiting bytes the client takes none of for this many seconds is closed and its buffers freed, as nginx's `send_timeout`; an idle event stream has nothing waiting and stays open.",
     ),
@@ -496,6 +499,7 @@ export interface Config {
     maxPerClient: number;
     uncappedClients: AddressRanges;
     sendTimeoutMs: number;
+    keepAliveTimeoutMs: number;
   };
   dataDir: string;
   /** PostgreSQL, shared by every node; or SQLite in the data dir (one node). */
@@ -615,6 +619,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       maxPerClient: e.HTTP_MAX_CONNECTIONS_PER_CLIENT ?? Math.max(1, Math.floor(e.HTTP_MAX_CONNECTIONS / 8)),
       uncappedClients: e.HTTP_PROXY_ADDRESSES.ranges,
       sendTimeoutMs: e.HTTP_SEND_TIMEOUT_S * 1000,
+      keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_S * 1000,
     },
     dataDir,
     database:

@@ -72,6 +72,13 @@ export interface ConnectionLimits {
    * its buffers freed (nginx's send_timeout): a reader that stopped holds its slot no longer.
    */
   sendTimeoutMs: number;
+  /**
+   * A kept-alive connection without a request for this long is closed (node's keepAliveTimeout,
+   * told to clients in `Keep-Alive: timeout=`). A client may send its next request just as the
+   * close is under way, and lose it: so this is longer than the proxies' own idle timeouts, so
+   * that they close first.
+   */
+  keepAliveTimeoutMs: number;
 }
 
 /** How often node looks for requests past headersTimeoutMs or requestTimeoutMs. */
@@ -105,6 +112,7 @@ export function startHttpServer(options: HttpServerOptions, onListening: (addres
     requestTimeout: limits.requestTimeoutMs,
     connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, limits.headersTimeoutMs),
   });
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   const connections = boundConnections(server, limits, options.log);
   server.on('request', (req: IncomingMessage, res: ServerResponse) =>
     connections.answerInTurn(req, res, () => options.envelope(req, res, () => answer(req, res))),

@@ -363,8 +363,9 @@ describe('job events', () => {
     expect(many.records.slice(0, 3).map((record) => record.job_id)).toEqual(ids);
     expect(many.records.filter((record) => record.job_id === finished.job_id)).toHaveLength(1);
     for (const id of [a.job_id, b.job_id]) {
-      const states = many.records.filter((record) => record.job_id === id).map((record) => record.status);
-      expect(states.at(-1)).toBe('done');
+      const records = many.records.filter((record) => record.job_id === id);
+      expect(records.at(-1)).toMatchObject({ status: 'done', error: null });
+      const states = records.map((record) => record.status);
       expect(states).toEqual([...states].sort((x, y) => STATUS_ORDER.indexOf(x) - STATUS_ORDER.indexOf(y)));
     }
     // a's final event here is the one its own stream sent: the same record, the same id.

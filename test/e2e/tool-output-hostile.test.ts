@@ -179,7 +179,10 @@ describe('a converter taken over by its input', () => {
     const after = await svc.waitForJob((await svc.submit(media.url('/honest.m4a?after'))).job_id, ['done', 'failed']);
     expect(after.status).toBe('done');
     const health = await svc.request('/healthz');
-    expect(health.status).toBe(200);
+    expect({ status: health.status, report: await health.json() }).toMatchObject({
+      status: 200,
+      report: { can_fetch: true },
+    });
   });
 
   it('declares 4,096 channels in its WAV header: refused before anything is derived from it', async () => {

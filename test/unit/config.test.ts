@@ -157,7 +157,7 @@ describe('configuration', () => {
     expect(attempt).not.toThrow(/hunter2/);
   });
 
-  it('bounds the app port: the head and request time limits, idle, all and per-client connections, the send timeout, each checked against the other', () => {
+  it('bounds the app port: the head and request time limits, idle, all and per-client connections, the send and keep-alive timeouts, each checked against the other', () => {
     const { uncappedClients, ...defaults } = loadConfig({}).http;
     expect(defaults).toEqual({
       headersTimeoutMs: 10_000,
@@ -166,6 +166,7 @@ describe('configuration', () => {
       maxTotal: 1024,
       maxPerClient: 128,
       sendTimeoutMs: 60_000,
+      keepAliveTimeoutMs: 75_000,
     });
     // Loopback, where nginx on the same host connects from, is taken for a proxy by default.
     expect(['127.0.0.1', '127.9.9.9', '::1', '::ffff:127.0.0.1'].map((a) => uncappedClients.includes(a))).toEqual([
@@ -181,6 +182,7 @@ describe('configuration', () => {
       HTTP_MAX_IDLE_CONNECTIONS: '10',
       HTTP_MAX_CONNECTIONS: '40',
       HTTP_SEND_TIMEOUT_S: '7',
+      HTTP_KEEP_ALIVE_TIMEOUT_S: '90',
       HTTP_PROXY_ADDRESSES: '10.1.0.0/16, fd00::5',
     });
     const { uncappedClients: proxies, ...set } = config.http;
@@ -191,6 +193,7 @@ describe('configuration', () => {
       maxTotal: 40,
       maxPerClient: 5,
       sendTimeoutMs: 7_000,
+      keepAliveTimeoutMs: 90_000,
     });
     expect(['10.1.2.3', 'fd00::5', '127.0.0.1', '10.2.0.1'].map((a) => proxies.includes(a))).toEqual([
       true,

@@ -35,6 +35,7 @@ beforeAll(async () => {
         maxPerClient: 150,
         uncappedClients: { includes: () => false },
         sendTimeoutMs: 60_000,
+        keepAliveTimeoutMs: 75_000,
       },
       log: { warn: () => undefined, debug: () => undefined } as never,
     },

@@ -59,6 +59,7 @@ async function serve(limits: Partial<ConnectionLimits>) {
         maxPerClient: 99,
         uncappedClients: ranges([]),
         sendTimeoutMs: 60_000,
+        keepAliveTimeoutMs: 75_000,
         ...limits,
       },
       log: {
@@ -173,6 +174,37 @@ describe('the send timeout', () => {
     expect(untimed.warnings).toEqual([]);
   });
 });
+
+describe('the keep-alive timeout', () => {
+  it('tells clients how long an idle connection is kept and closes it then; under a longer one (the control) it stays', async () => {
+    const short = await serve({ keepAliveTimeoutMs: 1_000 });
+    const long = await serve({ keepAliveTimeoutMs: 75_000 });
+    const [shortHead, shortClosed] = await keptAlive(short.port);
+    const [longHead] = await keptAlive(long.port);
+    expect(longHead).toMatch(/\r\nKeep-Alive: timeout=75\r\n/i);
+    expect(shortHead).toMatch(/\r\nKeep-Alive: timeout=1\r\n/i);
+    await shortClosed;
+    expect(await long.openConnections()).toBe(1);
+    expect(await short.openConnections()).toBe(0);
+  });
+});
+
+/** One request on a kept-alive connection: the answer's head, and when the server closes the connection. */
+async function keptAlive(port: number): Promise<[string, Promise<void>]> {
+  const socket = connect({ port, host: '127.0.0.1' });
+  sockets.push(socket);
+  let text = '';
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  const answered = new Promise<void>((resolve) =>
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('latin1');
+      if (text.includes('\r\n\r\n')) resolve();
+    }),
+  );
+  socket.write('GET / HTTP/1.1\r\nHost: test\r\n\r\n');
+  await answered;
+  return [text.split('\r\n\r\n', 1)[0]! + '\r\n', closed];
+}
 
 describe('connections per client', () => {
   it("past the cap, a client's new connections are closed while other clients are answered", async () => {

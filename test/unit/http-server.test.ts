@@ -51,6 +51,7 @@ beforeAll(async () => {
         maxPerClient: 150,
         uncappedClients: { includes: () => false },
         sendTimeoutMs: 60_000,
+        keepAliveTimeoutMs: 75_000,
       },
       log: { warn: () => undefined, debug: (obj: unknown) => void dropped.push(obj) } as never,
     },
