@@ -88,10 +88,22 @@ export function createHealthCheck(deps: HealthDeps): () => Promise<HealthReport>
   }
   let cached: { at: number; ytdlp: ToolState; ffmpeg: ToolState; confinement: ConfinementStatus } | undefined;
 
+  /**
+   * The version each tool file printed, by path, with the file it was read from. A file that is
+   * still the same one is not run again: `yt-dlp --version` costs a Python start (0.4 s here, and
+   * past its 5 s time-out under heavy load, which read as yt-dlp missing), and /healthz is polled.
+   * A file replaced or changed (an upgrade) is asked again; a failed answer is never kept.
+   */
+  const versions = new Map<string, { file: string; version: string }>();
+
   async function tool(nameOrPath: string, versionArgs: string[]): Promise<ToolState> {
     const found = await deps.locate(nameOrPath);
     if (!found) return { present: false, path: null, version: null };
+    const file = await fileIdentity(found);
+    const known = versions.get(found);
+    if (file !== null && known?.file === file) return { present: true, path: found, version: known.version };
     const version = await deps.version(found, versionArgs);
+    if (version !== null && file !== null) versions.set(found, { file, version });
     return { present: version !== null, path: found, version };
   }
 
@@ -181,6 +193,12 @@ function lowOnSpaceReason(shortBytes: number, storedBytes: number | null): strin
   if (storedBytes >= shortBytes)
     return `Eviction is making room: the store holds ${storedBytes} bytes of content, ${shortBytes} must go.`;
   return `Eviction cannot make room: the store holds ${storedBytes} bytes of content and ${shortBytes} must be freed; files that are not the store's fill the volume, and only the operator can remove them.`;
+}
+
+/** Which file `file` is, and as written: null when it cannot be read. */
+async function fileIdentity(file: string): Promise<string | null> {
+  const stat = await fs.stat(file, { bigint: true }).catch(() => null);
+  return stat && `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
 }
 
 /** What `answer` settles to, or null once `ms` have passed first or when it fails. */

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -140,5 +140,56 @@ describe('health: a database that never answers', () => {
     expect((await check()).database.ok).toBe(true);
     expect((await check()).database.ok).toBe(true);
     expect(pings).toBe(2);
+  });
+});
+
+describe('health: the tools’ versions', () => {
+  it('asks each tool file for its version once, again when the file changes, and again after a failed answer', async () => {
+    const tools = path.join(root, 'tools');
+    await mkdir(tools, { recursive: true });
+    const ytdlp = path.join(tools, 'yt-dlp');
+    const ffmpeg = path.join(tools, 'ffmpeg');
+    await writeFile(ytdlp, '#!/bin/sh\n');
+    await writeFile(ffmpeg, '#!/bin/sh\n');
+    const asked: string[] = [];
+    let answer: string | null = '2026.10.26';
+    let clock = Date.UTC(2026, 10, 1);
+    const check = createHealthCheck({
+      tools: { ytdlp, ffmpeg },
+      checkConfinement: () => Promise.resolve({ mode: 'netns', ok: true }),
+      locate: (found) => Promise.resolve(found),
+      version: (found) => {
+        asked.push(path.basename(found));
+        return Promise.resolve(found === ytdlp ? answer : 'ffmpeg version 5.1');
+      },
+      pingDatabase: () => Promise.resolve(true),
+      databaseKind: 'sqlite',
+      nodeId: 'node-1',
+      artifactRoot: root,
+      now: () => clock,
+      cacheMs: 1000,
+    });
+    const next = async () => {
+      clock += 2000;
+      return check();
+    };
+    expect((await check()).downloader.version).toBe('2026.10.26');
+    expect(asked).toEqual(['yt-dlp', 'ffmpeg']);
+    // Past the cache, the same files are not run again.
+    expect((await next()).downloader).toMatchObject({ present: true, version: '2026.10.26' });
+    expect(asked).toEqual(['yt-dlp', 'ffmpeg']);
+    // An upgrade: a new file in its place is asked.
+    answer = '2026.11.30';
+    await rm(ytdlp);
+    await writeFile(ytdlp, '#!/bin/sh\n# the next release\n');
+    expect((await next()).downloader.version).toBe('2026.11.30');
+    expect(asked).toEqual(['yt-dlp', 'ffmpeg', 'yt-dlp']);
+    // A failed answer reads as absent and is asked again next time.
+    answer = null;
+    await writeFile(ytdlp, '#!/bin/sh\n# broken\n');
+    expect((await next()).downloader.present).toBe(false);
+    answer = '2026.12.01';
+    expect((await next()).downloader).toMatchObject({ present: true, version: '2026.12.01' });
+    expect(asked).toEqual(['yt-dlp', 'ffmpeg', 'yt-dlp', 'yt-dlp', 'yt-dlp']);
   });
 });
