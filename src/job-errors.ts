@@ -115,8 +115,9 @@ export const JOB_ERRORS = {
   },
   playlist_not_supported: {
     family: 'content',
-    sentence: 'The URL is a playlist; submit the URL of one item.',
-    action: 'Submit each item of the playlist on its own.',
+    sentence: 'The URL is a playlist, album, channel or feed: it is fetched only when asked for as a whole playlist.',
+    action:
+      'Submit it again with `playlist` (the page: "Whole playlist or feed", or the failed job\'s "Fetch the whole playlist"; the CLI: `--playlist`): each entry becomes a job of its own. Or submit the URL of one of its items.',
   },
   collection_nested: {
     family: 'content',

@@ -333,6 +333,7 @@ function addJob(id, record, parent = null) {
   element.querySelector('.job-actions').append(
     button('Cancel', 'quiet cancel', () => void cancelJob(id), titleId),
     button('Retry', 'quiet retry', () => void retryJob(id), titleId),
+    button('Fetch the whole playlist', 'quiet as-collection', () => void retryJob(id, { asCollection: true }), titleId),
     button('Remove', 'quiet remove', () => removeFromList(id), titleId),
   );
   if (parent) {
@@ -469,7 +470,14 @@ function update(record) {
   const ended = FINAL.has(record.status);
   setShown(element, '.cancel', !ended);
   // A child's list is its collection's: it is retried or removed with the whole.
-  setShown(element, '.retry', !job.parentId && (record.status === 'failed' || record.status === 'canceled'));
+  // A playlist submitted as one URL fails the same way again: it is offered as a whole instead.
+  const isPlaylist = record.error?.code === 'playlist_not_supported';
+  setShown(
+    element,
+    '.retry',
+    !job.parentId && !isPlaylist && (record.status === 'failed' || record.status === 'canceled'),
+  );
+  setShown(element, '.as-collection', !job.parentId && isPlaylist);
   setShown(element, '.remove', !job.parentId && ended);
   if (record.status === 'done' && !job.shown && isNearScreen(element)) showResult(job, record);
   if (record.status === 'done' && record.result?.evicted) showJobProblem(id, record.result.evicted.message);
@@ -665,17 +673,17 @@ async function cancelJob(id) {
 }
 
 /** Retry: the URL submitted again; its new job takes the failed one's place in the list. */
-async function retryJob(id) {
+/** Submits a job's URL again in its place; `asCollection`: as a whole playlist (the service's own entry limit). */
+async function retryJob(id, { asCollection = false } = {}) {
   const old = jobs.get(id);
   if (!old?.record) return;
+  const playlist =
+    old.record.kind === 'collection' ? { max_items: old.record.collection.max_items } : asCollection ? {} : null;
   try {
     const response = await api('/sources', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        url: old.record.url,
-        ...(old.record.kind === 'collection' ? { playlist: { max_items: old.record.collection.max_items } } : {}),
-      }),
+      body: JSON.stringify({ url: old.record.url, ...(playlist ? { playlist } : {}) }),
     });
     if (!response.ok) {
       showJobProblem(id, `Could not retry: ${await problemText(response)}`);

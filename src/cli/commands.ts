@@ -277,6 +277,9 @@ async function fetchCommand(
     else {
       out.write(`job ${job.job_id}: ${job.status}: ${job.error.message} (${job.error.code})\n`);
       if (job.error.detail) out.write(indented('  detail: ', job.error.detail));
+      if (job.error.code === 'playlist_not_supported') {
+        out.write(`  every entry, each saved in DIR: source-fetch fetch --playlist ${shellWord(url)} -o DIR/\n`);
+      }
     }
     return EXIT.jobFailed;
   }
@@ -361,6 +364,9 @@ async function fetchPlaylistCommand(
   if (parent.status === 'failed' && parent.error) {
     out.write(`${label}: ${parent.error.message} (${parent.error.code})\n`);
     if (parent.error.detail) out.write(indented('  detail: ', parent.error.detail));
+    if (parent.error.code === 'not_a_collection') {
+      out.write(`  the one item, saved as FILE: source-fetch fetch ${shellWord(parent.url)} -o FILE.wav\n`);
+    }
   }
   return parent.status === 'done' ? code : worseExit(code, EXIT.jobFailed);
 }
@@ -736,4 +742,9 @@ function scrubSummary(report: ScrubReport): string[] {
   }
   if (report.findings_omitted > 0) lines.push(`(${report.findings_omitted} more not listed)`);
   return lines;
+}
+
+/** `word` as one word of a POSIX shell's command line: as it is when it is plain, else in single quotes. */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }

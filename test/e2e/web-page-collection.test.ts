@@ -216,6 +216,36 @@ describe.each(Object.keys(BROWSERS) as BrowserName[])('a collection on the page,
     HEAVY_TEST_TIMEOUT_MS,
   );
 
+  it(
+    'a feed submitted as one URL fails saying how to fetch it whole, and its "Fetch the whole playlist" does (Retry is not offered)',
+    async () => {
+      const feed = serveFeed(`/${browserName}/offered.xml`, `Offered feed of ${browserName}`, [
+        { title: 'Episode one again', url: media.url(`/${browserName}/one.flac`) },
+      ]);
+      const box = page.getByLabel('Media URLs, one per line');
+      await box.fill(feed);
+      await page.getByLabel('Whole playlist or feed').uncheck();
+      await box.press('Control+Enter');
+      await expect.poll(() => box.inputValue()).toBe('');
+      const single = page.locator('#jobs > li', { has: page.locator(':scope > .job-title', { hasText: feed }) });
+      await expect.poll(() => single.getAttribute('data-status'), { timeout: 60_000 }).toBe('failed');
+      expect(await single.locator(':scope > .problem').textContent()).toBe(
+        'The URL is a playlist, album, channel or feed: it is fetched only when asked for as a whole playlist.',
+      );
+      expect(await single.locator(':scope > .error-detail').textContent()).toBe('playlist_not_supported');
+      const actions = single.locator(':scope > .job-actions');
+      expect(await actions.getByRole('button', { name: 'Retry' }).count()).toBe(0);
+      await actions.getByRole('button', { name: 'Fetch the whole playlist' }).click();
+
+      const title = `Offered feed of ${browserName}`;
+      await expect.poll(() => parentFor(title).getAttribute('data-status'), { timeout: 60_000 }).toBe('done');
+      await expect.poll(() => countsOf(title)).toBe('1 found · 1 done · 0 failed · 0 refused');
+      // It took the failed job's place in the list.
+      expect(await single.count()).toBe(0);
+    },
+    HEAVY_TEST_TIMEOUT_MS,
+  );
+
   it('meets the WCAG 2.2 AA rules axe-core checks and fits a 390 px screen, with the collections shown', async () => {
     // In Chromium only: in this Firefox, axe.run destroys the page's execution
     // context, also on the page before any job was listed.

@@ -255,9 +255,54 @@ describe('source-fetch fetch --playlist', () => {
     );
     expect(result.code).toBe(EXIT.jobFailed);
     expect(result.stdout).toContain(
-      'collection p-1: The URL is not a playlist, album, channel or feed: it leads to one item. (not_a_collection)',
+      'collection p-1: The URL is not a playlist, album, channel or feed: it leads to one item. (not_a_collection)\n' +
+        '  the one item, saved as FILE: source-fetch fetch http://m.example/feed.xml -o FILE.wav\n',
     );
     expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('a playlist fetched without --playlist: its sentence and the command that fetches every entry, exit 1', async () => {
+    const sentence =
+      'The URL is a playlist, album, channel or feed: it is fetched only when asked for as a whole playlist.';
+    const failed = (url: string) =>
+      job({
+        status: 'failed',
+        url,
+        error: { code: 'playlist_not_supported', message: sentence, detail: null } as Job['error'],
+      });
+    const quoted = await runScriptedCli(
+      ['fetch', "http://m.example/list?id=1&x='2'"],
+      [{ status: 202, body: failed("http://m.example/list?id=1&x='2'") }],
+    );
+    expect(quoted.code).toBe(EXIT.jobFailed);
+    expect(quoted.stdout).toContain(
+      `job j-1: failed: ${sentence} (playlist_not_supported)\n` +
+        `  every entry, each saved in DIR: source-fetch fetch --playlist 'http://m.example/list?id=1&x='\\''2'\\''' -o DIR/\n`,
+    );
+    // A plain URL stays as it is; another failure gets no such line (the control).
+    const plain = await runScriptedCli(
+      ['fetch', 'http://m.example/feed.xml'],
+      [{ status: 202, body: failed('http://m.example/feed.xml') }],
+    );
+    expect(plain.stdout).toContain('source-fetch fetch --playlist http://m.example/feed.xml -o DIR/\n');
+    const other = await runScriptedCli(
+      ['fetch', 'http://m.example/feed.xml'],
+      [
+        {
+          status: 202,
+          body: job({
+            status: 'failed',
+            error: {
+              code: 'http_not_found',
+              message: 'Nothing was found at the source (HTTP 404).',
+              detail: null,
+            } as Job['error'],
+          }),
+        },
+      ],
+    );
+    expect(other.stdout).toContain('(http_not_found)');
+    expect(other.stdout).not.toContain('--playlist');
   });
 
   it.each([
